@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * bloom.h - the per-segment set filter: a Golomb-compressed single-hash
+ * bloom filter (Putze, Sanders, Singler, "Cache-, Hash- and Space-Efficient
+ * Bloom Filters", 2007; the same structure as BIP158's Golomb-coded sets).
+ * Pure code: no I/O, no users, no time.
+ *
+ * DESIGN
+ *
+ * Each item is its 64-bit hash h (dd_hash). A filter of "range" M holds the
+ * sorted, distinct fingerprints f(h) = ((h >> 32) * M) >> 32, each in
+ * [0, M), stored as Golomb-Rice coded gaps. A never-added item tests
+ * positive with probability count / M, so sizing for (n, fp) is M = n / fp.
+ *
+ * Why not a classic or cache-blocked bloom: it needs 1.44*log2(1/fp) bits
+ * per item, and its size is fixed when it is created, but a segment grows
+ * by merge operands for weeks. This filter costs log2(1/fp) + ~1.5 bits per
+ * item, and one at the full range (M = 2^32, "exact form": fp is count/2^32)
+ * can be re-encoded at any smaller range exactly, because
+ * f_M'(h) = (f_2^32(h) * M') >> 32. So history keeps a segment at the full
+ * range while it is open and re-encodes it at the optimal range for its
+ * final count once it closes (see history.h).
+ *
+ * f is monotonic in h for every M, so a list of candidates sorted by h is
+ * sorted by fingerprint for every filter: one pass over the gaps and the
+ * candidates answers a whole batch (dd_bloom_probe_sorted), with no
+ * allocation and no per-item decode into memory.
+ *
+ * Serialized form (little-endian):
+ *   u8  version  (DD_BLOOM_VERSION)
+ *   u8  kind     (DD_BLOOM_KIND_GCS)
+ *   u8  rice_k   (low bits per gap, 0..31)
+ *   u8  flags    (0)
+ *   u32 count    (distinct fingerprints)
+ *   u32 range-1  (M - 1, so M = 2^32 fits)
+ *   ... bitstream: per gap, (gap >> k) zero bits, a one bit, k low bits
+ *   u32 checksum (low 32 bits of XXH3-64 over all preceding bytes)
+ * The hash (dd_hash: XXH3-64, DD_HASH_SEED) is part of this format.
+ *
+ * An operand (a batch of raw hashes, as history's merge operands carry):
+ *   u8 version, u8 kind (DD_BLOOM_KIND_HASHES), u16 0, u32 count,
+ *   count x u64 hash, u32 checksum (as above)
+ */
+#ifndef DD_BLOOM_H
+#define DD_BLOOM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DD_BLOOM_VERSION 1
+#define DD_BLOOM_KIND_GCS 1
+#define DD_BLOOM_KIND_HASHES 2
+#define DD_BLOOM_FULL_RANGE (UINT64_C(1) << 32)
+
+/* A growable byte buffer that encoders append to. Zero-initialise; the
+ * owner frees with dd_buf_free. */
+struct dd_buf {
+    uint8_t *data;
+    size_t len, cap;
+};
+void dd_buf_free(struct dd_buf *b);           /* NULL-safe; leaves b empty */
+int dd_buf_reserve(struct dd_buf *b, size_t extra); /* 0 or DD_ERR_NOMEM */
+
+/* A parsed, validated filter. Points into the caller's bytes (borrowed):
+ * valid while they are. */
+struct dd_bloom_view {
+    uint64_t range;       /* M, 1 .. 2^32 */
+    uint32_t count;       /* distinct fingerprints */
+    uint8_t rice_k;
+    const uint8_t *bits;  /* the gap bitstream */
+    size_t nbits_bytes;
+};
+
+/* The range that gives false-positive rate FP for N items: ceil(N / FP),
+ * clamped to [1, 2^32]. FP in (0, 1]. This function cannot fail. */
+uint64_t dd_bloom_range_for(uint64_t n, double fp);
+
+/* The fingerprint of hash H in a filter of range M. Cannot fail. */
+static inline uint32_t dd_bloom_fingerprint(uint64_t h, uint64_t range)
+{
+    return (uint32_t)(((h >> 32) * range) >> 32);
+}
+
+/* Encode a filter of RANGE holding the N hashes (any order, duplicates
+ * allowed) and append it to OUT. SCRATCH, if not NULL, is a caller buffer of
+ * at least N uint32 to sort in (else one is allocated). Returns 0,
+ * DD_ERR_INVALID (range 0 or > 2^32) or DD_ERR_NOMEM; on error OUT's length
+ * is unchanged. */
+int dd_bloom_build(struct dd_buf *out, const uint64_t *hashes, size_t n, uint64_t range,
+                   uint32_t *scratch);
+
+/* Validate version, kind and checksum of a serialized filter and fill V.
+ * Returns 0 or DD_ERR_CORRUPT (V untouched). */
+int dd_bloom_parse(const void *data, size_t len, struct dd_bloom_view *v);
+
+/* One item. Decodes from the start: O(count); for batches use
+ * dd_bloom_probe_sorted. */
+bool dd_bloom_contains(const struct dd_bloom_view *v, uint64_t h);
+
+/* Batch probe. SORTED holds N hashes in ascending order of h >> 32 (the
+ * low half does not matter: fingerprints use the high half only); for each i with a match, sets HIT[i] = 1 (leaves the others as
+ * they are, so several filters can be OR'ed into one HIT array). Allocates
+ * nothing. Returns 0, or DD_ERR_CORRUPT if the bitstream ends early (the
+ * hits set so far stand). */
+int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted, size_t n,
+                          uint8_t *hit);
+
+/* Decode the fingerprints, ascending, into OUT (room for v->count).
+ * Returns 0 or DD_ERR_CORRUPT. */
+int dd_bloom_decode(const struct dd_bloom_view *v, uint32_t *out);
+
+/* Append to OUT the union of filter BASE (NULL = empty; its range is kept,
+ * or RANGE_IF_NEW when BASE is NULL) and the N hashes. Returns 0,
+ * DD_ERR_CORRUPT (BASE's bitstream is bad) or DD_ERR_NOMEM; on error OUT's
+ * length is unchanged. */
+int dd_bloom_union(struct dd_buf *out, const struct dd_bloom_view *base, uint64_t range_if_new,
+                   const uint64_t *hashes, size_t n);
+
+/* Append to OUT filter V re-encoded at NEW_RANGE. Exact only from the full
+ * range: V->range must be 2^32 and NEW_RANGE <= 2^32, else DD_ERR_INVALID.
+ * Returns 0, DD_ERR_INVALID, DD_ERR_CORRUPT or DD_ERR_NOMEM. */
+int dd_bloom_reduce(struct dd_buf *out, const struct dd_bloom_view *v, uint64_t new_range);
+
+/* Operands: append the N hashes as one operand to OUT (0 or DD_ERR_NOMEM);
+ * parse one back (0 or DD_ERR_CORRUPT), pointing *HASHES into DATA (the u64
+ * are little-endian and may be unaligned: read them with dd_bloom_operand_at). */
+int dd_bloom_operand_encode(struct dd_buf *out, const uint64_t *hashes, size_t n);
+int dd_bloom_operand_parse(const void *data, size_t len, const uint8_t **hashes, uint32_t *n);
+uint64_t dd_bloom_operand_at(const uint8_t *hashes, uint32_t i);
+
+/* Sort N hashes in place, ascending by h >> 32, stable (LSD radix sort),
+ * moving IDX[i] along with H[i] when IDX is not NULL. TMP_H and TMP_IDX
+ * (when IDX is given) have room for N. Allocates nothing; cannot fail.
+ * Prepares dd_bloom_probe_sorted's input; IDX maps hits back to positions. */
+void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,
+                          uint32_t *tmp_idx);
+
+#endif

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * dd.c - error strings, the item hash and clocks shared by every module.
+ */
+#include "dd.h"
+
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+const char *dd_strerror(int err)
+{
+    switch (err) {
+    case DD_OK: return "ok";
+    case DD_ERR_NOMEM: return "out of memory";
+    case DD_ERR_INVALID: return "invalid argument";
+    case DD_ERR_IO: return "i/o error";
+    case DD_ERR_CORRUPT: return "corrupt data";
+    case DD_ERR_UNAVAILABLE: return "unavailable";
+    case DD_ERR_TIMEOUT: return "timed out";
+    case DD_ERR_NOTFOUND: return "not found";
+    case DD_ERR_LIMIT: return "limit exceeded";
+    case DD_ERR_STATE: return "wrong state";
+    }
+    return "unknown error";
+}
+
+uint64_t dd_hash(const void *data, size_t len)
+{
+    return XXH3_64bits_withSeed(data, len, DD_HASH_SEED);
+}
+
+int64_t dd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dd_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}

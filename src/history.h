@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * history.h - per-(scene, user) played history in RocksDB: time segments of
+ * Golomb-compressed filters (bloom.h), written as merge operands, expired
+ * whole. Knows nothing of Kafka, gRPC or Redis.
+ *
+ * DESIGN
+ *
+ * Key:   u8 len(scene) | scene | u16 BE len(user) | user | u32 BE segment
+ *        so one user's segments are one contiguous key range.
+ * Segment of a play: floor(day / segment_days), day = floor(played_at_ms /
+ *        86400000) in event time. Segment s holds days [s*D, s*D + D).
+ * Live:  a segment is live while its newest day >= today - retention_days
+ *        + 1; an item is remembered at least retention_days and at most
+ *        retention_days + segment_days. Reads skip dead segments whatever
+ *        compaction has done; a compaction filter drops them for good.
+ * Write: dd_history_write() puts one merge operand (bloom.h operand: raw
+ *        hashes) per (scene, user, segment) in one WriteBatch. No reads.
+ * Fold:  the merge operator unions operands into the segment's filter.
+ *        While a segment is open (its newest day >= today - 1) the filter is
+ *        kept at the full range (near exact); once closed it is re-encoded
+ *        at range count * S / fp_rate, where S = ceil(retention_days /
+ *        segment_days) + 1 is the most segments a user can have live, so the
+ *        union fp over a user's live segments stays <= fp_rate. The merge
+ *        operator (on fold) and the compaction filter (on any compaction)
+ *        both re-encode closed segments.
+ * Read:  one batched MultiGet of the user's live segments (within
+ *        lookback), then one sorted pass per segment (dd_bloom_probe_sorted).
+ * Integrity: a value or operand that fails version or checksum is counted
+ *        (stats.corrupt_values), logged once per key, and read as empty;
+ *        the next fold replaces it.
+ *
+ * Threads: a dd_history is safe to use from any number of threads at once
+ * (RocksDB is); batches are not shared between threads.
+ */
+#ifndef DD_HISTORY_H
+#define DD_HISTORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dd_config;
+
+typedef struct dd_history dd_history;
+typedef struct dd_history_batch dd_history_batch;
+
+/* An injectable wall clock (tests move time). NULL means dd_now_ms(). */
+struct dd_history_clock {
+    int64_t (*now_ms)(void *ud);
+    void *ud;
+};
+
+/* Open (creating if missing) the store at cfg->history.path with
+ * cfg->rocksdb pass-through options. CLOCK is copied; NULL = wall clock.
+ * On error returns DD_ERR_INVALID (bad option) or DD_ERR_IO with a message
+ * in err, and *out is NULL. Caller closes with dd_history_close. */
+int dd_history_open(dd_history **out, const struct dd_config *cfg,
+                    const struct dd_history_clock *clock, char *err, size_t errlen);
+
+/* Close the store (memtables are in the WAL; nothing is lost). NULL is a
+ * no-op. */
+void dd_history_close(dd_history *h);
+
+/* Where a play dated AT_MS goes. Returns DD_HISTORY_PLACE_OK with *segment
+ * set, DD_HISTORY_PLACE_EXPIRED (older than the retention) or
+ * DD_HISTORY_PLACE_FUTURE (later than now + history.max_future_ms). */
+enum dd_history_place {
+    DD_HISTORY_PLACE_OK = 0,
+    DD_HISTORY_PLACE_EXPIRED = 1,
+    DD_HISTORY_PLACE_FUTURE = 2,
+};
+enum dd_history_place dd_history_place(const dd_history *h, int64_t at_ms, uint32_t *segment);
+
+/* Current time by the store's clock, in ms. */
+int64_t dd_history_now_ms(const dd_history *h);
+
+/* Write batches. dd_history_batch_new returns NULL on out of memory;
+ * dd_history_batch_free(NULL) is a no-op. */
+dd_history_batch *dd_history_batch_new(void);
+void dd_history_batch_free(dd_history_batch *b);
+/* Forget everything added, keep the memory for reuse. */
+void dd_history_batch_clear(dd_history_batch *b);
+/* Add the N item hashes of (SCENE, USER) in SEGMENT as one merge operand.
+ * Ids are bytes (not NUL-terminated): scene <= 255 bytes, user <= 65535.
+ * Returns 0, DD_ERR_INVALID (lengths) or DD_ERR_NOMEM (b unchanged). */
+int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len,
+                         const char *user, size_t user_len, uint32_t segment,
+                         const uint64_t *hashes, size_t n);
+/* Operands and approximate bytes in the batch. */
+size_t dd_history_batch_operands(const dd_history_batch *b);
+size_t dd_history_batch_bytes(const dd_history_batch *b);
+
+/* Write the batch atomically (fsync'd when history.sync). On return 0 the
+ * plays are durable and visible to every later probe. DD_ERR_IO with a
+ * message in err otherwise (nothing of the batch may be assumed written).
+ * The batch is left as it was. */
+int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errlen);
+
+/* Probe: for the N hashes in SORTED (ascending by h >> 32: see
+ * dd_bloom_sort_hashes) set HIT[i] = 1 for those in (SCENE, USER)'s live
+ * segments that overlap the last LOOKBACK_DAYS days (0 = the whole
+ * retention; larger than retention is the whole retention). HIT entries of
+ * items not found are left as they were. Returns 0, or DD_ERR_IO if the
+ * store could not be read (message in err): callers must not treat that as
+ * "not seen". Corrupt values read as empty (counted). */
+int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                     size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
+                     size_t n, uint8_t *hit, char *err, size_t errlen);
+
+/* Delete all of (SCENE, USER)'s segments. Durable like dd_history_write.
+ * Returns 0 or DD_ERR_IO. */
+int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                      size_t user_len, char *err, size_t errlen);
+
+/* Flush memtables to SST files / compact the whole key space (tests,
+ * benchmarks, operators). Return 0 or DD_ERR_IO. */
+int dd_history_flush(dd_history *h, char *err, size_t errlen);
+int dd_history_compact(dd_history *h, char *err, size_t errlen);
+
+/* Counters since open, for metrics. Cannot fail. */
+struct dd_history_stats {
+    uint64_t corrupt_values;     /* values/operands that failed version or checksum */
+    uint64_t segments_expired;   /* dropped by the compaction filter */
+    uint64_t segments_reduced;   /* closed segments re-encoded at their final range */
+    uint64_t merges;             /* full merges run */
+    uint64_t writes;             /* batches written */
+    uint64_t operands_written;
+    uint64_t bytes_written;      /* RocksDB's bytes written, WAL included */
+    uint64_t wal_bytes;
+    uint64_t live_sst_bytes;
+    uint64_t block_cache_hits;
+    uint64_t block_cache_misses;
+};
+void dd_history_get_stats(dd_history *h, struct dd_history_stats *out);
+
+#endif
