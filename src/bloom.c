@@ -1,0 +1,527 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * bloom.c - Golomb-compressed single-hash bloom filter; see bloom.h for the
+ * design and the serialized form.
+ *
+ * Bit order: the gap bitstream is written least-significant bit first into
+ * consecutive bytes. A gap g with Rice parameter k is q = g >> k zero bits,
+ * a one bit, then the k low bits of g. The reader keeps a 64-bit window and
+ * finds the end of the unary part with one count-trailing-zeros.
+ */
+#include "bloom.h"
+#include "dd.h"
+
+#include <endian.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define GCS_HEADER 12
+#define OPERAND_HEADER 8
+#define TRAILER 4
+
+/* ---- small byte helpers -------------------------------------------------- */
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t checksum(const uint8_t *p, size_t len)
+{
+    return (uint32_t)XXH3_64bits(p, len);
+}
+
+void dd_buf_free(struct dd_buf *b)
+{
+    if (!b) return;
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+int dd_buf_reserve(struct dd_buf *b, size_t extra)
+{
+    if (extra > SIZE_MAX - b->len) return DD_ERR_NOMEM;
+    size_t need = b->len + extra;
+    if (need <= b->cap) return DD_OK;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p) return DD_ERR_NOMEM;
+    b->data = p;
+    b->cap = cap;
+    return DD_OK;
+}
+
+uint64_t dd_bloom_range_for(uint64_t n, double fp)
+{
+    if (n == 0) n = 1;
+    if (!(fp > 0.0)) return DD_BLOOM_FULL_RANGE;
+    if (fp > 1.0) fp = 1.0;
+    double r = ceil((double)n / fp);
+    if (r >= (double)DD_BLOOM_FULL_RANGE) return DD_BLOOM_FULL_RANGE;
+    if (r < 1.0) return 1;
+    return (uint64_t)r;
+}
+
+/* ---- sorting -------------------------------------------------------------- */
+
+static void sort_u32(uint32_t *a, size_t n, uint32_t *tmp)
+{
+    if (n < 64) {
+        for (size_t i = 1; i < n; i++) {
+            uint32_t v = a[i];
+            size_t j = i;
+            while (j > 0 && a[j - 1] > v) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = v;
+        }
+        return;
+    }
+    uint32_t *src = a, *dst = tmp;
+    for (int shift = 0; shift < 32; shift += 8) {
+        size_t count[256] = {0};
+        for (size_t i = 0; i < n; i++) count[(src[i] >> shift) & 0xff]++;
+        size_t sum = 0;
+        for (int b = 0; b < 256; b++) {
+            size_t c = count[b];
+            count[b] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) dst[count[(src[i] >> shift) & 0xff]++] = src[i];
+        uint32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    /* four passes: the result is back in a */
+}
+
+static size_t unique_u32(uint32_t *a, size_t n)
+{
+    if (n == 0) return 0;
+    size_t w = 1;
+    for (size_t i = 1; i < n; i++)
+        if (a[i] != a[w - 1]) a[w++] = a[i];
+    return w;
+}
+
+void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,
+                          uint32_t *tmp_idx)
+{
+    if (n < 64) {
+        for (size_t i = 1; i < n; i++) {
+            uint64_t v = h[i];
+            uint32_t x = idx ? idx[i] : 0;
+            size_t j = i;
+            while (j > 0 && (h[j - 1] >> 32) > (v >> 32)) {
+                h[j] = h[j - 1];
+                if (idx) idx[j] = idx[j - 1];
+                j--;
+            }
+            h[j] = v;
+            if (idx) idx[j] = x;
+        }
+        return;
+    }
+    uint64_t *src = h, *dst = tmp_h;
+    uint32_t *isrc = idx, *idst = tmp_idx;
+    for (int shift = 32; shift < 64; shift += 8) {
+        size_t count[256] = {0};
+        for (size_t i = 0; i < n; i++) count[(src[i] >> shift) & 0xff]++;
+        size_t sum = 0;
+        for (int b = 0; b < 256; b++) {
+            size_t c = count[b];
+            count[b] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) {
+            size_t pos = count[(src[i] >> shift) & 0xff]++;
+            dst[pos] = src[i];
+            if (idx) idst[pos] = isrc[i];
+        }
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+        uint32_t *ti = isrc;
+        isrc = idst;
+        idst = ti;
+    }
+}
+
+/* ---- bit writer / reader -------------------------------------------------- */
+
+struct bitw {
+    uint8_t *p;
+    uint64_t acc;
+    int n; /* bits in acc, < 8 between calls */
+};
+
+static inline void bw_put(struct bitw *w, uint64_t v, int nbits)
+{
+    /* nbits <= 32 and w->n < 8, so nothing is shifted out of acc */
+    w->acc |= v << w->n;
+    w->n += nbits;
+    while (w->n >= 8) {
+        *w->p++ = (uint8_t)w->acc;
+        w->acc >>= 8;
+        w->n -= 8;
+    }
+}
+
+static inline void bw_gap(struct bitw *w, uint64_t gap, int k)
+{
+    uint64_t q = gap >> k;
+    while (q >= 32) {
+        bw_put(w, 0, 32);
+        q -= 32;
+    }
+    bw_put(w, UINT64_C(1) << q, (int)q + 1);
+    if (k) bw_put(w, gap & ((UINT64_C(1) << k) - 1), k);
+}
+
+static inline void bw_finish(struct bitw *w)
+{
+    if (w->n > 0) *w->p++ = (uint8_t)w->acc;
+    w->acc = 0;
+    w->n = 0;
+}
+
+struct bitr {
+    const uint8_t *p, *end;
+    uint64_t acc; /* bits above n are zero or the stream's next bits */
+    int n;        /* valid bits in acc, <= 63 */
+};
+
+static inline void br_refill(struct bitr *r)
+{
+    if (r->end - r->p >= 8) {
+        uint64_t v;
+        memcpy(&v, r->p, 8);
+        v = le64toh(v);
+        r->acc |= v << r->n;
+        int bytes = (63 - r->n) >> 3;
+        r->p += bytes;
+        r->n += bytes * 8;
+    } else {
+        while (r->n <= 55 && r->p < r->end) {
+            r->acc |= (uint64_t)*r->p++ << r->n;
+            r->n += 8;
+        }
+    }
+}
+
+/* Read one gap. Returns 0, or -1 if the stream ends first. */
+static inline int br_gap(struct bitr *r, int k, uint64_t *gap)
+{
+    uint64_t q = 0;
+    for (;;) {
+        br_refill(r);
+        if (r->n == 0) return -1;
+        uint64_t valid = r->acc & ((UINT64_C(1) << r->n) - 1);
+        if (valid) {
+            int tz = __builtin_ctzll(valid);
+            q += (uint64_t)tz;
+            r->acc >>= tz + 1;
+            r->n -= tz + 1;
+            break;
+        }
+        q += (uint64_t)r->n;
+        r->acc = 0;
+        r->n = 0;
+    }
+    if (k) {
+        if (r->n < k) {
+            br_refill(r);
+            if (r->n < k) return -1;
+        }
+        uint64_t low = r->acc & ((UINT64_C(1) << k) - 1);
+        r->acc >>= k;
+        r->n -= k;
+        *gap = (q << k) | low;
+    } else {
+        *gap = q;
+    }
+    return 0;
+}
+
+/* ---- encoding -------------------------------------------------------------- */
+
+static uint64_t stream_bits(const uint32_t *f, size_t n, int k)
+{
+    uint64_t bits = 0, prev = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t gap = f[i] - prev;
+        bits += (gap >> k) + 1 + (uint64_t)k;
+        prev = f[i];
+    }
+    return bits;
+}
+
+/* Encode sorted, distinct fingerprints F[0..n) of RANGE, appending to OUT. */
+static int encode_sorted(struct dd_buf *out, const uint32_t *f, size_t n, uint64_t range)
+{
+    if (n > UINT32_MAX || range == 0 || range > DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
+    /* The best Rice parameter for geometric gaps of mean mu is near
+     * log2(mu * ln 2); try the neighbours too and keep the smallest. */
+    int k = 0;
+    uint64_t best = 0;
+    if (n > 0) {
+        double mu = (double)range / (double)n;
+        int k0 = (int)floor(log2(mu * 0.6931471805599453));
+        if (k0 < 0) k0 = 0;
+        if (k0 > 31) k0 = 31;
+        best = UINT64_MAX;
+        for (int c = k0 - 1; c <= k0 + 1; c++) {
+            if (c < 0 || c > 31) continue;
+            uint64_t b = stream_bits(f, n, c);
+            if (b < best) {
+                best = b;
+                k = c;
+            }
+        }
+    }
+    size_t payload = (size_t)((best + 7) / 8);
+    size_t total = GCS_HEADER + payload + TRAILER;
+    int rc = dd_buf_reserve(out, total);
+    if (rc) return rc;
+    uint8_t *start = out->data + out->len;
+    start[0] = DD_BLOOM_VERSION;
+    start[1] = DD_BLOOM_KIND_GCS;
+    start[2] = (uint8_t)k;
+    start[3] = 0;
+    put_u32(start + 4, (uint32_t)n);
+    put_u32(start + 8, (uint32_t)(range - 1));
+    struct bitw w = {.p = start + GCS_HEADER};
+    uint64_t prev = 0;
+    for (size_t i = 0; i < n; i++) {
+        bw_gap(&w, f[i] - prev, k);
+        prev = f[i];
+    }
+    bw_finish(&w);
+    put_u32(start + GCS_HEADER + payload, checksum(start, GCS_HEADER + payload));
+    out->len += total;
+    return DD_OK;
+}
+
+int dd_bloom_build(struct dd_buf *out, const uint64_t *hashes, size_t n, uint64_t range,
+                   uint32_t *scratch)
+{
+    if (range == 0 || range > DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
+    if (n > SIZE_MAX / (2 * sizeof(uint32_t))) return DD_ERR_NOMEM;
+    uint32_t *own = NULL, *f = scratch;
+    uint32_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!f) f = own = malloc((n ? n : 1) * sizeof *f);
+    if (!f || !tmp) {
+        free(own);
+        free(tmp);
+        return DD_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++) f[i] = dd_bloom_fingerprint(hashes[i], range);
+    sort_u32(f, n, tmp);
+    size_t m = unique_u32(f, n);
+    int rc = encode_sorted(out, f, m, range);
+    free(own);
+    free(tmp);
+    return rc;
+}
+
+int dd_bloom_parse(const void *data, size_t len, struct dd_bloom_view *v)
+{
+    const uint8_t *p = data;
+    if (!p || len < GCS_HEADER + TRAILER) return DD_ERR_CORRUPT;
+    if (p[0] != DD_BLOOM_VERSION || p[1] != DD_BLOOM_KIND_GCS || p[2] > 31 || p[3] != 0)
+        return DD_ERR_CORRUPT;
+    if (get_u32(p + len - TRAILER) != checksum(p, len - TRAILER)) return DD_ERR_CORRUPT;
+    uint32_t count = get_u32(p + 4);
+    uint64_t range = (uint64_t)get_u32(p + 8) + 1;
+    size_t nbytes = len - GCS_HEADER - TRAILER;
+    /* every gap takes at least k + 1 bits */
+    if (count > range || (uint64_t)count * (p[2] + 1u) > (uint64_t)nbytes * 8) return DD_ERR_CORRUPT;
+    v->range = range;
+    v->count = count;
+    v->rice_k = p[2];
+    v->bits = p + GCS_HEADER;
+    v->nbits_bytes = nbytes;
+    return DD_OK;
+}
+
+static void reader_init(struct bitr *r, const struct dd_bloom_view *v)
+{
+    r->p = v->bits;
+    r->end = v->bits + v->nbits_bytes;
+    r->acc = 0;
+    r->n = 0;
+}
+
+int dd_bloom_decode(const struct dd_bloom_view *v, uint32_t *out)
+{
+    struct bitr r;
+    reader_init(&r, v);
+    uint64_t cur = 0, gap;
+    for (uint32_t i = 0; i < v->count; i++) {
+        if (br_gap(&r, v->rice_k, &gap) != 0) return DD_ERR_CORRUPT;
+        cur += gap;
+        if (cur >= v->range || (i > 0 && gap == 0)) return DD_ERR_CORRUPT;
+        out[i] = (uint32_t)cur;
+    }
+    return DD_OK;
+}
+
+bool dd_bloom_contains(const struct dd_bloom_view *v, uint64_t h)
+{
+    uint32_t want = dd_bloom_fingerprint(h, v->range);
+    struct bitr r;
+    reader_init(&r, v);
+    uint64_t cur = 0, gap;
+    for (uint32_t i = 0; i < v->count; i++) {
+        if (br_gap(&r, v->rice_k, &gap) != 0) return false;
+        cur += gap;
+        if (cur == want) return true;
+        if (cur > want) return false;
+    }
+    return false;
+}
+
+int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted, size_t n,
+                          uint8_t *hit)
+{
+    if (v->count == 0 || n == 0) return DD_OK;
+    struct bitr r;
+    reader_init(&r, v);
+    uint32_t left = v->count;
+    uint64_t cur, gap;
+    const uint64_t range = v->range;
+    const int k = v->rice_k;
+    if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
+    cur = gap;
+    left--;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t want = dd_bloom_fingerprint(sorted[i], range);
+        while (cur < want) {
+            if (left == 0) return DD_OK; /* every later candidate is larger */
+            if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
+            cur += gap;
+            left--;
+        }
+        if (cur == want) hit[i] = 1;
+    }
+    return DD_OK;
+}
+
+/* Merge two sorted distinct arrays into OUT, distinct. Returns the length. */
+static size_t merge_unique(const uint32_t *a, size_t na, const uint32_t *b, size_t nb,
+                           uint32_t *out)
+{
+    size_t i = 0, j = 0, w = 0;
+    while (i < na || j < nb) {
+        uint32_t x;
+        if (j >= nb || (i < na && a[i] <= b[j])) {
+            x = a[i++];
+            if (j < nb && b[j] == x) j++;
+        } else {
+            x = b[j++];
+        }
+        out[w++] = x;
+    }
+    return w;
+}
+
+int dd_bloom_union(struct dd_buf *out, const struct dd_bloom_view *base, uint64_t range_if_new,
+                   const uint64_t *hashes, size_t n)
+{
+    uint64_t range = base ? base->range : range_if_new;
+    if (range == 0 || range > DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
+    size_t na = base ? base->count : 0;
+    if (n > SIZE_MAX / sizeof(uint32_t) / 4 || na > SIZE_MAX / sizeof(uint32_t) / 4)
+        return DD_ERR_NOMEM;
+    /* one allocation: a (base, na), b (new, nb), tmp (sort, nb), merged
+     * (na + nb) */
+    size_t nb = n;
+    uint32_t *mem = malloc((2 * na + 3 * nb + 1) * sizeof *mem);
+    if (!mem) return DD_ERR_NOMEM;
+    uint32_t *a = mem, *b = a + na, *tmp = b + nb, *merged = tmp + nb;
+    int rc = DD_OK;
+    if (base && (rc = dd_bloom_decode(base, a)) != DD_OK) goto out;
+    for (size_t i = 0; i < nb; i++) b[i] = dd_bloom_fingerprint(hashes[i], range);
+    sort_u32(b, nb, tmp);
+    nb = unique_u32(b, nb);
+    size_t m = merge_unique(a, na, b, nb, merged);
+    rc = encode_sorted(out, merged, m, range);
+out:
+    free(mem);
+    return rc;
+}
+
+int dd_bloom_reduce(struct dd_buf *out, const struct dd_bloom_view *v, uint64_t new_range)
+{
+    if (v->range != DD_BLOOM_FULL_RANGE || new_range == 0 || new_range > DD_BLOOM_FULL_RANGE)
+        return DD_ERR_INVALID;
+    uint32_t *f = malloc((v->count ? v->count : 1) * sizeof *f);
+    if (!f) return DD_ERR_NOMEM;
+    int rc = dd_bloom_decode(v, f);
+    if (rc == DD_OK) {
+        /* f = h >> 32 at the full range, so this is exactly the fingerprint
+         * at new_range, and it keeps the order */
+        for (uint32_t i = 0; i < v->count; i++)
+            f[i] = (uint32_t)(((uint64_t)f[i] * new_range) >> 32);
+        size_t m = unique_u32(f, v->count);
+        rc = encode_sorted(out, f, m, new_range);
+    }
+    free(f);
+    return rc;
+}
+
+int dd_bloom_operand_encode(struct dd_buf *out, const uint64_t *hashes, size_t n)
+{
+    if (n > UINT32_MAX || n > (SIZE_MAX - OPERAND_HEADER - TRAILER) / 8) return DD_ERR_INVALID;
+    size_t total = OPERAND_HEADER + n * 8 + TRAILER;
+    int rc = dd_buf_reserve(out, total);
+    if (rc) return rc;
+    uint8_t *p = out->data + out->len;
+    p[0] = DD_BLOOM_VERSION;
+    p[1] = DD_BLOOM_KIND_HASHES;
+    p[2] = p[3] = 0;
+    put_u32(p + 4, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t le = htole64(hashes[i]);
+        memcpy(p + OPERAND_HEADER + i * 8, &le, 8);
+    }
+    put_u32(p + OPERAND_HEADER + n * 8, checksum(p, OPERAND_HEADER + n * 8));
+    out->len += total;
+    return DD_OK;
+}
+
+int dd_bloom_operand_parse(const void *data, size_t len, const uint8_t **hashes, uint32_t *n)
+{
+    const uint8_t *p = data;
+    if (!p || len < OPERAND_HEADER + TRAILER) return DD_ERR_CORRUPT;
+    if (p[0] != DD_BLOOM_VERSION || p[1] != DD_BLOOM_KIND_HASHES || p[2] || p[3])
+        return DD_ERR_CORRUPT;
+    uint32_t count = get_u32(p + 4);
+    if ((uint64_t)count * 8 != (uint64_t)len - OPERAND_HEADER - TRAILER) return DD_ERR_CORRUPT;
+    if (get_u32(p + len - TRAILER) != checksum(p, len - TRAILER)) return DD_ERR_CORRUPT;
+    *hashes = p + OPERAND_HEADER;
+    *n = count;
+    return DD_OK;
+}
+
+uint64_t dd_bloom_operand_at(const uint8_t *hashes, uint32_t i)
+{
+    uint64_t v;
+    memcpy(&v, hashes + (size_t)i * 8, 8);
+    return le64toh(v);
+}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * recent.h - the last N delivered item ids per (scene, user), in Redis.
+ * Covers the seconds between a delivery and its play event arriving.
+ * Knows nothing of RocksDB.
+ *
+ * One sorted set per (scene, user): member = item id, score = delivery time
+ * in ms; trimmed to recent.size and given recent.ttl_s on every record, in
+ * one pipelined round trip. hiredis 0.14 blocking API with a timeout of
+ * recent.timeout_ms on every call.
+ *
+ * A dd_recent is one connection and is NOT thread-safe: the RPC layer owns
+ * one per worker thread. It connects lazily and reconnects with backoff, so
+ * it can be created while Redis is down; calls then fail fast with
+ * DD_ERR_UNAVAILABLE until a reconnect succeeds.
+ */
+#ifndef DD_RECENT_H
+#define DD_RECENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dd_config;
+typedef struct dd_recent dd_recent;
+
+/* Create a client for cfg->recent.* (copied). Does not connect yet.
+ * Returns 0, DD_ERR_INVALID (bad recent.redis address, message in err) or
+ * DD_ERR_NOMEM; *out is NULL on error. Free with dd_recent_free. */
+int dd_recent_new(dd_recent **out, const struct dd_config *cfg, char *err, size_t errlen);
+void dd_recent_free(dd_recent *r); /* NULL is a no-op */
+
+/* Record N delivered ids (ITEMS[i] of LENS[i] bytes) for (SCENE, USER) at
+ * AT_MS (0 = now), trim to recent.size, refresh the TTL. On success
+ * *SIZE_AFTER (if not NULL) is the set's size after trimming. Returns 0,
+ * DD_ERR_UNAVAILABLE (connection), DD_ERR_TIMEOUT or DD_ERR_IO (error
+ * reply); dd_recent_errstr says more. */
+int dd_recent_record(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                     size_t user_len, const char *const *items, const size_t *lens, size_t n,
+                     int64_t at_ms, uint32_t *size_after);
+
+/* Fetch (SCENE, USER)'s recent deliveries as item hashes (dd_hash) into
+ * HASHES (room for CAP; recent.size is enough), *N = how many. Errors as
+ * dd_recent_record; *N = 0 then. */
+int dd_recent_fetch(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                    size_t user_len, uint64_t *hashes, size_t cap, size_t *n);
+
+/* Delete (SCENE, USER)'s deliveries. Errors as dd_recent_record. */
+int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                     size_t user_len);
+
+/* The last error's text; "" if none. Borrowed, valid until the next call. */
+const char *dd_recent_errstr(const dd_recent *r);
+
+/* Error counters since start, by kind, for metrics (atomic, process-wide). */
+struct dd_recent_stats {
+    uint64_t timeouts;
+    uint64_t connection_errors;
+    uint64_t reply_errors;
+    uint64_t reconnects;
+};
+void dd_recent_get_stats(struct dd_recent_stats *out);
+
+#endif

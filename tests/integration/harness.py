@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shared helpers for dedupd's integration tests.
+
+Real servers only: redis-server from Debian on a free loopback port in a
+temporary directory, the devbroker (librdkafka's mock cluster over TCP),
+and the dedupd binary from the build tree. Everything started here is
+stopped at exit, even when a test fails.
+
+Skips: exit code 77 tells meson a test was skipped. skip() refuses to skip
+when CI is set: there a missing server is a failure (exit 1).
+"""
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SOURCE_ROOT = os.environ.get("DD_SOURCE_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+BUILD_ROOT = os.environ.get("DD_BUILD_ROOT", os.path.join(SOURCE_ROOT, "build"))
+IN_CI = bool(os.environ.get("CI"))
+
+_procs = []
+_tmpdirs = []
+
+
+def log(*args):
+    print("[%s]" % time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
+
+
+def skip(reason):
+    """Skip locally (exit 77); fail in CI, where nothing may skip."""
+    if IN_CI:
+        log("FAIL (would skip, but CI is set):", reason)
+        sys.exit(1)
+    log("SKIP:", reason)
+    sys.exit(77)
+
+
+def fail(msg):
+    log("FAIL:", msg)
+    sys.exit(1)
+
+
+def tmpdir(prefix="dedupd-test-"):
+    d = tempfile.mkdtemp(prefix=prefix)
+    _tmpdirs.append(d)
+    return d
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, timeout=20.0, proc=None, host="127.0.0.1"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            fail("process exited with %s before listening on %d" % (proc.returncode, port))
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    fail("nothing listening on %s:%d after %.0fs" % (host, port, timeout))
+
+
+def build_path(*parts):
+    p = os.path.join(BUILD_ROOT, *parts)
+    if not os.path.exists(p):
+        fail("missing build output %s (run ninja first)" % p)
+    return p
+
+
+class Proc:
+    """A started child process, killed at exit if still running."""
+
+    def __init__(self, argv, name, logfile=None, env=None, cwd=None):
+        self.argv = argv
+        self.name = name
+        self.logpath = logfile or os.path.join(tmpdir(), name + ".log")
+        self._log = open(self.logpath, "ab")
+        self.p = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                                  start_new_session=True)
+        _procs.append(self)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            self.p.send_signal(sig)
+
+    def kill9(self):
+        if self.alive():
+            self.p.send_signal(signal.SIGKILL)
+        self.p.wait()
+
+    def stop(self, timeout=30.0):
+        """SIGTERM, wait, SIGKILL if needed. Returns the exit code."""
+        if self.alive():
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log("%s did not stop in %.0fs; killing" % (self.name, timeout))
+                self.p.kill()
+                self.p.wait()
+        return self.p.returncode
+
+    def output(self):
+        self._log.flush()
+        with open(self.logpath, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def tail(self, n=40):
+        return "\n".join(self.output().splitlines()[-n:])
+
+
+class Redis:
+    """redis-server on a free loopback port, in a temporary directory."""
+
+    def __init__(self, port=None, password=None):
+        exe = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
+        if exe is None:
+            skip("redis-server is not installed")
+        self.exe = exe
+        self.dir = tmpdir("dedupd-redis-")
+        self.port = port or free_port()
+        self.password = password
+        self.proc = None
+        self.start()
+
+    def start(self):
+        argv = [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "no", "--daemonize", "no"]
+        if self.password:
+            argv += ["--requirepass", self.password]
+        self.proc = Proc(argv, "redis-%d" % self.port)
+        wait_port(self.port, proc=self.proc.p)
+
+    def stop(self):
+        if self.proc:
+            self.proc.stop()
+            self.proc = None
+
+    @property
+    def addr(self):
+        return "127.0.0.1:%d" % self.port
+
+    def cli(self, *args):
+        """Run redis-cli against this server; returns stdout as text."""
+        argv = ["redis-cli", "-p", str(self.port)]
+        if self.password:
+            argv += ["-a", self.password, "--no-auth-warning"]
+        return subprocess.run(argv + [str(a) for a in args], check=True, capture_output=True,
+                              text=True).stdout
+
+
+def _cleanup():
+    for pr in reversed(_procs):
+        try:
+            if pr.alive():
+                pr.p.send_signal(signal.SIGTERM)
+                try:
+                    pr.p.wait(10)
+                except subprocess.TimeoutExpired:
+                    pr.p.kill()
+                    pr.p.wait()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+    if not os.environ.get("DD_KEEP_TMP"):
+        for d in _tmpdirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_cleanup)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
