@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# Install the Debian packages dedupd needs (deploy/packages/build.txt) that
+# are not installed yet. Runs apt-get update once, and only when something
+# is missing. Needs root (CI and the README commands run as root).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+list=${1:-$here/deploy/packages/build.txt}
+
+mapfile -t pkgs < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$list" | grep -v '^$')
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#pkgs[@]} packages present"
+    exit 0
+fi
+echo "install-deps: installing ${#missing[@]} missing packages: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: must run as root to install packages" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# The whole test suite, as CI runs it: install what is missing, build with
+# warnings as errors, run every test (unit + integration, real servers), then
+# the unit suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Ends with one line "N passed, N failed[, N skipped]" counted from meson's
+# testlog.json files, and exits non-zero if any test failed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+
+"$here/scripts/install-deps.sh" || { echo "0 passed, 1 failed"; exit 1; }
+
+status=0
+logs=()
+
+run_suite() { # build_dir setup_opts... -- test_opts...
+    local dir=$1; shift
+    local setup=() testopts=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do setup+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    testopts=("$@")
+    rm -f "$dir/meson-logs/testlog.json"
+    if [ ! -f "$dir/build.ninja" ]; then
+        meson setup "$dir" "$here" -Dwerror=true "${setup[@]}" || return 1
+    fi
+    ninja -C "$dir" || return 1
+    logs+=("$dir/meson-logs/testlog.json")
+    meson test -C "$dir" --print-errorlogs --num-processes 2 "${testopts[@]}" || status=1
+}
+
+if ! run_suite "$here/build-ci" --; then
+    echo "build failed"; status=1
+fi
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+if ! run_suite "$here/build-asan" -Db_sanitize=address,undefined -Db_lundef=false -- --suite unit; then
+    echo "sanitizer build failed"; status=1
+fi
+
+# Count results. A build that failed has no testlog: count it as a failure.
+/usr/bin/python3 - "$status" "${logs[@]}" <<'PY'
+import json, os, sys
+status = int(sys.argv[1])
+passed = failed = skipped = 0
+for path in sys.argv[2:]:
+    if not os.path.exists(path):
+        failed += 1
+        continue
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            r = json.loads(line).get("result", "")
+            if r in ("OK", "EXPECTEDFAIL"):
+                passed += 1
+            elif r == "SKIP":
+                skipped += 1
+            else:
+                failed += 1
+if status and failed == 0:
+    failed = 1  # a build step failed without a test to show it
+line = "%d passed, %d failed" % (passed, failed)
+if skipped:
+    line += ", %d skipped" % skipped
+print(line)
+sys.exit(1 if failed else 0)
+PY
