@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * filter.c - see filter.h for the algorithm. Validation messages name the
+ * request field (and index) exactly as the proto spells it, because they
+ * reach the caller as the gRPC status message.
+ */
+#include "filter.h"
+
+#include "arena.h"
+#include "bloom.h"
+#include "config.h"
+#include "dd.h"
+#include "history.h"
+#include "log.h"
+#include "metrics.h"
+#include "recent.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCENE_MAX_BYTES 255 /* history key: u8 length prefix */
+
+struct dd_filter {
+    dd_history *history;       /* borrowed, shared */
+    dd_recent *recent;         /* borrowed, this thread's */
+    dd_history_batch *batch;   /* reused by RecordPlays */
+    uint64_t *recent_hashes;   /* room for recent_cap */
+    size_t recent_cap;
+    uint32_t max_candidates;
+    uint32_t max_id_bytes;
+    int64_t max_future_ms;
+};
+
+static struct {
+    _Atomic uint64_t filter_calls, candidates, removed_played, removed_delivered,
+        removed_duplicate, degraded, history_errors, deliveries, plays, plays_expired;
+} stats;
+
+/* Lock-free like the counters above (metrics.h). */
+static struct dd_histogram candidates_hist = {.bounds = dd_metrics_count_bounds,
+                                              .nbounds = DD_METRICS_COUNT_BOUNDS_LEN};
+
+#define STAT_ADD(field, n) atomic_fetch_add_explicit(&stats.field, (uint64_t)(n), memory_order_relaxed)
+
+static struct dd_log_limit recent_limit, history_limit;
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *history,
+                  dd_recent *recent, char *err, size_t errlen)
+{
+    *out = NULL;
+    dd_filter *f = calloc(1, sizeof *f);
+    if (!f) goto nomem;
+    f->history = history;
+    f->recent = recent;
+    f->max_candidates = cfg->rpc.max_candidates;
+    f->max_id_bytes = cfg->rpc.max_id_bytes;
+    f->max_future_ms = cfg->history.max_future_ms;
+    /* A little more than recent.size: a set trimmed concurrently by another
+     * writer may briefly hold one or two more. */
+    f->recent_cap = (size_t)cfg->recent.size + 16;
+    f->recent_hashes = calloc(f->recent_cap, sizeof *f->recent_hashes);
+    if (!f->recent_hashes) goto nomem;
+    f->batch = dd_history_batch_new();
+    if (!f->batch) goto nomem;
+    *out = f;
+    return DD_OK;
+nomem:
+    dd_filter_free(f);
+    return fail(DD_ERR_NOMEM, err, errlen, "out of memory creating a filter");
+}
+
+void dd_filter_free(dd_filter *f)
+{
+    if (!f) return;
+    dd_history_batch_free(f->batch);
+    free(f->recent_hashes);
+    free(f);
+}
+
+/* user_id and scene rules shared by every call. */
+static int check_user_scene(const dd_filter *f, const char *user, size_t *user_len,
+                            const char *scene, size_t *scene_len, char *err, size_t errlen)
+{
+    *user_len = strlen(user);
+    *scene_len = strlen(scene);
+    if (*user_len == 0) return fail(DD_ERR_INVALID, err, errlen, "user_id is empty");
+    if (*user_len > f->max_id_bytes)
+        return fail(DD_ERR_INVALID, err, errlen,
+                    "user_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, *user_len,
+                    f->max_id_bytes);
+    if (*scene_len > SCENE_MAX_BYTES)
+        return fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d",
+                    *scene_len, SCENE_MAX_BYTES);
+    return DD_OK;
+}
+
+static bool past(int64_t deadline_ns) { return deadline_ns && dd_mono_ns() >= deadline_ns; }
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static bool sorted_contains(const uint64_t *s, size_t n, uint64_t h)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s[mid] < h)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && s[lo] == h;
+}
+
+static size_t table_size_for(size_t n)
+{
+    size_t cap = 16;
+    while (cap < n * 2) cap <<= 1;
+    return cap;
+}
+
+int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,
+                  Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err,
+                  size_t errlen)
+{
+    size_t user_len, scene_len;
+    const size_t n = req->n_candidate_ids;
+
+    dedup__v1__filter_response__init(resp);
+    int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    if (rc) return rc;
+    if (n > f->max_candidates)
+        return fail(DD_ERR_LIMIT, err, errlen,
+                    "candidate_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
+                    f->max_candidates);
+    if (req->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS &&
+        req->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
+        return fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode",
+                    (int)req->mode);
+    if (past(deadline_ns)) return fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
+
+    /* Per-call arrays: O(1) arena allocations, none per candidate. */
+    size_t tcap = table_size_for(n);
+    uint64_t *h = dd_arena_alloc(arena, n * sizeof *h);
+    uint32_t *len = dd_arena_alloc(arena, n * sizeof *len);
+    uint8_t *reason = dd_arena_calloc(arena, n, 1);
+    uint32_t *table = dd_arena_calloc(arena, tcap, sizeof *table);
+    if (!h || !len || !reason || !table) goto nomem;
+
+    /* 1 + 2: hash once, validate, drop in-request duplicates. */
+    const size_t mask = tcap - 1;
+    uint32_t dup = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *id = req->candidate_ids[i];
+        size_t l = strlen(id);
+        if (l > f->max_id_bytes)
+            return fail(DD_ERR_INVALID, err, errlen,
+                        "candidate_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
+                        i, l, f->max_id_bytes);
+        len[i] = (uint32_t)l;
+        h[i] = dd_hash(id, l);
+        for (size_t s = (size_t)h[i] & mask;; s = (s + 1) & mask) {
+            if (table[s] == 0) {
+                table[s] = (uint32_t)i + 1;
+                break;
+            }
+            size_t j = table[s] - 1;
+            if (h[j] == h[i] && len[j] == l && memcmp(req->candidate_ids[j], id, l) == 0) {
+                reason[i] = DEDUP__V1__REASON__REASON_DUPLICATE;
+                dup++;
+                break;
+            }
+        }
+    }
+
+    /* 3: recent deliveries, if Redis answers. */
+    uint32_t delivered = 0;
+    size_t nrecent = 0;
+    int rrc = dd_recent_fetch(f->recent, req->scene, scene_len, req->user_id, user_len,
+                              f->recent_hashes, f->recent_cap, &nrecent);
+    if (rrc != DD_OK) {
+        resp->degraded = 1;
+        nrecent = 0;
+        STAT_ADD(degraded, 1);
+        dd_log_limited(&recent_limit, 10000, DD_LOG_WARN, "filter",
+                       "msg=\"recent deliveries unavailable; answering from history\" "
+                       "error=\"%s\" detail=\"%s\"",
+                       dd_strerror(rrc), dd_recent_errstr(f->recent));
+    }
+    if (nrecent) {
+        qsort(f->recent_hashes, nrecent, sizeof *f->recent_hashes, cmp_u64);
+        for (size_t i = 0; i < n; i++) {
+            if (reason[i] == 0 && sorted_contains(f->recent_hashes, nrecent, h[i])) {
+                reason[i] = DEDUP__V1__REASON__REASON_DELIVERED;
+                delivered++;
+            }
+        }
+    }
+
+    /* 4: history, for what is left. */
+    size_t k = n - dup - delivered;
+    uint32_t played = 0;
+    if (k) {
+        if (past(deadline_ns)) return fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
+        uint64_t *sh = dd_arena_alloc(arena, k * sizeof *sh);
+        uint64_t *tmp_h = dd_arena_alloc(arena, k * sizeof *tmp_h);
+        uint32_t *si = dd_arena_alloc(arena, k * sizeof *si);
+        uint32_t *tmp_i = dd_arena_alloc(arena, k * sizeof *tmp_i);
+        uint8_t *hit = dd_arena_calloc(arena, k, 1);
+        if (!sh || !tmp_h || !si || !tmp_i || !hit) goto nomem;
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (reason[i]) continue;
+            sh[j] = h[i];
+            si[j] = (uint32_t)i;
+            j++;
+        }
+        dd_bloom_sort_hashes(sh, si, k, tmp_h, tmp_i);
+        char herr[256];
+        int hrc = dd_history_probe(f->history, req->scene, scene_len, req->user_id, user_len,
+                                   req->lookback_days, sh, k, hit, herr, sizeof herr);
+        if (hrc != DD_OK) {
+            STAT_ADD(history_errors, 1);
+            dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
+                           "msg=\"history read failed\" error=\"%s\"", herr);
+            return fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
+        }
+        for (size_t x = 0; x < k; x++) {
+            if (hit[x]) {
+                reason[si[x]] = DEDUP__V1__REASON__REASON_PLAYED;
+                played++;
+            }
+        }
+    }
+
+    /* 5: the response, in request order. */
+    size_t removed = (size_t)dup + delivered + played, kept = n - removed;
+    if (req->mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS) {
+        resp->kept_ids = dd_arena_alloc(arena, kept * sizeof *resp->kept_ids);
+        if (!resp->kept_ids) goto nomem;
+    } else {
+        resp->kept_indexes = dd_arena_alloc(arena, kept * sizeof *resp->kept_indexes);
+        if (!resp->kept_indexes) goto nomem;
+    }
+    Dedup__V1__Removed *rm = NULL;
+    if (req->explain) {
+        rm = dd_arena_alloc(arena, removed * sizeof *rm);
+        resp->removed = dd_arena_alloc(arena, removed * sizeof *resp->removed);
+        if (!rm || !resp->removed) goto nomem;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (reason[i] == 0) {
+            if (resp->kept_ids)
+                resp->kept_ids[resp->n_kept_ids++] = req->candidate_ids[i];
+            else
+                resp->kept_indexes[resp->n_kept_indexes++] = (uint32_t)i;
+        } else if (rm) {
+            Dedup__V1__Removed *r = &rm[resp->n_removed];
+            dedup__v1__removed__init(r);
+            r->index = (uint32_t)i;
+            r->reason = (Dedup__V1__Reason)reason[i];
+            resp->removed[resp->n_removed++] = r;
+        }
+    }
+    resp->removed_played = played;
+    resp->removed_delivered = delivered;
+    resp->removed_duplicate = dup;
+
+    STAT_ADD(filter_calls, 1);
+    STAT_ADD(candidates, n);
+    dd_histogram_observe(&candidates_hist, (double)n);
+    STAT_ADD(removed_played, played);
+    STAT_ADD(removed_delivered, delivered);
+    STAT_ADD(removed_duplicate, dup);
+    return DD_OK;
+
+nomem:
+    return fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
+}
+
+int dd_filter_record_delivery(dd_filter *f, dd_arena *arena,
+                              const Dedup__V1__RecordDeliveryRequest *req,
+                              Dedup__V1__RecordDeliveryResponse *resp, char *err,
+                              size_t errlen)
+{
+    size_t user_len, scene_len;
+    const size_t n = req->n_item_ids;
+
+    dedup__v1__record_delivery_response__init(resp);
+    int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    if (rc) return rc;
+    if (n == 0) return fail(DD_ERR_INVALID, err, errlen, "item_ids is empty");
+    if (n > f->max_candidates)
+        return fail(DD_ERR_LIMIT, err, errlen,
+                    "item_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
+                    f->max_candidates);
+    if (req->delivered_at_ms < 0)
+        return fail(DD_ERR_INVALID, err, errlen, "delivered_at_ms is negative (%" PRId64 ")",
+                    (int64_t)req->delivered_at_ms);
+    size_t *lens = dd_arena_alloc(arena, n * sizeof *lens);
+    if (!lens) return fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu item_ids", n);
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = strlen(req->item_ids[i]);
+        if (lens[i] == 0) return fail(DD_ERR_INVALID, err, errlen, "item_ids[%zu] is empty", i);
+        if (lens[i] > f->max_id_bytes)
+            return fail(DD_ERR_INVALID, err, errlen,
+                        "item_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, i,
+                        lens[i], f->max_id_bytes);
+    }
+    uint32_t size_after = 0;
+    rc = dd_recent_record(f->recent, req->scene, scene_len, req->user_id, user_len,
+                          (const char *const *)req->item_ids, lens, n, req->delivered_at_ms,
+                          &size_after);
+    if (rc != DD_OK)
+        return fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
+                    dd_recent_errstr(f->recent)[0] ? dd_recent_errstr(f->recent)
+                                                   : dd_strerror(rc));
+    resp->recent_size = size_after;
+    STAT_ADD(deliveries, n);
+    return DD_OK;
+}
+
+struct seg_hash {
+    uint64_t h;
+    uint32_t seg;
+};
+
+static int cmp_seg_hash(const void *a, const void *b)
+{
+    const struct seg_hash *x = a, *y = b;
+    if (x->seg != y->seg) return x->seg < y->seg ? -1 : 1;
+    return (x->h > y->h) - (x->h < y->h);
+}
+
+int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
+                           const Dedup__V1__RecordPlaysRequest *req,
+                           Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen)
+{
+    size_t user_len, scene_len;
+    const size_t n = req->n_plays;
+
+    dedup__v1__record_plays_response__init(resp);
+    int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    if (rc) return rc;
+    if (n > f->max_candidates)
+        return fail(DD_ERR_LIMIT, err, errlen,
+                    "plays has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
+                    f->max_candidates);
+    if (n == 0) return DD_OK;
+
+    struct seg_hash *sh = dd_arena_alloc(arena, n * sizeof *sh);
+    if (!sh) return fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
+    const int64_t now = dd_history_now_ms(f->history);
+    size_t m = 0;
+    uint32_t expired = 0;
+    for (size_t i = 0; i < n; i++) {
+        const Dedup__V1__Play *p = req->plays[i];
+        size_t l = strlen(p->item_id);
+        if (l == 0) return fail(DD_ERR_INVALID, err, errlen, "plays[%zu].item_id is empty", i);
+        if (l > f->max_id_bytes)
+            return fail(DD_ERR_INVALID, err, errlen,
+                        "plays[%zu].item_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
+                        i, l, f->max_id_bytes);
+        if (p->played_at_ms < 0)
+            return fail(DD_ERR_INVALID, err, errlen,
+                        "plays[%zu].played_at_ms is negative (%" PRId64 ")", i,
+                        (int64_t)p->played_at_ms);
+        int64_t at = p->played_at_ms ? p->played_at_ms : now;
+        uint32_t seg = 0;
+        switch (dd_history_place(f->history, at, &seg)) {
+        case DD_HISTORY_PLACE_OK:
+            sh[m].h = dd_hash(p->item_id, l);
+            sh[m].seg = seg;
+            m++;
+            break;
+        case DD_HISTORY_PLACE_EXPIRED:
+            expired++;
+            break;
+        case DD_HISTORY_PLACE_FUTURE:
+            return fail(DD_ERR_INVALID, err, errlen,
+                        "plays[%zu].played_at_ms is %" PRId64
+                        " ms in the future, more than history.max_future_ms=%" PRId64,
+                        i, at - now, f->max_future_ms);
+        }
+    }
+
+    if (m) {
+        /* One operand per segment: sort by segment, then hand each run of
+         * hashes to the batch. The hashes are copied out contiguously
+         * (reusing the front of the same arena block would alias). */
+        qsort(sh, m, sizeof *sh, cmp_seg_hash);
+        uint64_t *hs = dd_arena_alloc(arena, m * sizeof *hs);
+        if (!hs) return fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
+        for (size_t i = 0; i < m; i++) hs[i] = sh[i].h;
+        dd_history_batch_clear(f->batch);
+        for (size_t i = 0; i < m;) {
+            size_t j = i + 1;
+            while (j < m && sh[j].seg == sh[i].seg) j++;
+            rc = dd_history_batch_add(f->batch, req->scene, scene_len, req->user_id, user_len,
+                                      sh[i].seg, hs + i, j - i);
+            if (rc != DD_OK) {
+                dd_history_batch_clear(f->batch);
+                return fail(rc == DD_ERR_NOMEM ? DD_ERR_NOMEM : DD_ERR_INVALID, err, errlen,
+                            "cannot batch plays: %s", dd_strerror(rc));
+            }
+            i = j;
+        }
+        char herr[256];
+        rc = dd_history_write(f->history, f->batch, herr, sizeof herr);
+        dd_history_batch_clear(f->batch);
+        if (rc != DD_OK) {
+            STAT_ADD(history_errors, 1);
+            dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
+                           "msg=\"history write failed\" error=\"%s\"", herr);
+            return fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
+        }
+    }
+    resp->accepted = (uint32_t)m;
+    resp->expired = expired;
+    STAT_ADD(plays, m);
+    STAT_ADD(plays_expired, expired);
+    return DD_OK;
+}
+
+int dd_filter_forget(dd_filter *f, const Dedup__V1__ForgetUserRequest *req,
+                     Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen)
+{
+    size_t user_len, scene_len;
+
+    dedup__v1__forget_user_response__init(resp);
+    int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    if (rc) return rc;
+    char herr[256];
+    rc = dd_history_forget(f->history, req->scene, scene_len, req->user_id, user_len, herr,
+                           sizeof herr);
+    if (rc != DD_OK) {
+        STAT_ADD(history_errors, 1);
+        return fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
+    }
+    rc = dd_recent_forget(f->recent, req->scene, scene_len, req->user_id, user_len);
+    if (rc != DD_OK)
+        return fail(DD_ERR_UNAVAILABLE, err, errlen,
+                    "plays forgotten, but recent deliveries unavailable: %s",
+                    dd_recent_errstr(f->recent)[0] ? dd_recent_errstr(f->recent)
+                                                   : dd_strerror(rc));
+    return DD_OK;
+}
+
+void dd_filter_get_stats(struct dd_filter_stats *out)
+{
+#define LOAD(field) out->field = atomic_load_explicit(&stats.field, memory_order_relaxed)
+    LOAD(filter_calls);
+    LOAD(candidates);
+    LOAD(removed_played);
+    LOAD(removed_delivered);
+    LOAD(removed_duplicate);
+    LOAD(degraded);
+    LOAD(history_errors);
+    LOAD(deliveries);
+    LOAD(plays);
+    LOAD(plays_expired);
+#undef LOAD
+}
+
+void dd_filter_get_candidates(struct dd_histogram_snap *out)
+{
+    dd_histogram_snapshot(&candidates_hist, out);
+}

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * filter.h - the decisions behind the four Dedup RPCs, on decoded protobuf-c
+ * messages: which candidates a user has not seen (Filter), and the writes
+ * that make items seen (RecordDelivery, RecordPlays) or unseen (ForgetUser).
+ * No sockets, no gRPC: rpc.c decodes, calls these, maps the returned code
+ * to a status (see each function) and encodes.
+ *
+ * DESIGN
+ *
+ * Filter, for N candidates, allocates nothing per candidate: every array
+ * (hashes, lengths, reasons, the duplicate table, the sort buffers) comes
+ * from the caller's per-call arena in O(1) allocations.
+ *   1. Validate and hash every id once (dd_hash).
+ *   2. In-request duplicates: an open-addressing table of indexes (size a
+ *      power of two >= 2N) keyed by hash, equal ids confirmed byte by byte;
+ *      the first occurrence stays, later ones are REASON_DUPLICATE.
+ *   3. Recent deliveries: one dd_recent_fetch (<= recent.size hashes),
+ *      sorted, then a binary search per remaining candidate: DELIVERED.
+ *      If Redis fails or times out, go on without it: degraded = true.
+ *   4. History: the remaining (hash, index) pairs sorted by
+ *      dd_bloom_sort_hashes, one dd_history_probe within lookback_days,
+ *      hits mapped back through the index: PLAYED. A read error fails the
+ *      whole call (UNAVAILABLE): a seen item is never reported unseen
+ *      because the store could not be read.
+ *   5. The response keeps request order; kept_ids point into the request.
+ * A candidate that is both delivered and played counts as DELIVERED (the
+ * cheaper source is asked first and removed candidates are not probed).
+ *
+ * A dd_filter belongs to one thread (it holds a history write batch and
+ * the buffer for recent hashes); the RPC layer owns one per worker.
+ */
+#ifndef DD_FILTER_H
+#define DD_FILTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dedup.pb-c.h"
+
+struct dd_config;
+typedef struct dd_arena dd_arena;
+typedef struct dd_history dd_history;
+typedef struct dd_recent dd_recent;
+typedef struct dd_filter dd_filter;
+
+/* Create a filter over HISTORY (shared, borrowed) and RECENT (this
+ * thread's connection, borrowed); the limits rpc.max_candidates,
+ * rpc.max_id_bytes and recent.size are copied from CFG. Both handles must
+ * outlive the filter. Returns 0 or DD_ERR_NOMEM (message in err); *out is
+ * NULL on error. Free with dd_filter_free. */
+int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *history,
+                  dd_recent *recent, char *err, size_t errlen);
+void dd_filter_free(dd_filter *f); /* NULL is a no-op */
+
+/* Return codes of the calls below and the gRPC status rpc.c maps them to:
+ *   0                   OK
+ *   DD_ERR_INVALID      INVALID_ARGUMENT   (bad field; err names it)
+ *   DD_ERR_LIMIT        RESOURCE_EXHAUSTED (too many entries; err names the field)
+ *   DD_ERR_UNAVAILABLE  UNAVAILABLE        (history unreadable/unwritable, or
+ *                                           Redis down where it is required)
+ *   DD_ERR_TIMEOUT      DEADLINE_EXCEEDED  (the call's deadline passed)
+ *   DD_ERR_NOMEM        RESOURCE_EXHAUSTED (the arena could not grow)
+ * On any error the response must not be sent. Responses are initialised
+ * here; their arrays live in ARENA (until its reset) and may point into
+ * the request, which must outlive them. */
+
+/* Filter. DEADLINE_NS is a dd_mono_ns() time after which the call stops
+ * working and returns DD_ERR_TIMEOUT (0 = no deadline); it is checked
+ * before the Redis fetch and before the history probe. */
+int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,
+                  Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err,
+                  size_t errlen);
+
+/* RecordDelivery: the ids go to recent deliveries (dd_recent_record);
+ * delivered_at_ms 0 = now. Redis down or timing out: DD_ERR_UNAVAILABLE
+ * (nothing was recorded, or not for sure). Empty item_ids is
+ * DD_ERR_INVALID. */
+int dd_filter_record_delivery(dd_filter *f, dd_arena *arena,
+                              const Dedup__V1__RecordDeliveryRequest *req,
+                              Dedup__V1__RecordDeliveryResponse *resp, char *err,
+                              size_t errlen);
+
+/* RecordPlays: every play is validated first (a bad one rejects the whole
+ * request, nothing written); played_at_ms 0 = now by the history's clock;
+ * plays older than the retention are counted in resp->expired and
+ * skipped; a play dated more than history.max_future_ms ahead is
+ * DD_ERR_INVALID naming plays[i].played_at_ms. The rest go in one batch,
+ * one operand per segment, and are durable and visible to the next Filter
+ * when this returns 0. A write error is DD_ERR_UNAVAILABLE. */
+int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
+                           const Dedup__V1__RecordPlaysRequest *req,
+                           Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen);
+
+/* ForgetUser: delete the user's plays, then deliveries. Either store
+ * failing is DD_ERR_UNAVAILABLE (the call is idempotent: retry it). */
+int dd_filter_forget(dd_filter *f, const Dedup__V1__ForgetUserRequest *req,
+                     Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen);
+
+/* Process-wide counters since start (atomic), for metrics. Cannot fail. */
+struct dd_filter_stats {
+    uint64_t filter_calls;       /* Filter calls that returned OK */
+    uint64_t candidates;         /* candidates in those calls */
+    uint64_t removed_played;
+    uint64_t removed_delivered;
+    uint64_t removed_duplicate;
+    uint64_t degraded;           /* Filter answers given without Redis */
+    uint64_t history_errors;     /* history reads or writes that failed */
+    uint64_t deliveries;         /* item ids recorded by RecordDelivery */
+    uint64_t plays;              /* plays written by RecordPlays */
+    uint64_t plays_expired;      /* plays skipped as older than the retention */
+};
+void dd_filter_get_stats(struct dd_filter_stats *out);
+
+/* Candidates per Filter call answered OK, as a histogram over
+ * dd_metrics_count_bounds (metrics.h), for /metrics. Cannot fail. */
+struct dd_histogram_snap;
+void dd_filter_get_candidates(struct dd_histogram_snap *out);
+
+#endif

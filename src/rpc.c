@@ -1,0 +1,821 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * rpc.c - see rpc.h. The gRPC server on grpc core's C API.
+ *
+ * DESIGN
+ *
+ * Threads: rpc.threads workers, each blocked in grpc_completion_queue_next
+ *   on its own completion queue (GRPC_CQ_NEXT, registered with the server).
+ *   A worker owns everything a call needs: a Redis connection (dd_recent),
+ *   a dd_filter (with its history write batch) and an arena, so a call
+ *   takes no lock of ours; the history (RocksDB) is shared and thread-safe.
+ * Calls: each worker pre-posts rpc.prepost requests per registered method
+ *   (plus as many generic requests, so an unregistered method such as
+ *   Health/Watch is answered UNIMPLEMENTED instead of waiting forever).
+ *   A request slot cycles REQUESTED -> (call matched) -> worked on
+ *   synchronously in the worker -> SENDING (one batch: initial metadata,
+ *   message, status, recv-close) -> (batch done) -> unref, re-posted.
+ *   A worker works on one call at a time; its other slots wait matched in
+ *   its queue, so throughput scales with rpc.threads.
+ * Memory: the request is decoded by protobuf-c with the worker's arena as
+ *   allocator (a single-slice payload is decoded in place, else copied once
+ *   into the arena), the filter's scratch and the response live in the same
+ *   arena, reset at the start of the next call. Per call there is one
+ *   grpc_slice for the packed response; nothing per candidate.
+ * Deadlines: a call whose deadline has passed when a worker picks it up is
+ *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
+ *   handed to the filter, which stops between stages when it runs out.
+ * Shutdown (main thread): health NOT_SERVING and the stopping flag (so
+ *   slots are not re-posted), grpc_server_shutdown_and_notify on a separate
+ *   non-polling queue, wait up to rpc.shutdown_grace_ms for the tag, else
+ *   grpc_server_cancel_all_calls and wait again. The tag does not wait
+ *   for calls a worker still holds, so each worker finishes what it holds
+ *   (a cancelled call's batch fails at once; a call stuck in Redis or
+ *   RocksDB ends within recent.timeout_ms or the store's own time), and
+ *   when none of its slots has an op pending it shuts its own queue down
+ *   and drains it to GRPC_QUEUE_SHUTDOWN. Main joins the workers, then
+ *   destroys the server and the queues.
+ * Stats: per method, relaxed atomic counters (status codes, latency
+ *   buckets, latency sum, cancellations), read without locks.
+ */
+#include "rpc.h"
+
+#include "arena.h"
+#include "config.h"
+#include "dd.h"
+#include "filter.h"
+#include "log.h"
+#include "recent.h"
+
+#include "dedup.pb-c.h"
+#include "health.pb-c.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const method_names[DD_RPC_METHOD_COUNT] = {
+    [DD_RPC_FILTER] = "/dedup.v1.Dedup/Filter",
+    [DD_RPC_RECORD_DELIVERY] = "/dedup.v1.Dedup/RecordDelivery",
+    [DD_RPC_RECORD_PLAYS] = "/dedup.v1.Dedup/RecordPlays",
+    [DD_RPC_FORGET_USER] = "/dedup.v1.Dedup/ForgetUser",
+    [DD_RPC_HEALTH_CHECK] = "/grpc.health.v1.Health/Check",
+    [DD_RPC_UNKNOWN] = "unknown",
+};
+
+const uint64_t dd_rpc_latency_bounds_us[DD_RPC_LATENCY_BUCKETS] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000,
+    UINT64_MAX,
+};
+
+#define RPC_SERVICE_NAME "dedup.v1.Dedup"
+
+enum slot_state { SLOT_IDLE = 0, SLOT_REQUESTED, SLOT_SENDING };
+
+struct worker;
+
+/* One pre-posted call. Its address is the tag of both of its events. */
+struct slot {
+    struct worker *w;
+    enum dd_rpc_method method;
+    enum slot_state state;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_call_details details; /* DD_RPC_UNKNOWN only */
+    grpc_byte_buffer *payload;
+    grpc_byte_buffer *reply;
+    grpc_status_code status;
+    int cancelled;
+    int64_t start_ns;
+};
+
+struct worker {
+    dd_rpc *rpc;
+    unsigned id;
+    pthread_t thread;
+    int thread_started;
+    grpc_completion_queue *cq;
+    dd_recent *recent;
+    dd_filter *filter;
+    dd_arena *arena;
+    struct slot *slots;
+    size_t nslots;
+    size_t outstanding; /* slots with an op pending on cq (REQUESTED or SENDING) */
+    int cq_shut;        /* grpc_completion_queue_shutdown called on cq */
+    char msg[512];      /* the status message of the call in hand */
+};
+
+struct method_stats {
+    _Atomic uint64_t by_status[DD_RPC_STATUS_COUNT];
+    _Atomic uint64_t latency[DD_RPC_LATENCY_BUCKETS];
+    _Atomic uint64_t latency_sum_us;
+    _Atomic uint64_t cancelled;
+};
+
+struct dd_rpc {
+    grpc_server *server;
+    grpc_completion_queue *shutdown_cq;
+    void *registered[DD_RPC_UNKNOWN]; /* grpc_server_register_method handles */
+    struct worker *workers;
+    unsigned nworkers;
+    unsigned prepost;
+    uint32_t grace_ms;
+    int port;
+    char *listen;
+    int started, shut_down;
+    atomic_bool serving;
+    atomic_bool stopping;     /* do not re-post slots */
+    atomic_bool drain;        /* server shutdown done: workers may close their queues */
+    _Atomic uint64_t in_flight;
+    struct method_stats stats[DD_RPC_METHOD_COUNT];
+};
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static char *read_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fail(DD_ERR_INVALID, err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 4096) {
+            size_t ncap = cap ? cap * 2 : 8192;
+            char *n = realloc(buf, ncap);
+            if (!n) {
+                fail(DD_ERR_NOMEM, err, errlen, "out of memory reading %s", path);
+                goto bad;
+            }
+            buf = n;
+            cap = ncap;
+        }
+        size_t r = fread(buf + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+    }
+    if (ferror(f)) {
+        fail(DD_ERR_INVALID, err, errlen, "cannot read %s", path);
+        goto bad;
+    }
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+bad:
+    free(buf);
+    fclose(f);
+    return NULL;
+}
+
+static grpc_server_credentials *make_credentials(const struct dd_config *cfg, char *err,
+                                                 size_t errlen)
+{
+    if (!cfg->rpc.tls_cert[0]) return grpc_insecure_server_credentials_create();
+    char *cert = read_file(cfg->rpc.tls_cert, err, errlen);
+    if (!cert) return NULL;
+    char *key = read_file(cfg->rpc.tls_key, err, errlen);
+    if (!key) {
+        free(cert);
+        return NULL;
+    }
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    grpc_server_credentials *c = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
+    /* The credentials keep their own copies. */
+    free(key);
+    free(cert);
+    if (!c)
+        fail(DD_ERR_INVALID, err, errlen, "rpc.tls_cert/rpc.tls_key: cannot create TLS credentials");
+    return c;
+}
+
+static void worker_release(struct worker *w)
+{
+    if (w->slots) {
+        for (size_t i = 0; i < w->nslots; i++) {
+            grpc_metadata_array_destroy(&w->slots[i].md);
+            grpc_call_details_destroy(&w->slots[i].details);
+        }
+        free(w->slots);
+        w->slots = NULL;
+    }
+    dd_filter_free(w->filter);
+    w->filter = NULL;
+    dd_recent_free(w->recent);
+    w->recent = NULL;
+    dd_arena_free(w->arena);
+    w->arena = NULL;
+}
+
+static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id, const struct dd_config *cfg,
+                       dd_history *history, char *err, size_t errlen)
+{
+    w->rpc = rpc;
+    w->id = id;
+    int rc = dd_recent_new(&w->recent, cfg, err, errlen);
+    if (rc != DD_OK) return rc;
+    rc = dd_filter_new(&w->filter, cfg, history, w->recent, err, errlen);
+    if (rc != DD_OK) return rc;
+    w->arena = dd_arena_new(0, 0);
+    w->nslots = (size_t)rpc->prepost * DD_RPC_METHOD_COUNT;
+    w->slots = calloc(w->nslots, sizeof *w->slots);
+    if (!w->arena || !w->slots) return fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+    for (size_t i = 0; i < w->nslots; i++) {
+        struct slot *s = &w->slots[i];
+        s->w = w;
+        s->method = (enum dd_rpc_method)(i / rpc->prepost);
+        grpc_metadata_array_init(&s->md);
+        grpc_call_details_init(&s->details);
+    }
+    w->cq = grpc_completion_queue_create_for_next(NULL);
+    if (!w->cq) return fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
+    grpc_server_register_completion_queue(rpc->server, w->cq, NULL);
+    return DD_OK;
+}
+
+int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, char *err,
+               size_t errlen)
+{
+    *out = NULL;
+    grpc_init();
+    dd_rpc *rpc = calloc(1, sizeof *rpc);
+    if (!rpc) {
+        grpc_shutdown();
+        return fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+    }
+    int rc = DD_ERR_NOMEM;
+    rpc->nworkers = cfg->rpc.threads ? cfg->rpc.threads : 1;
+    rpc->prepost = cfg->rpc.prepost ? cfg->rpc.prepost : 1;
+    rpc->grace_ms = cfg->rpc.shutdown_grace_ms;
+    atomic_init(&rpc->serving, false);
+    atomic_init(&rpc->stopping, false);
+    atomic_init(&rpc->drain, false);
+    atomic_init(&rpc->in_flight, 0);
+    rpc->listen = strdup(cfg->rpc.listen);
+    if (!rpc->listen) {
+        fail(rc, err, errlen, "out of memory");
+        goto err;
+    }
+
+    grpc_arg args[1];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer =
+        cfg->rpc.max_message_bytes > INT_MAX ? INT_MAX : (int)cfg->rpc.max_message_bytes;
+    grpc_channel_args chargs = {.num_args = 1, .args = args};
+    rpc->server = grpc_server_create(&chargs, NULL);
+    if (!rpc->server) {
+        fail(rc, err, errlen, "cannot create the gRPC server");
+        goto err;
+    }
+    for (int m = 0; m < DD_RPC_UNKNOWN; m++) {
+        rpc->registered[m] = grpc_server_register_method(
+            rpc->server, method_names[m], NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        if (!rpc->registered[m]) {
+            rc = DD_ERR_INVALID;
+            fail(rc, err, errlen, "cannot register %s", method_names[m]);
+            goto err;
+        }
+    }
+
+    /* Shutdown notification only: never polled for I/O. */
+    grpc_completion_queue_attributes attr = {.version = 1,
+                                             .cq_completion_type = GRPC_CQ_NEXT,
+                                             .cq_polling_type = GRPC_CQ_NON_POLLING};
+    rpc->shutdown_cq = grpc_completion_queue_create(
+        grpc_completion_queue_factory_lookup(&attr), &attr, NULL);
+    if (!rpc->shutdown_cq) {
+        fail(rc, err, errlen, "cannot create a completion queue");
+        goto err;
+    }
+    grpc_server_register_completion_queue(rpc->server, rpc->shutdown_cq, NULL);
+
+    rpc->workers = calloc(rpc->nworkers, sizeof *rpc->workers);
+    if (!rpc->workers) {
+        fail(rc, err, errlen, "out of memory");
+        goto err;
+    }
+    for (unsigned i = 0; i < rpc->nworkers; i++) {
+        rc = worker_init(rpc, &rpc->workers[i], i, cfg, history, err, errlen);
+        if (rc != DD_OK) goto err;
+    }
+
+    grpc_server_credentials *creds = make_credentials(cfg, err, errlen);
+    if (!creds) {
+        rc = DD_ERR_INVALID;
+        goto err;
+    }
+    rpc->port = grpc_server_add_http2_port(rpc->server, rpc->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (rpc->port <= 0) {
+        rc = DD_ERR_IO;
+        fail(rc, err, errlen, "rpc.listen: cannot listen on %s", rpc->listen);
+        goto err;
+    }
+    *out = rpc;
+    return DD_OK;
+
+err:
+    dd_rpc_free(rpc);
+    return rc;
+}
+
+int dd_rpc_port(const dd_rpc *rpc) { return rpc->port; }
+
+void dd_rpc_set_serving(dd_rpc *rpc, bool serving) { atomic_store(&rpc->serving, serving); }
+
+/* ---- calls -------------------------------------------------------------- */
+
+static int post(struct slot *s)
+{
+    dd_rpc *rpc = s->w->rpc;
+    grpc_call_error e;
+
+    s->call = NULL;
+    s->payload = NULL;
+    s->reply = NULL;
+    s->cancelled = 0;
+    s->state = SLOT_REQUESTED;
+    if (s->method == DD_RPC_UNKNOWN)
+        e = grpc_server_request_call(rpc->server, &s->call, &s->details, &s->md, s->w->cq,
+                                     s->w->cq, s);
+    else
+        e = grpc_server_request_registered_call(rpc->server, rpc->registered[s->method],
+                                                &s->call, &s->deadline, &s->md, &s->payload,
+                                                s->w->cq, s->w->cq, s);
+    if (e != GRPC_CALL_OK) {
+        s->state = SLOT_IDLE;
+        dd_error("rpc", "msg=\"cannot pre-post a call\" method=%s error=\"%s\"",
+                 method_names[s->method], grpc_call_error_to_string(e));
+        return DD_ERR_STATE;
+    }
+    s->w->outstanding++;
+    return DD_OK;
+}
+
+static grpc_status_code status_of(int rc)
+{
+    switch (rc) {
+    case DD_OK: return GRPC_STATUS_OK;
+    case DD_ERR_INVALID: return GRPC_STATUS_INVALID_ARGUMENT;
+    case DD_ERR_LIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case DD_ERR_NOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case DD_ERR_UNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
+    case DD_ERR_TIMEOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
+    default: return GRPC_STATUS_INTERNAL;
+    }
+}
+
+/* The request bytes: in place when the payload is one uncompressed slice,
+ * else copied into the arena once. Returns GRPC_STATUS_OK, or the status
+ * to answer with (message in w->msg). */
+static grpc_status_code payload_bytes(struct worker *w, grpc_byte_buffer *bb, const uint8_t **data,
+                         size_t *len)
+{
+    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE) {
+        grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+        if (sb->count == 1) {
+            *data = GRPC_SLICE_START_PTR(sb->slices[0]);
+            *len = GRPC_SLICE_LENGTH(sb->slices[0]);
+            return GRPC_STATUS_OK;
+        }
+        size_t total = sb->length, off = 0;
+        uint8_t *buf = dd_arena_alloc(w->arena, total);
+        if (!buf) goto nomem;
+        for (size_t i = 0; i < sb->count; i++) {
+            size_t l = GRPC_SLICE_LENGTH(sb->slices[i]);
+            memcpy(buf + off, GRPC_SLICE_START_PTR(sb->slices[i]), l);
+            off += l;
+        }
+        *data = buf;
+        *len = off;
+        return GRPC_STATUS_OK;
+    }
+    /* Compressed (the server normally decompresses before us): let grpc
+     * decompress into one slice, copy it into the arena. */
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) {
+        snprintf(w->msg, sizeof w->msg, "cannot decompress the request");
+        return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    size_t l = GRPC_SLICE_LENGTH(all);
+    uint8_t *buf = dd_arena_alloc(w->arena, l);
+    if (buf) memcpy(buf, GRPC_SLICE_START_PTR(all), l);
+    grpc_slice_unref(all);
+    if (!buf) goto nomem;
+    *data = buf;
+    *len = l;
+    return GRPC_STATUS_OK;
+nomem:
+    snprintf(w->msg, sizeof w->msg, "out of memory for the request");
+    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+}
+
+/* Pack M into a new byte buffer (one slice). */
+static grpc_byte_buffer *pack_reply(const ProtobufCMessage *m)
+{
+    size_t size = protobuf_c_message_get_packed_size(m);
+    grpc_slice slice = grpc_slice_malloc(size);
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(slice));
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
+}
+
+static grpc_status_code bad_message(struct worker *w, const char *type)
+{
+    snprintf(w->msg, sizeof w->msg, "request is not a valid %s", type);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+}
+
+/* Decode, decide, encode. Returns the status; on OK *reply is set. */
+static grpc_status_code dispatch(struct worker *w, enum dd_rpc_method m, const uint8_t *data,
+                                 size_t len, int64_t deadline_ns, grpc_byte_buffer **reply)
+{
+    ProtobufCAllocator *al = dd_arena_allocator(w->arena);
+    int rc;
+
+    switch (m) {
+    case DD_RPC_FILTER: {
+        Dedup__V1__FilterRequest *req = dedup__v1__filter_request__unpack(al, len, data);
+        if (!req) return bad_message(w, "dedup.v1.FilterRequest");
+        Dedup__V1__FilterResponse resp;
+        rc = dd_filter_run(w->filter, w->arena, req, &resp, deadline_ns, w->msg, sizeof w->msg);
+        if (rc == DD_OK) *reply = pack_reply(&resp.base);
+        return status_of(rc);
+    }
+    case DD_RPC_RECORD_DELIVERY: {
+        Dedup__V1__RecordDeliveryRequest *req =
+            dedup__v1__record_delivery_request__unpack(al, len, data);
+        if (!req) return bad_message(w, "dedup.v1.RecordDeliveryRequest");
+        Dedup__V1__RecordDeliveryResponse resp;
+        rc = dd_filter_record_delivery(w->filter, w->arena, req, &resp, w->msg, sizeof w->msg);
+        if (rc == DD_OK) *reply = pack_reply(&resp.base);
+        return status_of(rc);
+    }
+    case DD_RPC_RECORD_PLAYS: {
+        Dedup__V1__RecordPlaysRequest *req =
+            dedup__v1__record_plays_request__unpack(al, len, data);
+        if (!req) return bad_message(w, "dedup.v1.RecordPlaysRequest");
+        Dedup__V1__RecordPlaysResponse resp;
+        rc = dd_filter_record_plays(w->filter, w->arena, req, &resp, w->msg, sizeof w->msg);
+        if (rc == DD_OK) *reply = pack_reply(&resp.base);
+        return status_of(rc);
+    }
+    case DD_RPC_FORGET_USER: {
+        Dedup__V1__ForgetUserRequest *req = dedup__v1__forget_user_request__unpack(al, len, data);
+        if (!req) return bad_message(w, "dedup.v1.ForgetUserRequest");
+        Dedup__V1__ForgetUserResponse resp;
+        rc = dd_filter_forget(w->filter, req, &resp, w->msg, sizeof w->msg);
+        if (rc == DD_OK) *reply = pack_reply(&resp.base);
+        return status_of(rc);
+    }
+    case DD_RPC_HEALTH_CHECK: {
+        Grpc__Health__V1__HealthCheckRequest *req =
+            grpc__health__v1__health_check_request__unpack(al, len, data);
+        if (!req) return bad_message(w, "grpc.health.v1.HealthCheckRequest");
+        if (req->service[0] && strcmp(req->service, RPC_SERVICE_NAME) != 0) {
+            snprintf(w->msg, sizeof w->msg, "unknown service \"%.200s\"", req->service);
+            return GRPC_STATUS_NOT_FOUND;
+        }
+        Grpc__Health__V1__HealthCheckResponse resp;
+        grpc__health__v1__health_check_response__init(&resp);
+        resp.status = atomic_load(&w->rpc->serving)
+                          ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                          : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        *reply = pack_reply(&resp.base);
+        return GRPC_STATUS_OK;
+    }
+    case DD_RPC_UNKNOWN:
+    case DD_RPC_METHOD_COUNT:
+        break;
+    }
+    snprintf(w->msg, sizeof w->msg, "method not implemented");
+    return GRPC_STATUS_UNIMPLEMENTED;
+}
+
+static void record_stats(dd_rpc *rpc, const struct slot *s, int cancelled)
+{
+    struct method_stats *st = &rpc->stats[s->method];
+    int64_t us = (dd_mono_ns() - s->start_ns) / 1000;
+    if (us < 0) us = 0;
+    size_t b = 0;
+    while (b + 1 < DD_RPC_LATENCY_BUCKETS && (uint64_t)us > dd_rpc_latency_bounds_us[b]) b++;
+    unsigned code = (unsigned)s->status < DD_RPC_STATUS_COUNT ? (unsigned)s->status
+                                                               : GRPC_STATUS_UNKNOWN;
+    atomic_fetch_add_explicit(&st->by_status[code], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->latency[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->latency_sum_us, (uint64_t)us, memory_order_relaxed);
+    if (cancelled) atomic_fetch_add_explicit(&st->cancelled, 1, memory_order_relaxed);
+}
+
+/* The call's batch is done (or could not start): release it, re-post. */
+static void finish(struct worker *w, struct slot *s, int batch_ok)
+{
+    dd_rpc *rpc = w->rpc;
+    record_stats(rpc, s, !batch_ok || s->cancelled);
+    if (s->reply) grpc_byte_buffer_destroy(s->reply);
+    s->reply = NULL;
+    if (s->payload) grpc_byte_buffer_destroy(s->payload);
+    s->payload = NULL;
+    grpc_call_unref(s->call);
+    s->call = NULL;
+    grpc_metadata_array_destroy(&s->md);
+    grpc_metadata_array_init(&s->md);
+    if (s->method == DD_RPC_UNKNOWN) {
+        grpc_call_details_destroy(&s->details);
+        grpc_call_details_init(&s->details);
+    }
+    atomic_fetch_sub(&rpc->in_flight, 1);
+    s->state = SLOT_IDLE;
+    w->outstanding--;
+    if (!atomic_load(&rpc->stopping)) post(s);
+}
+
+/* A call was matched to slot S: work on it and start its one batch. */
+static void handle(struct worker *w, struct slot *s)
+{
+    dd_rpc *rpc = w->rpc;
+    grpc_byte_buffer *reply = NULL;
+    int64_t deadline_ns = 0;
+
+    s->start_ns = dd_mono_ns();
+    atomic_fetch_add(&rpc->in_flight, 1);
+    w->msg[0] = '\0';
+    dd_arena_reset(w->arena);
+
+    gpr_timespec deadline = s->method == DD_RPC_UNKNOWN ? s->details.deadline : s->deadline;
+    gpr_timespec now = gpr_now(deadline.clock_type);
+    if (gpr_time_cmp(deadline, now) <= 0) {
+        s->status = GRPC_STATUS_DEADLINE_EXCEEDED;
+        snprintf(w->msg, sizeof w->msg, "deadline exceeded before the call was worked on");
+    } else if (s->method == DD_RPC_UNKNOWN) {
+        char *name = grpc_slice_to_c_string(s->details.method);
+        snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
+        gpr_free(name);
+        s->status = GRPC_STATUS_UNIMPLEMENTED;
+    } else if (!s->payload) {
+        s->status = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(w->msg, sizeof w->msg, "no request message");
+    } else {
+        if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) != 0) {
+            gpr_timespec left = gpr_time_sub(deadline, now);
+            /* Far-off deadlines (> 1 day) are as good as none. */
+            if (left.tv_sec < 86400)
+                deadline_ns = s->start_ns + (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
+        }
+        const uint8_t *data;
+        size_t len;
+        s->status = payload_bytes(w, s->payload, &data, &len);
+        if (s->status == GRPC_STATUS_OK)
+            s->status = dispatch(w, s->method, data, len, deadline_ns, &reply);
+        /* The decoded request lives in the arena: the payload can go now. */
+        grpc_byte_buffer_destroy(s->payload);
+        s->payload = NULL;
+    }
+    if (s->status != GRPC_STATUS_OK && s->status != GRPC_STATUS_NOT_FOUND &&
+        s->status != GRPC_STATUS_INVALID_ARGUMENT && s->status != GRPC_STATUS_UNIMPLEMENTED)
+        dd_debug("rpc", "msg=\"call failed\" method=%s status=%d detail=\"%s\"",
+                 method_names[s->method], (int)s->status, w->msg);
+
+    grpc_op ops[4];
+    size_t nops = 0;
+    memset(ops, 0, sizeof ops);
+    ops[nops].op = GRPC_OP_SEND_INITIAL_METADATA;
+    nops++;
+    if (reply) {
+        s->reply = reply;
+        ops[nops].op = GRPC_OP_SEND_MESSAGE;
+        ops[nops].data.send_message.send_message = reply;
+        nops++;
+    }
+    grpc_slice details = grpc_empty_slice();
+    int have_details = s->status != GRPC_STATUS_OK && w->msg[0];
+    if (have_details) details = grpc_slice_from_copied_string(w->msg);
+    ops[nops].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[nops].data.send_status_from_server.status = s->status;
+    ops[nops].data.send_status_from_server.status_details = have_details ? &details : NULL;
+    nops++;
+    ops[nops].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[nops].data.recv_close_on_server.cancelled = &s->cancelled;
+    nops++;
+
+    s->state = SLOT_SENDING;
+    grpc_call_error e = grpc_call_start_batch(s->call, ops, nops, s, NULL);
+    /* status_details is not kept past start_batch. */
+    grpc_slice_unref(details);
+    if (e != GRPC_CALL_OK) {
+        dd_error("rpc", "msg=\"cannot answer a call\" method=%s error=\"%s\"",
+                 method_names[s->method], grpc_call_error_to_string(e));
+        finish(w, s, 0);
+    }
+}
+
+/* Once the server's shutdown is done (drain), a worker shuts its own queue
+ * down when nothing of its own is pending there any more: the shutdown tag
+ * does not wait for calls a worker still holds (after
+ * grpc_server_cancel_all_calls it comes at once), and a batch started on a
+ * queue already shut down is a fatal error in grpc core. Not before the
+ * tag: the worker queues are the server's pollsets, and closing the
+ * connections during shutdown needs them polled. The timeout lets an idle
+ * worker notice the flag. */
+#define WORKER_TICK_MS 200
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    for (;;) {
+        gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                          gpr_time_from_millis(WORKER_TICK_MS, GPR_TIMESPAN));
+        grpc_event ev = grpc_completion_queue_next(w->cq, until, NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+        if (ev.type == GRPC_OP_COMPLETE) {
+            struct slot *s = ev.tag;
+            if (s->state == SLOT_REQUESTED && !ev.success) {
+                /* The server is shutting down: never to be matched. */
+                s->state = SLOT_IDLE;
+                w->outstanding--;
+            } else if (s->state == SLOT_REQUESTED) {
+                handle(w, s);
+            } else if (s->state == SLOT_SENDING) {
+                finish(w, s, ev.success);
+            }
+        }
+        if (!w->cq_shut && w->outstanding == 0 && atomic_load(&w->rpc->drain)) {
+            grpc_completion_queue_shutdown(w->cq);
+            w->cq_shut = 1;
+        }
+    }
+    return NULL;
+}
+
+int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
+{
+    if (rpc->started) return fail(DD_ERR_STATE, err, errlen, "the RPC server is already started");
+    rpc->started = 1;
+    grpc_server_start(rpc->server);
+    for (unsigned i = 0; i < rpc->nworkers; i++) {
+        struct worker *w = &rpc->workers[i];
+        for (size_t j = 0; j < w->nslots; j++) {
+            if (post(&w->slots[j]) != DD_OK) {
+                fail(DD_ERR_IO, err, errlen, "cannot pre-post %s calls",
+                     method_names[w->slots[j].method]);
+                goto err;
+            }
+        }
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            fail(DD_ERR_NOMEM, err, errlen, "cannot start RPC worker %u", i);
+            goto err;
+        }
+        w->thread_started = 1;
+    }
+    atomic_store(&rpc->serving, true);
+    dd_info("rpc", "msg=started listen=\"%s\" port=%d threads=%u prepost=%u", rpc->listen,
+            rpc->port, rpc->nworkers, rpc->prepost);
+    return DD_OK;
+err:
+    dd_rpc_shutdown(rpc);
+    return DD_ERR_IO;
+}
+
+void dd_rpc_shutdown(dd_rpc *rpc)
+{
+    if (!rpc || !rpc->started || rpc->shut_down) return;
+    rpc->shut_down = 1;
+    atomic_store(&rpc->serving, false);
+    atomic_store(&rpc->stopping, true);
+    dd_info("rpc", "msg=\"shutting down\" health=NOT_SERVING in_flight=%" PRIu64
+            " grace_ms=%" PRIu32, atomic_load(&rpc->in_flight), rpc->grace_ms);
+
+    int shutdown_tag;
+    grpc_server_shutdown_and_notify(rpc->server, rpc->shutdown_cq, &shutdown_tag);
+    gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                      gpr_time_from_millis(rpc->grace_ms, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_next(rpc->shutdown_cq, until, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+        dd_warn("rpc", "msg=\"grace period over; cancelling calls\" in_flight=%" PRIu64,
+                atomic_load(&rpc->in_flight));
+        grpc_server_cancel_all_calls(rpc->server);
+        ev = grpc_completion_queue_next(rpc->shutdown_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                        NULL);
+    }
+
+    /* Workers finish the calls they hold, then shut their queues down
+     * and return (see worker_main). */
+    atomic_store(&rpc->drain, true);
+    for (unsigned i = 0; i < rpc->nworkers; i++) {
+        struct worker *w = &rpc->workers[i];
+        if (w->thread_started) {
+            pthread_join(w->thread, NULL);
+            w->thread_started = 0;
+        } else if (w->cq && !w->cq_shut) {
+            /* Never ran (start failed part way): its only events are the
+             * killed requests; drain them here. */
+            grpc_completion_queue_shutdown(w->cq);
+            w->cq_shut = 1;
+            grpc_event e;
+            do {
+                e = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+            } while (e.type != GRPC_QUEUE_SHUTDOWN);
+        }
+    }
+    dd_info("rpc", "msg=stopped");
+}
+
+void dd_rpc_free(dd_rpc *rpc)
+{
+    if (!rpc) return;
+    dd_rpc_shutdown(rpc);
+    if (rpc->server) {
+        if (!rpc->started) {
+            /* Never started: shutdown still has to be notified before
+             * destroy; with no calls it completes at once. */
+            int tag;
+            if (rpc->shutdown_cq) {
+                grpc_server_shutdown_and_notify(rpc->server, rpc->shutdown_cq, &tag);
+                grpc_completion_queue_next(rpc->shutdown_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                           NULL);
+            }
+        }
+        grpc_server_destroy(rpc->server);
+    }
+    if (rpc->workers) {
+        for (unsigned i = 0; i < rpc->nworkers; i++) {
+            struct worker *w = &rpc->workers[i];
+            if (w->cq) {
+                if (!rpc->started) {
+                    grpc_completion_queue_shutdown(w->cq);
+                    grpc_event e;
+                    do {
+                        e = grpc_completion_queue_next(w->cq,
+                                                       gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+                    } while (e.type != GRPC_QUEUE_SHUTDOWN);
+                }
+                grpc_completion_queue_destroy(w->cq);
+            }
+            worker_release(w);
+        }
+        free(rpc->workers);
+    }
+    if (rpc->shutdown_cq) {
+        grpc_completion_queue_shutdown(rpc->shutdown_cq);
+        grpc_event e;
+        do {
+            e = grpc_completion_queue_next(rpc->shutdown_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                           NULL);
+        } while (e.type != GRPC_QUEUE_SHUTDOWN);
+        grpc_completion_queue_destroy(rpc->shutdown_cq);
+    }
+    free(rpc->listen);
+    free(rpc);
+    grpc_shutdown();
+}
+
+void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int m = 0; m < DD_RPC_METHOD_COUNT; m++) {
+        const struct method_stats *st = &rpc->stats[m];
+        struct dd_rpc_method_stats *o = &out->method[m];
+        o->name = method_names[m];
+        for (int c = 0; c < DD_RPC_STATUS_COUNT; c++)
+            o->by_status[c] = atomic_load_explicit(&st->by_status[c], memory_order_relaxed);
+        for (int b = 0; b < DD_RPC_LATENCY_BUCKETS; b++)
+            o->latency[b] = atomic_load_explicit(&st->latency[b], memory_order_relaxed);
+        o->latency_sum_us = atomic_load_explicit(&st->latency_sum_us, memory_order_relaxed);
+        o->cancelled = atomic_load_explicit(&st->cancelled, memory_order_relaxed);
+    }
+    out->in_flight = atomic_load_explicit(&rpc->in_flight, memory_order_relaxed);
+    out->serving = atomic_load(&rpc->serving);
+}

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * rpc.h - the gRPC front end: dedup.v1.Dedup (Filter, RecordDelivery,
+ * RecordPlays, ForgetUser) and grpc.health.v1.Health/Check, on grpc core's
+ * C API with protobuf-c messages. Decodes, calls filter.h, maps its codes to
+ * gRPC statuses, encodes. Knows nothing of storage details.
+ *
+ * Lifecycle: dd_rpc_new (binds rpc.listen) -> dd_rpc_start (threads, calls
+ * pre-posted, health SERVING) -> dd_rpc_shutdown (health NOT_SERVING, stop
+ * accepting, finish calls in flight for up to rpc.shutdown_grace_ms, cancel
+ * the rest, drain and destroy the queues) -> dd_rpc_free. dd_rpc_new,
+ * dd_rpc_start, dd_rpc_shutdown and dd_rpc_free are called from one thread
+ * (main); dd_rpc_set_serving, dd_rpc_port and dd_rpc_get_stats from any.
+ */
+#ifndef DD_RPC_H
+#define DD_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dd_config;
+typedef struct dd_history dd_history;
+typedef struct dd_rpc dd_rpc;
+
+/* Create the server for cfg->rpc.* (and cfg->recent.* for the workers'
+ * Redis connections, which connect lazily), register its methods and bind
+ * rpc.listen (port 0 picks a free port: see dd_rpc_port). With rpc.tls_cert
+ * set, the PEM cert chain and rpc.tls_key are read now and the port serves
+ * TLS only. HISTORY is borrowed and must outlive the server. Returns 0, or
+ * DD_ERR_INVALID (bad address, unreadable TLS files), DD_ERR_IO (cannot
+ * bind) or DD_ERR_NOMEM, with a message in err; *out is NULL on error.
+ * Nothing is served until dd_rpc_start. Free with dd_rpc_free. */
+int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, char *err,
+               size_t errlen);
+
+/* Start serving: rpc.threads workers, each with its own completion queue,
+ * Redis connection and arena, with rpc.prepost calls pre-posted per method.
+ * Health becomes SERVING. Returns 0, DD_ERR_STATE (already started) or
+ * DD_ERR_NOMEM / DD_ERR_IO (a thread or call could not be created; the
+ * server is then shut down and only dd_rpc_free remains to be called). */
+int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen);
+
+/* The bound TCP port (the real one when rpc.listen asked for port 0). */
+int dd_rpc_port(const dd_rpc *rpc);
+
+/* What grpc.health.v1.Health/Check answers for "" and "dedup.v1.Dedup":
+ * SERVING when true, NOT_SERVING when false. Cannot fail. */
+void dd_rpc_set_serving(dd_rpc *rpc, bool serving);
+
+/* Health NOT_SERVING, stop accepting calls, let calls in flight finish for
+ * up to rpc.shutdown_grace_ms, cancel the rest, stop the workers and
+ * destroy the queues. Idempotent; a no-op before dd_rpc_start. Cannot
+ * fail. */
+void dd_rpc_shutdown(dd_rpc *rpc);
+
+/* Shut down if needed and free everything. NULL is a no-op. */
+void dd_rpc_free(dd_rpc *rpc);
+
+/* Per-method counters for /metrics. Every counter is a monotonic atomic
+ * since dd_rpc_new; reading them takes no lock. */
+enum dd_rpc_method {
+    DD_RPC_FILTER = 0,
+    DD_RPC_RECORD_DELIVERY,
+    DD_RPC_RECORD_PLAYS,
+    DD_RPC_FORGET_USER,
+    DD_RPC_HEALTH_CHECK,
+    DD_RPC_UNKNOWN,       /* any other method: answered UNIMPLEMENTED */
+    DD_RPC_METHOD_COUNT,
+};
+#define DD_RPC_STATUS_COUNT 17 /* grpc status codes 0 (OK) .. 16 (UNAUTHENTICATED) */
+#define DD_RPC_LATENCY_BUCKETS 14
+/* Upper bounds of the latency buckets in microseconds (the last is +Inf,
+ * given as UINT64_MAX): 50, 100, 250, 500, 1000, 2500, 5000, 10000,
+ * 25000, 50000, 100000, 250000, 1000000, +Inf. Bucket counts are NOT
+ * cumulative (Prometheus wants the running sum). Latency is from the call
+ * being matched to its status being sent. */
+extern const uint64_t dd_rpc_latency_bounds_us[DD_RPC_LATENCY_BUCKETS];
+
+struct dd_rpc_method_stats {
+    const char *name;                              /* "/dedup.v1.Dedup/Filter", static */
+    uint64_t by_status[DD_RPC_STATUS_COUNT];       /* calls answered, by grpc status */
+    uint64_t latency[DD_RPC_LATENCY_BUCKETS];      /* calls per latency bucket */
+    uint64_t latency_sum_us;                       /* total latency of those calls */
+    uint64_t cancelled;                            /* calls the peer or deadline cancelled */
+};
+struct dd_rpc_stats {
+    struct dd_rpc_method_stats method[DD_RPC_METHOD_COUNT];
+    uint64_t in_flight;                            /* calls being worked on now */
+    bool serving;
+};
+/* Copy the counters into OUT. Cannot fail. */
+void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out);
+
+#endif

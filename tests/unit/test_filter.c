@@ -1,0 +1,519 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * test_filter.c - the Filter decision and the write RPCs' semantics on a
+ * real history (RocksDB in a temporary directory, a clock the test moves)
+ * and a recent-deliveries client pointed at a closed port (Redis down:
+ * Filter must answer from history with degraded set, RecordDelivery must
+ * fail UNAVAILABLE). The real-Redis paths are covered by the Python
+ * integration test. Also the arena's promises: alignment, growth, one
+ * chunk in the steady state.
+ */
+#include "arena.h"
+#include "config.h"
+#include "dd.h"
+#include "filter.h"
+#include "history.h"
+#include "recent.h"
+#include "testlib.h"
+
+#include <arpa/inet.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define DAY DD_MS_PER_DAY
+#define T0 (INT64_C(20000) * DAY + DAY / 2)
+
+static _Atomic int64_t clock_now = T0;
+static int64_t test_clock(void *ud)
+{
+    (void)ud;
+    return atomic_load(&clock_now);
+}
+static const struct dd_history_clock tclock = {test_clock, NULL};
+
+static char root[64];
+static struct dd_config cfg;
+static dd_history *hist;
+static dd_recent *rec;
+static dd_filter *flt;
+static dd_arena *arena;
+static char err[512];
+
+/* Stop the test when a precondition call fails, printing err. */
+#define REQUIRE_MSG_OK(expr) do { int rq_rc = (expr); if (rq_rc != DD_OK) { \
+    fprintf(stderr, "%s:%d: %s failed: %d %s\n", __FILE__, __LINE__, #expr, rq_rc, err); \
+    exit(1); } } while (0)
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* A loopback port with nothing listening: bind, read the port, close. */
+static int closed_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    REQUIRE(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    socklen_t l = sizeof a;
+    REQUIRE(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void setup(void)
+{
+    snprintf(root, sizeof root, "/tmp/dd-test-filter-XXXXXX");
+    REQUIRE(mkdtemp(root) != NULL);
+    REQUIRE(dd_config_init(&cfg) == DD_OK);
+    char path[128], addr[64];
+    snprintf(path, sizeof path, "%s/history", root);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", closed_port());
+    REQUIRE(dd_config_set(&cfg, "history.path", path, err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "history.segment_days", "1", err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "history.retention_days", "90", err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "history.sync", "false", err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "recent.redis", addr, err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "rpc.max_candidates", "12000", err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "rpc.max_id_bytes", "64", err, sizeof err) == DD_OK);
+    REQUIRE_MSG_OK(dd_history_open(&hist, &cfg, &tclock, err, sizeof err));
+    REQUIRE_MSG_OK(dd_recent_new(&rec, &cfg, err, sizeof err));
+    REQUIRE_MSG_OK(dd_filter_new(&flt, &cfg, hist, rec, err, sizeof err));
+    arena = dd_arena_new(0, 0);
+    REQUIRE(arena != NULL);
+}
+
+static void teardown(void)
+{
+    dd_filter_free(flt);
+    dd_recent_free(rec);
+    dd_history_close(hist);
+    dd_arena_free(arena);
+    dd_config_free(&cfg);
+    nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- helpers building requests --------------------------------------- */
+
+static int filter(const char *user, char **ids, size_t n, uint32_t lookback,
+                  Dedup__V1__ResponseMode mode, int explain, Dedup__V1__FilterResponse *resp)
+{
+    Dedup__V1__FilterRequest req = DEDUP__V1__FILTER_REQUEST__INIT;
+    req.user_id = (char *)user;
+    req.candidate_ids = ids;
+    req.n_candidate_ids = n;
+    req.lookback_days = lookback;
+    req.mode = mode;
+    req.explain = explain;
+    dd_arena_reset(arena);
+    err[0] = '\0';
+    return dd_filter_run(flt, arena, &req, resp, 0, err, sizeof err);
+}
+
+static int play(const char *user, const char *scene, char **items, const int64_t *at, size_t n,
+                Dedup__V1__RecordPlaysResponse *resp)
+{
+    Dedup__V1__Play plays[16], *pp[16];
+    REQUIRE(n <= 16);
+    for (size_t i = 0; i < n; i++) {
+        dedup__v1__play__init(&plays[i]);
+        plays[i].item_id = items[i];
+        plays[i].played_at_ms = at ? at[i] : 0;
+        pp[i] = &plays[i];
+    }
+    Dedup__V1__RecordPlaysRequest req = DEDUP__V1__RECORD_PLAYS_REQUEST__INIT;
+    req.user_id = (char *)user;
+    req.scene = (char *)scene;
+    req.plays = pp;
+    req.n_plays = n;
+    dd_arena_reset(arena);
+    err[0] = '\0';
+    return dd_filter_record_plays(flt, arena, &req, resp, err, sizeof err);
+}
+
+static int kept_is(const Dedup__V1__FilterResponse *r, const char *const *want, size_t n)
+{
+    if (r->n_kept_ids != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(r->kept_ids[i], want[i]) != 0) return 0;
+    return 1;
+}
+
+/* ---- tests ------------------------------------------------------------ */
+
+static void test_arena(void)
+{
+    dd_arena *a = dd_arena_new(1024, 1 << 20);
+    REQUIRE(a != NULL);
+    char *p = dd_arena_alloc(a, 3);
+    uint64_t *q = dd_arena_alloc(a, sizeof *q);
+    CHECK(p && q);
+    CHECK(((uintptr_t)q & 7) == 0);
+    CHECK((char *)q >= p + 3);
+    /* Past the first chunk: more chunks, all memory usable. */
+    char *big = dd_arena_alloc(a, 100000);
+    CHECK(big != NULL);
+    memset(big, 0xab, 100000);
+    CHECK(dd_arena_chunks(a) == 2);
+    size_t used = dd_arena_used(a);
+    CHECK(used >= 100000 + 16);
+    /* Reset: one chunk that fits the same sequence again without growing. */
+    dd_arena_reset(a);
+    CHECK(dd_arena_chunks(a) == 1);
+    CHECK(dd_arena_used(a) == 0);
+    CHECK(dd_arena_alloc(a, 3) && dd_arena_alloc(a, 8) && dd_arena_alloc(a, 100000));
+    CHECK(dd_arena_chunks(a) == 1);
+    /* Beyond the retain limit: back to the initial size after reset. */
+    CHECK(dd_arena_alloc(a, 4u << 20) != NULL);
+    dd_arena_reset(a);
+    CHECK(dd_arena_chunks(a) == 1);
+    CHECK(dd_arena_alloc(a, 512) != NULL);
+    CHECK(dd_arena_chunks(a) == 1);
+    /* calloc zeroes and refuses overflow. */
+    uint32_t *z = dd_arena_calloc(a, 100, sizeof *z);
+    CHECK(z && z[0] == 0 && z[99] == 0);
+    CHECK(dd_arena_calloc(a, SIZE_MAX / 2, 4) == NULL);
+    CHECK(dd_arena_alloc(a, SIZE_MAX) == NULL);
+    /* protobuf-c decodes through it. */
+    Dedup__V1__FilterRequest in = DEDUP__V1__FILTER_REQUEST__INIT;
+    char *ids[] = {"x", "yy"};
+    in.user_id = "u";
+    in.candidate_ids = ids;
+    in.n_candidate_ids = 2;
+    uint8_t buf[64];
+    size_t len = dedup__v1__filter_request__pack(&in, buf);
+    Dedup__V1__FilterRequest *out =
+        dedup__v1__filter_request__unpack(dd_arena_allocator(a), len, buf);
+    CHECK(out && out->n_candidate_ids == 2 && strcmp(out->candidate_ids[1], "yy") == 0);
+    dd_arena_free(a);
+    dd_arena_free(NULL);
+}
+
+static void test_redis_down_degraded_and_order(void)
+{
+    Dedup__V1__FilterResponse r;
+    char *ids[] = {"v3", "v1", "v2"};
+    CHECK_EQ_INT(filter("fresh", ids, 3, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 1, &r),
+                 DD_OK);
+    const char *want[] = {"v3", "v1", "v2"};
+    CHECK(kept_is(&r, want, 3));
+    CHECK(r.degraded);
+    CHECK_EQ_INT(r.n_removed, 0);
+    CHECK_EQ_INT(r.removed_played + r.removed_delivered + r.removed_duplicate, 0);
+    /* No candidates at all is a valid request. */
+    CHECK_EQ_INT(filter("fresh", NULL, 0, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 0);
+}
+
+static void test_duplicates(void)
+{
+    Dedup__V1__FilterResponse r;
+    char *ids[] = {"a", "b", "a", "c", "b", "a"};
+    CHECK_EQ_INT(filter("dupuser", ids, 6, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 1, &r),
+                 DD_OK);
+    const char *want[] = {"a", "b", "c"};
+    CHECK(kept_is(&r, want, 3));
+    CHECK_EQ_INT(r.removed_duplicate, 3);
+    REQUIRE(r.n_removed == 3);
+    CHECK_EQ_INT(r.removed[0]->index, 2);
+    CHECK_EQ_INT(r.removed[1]->index, 4);
+    CHECK_EQ_INT(r.removed[2]->index, 5);
+    for (size_t i = 0; i < 3; i++)
+        CHECK_EQ_INT(r.removed[i]->reason, DEDUP__V1__REASON__REASON_DUPLICATE);
+    /* Without explain, no removed list; counters still filled. */
+    CHECK_EQ_INT(filter("dupuser", ids, 6, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_removed, 0);
+    CHECK_EQ_INT(r.removed_duplicate, 3);
+}
+
+static void test_played_and_modes(void)
+{
+    Dedup__V1__RecordPlaysResponse pr;
+    char *items[] = {"p1", "p2", "p3"};
+    CHECK_EQ_INT(play("alice", "", items, NULL, 3, &pr), DD_OK);
+    CHECK_EQ_INT(pr.accepted, 3);
+    CHECK_EQ_INT(pr.expired, 0);
+
+    Dedup__V1__FilterResponse r;
+    char *ids[] = {"x1", "p2", "x2", "p1", "p2", "x3"};
+    CHECK_EQ_INT(filter("alice", ids, 6, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 1, &r),
+                 DD_OK);
+    const char *want[] = {"x1", "x2", "x3"};
+    CHECK(kept_is(&r, want, 3));
+    CHECK_EQ_INT(r.removed_played, 2);
+    CHECK_EQ_INT(r.removed_duplicate, 1);
+    REQUIRE(r.n_removed == 3);
+    CHECK_EQ_INT(r.removed[0]->index, 1);
+    CHECK_EQ_INT(r.removed[0]->reason, DEDUP__V1__REASON__REASON_PLAYED);
+    CHECK_EQ_INT(r.removed[1]->index, 3);
+    CHECK_EQ_INT(r.removed[1]->reason, DEDUP__V1__REASON__REASON_PLAYED);
+    CHECK_EQ_INT(r.removed[2]->index, 4);
+    CHECK_EQ_INT(r.removed[2]->reason, DEDUP__V1__REASON__REASON_DUPLICATE);
+
+    /* Index mode: positions, no ids. */
+    CHECK_EQ_INT(
+        filter("alice", ids, 6, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES, 0, &r),
+        DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 0);
+    REQUIRE(r.n_kept_indexes == 3);
+    CHECK_EQ_INT(r.kept_indexes[0], 0);
+    CHECK_EQ_INT(r.kept_indexes[1], 2);
+    CHECK_EQ_INT(r.kept_indexes[2], 5);
+
+    /* Another user, and the same user in another scene, saw nothing. */
+    CHECK_EQ_INT(filter("bob", ids, 6, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 5);
+    Dedup__V1__FilterRequest req = DEDUP__V1__FILTER_REQUEST__INIT;
+    req.user_id = "alice";
+    req.scene = "other";
+    req.candidate_ids = ids;
+    req.n_candidate_ids = 6;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_filter_run(flt, arena, &req, &r, 0, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 5);
+}
+
+static void test_lookback_and_expiry(void)
+{
+    Dedup__V1__RecordPlaysResponse pr;
+    char *items[] = {"old", "ancient", "today"};
+    int64_t at[] = {T0 - 10 * DAY, T0 - 100 * DAY, T0};
+    CHECK_EQ_INT(play("carol", "", items, at, 3, &pr), DD_OK);
+    CHECK_EQ_INT(pr.accepted, 2);
+    CHECK_EQ_INT(pr.expired, 1);
+
+    Dedup__V1__FilterResponse r;
+    char *ids[] = {"old", "ancient", "today", "never"};
+    CHECK_EQ_INT(filter("carol", ids, 4, 3, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    const char *want3[] = {"old", "ancient", "never"};
+    CHECK(kept_is(&r, want3, 3));
+    CHECK_EQ_INT(filter("carol", ids, 4, 30, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    const char *want30[] = {"ancient", "never"};
+    CHECK(kept_is(&r, want30, 2));
+    CHECK_EQ_INT(filter("carol", ids, 4, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK(kept_is(&r, want30, 2));
+}
+
+static void test_future_rejects_whole_request(void)
+{
+    Dedup__V1__RecordPlaysResponse pr;
+    char *items[] = {"fine", "later"};
+    int64_t at[] = {T0, T0 + cfg.history.max_future_ms + 60000};
+    CHECK_EQ_INT(play("dave", "", items, at, 2, &pr), DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "plays[1].played_at_ms") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "history.max_future_ms") != NULL, "%s", err);
+    /* Nothing of the request was written. */
+    Dedup__V1__FilterResponse r;
+    char *ids[] = {"fine"};
+    CHECK_EQ_INT(filter("dave", ids, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 1);
+    /* Within max_future_ms is fine. */
+    int64_t soon[] = {T0, T0 + 1000};
+    CHECK_EQ_INT(play("dave", "", items, soon, 2, &pr), DD_OK);
+    CHECK_EQ_INT(pr.accepted, 2);
+}
+
+static void test_bad_input(void)
+{
+    Dedup__V1__FilterResponse r;
+    char *ids[] = {"ok", "0123456789012345678901234567890123456789012345678901234567890123456789"};
+    CHECK_EQ_INT(filter("", ids, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_ERR_INVALID);
+    CHECK_STR(err, "user_id is empty");
+    CHECK_EQ_INT(filter("u", ids, 2, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_ERR_INVALID);
+    CHECK_STR(err, "candidate_ids[1] is 70 bytes, longer than rpc.max_id_bytes=64");
+    CHECK_EQ_INT(filter(ids[1], ids, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_ERR_INVALID);
+    CHECK_MSG(strncmp(err, "user_id is 70 bytes", 19) == 0, "%s", err);
+    CHECK_EQ_INT(filter("u", ids, 1, 0, (Dedup__V1__ResponseMode)7, 0, &r), DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "mode") != NULL, "%s", err);
+
+    size_t n = cfg.rpc.max_candidates + 1;
+    char **many = calloc(n, sizeof *many);
+    REQUIRE(many);
+    for (size_t i = 0; i < n; i++) many[i] = "same";
+    CHECK_EQ_INT(filter("u", many, n, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_ERR_LIMIT);
+    CHECK_STR(err, "candidate_ids has 12001 entries, more than rpc.max_candidates=12000");
+    free(many);
+
+    char scene[300];
+    memset(scene, 's', sizeof scene - 1);
+    scene[sizeof scene - 1] = '\0';
+    Dedup__V1__FilterRequest req = DEDUP__V1__FILTER_REQUEST__INIT;
+    req.user_id = "u";
+    req.scene = scene;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_filter_run(flt, arena, &req, &r, 0, err, sizeof err), DD_ERR_INVALID);
+    CHECK_MSG(strncmp(err, "scene is 299 bytes", 18) == 0, "%s", err);
+
+    Dedup__V1__RecordPlaysResponse pr;
+    char *items[] = {"good", ""};
+    CHECK_EQ_INT(play("u", "", items, NULL, 2, &pr), DD_ERR_INVALID);
+    CHECK_STR(err, "plays[1].item_id is empty");
+    int64_t neg[] = {T0, -5};
+    char *items2[] = {"good", "bad"};
+    CHECK_EQ_INT(play("u", "", items2, neg, 2, &pr), DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "plays[1].played_at_ms is negative") != NULL, "%s", err);
+    CHECK_EQ_INT(play("", "", items2, NULL, 2, &pr), DD_ERR_INVALID);
+    CHECK_STR(err, "user_id is empty");
+
+    Dedup__V1__ForgetUserRequest fr = DEDUP__V1__FORGET_USER_REQUEST__INIT;
+    Dedup__V1__ForgetUserResponse fresp;
+    CHECK_EQ_INT(dd_filter_forget(flt, &fr, &fresp, err, sizeof err), DD_ERR_INVALID);
+    CHECK_STR(err, "user_id is empty");
+
+    Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
+    Dedup__V1__RecordDeliveryResponse dresp;
+    dr.user_id = "u";
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_filter_record_delivery(flt, arena, &dr, &dresp, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_STR(err, "item_ids is empty");
+    dr.item_ids = ids;
+    dr.n_item_ids = 2;
+    CHECK_EQ_INT(dd_filter_record_delivery(flt, arena, &dr, &dresp, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_STR(err, "item_ids[1] is 70 bytes, longer than rpc.max_id_bytes=64");
+}
+
+static void test_redis_down_writes(void)
+{
+    Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
+    Dedup__V1__RecordDeliveryResponse dresp;
+    char *ids[] = {"d1"};
+    dr.user_id = "erin";
+    dr.item_ids = ids;
+    dr.n_item_ids = 1;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_filter_record_delivery(flt, arena, &dr, &dresp, err, sizeof err),
+                 DD_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(err, "recent deliveries unavailable") != NULL, "%s", err);
+
+    /* ForgetUser: the plays go even though Redis is down, and the caller
+     * is told to retry (UNAVAILABLE) for the deliveries. */
+    Dedup__V1__RecordPlaysResponse pr;
+    char *items[] = {"e1"};
+    CHECK_EQ_INT(play("erin", "", items, NULL, 1, &pr), DD_OK);
+    Dedup__V1__FilterResponse r;
+    CHECK_EQ_INT(filter("erin", items, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 0);
+    Dedup__V1__ForgetUserRequest fr = DEDUP__V1__FORGET_USER_REQUEST__INIT;
+    Dedup__V1__ForgetUserResponse fresp;
+    fr.user_id = "erin";
+    CHECK_EQ_INT(dd_filter_forget(flt, &fr, &fresp, err, sizeof err), DD_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(err, "plays forgotten") != NULL, "%s", err);
+    CHECK_EQ_INT(filter("erin", items, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 1);
+}
+
+static void test_deadline(void)
+{
+    Dedup__V1__FilterRequest req = DEDUP__V1__FILTER_REQUEST__INIT;
+    Dedup__V1__FilterResponse r;
+    char *ids[] = {"a"};
+    req.user_id = "u";
+    req.candidate_ids = ids;
+    req.n_candidate_ids = 1;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_filter_run(flt, arena, &req, &r, dd_mono_ns() - 1, err, sizeof err),
+                 DD_ERR_TIMEOUT);
+    CHECK_EQ_INT(dd_filter_run(flt, arena, &req, &r, dd_mono_ns() + 10 * INT64_C(1000000000),
+                               err, sizeof err),
+                 DD_OK);
+}
+
+/* 10,000 candidates, every third one played, a few duplicated: the exact
+ * kept set, and after the first call the arena serves a call from one
+ * chunk (nothing allocated per candidate). */
+static void test_large(void)
+{
+    enum { N = 10000 };
+    static char idbuf[N][16];
+    static char *ids[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(idbuf[i], sizeof idbuf[i], "item-%d", i % 9990); /* last 10 repeat 0..9 */
+        ids[i] = idbuf[i];
+    }
+    /* Plays in batches of 16 through the same path RecordPlays uses. */
+    Dedup__V1__RecordPlaysResponse pr;
+    char *batch[16];
+    int nb = 0, played = 0;
+    for (int i = 0; i < 9990; i += 3) {
+        batch[nb++] = idbuf[i];
+        played++;
+        if (nb == 16 || i + 3 >= 9990) {
+            REQUIRE_MSG_OK(play("heavy", "", batch, NULL, (size_t)nb, &pr));
+            nb = 0;
+        }
+    }
+    Dedup__V1__FilterResponse r;
+    for (int round = 0; round < 3; round++) {
+        CHECK_EQ_INT(
+            filter("heavy", ids, N, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES, 1, &r),
+            DD_OK);
+        if (round > 0) CHECK_EQ_INT(dd_arena_chunks(arena), 1);
+    }
+    CHECK_EQ_INT(r.removed_duplicate, 10);
+    CHECK_EQ_INT(r.removed_played, played);
+    CHECK_EQ_INT(r.n_kept_indexes, N - 10 - played);
+    CHECK_EQ_INT(r.n_removed, 10 + played);
+    int bad = 0;
+    for (size_t k = 0; k < r.n_kept_indexes; k++)
+        if (r.kept_indexes[k] >= 9990 || r.kept_indexes[k] % 3 == 0) bad++;
+    CHECK_EQ_INT(bad, 0);
+    for (size_t k = 1; k < r.n_kept_indexes; k++)
+        if (r.kept_indexes[k] <= r.kept_indexes[k - 1]) bad++;
+    CHECK_EQ_INT(bad, 0);
+}
+
+static void test_stats(void)
+{
+    struct dd_filter_stats s;
+    dd_filter_get_stats(&s);
+    CHECK(s.filter_calls > 10);
+    CHECK(s.degraded >= s.filter_calls); /* Redis was down throughout */
+    CHECK(s.removed_played > 3000);
+    CHECK(s.removed_duplicate >= 30);
+    CHECK(s.plays > 3000);
+    CHECK(s.plays_expired == 1);
+}
+
+int main(void)
+{
+    test_arena();
+    setup();
+    test_redis_down_degraded_and_order();
+    test_duplicates();
+    test_played_and_modes();
+    test_lookback_and_expiry();
+    test_future_rejects_whole_request();
+    test_bad_input();
+    test_redis_down_writes();
+    test_deadline();
+    test_large();
+    test_stats();
+    teardown();
+    TEST_MAIN_END();
+}
