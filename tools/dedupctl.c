@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * dedupctl - ask a running dedupd from the shell: filter candidates, record
+ * deliveries and plays, forget a user, check health. For people and
+ * scripts: readable output on stdout, the failure on stderr, and an exit
+ * code that says which kind of failure it was.
+ *
+ * Exit codes: 0 ok; 1 the RPC failed (status name and message printed), or
+ * health is not SERVING; 2 usage error.
+ */
+#include "client.h"
+#include "dd.h"
+#include "health.pb-c.h"
+#include "promtext.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXIT_RPC 1
+#define EXIT_USAGE 2
+
+struct opts {
+    const char *addr;
+    const char *scene;
+    int timeout_ms;
+    uint32_t lookback_days;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dedupctl [-a ADDR] [-s SCENE] [-t TIMEOUT_MS] [-l DAYS] COMMAND ARGS...\n"
+            "  filter USER ID...          which of these candidates USER has not seen\n"
+            "  deliver USER ID...         record IDs as just delivered to USER\n"
+            "  play USER ID[@TIME_MS]...  record plays (TIME_MS: epoch ms; default now)\n"
+            "  forget USER                delete USER's plays and deliveries\n"
+            "  health [SERVICE]           SERVING / NOT_SERVING (exit 1 unless SERVING)\n"
+            "  stats [ADMIN_ADDR]         requests/s, Filter p99, lag, degraded: two scrapes of\n"
+            "                             /metrics 1 s apart (default 127.0.0.1:9464; not gRPC)\n"
+            "options:\n"
+            "  -a ADDR        dedupd gRPC address (default 127.0.0.1:50051)\n"
+            "  -s SCENE       scene (namespace; default \"\")\n"
+            "  -t TIMEOUT_MS  deadline per call (default %d)\n"
+            "  -l DAYS        filter: lookback in days (default 0 = whole retention)\n"
+            "  -h             this help\n"
+            "exit codes: 0 ok, 1 RPC error or not serving, 2 usage\n",
+            DD_CLIENT_DEFAULT_TIMEOUT_MS);
+}
+
+static int parse_u32(const char *s, uint32_t max, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v > max) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int rpc_failed(const char *cmd, dd_client *c)
+{
+    int st = dd_client_status(c);
+    fprintf(stderr, "dedupctl: %s: %s: %s\n", cmd, dd_client_status_name(st),
+            dd_client_errstr(c)[0] ? dd_client_errstr(c) : "(no message)");
+    return EXIT_RPC;
+}
+
+static const char *reason_name(Dedup__V1__Reason r)
+{
+    switch (r) {
+    case DEDUP__V1__REASON__REASON_PLAYED: return "PLAYED";
+    case DEDUP__V1__REASON__REASON_DELIVERED: return "DELIVERED";
+    case DEDUP__V1__REASON__REASON_DUPLICATE: return "DUPLICATE";
+    default: return "UNSPECIFIED";
+    }
+}
+
+static int cmd_filter(dd_client *c, const struct opts *o, int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "dedupctl: filter: need USER and at least one ID\n");
+        return EXIT_USAGE;
+    }
+    Dedup__V1__FilterRequest req = DEDUP__V1__FILTER_REQUEST__INIT;
+    req.user_id = argv[0];
+    req.candidate_ids = argv + 1;
+    req.n_candidate_ids = (size_t)argc - 1;
+    req.scene = (char *)o->scene;
+    req.lookback_days = o->lookback_days;
+    req.mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS;
+    req.explain = 1;
+    const Dedup__V1__FilterResponse *r;
+    if (dd_client_filter(c, &req, &r) != DD_OK) return rpc_failed("filter", c);
+
+    printf("kept %zu of %zu:\n", r->n_kept_ids, req.n_candidate_ids);
+    for (size_t i = 0; i < r->n_kept_ids; i++) printf("  %s\n", r->kept_ids[i]);
+    printf("removed %zu:\n", r->n_removed);
+    for (size_t i = 0; i < r->n_removed; i++) {
+        const Dedup__V1__Removed *rm = r->removed[i];
+        const char *id = rm->index < req.n_candidate_ids ? req.candidate_ids[rm->index] : "?";
+        printf("  %-24s %-9s (index %" PRIu32 ")\n", id, reason_name(rm->reason), rm->index);
+    }
+    printf("played=%" PRIu32 " delivered=%" PRIu32 " duplicate=%" PRIu32 " degraded=%s\n",
+           r->removed_played, r->removed_delivered, r->removed_duplicate,
+           r->degraded ? "yes" : "no");
+    if (r->degraded)
+        fprintf(stderr, "dedupctl: warning: degraded answer (a source was unavailable; "
+                        "seen items may have been kept)\n");
+    return 0;
+}
+
+static int cmd_deliver(dd_client *c, const struct opts *o, int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "dedupctl: deliver: need USER and at least one ID\n");
+        return EXIT_USAGE;
+    }
+    Dedup__V1__RecordDeliveryRequest req = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
+    req.user_id = argv[0];
+    req.item_ids = argv + 1;
+    req.n_item_ids = (size_t)argc - 1;
+    req.scene = (char *)o->scene;
+    req.delivered_at_ms = dd_now_ms();
+    const Dedup__V1__RecordDeliveryResponse *r;
+    if (dd_client_record_delivery(c, &req, &r) != DD_OK) return rpc_failed("deliver", c);
+    printf("recorded %zu deliveries for %s; recent size %" PRIu32 "\n", req.n_item_ids, argv[0],
+           r->recent_size);
+    return 0;
+}
+
+static int cmd_play(dd_client *c, const struct opts *o, int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "dedupctl: play: need USER and at least one ID[@TIME_MS]\n");
+        return EXIT_USAGE;
+    }
+    size_t n = (size_t)argc - 1;
+    Dedup__V1__Play *plays = calloc(n, sizeof *plays);
+    Dedup__V1__Play **pp = calloc(n, sizeof *pp);
+    int rc = EXIT_USAGE;
+    if (!plays || !pp) {
+        fprintf(stderr, "dedupctl: out of memory\n");
+        rc = EXIT_RPC;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *arg = argv[1 + i];
+        dedup__v1__play__init(&plays[i]);
+        /* An id may itself hold '@': only the last one separates the time. */
+        char *at = strrchr(arg, '@');
+        if (at) {
+            char *end;
+            errno = 0;
+            long long t = strtoll(at + 1, &end, 10);
+            if (errno || end == at + 1 || *end || t < 0) {
+                fprintf(stderr, "dedupctl: play: bad time in '%s' (want ID@EPOCH_MS)\n", arg);
+                goto out;
+            }
+            *at = '\0';
+            plays[i].played_at_ms = t;
+        }
+        plays[i].item_id = arg;
+        pp[i] = &plays[i];
+    }
+    Dedup__V1__RecordPlaysRequest req = DEDUP__V1__RECORD_PLAYS_REQUEST__INIT;
+    req.user_id = argv[0];
+    req.plays = pp;
+    req.n_plays = n;
+    req.scene = (char *)o->scene;
+    const Dedup__V1__RecordPlaysResponse *r;
+    if (dd_client_record_plays(c, &req, &r) != DD_OK) {
+        rc = rpc_failed("play", c);
+        goto out;
+    }
+    printf("accepted %" PRIu32 ", expired %" PRIu32 " for %s\n", r->accepted, r->expired, argv[0]);
+    rc = 0;
+out:
+    free(plays);
+    free(pp);
+    return rc;
+}
+
+static int cmd_forget(dd_client *c, const struct opts *o, int argc, char **argv)
+{
+    if (argc != 1) {
+        fprintf(stderr, "dedupctl: forget: need exactly one USER\n");
+        return EXIT_USAGE;
+    }
+    Dedup__V1__ForgetUserRequest req = DEDUP__V1__FORGET_USER_REQUEST__INIT;
+    req.user_id = argv[0];
+    req.scene = (char *)o->scene;
+    if (dd_client_forget(c, &req) != DD_OK) return rpc_failed("forget", c);
+    printf("forgot %s\n", argv[0]);
+    return 0;
+}
+
+static int cmd_health(dd_client *c, const struct opts *o, int argc, char **argv)
+{
+    (void)o;
+    if (argc > 1) {
+        fprintf(stderr, "dedupctl: health: at most one SERVICE\n");
+        return EXIT_USAGE;
+    }
+    int st;
+    if (dd_client_health(c, argc ? argv[0] : "", &st) != DD_OK) return rpc_failed("health", c);
+    const char *name;
+    switch (st) {
+    case GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING: name = "SERVING"; break;
+    case GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING: name = "NOT_SERVING"; break;
+    case GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN: name = "SERVICE_UNKNOWN"; break;
+    default: name = "UNKNOWN"; break;
+    }
+    printf("%s\n", name);
+    return st == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : EXIT_RPC;
+}
+
+static const struct {
+    const char *name;
+    int (*fn)(dd_client *, const struct opts *, int, char **);
+} commands[] = {
+    {"filter", cmd_filter}, {"deliver", cmd_deliver}, {"play", cmd_play},
+    {"forget", cmd_forget}, {"health", cmd_health},
+};
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.addr = "127.0.0.1:50051", .scene = "", .timeout_ms = 0, .lookback_days = 0};
+    int opt;
+    uint32_t v;
+    /* '+': stop at the command, so ids that start with '-' reach it. */
+    while ((opt = getopt(argc, argv, "+a:s:t:l:h")) != -1) {
+        switch (opt) {
+        case 'a': o.addr = optarg; break;
+        case 's': o.scene = optarg; break;
+        case 't':
+            if (parse_u32(optarg, INT_MAX, &v) != 0 || v == 0) {
+                fprintf(stderr, "dedupctl: -t: want a positive number of milliseconds\n");
+                return EXIT_USAGE;
+            }
+            o.timeout_ms = (int)v;
+            break;
+        case 'l':
+            if (parse_u32(optarg, UINT32_MAX, &v) != 0) {
+                fprintf(stderr, "dedupctl: -l: want a number of days\n");
+                return EXIT_USAGE;
+            }
+            o.lookback_days = v;
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[optind];
+    if (strcmp(cmd, "stats") == 0) { /* the admin listener's /metrics, not gRPC */
+        if (argc - optind > 2) {
+            fprintf(stderr, "dedupctl: stats: at most one ADMIN_ADDR\n");
+            return EXIT_USAGE;
+        }
+        char err[256];
+        const char *admin = argc - optind == 2 ? argv[optind + 1] : "127.0.0.1:9464";
+        if (dd_promtext_stats(admin, 1000, stdout, err, sizeof err) == DD_OK) return 0;
+        fprintf(stderr, "dedupctl: stats: %s\n", err);
+        return EXIT_RPC;
+    }
+    for (size_t i = 0; i < DD_ARRAY_LEN(commands); i++) {
+        if (strcmp(cmd, commands[i].name) != 0) continue;
+        char err[256];
+        dd_client *c;
+        if (dd_client_new(&c, o.addr, err, sizeof err) != DD_OK) {
+            fprintf(stderr, "dedupctl: %s\n", err);
+            return EXIT_RPC;
+        }
+        dd_client_set_timeout(c, o.timeout_ms);
+        int rc = commands[i].fn(c, &o, argc - optind - 1, argv + optind + 1);
+        dd_client_free(c);
+        return rc;
+    }
+    fprintf(stderr, "dedupctl: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return EXIT_USAGE;
+}
