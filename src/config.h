@@ -74,6 +74,7 @@ struct dd_config {
     } rpc;
     struct {
         char *listen;               /* host:port for /metrics, /healthz, /readyz; "" = off */
+        uint32_t drain_ms;          /* on shutdown: /readyz says 503 this long before gRPC stops */
     } admin;
     struct {
         char *level;                /* debug, info, warn, error */

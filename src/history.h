@@ -11,8 +11,13 @@
  * Segment of a play: floor(day / segment_days), day = floor(played_at_ms /
  *        86400000) in event time. Segment s holds days [s*D, s*D + D).
  * Live:  a segment is live while its newest day >= today - retention_days
- *        + 1; an item is remembered at least retention_days and at most
- *        retention_days + segment_days. Reads skip dead segments whatever
+ *        (days are whole UTC days); an item is remembered at least
+ *        retention_days full days and at most retention_days + segment_days
+ *        + 1. The live window of retention_days + 1 days touches at most
+ *        S = ceil(retention_days / segment_days) + 1 segments.
+ * Lookback: lookback_days = L reads the segments that overlap days
+ *        [today - L, today]: whole segments, so plays up to segment_days
+ *        older than L may still be reported as played. Reads skip dead segments whatever
  *        compaction has done; a compaction filter drops them for good.
  * Write: dd_history_write() puts one merge operand (bloom.h operand: raw
  *        hashes) per (scene, user, segment) in one WriteBatch. No reads.

@@ -106,6 +106,11 @@ static void vlog(enum dd_log_level level, const char *module, uint64_t suppresse
         if (m > 0) len += (size_t)m;
     }
     if (len > sizeof line - 2) len = sizeof line - 2; /* truncated: keep room for \n */
+    /* One event, one line: a field that carries a newline or another
+     * control byte (an id from a bad Kafka message, say) cannot split the
+     * line or inject a forged one. */
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f) line[i] = '?';
     line[len++] = '\n';
     pthread_mutex_lock(&log_lock);
     ssize_t w = write(log_fd, line, len);

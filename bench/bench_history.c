@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * bench_history.c - the play history's three figures on a realistic load:
+ * bytes on disk per stored play, the measured union false-positive rate over
+ * users, and ns per candidate for a 10,000-candidate check against the
+ * heaviest user with the history cached (sorting included).
+ *
+ * Load: USERS users (default 20,000); plays per user log-normal (median
+ * 1,000, sigma 1.5, capped at 50,000: mean about 3,000); event times
+ * uniform over the last 90 days. Plays are ingested the way the daemon
+ * does: the 90 days are cut into flush rounds (default one per day); in
+ * each round the clock is at the round's end and every user's plays of that
+ * round are written in batches of 2,000 users, one merge operand per (user,
+ * segment). So a segment gets its plays while it is open and is folded at
+ * its final size once it closes, as with live ingest (coarse rounds would
+ * instead make most plays arrive "late", after their segment closed). The
+ * memtable is flushed after each round, as a full-size instance's would be
+ * many times a day (--no-round-flush shows the cost of late plays when it
+ * is not: they are stored at the full range, see history.c). Then the
+ * store is compacted (closed segments are re-encoded) and measured.
+ *
+ * "Today" is placed PHASE of the way into its segment (default 0.5), since
+ * the open segment is kept at the full range and its share of the plays
+ * depends on where in the segment today falls.
+ *
+ *   bench_history [--users N] [--segment-days D] [--phase F] [--rounds R]
+ *                 [--no-round-flush] [--dir PATH] [--keep]
+ *
+ * Not a test: it prints figures and the goals; it exits non-zero only if the
+ * store fails or a played item is not found.
+ */
+#include "bloom.h"
+#include "config.h"
+#include "dd.h"
+#include "history.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DAY DD_MS_PER_DAY
+#define SPAN_DAYS 90
+#define MAX_PLAYS 50000
+#define NEVER_PER_USER 100
+#define CANDIDATES 10000
+#define REPEATS 300
+
+static _Atomic int64_t clock_now;
+static int64_t bench_clock(void *ud)
+{
+    (void)ud;
+    return atomic_load(&clock_now);
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static double unit(uint64_t x)
+{
+    return (double)(mix(x) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Everything about user U is a pure function of U: plays are regenerated
+ * from (U, i) rather than stored. */
+static uint64_t user_seed(uint32_t u)
+{
+    return mix(0xd1b54a32d192ed03ull ^ ((uint64_t)u << 20));
+}
+
+static uint32_t user_plays(uint32_t u)
+{
+    uint64_t s = user_seed(u);
+    /* Box-Muller from two uniforms */
+    double u1 = unit(s ^ 0x1111), u2 = unit(s ^ 0x2222);
+    if (u1 < 1e-300) u1 = 1e-300;
+    double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+    double n = exp(log(1000.0) + 1.5 * z);
+    if (n < 1) n = 1;
+    if (n > MAX_PLAYS) n = MAX_PLAYS;
+    return (uint32_t)n;
+}
+
+static uint64_t play_hash(uint32_t u, uint32_t i)
+{
+    return mix(user_seed(u) + 2 * (uint64_t)i + 1);
+}
+
+static uint64_t never_hash(uint32_t u, uint32_t j)
+{
+    return mix(~user_seed(u) + 2 * (uint64_t)j + (UINT64_C(1) << 40));
+}
+
+/* ms before NOW of play i: uniform over the 90 days before now. */
+static int64_t play_age_ms(uint32_t u, uint32_t i)
+{
+    return (int64_t)(unit(user_seed(u) ^ mix(i + 0x5bd1e995ull)) * (double)(SPAN_DAYS * DAY - 1));
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void die(const char *what, const char *err)
+{
+    fprintf(stderr, "bench_history: %s: %s\n", what, err);
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    uint32_t users = 20000, segment_days = 0, rounds = SPAN_DAYS;
+    double phase = 0.5;
+    const char *dir = NULL;
+    int keep = 0, round_flush = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--users") && i + 1 < argc) users = (uint32_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--segment-days") && i + 1 < argc)
+            segment_days = (uint32_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--phase") && i + 1 < argc) phase = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = (uint32_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--keep")) keep = 1;
+        else if (!strcmp(argv[i], "--no-round-flush")) round_flush = 0;
+        else {
+            fprintf(stderr, "usage: %s [--users N] [--segment-days D] [--phase F] "
+                            "[--rounds R] [--no-round-flush] [--dir PATH] [--keep]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (users == 0 || rounds == 0 || rounds > 10000 || phase < 0 || phase >= 1)
+        die("arguments", "out of range");
+
+    char tmpl[256], err[512];
+    if (!dir) {
+        const char *t = getenv("TMPDIR");
+        snprintf(tmpl, sizeof tmpl, "%s/dd_bench_history_XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(tmpl)) die("mkdtemp", tmpl);
+        dir = tmpl;
+    }
+    char path[300];
+    snprintf(path, sizeof path, "%s/history", dir);
+
+    struct dd_config cfg;
+    if (dd_config_init(&cfg) != DD_OK) die("config", "out of memory");
+    char sd[16];
+    if (segment_days) {
+        snprintf(sd, sizeof sd, "%u", segment_days);
+        if (dd_config_set(&cfg, "history.segment_days", sd, err, sizeof err)) die("config", err);
+    }
+    if (dd_config_set(&cfg, "history.path", path, err, sizeof err)) die("config", err);
+    /* fsync per batch changes time, not size or lookups */
+    if (dd_config_set(&cfg, "history.sync", "false", err, sizeof err)) die("config", err);
+    segment_days = cfg.history.segment_days;
+
+    /* today = a day PHASE into its segment, near day 20000 */
+    int64_t today = (int64_t)(20000 / segment_days) * segment_days +
+                    (int64_t)(phase * segment_days);
+    int64_t now = today * DAY + DAY / 2;
+    atomic_store(&clock_now, now - SPAN_DAYS * DAY);
+
+    struct dd_history_clock clk = {bench_clock, NULL};
+    dd_history *h = NULL;
+    if (dd_history_open(&h, &cfg, &clk, err, sizeof err)) die("open", err);
+
+    uint32_t s_max = (cfg.history.retention_days + segment_days - 1) / segment_days + 1;
+    printf("bench_history: users=%u segment_days=%u retention_days=%u fp_rate=%.4f "
+           "S=%u phase=%.2f rounds=%u round_flush=%d dir=%s\n",
+           users, segment_days, cfg.history.retention_days, cfg.history.fp_rate, s_max, phase,
+           rounds, round_flush, path);
+
+    /* ---- load --------------------------------------------------------- */
+    uint64_t total = 0;
+    uint32_t heavy = 0;
+    for (uint32_t u = 0; u < users; u++) {
+        uint32_t n = user_plays(u);
+        total += n;
+        if (n > user_plays(heavy)) heavy = u;
+    }
+    printf("plays: %llu (mean %.0f per user), heaviest user %u with %u plays\n",
+           (unsigned long long)total, (double)total / users, heavy, user_plays(heavy));
+
+    /* Each user's plays bucketed by round (counting sort of indices), so a
+     * round touches only its own plays. */
+    uint64_t *user_off = malloc(((size_t)users + 1) * sizeof *user_off);
+    uint32_t *round_off = malloc((size_t)users * (rounds + 1) * sizeof *round_off);
+    uint32_t *order = malloc(total * sizeof *order);
+    uint32_t *fill = malloc(rounds * sizeof *fill);
+    if (!user_off || !round_off || !order || !fill) die("load", "out of memory");
+    const int64_t round_ms = SPAN_DAYS * DAY / rounds;
+    user_off[0] = 0;
+    for (uint32_t u = 0; u < users; u++) {
+        uint32_t n = user_plays(u), *ro = round_off + (size_t)u * (rounds + 1);
+        user_off[u + 1] = user_off[u] + n;
+        memset(ro, 0, (rounds + 1) * sizeof *ro);
+        /* round r holds the plays aged [SPAN - (r+1)*len, SPAN - r*len) */
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t r = (SPAN_DAYS * DAY - 1 - play_age_ms(u, i)) / round_ms;
+            ro[(r >= rounds ? rounds - 1 : r) + 1]++;
+        }
+        for (uint32_t r = 0; r < rounds; r++) ro[r + 1] += ro[r];
+        memcpy(fill, ro, rounds * sizeof *fill);
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t r = (SPAN_DAYS * DAY - 1 - play_age_ms(u, i)) / round_ms;
+            order[user_off[u] + fill[r >= rounds ? rounds - 1 : r]++] = i;
+        }
+    }
+
+    size_t max_segs = SPAN_DAYS / segment_days + 3;
+    uint64_t *per_seg = malloc(max_segs * MAX_PLAYS * sizeof *per_seg);
+    size_t *seg_n = calloc(max_segs, sizeof *seg_n);
+    dd_history_batch *b = dd_history_batch_new();
+    if (!per_seg || !seg_n || !b) die("load", "out of memory");
+    const uint32_t users_per_batch = 2000;
+    const uint32_t first_seg = (uint32_t)((today - SPAN_DAYS - 1) / segment_days);
+    int64_t t0 = dd_mono_ns();
+    uint64_t written = 0, expired = 0;
+    for (uint32_t r = 0; r < rounds; r++) {
+        /* the flush at the end of the round: the clock is there */
+        int64_t lo_age = r == rounds - 1 ? 0 : SPAN_DAYS * DAY - (int64_t)(r + 1) * round_ms;
+        atomic_store(&clock_now, now - lo_age);
+        for (uint32_t u0 = 0; u0 < users; u0 += users_per_batch) {
+            dd_history_batch_clear(b);
+            for (uint32_t u = u0; u < users && u < u0 + users_per_batch; u++) {
+                const uint32_t *ro = round_off + (size_t)u * (rounds + 1);
+                memset(seg_n, 0, max_segs * sizeof *seg_n);
+                for (uint32_t j = ro[r]; j < ro[r + 1]; j++) {
+                    uint32_t i = order[user_off[u] + j];
+                    uint32_t seg;
+                    if (dd_history_place(h, now - play_age_ms(u, i), &seg) !=
+                        DD_HISTORY_PLACE_OK) {
+                        expired++;
+                        continue;
+                    }
+                    size_t k = seg - first_seg;
+                    per_seg[k * MAX_PLAYS + seg_n[k]++] = play_hash(u, i);
+                }
+                char user[16];
+                int ul = snprintf(user, sizeof user, "u%u", u);
+                for (size_t k = 0; k < max_segs; k++) {
+                    if (!seg_n[k]) continue;
+                    if (dd_history_batch_add(b, "", 0, user, (size_t)ul, first_seg + (uint32_t)k,
+                                             per_seg + k * MAX_PLAYS, seg_n[k]))
+                        die("batch", "add failed");
+                    written += seg_n[k];
+                }
+            }
+            if (dd_history_write(h, b, err, sizeof err)) die("write", err);
+        }
+        /* A full-size instance (millions of users) fills a memtable in
+         * minutes; 20,000 users would leave plays in it for simulated days,
+         * where they arrive "late" at segments folded meanwhile. */
+        if (round_flush && dd_history_flush(h, err, sizeof err)) die("flush", err);
+    }
+    free(fill);
+    free(order);
+    free(round_off);
+    free(user_off);
+    dd_history_batch_free(b);
+    free(per_seg);
+    free(seg_n);
+    int64_t t1 = dd_mono_ns();
+    atomic_store(&clock_now, now);
+    if (dd_history_flush(h, err, sizeof err)) die("flush", err);
+    if (dd_history_compact(h, err, sizeof err)) die("compact", err);
+    struct dd_history_stats st1, st2;
+    dd_history_get_stats(h, &st1);
+    if (dd_history_compact(h, err, sizeof err)) die("compact", err);
+    dd_history_get_stats(h, &st2);
+    int64_t t2 = dd_mono_ns();
+    printf("load: %.1f s (%llu plays written, %llu expired at ingest, %llu writes, "
+           "%llu operands); compaction: %.1f s (second pass re-encoded %llu more)\n",
+           (double)(t1 - t0) / 1e9, (unsigned long long)written, (unsigned long long)expired,
+           (unsigned long long)st2.writes, (unsigned long long)st2.operands_written,
+           (double)(t2 - t1) / 1e9,
+           (unsigned long long)(st2.segments_reduced - st1.segments_reduced));
+    printf("merges %llu, segments reduced %llu, RocksDB wrote %.1f MB (WAL %.1f MB)\n",
+           (unsigned long long)st2.merges, (unsigned long long)st2.segments_reduced,
+           (double)st2.bytes_written / 1e6, (double)st2.wal_bytes / 1e6);
+
+    /* ---- figures ------------------------------------------------------ */
+    double bpp = (double)st2.live_sst_bytes / (double)written;
+    printf("\nbytes on disk per stored play: %.3f  (SST %.1f MB / %llu plays; %.2f bits; "
+           "goal <= 1.8)\n",
+           bpp, (double)st2.live_sst_bytes / 1e6, (unsigned long long)written, 8 * bpp);
+
+    /* union fp over every user, plus no false negative on a sample */
+    uint64_t cand[CANDIDATES], tmp[CANDIDATES];
+    uint8_t hit[CANDIDATES];
+    uint64_t fp_hits = 0, probes = 0, fn = 0, fn_checked = 0;
+    uint64_t *mine = malloc(MAX_PLAYS * sizeof *mine), *mtmp = malloc(MAX_PLAYS * sizeof *mtmp);
+    uint8_t *mhit = malloc(MAX_PLAYS);
+    if (!mine || !mtmp || !mhit) die("fp", "out of memory");
+    for (uint32_t u = 0; u < users; u++) {
+        char user[16];
+        int ul = snprintf(user, sizeof user, "u%u", u);
+        for (uint32_t j = 0; j < NEVER_PER_USER; j++) cand[j] = never_hash(u, j);
+        dd_bloom_sort_hashes(cand, NULL, NEVER_PER_USER, tmp, NULL);
+        memset(hit, 0, NEVER_PER_USER);
+        if (dd_history_probe(h, "", 0, user, (size_t)ul, 0, cand, NEVER_PER_USER, hit, err,
+                             sizeof err))
+            die("probe", err);
+        for (uint32_t j = 0; j < NEVER_PER_USER; j++) fp_hits += hit[j];
+        probes += NEVER_PER_USER;
+        if (u % 97 == 0 || u == heavy) {
+            uint32_t n = user_plays(u);
+            for (uint32_t i = 0; i < n; i++) mine[i] = play_hash(u, i);
+            dd_bloom_sort_hashes(mine, NULL, n, mtmp, NULL);
+            memset(mhit, 0, n);
+            if (dd_history_probe(h, "", 0, user, (size_t)ul, 0, mine, n, mhit, err, sizeof err))
+                die("probe", err);
+            for (uint32_t i = 0; i < n; i++) fn += !mhit[i];
+            fn_checked += n;
+        }
+    }
+    printf("union fp over all users: %.4f%%  (%llu of %llu never-played probes; goal <= "
+           "%.2f%%)\n",
+           100.0 * (double)fp_hits / (double)probes, (unsigned long long)fp_hits,
+           (unsigned long long)probes, 100 * cfg.history.fp_rate);
+    printf("false negatives: %llu of %llu played items checked\n", (unsigned long long)fn,
+           (unsigned long long)fn_checked);
+
+    /* 10,000 candidates against the heaviest user, cached: 10% played */
+    char huser[16];
+    int hul = snprintf(huser, sizeof huser, "u%u", heavy);
+    uint32_t hn = user_plays(heavy);
+    uint64_t src[CANDIDATES];
+    for (uint32_t j = 0; j < CANDIDATES; j++)
+        src[j] = j % 10 == 0 ? play_hash(heavy, (uint32_t)(mix(j) % hn)) : never_hash(heavy, j);
+    int64_t *ns = malloc(2 * REPEATS * sizeof *ns), *sort_ns = ns + REPEATS;
+    if (!ns) die("timing", "out of memory");
+    size_t found = 0;
+    for (int r = -30; r < REPEATS; r++) {   /* 30 warm-up rounds */
+        memcpy(cand, src, sizeof cand);
+        memset(hit, 0, sizeof hit);
+        int64_t a = dd_mono_ns();
+        dd_bloom_sort_hashes(cand, NULL, CANDIDATES, tmp, NULL);
+        int64_t m = dd_mono_ns();
+        if (dd_history_probe(h, "", 0, huser, (size_t)hul, 0, cand, CANDIDATES, hit, err,
+                             sizeof err))
+            die("probe", err);
+        int64_t z = dd_mono_ns();
+        if (r >= 0) {
+            ns[r] = z - a;
+            sort_ns[r] = m - a;
+        }
+        if (r == 0) for (uint32_t j = 0; j < CANDIDATES; j++) found += hit[j];
+    }
+    qsort(ns, REPEATS, sizeof *ns, cmp_i64);
+    qsort(sort_ns, REPEATS, sizeof *sort_ns, cmp_i64);
+    printf("ns per candidate (10,000 vs the heaviest user, %u plays, cached, sort included): "
+           "median %.1f, p90 %.1f, min %.1f  (goal <= 100; %zu of %u found)\n",
+           hn, (double)ns[REPEATS / 2] / CANDIDATES, (double)ns[REPEATS * 9 / 10] / CANDIDATES,
+           (double)ns[0] / CANDIDATES, found, CANDIDATES);
+    printf("  of which sorting: median %.1f ns per candidate\n",
+           (double)sort_ns[REPEATS / 2] / CANDIDATES);
+    struct dd_history_stats st3;
+    dd_history_get_stats(h, &st3);
+    printf("block cache: %llu hits, %llu misses\n", (unsigned long long)st3.block_cache_hits,
+           (unsigned long long)st3.block_cache_misses);
+    printf("SUMMARY segment_days=%u bytes_per_play=%.3f union_fp=%.4f%% ns_per_candidate=%.1f\n",
+           segment_days, bpp, 100.0 * (double)fp_hits / (double)probes,
+           (double)ns[REPEATS / 2] / CANDIDATES);
+
+    free(ns);
+    free(mine);
+    free(mtmp);
+    free(mhit);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+    if (!keep) {
+        nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        if (dir == tmpl) rmdir(tmpl);
+    }
+    return fn ? 1 : 0;
+}

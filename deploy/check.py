@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Offline checks of deploy/ (no Docker engine, no cluster here).
+
+What can be checked without running the images is checked against the
+real build:
+
+- Dockerfile: every COPY source exists; the runtime stage's package list
+  (deploy/packages/runtime.txt) names real Debian packages whose dependency
+  closure provides every shared library that the installed binaries
+  (dedupd and the tools meson installs) need; the build stage installs
+  deploy/packages/build.txt, the list CI installs.
+- The image's ENTRYPOINT + compose's and the StatefulSet's arguments +
+  the ConfigMap's dedupd.conf are accepted by the built dedupd (-t).
+- Kubernetes manifests and compose.yaml parse, with the kinds, probes,
+  ports and volume claim the issue asks for.
+
+Exit 0 pass, 1 fail, 77 skip (never in CI).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+import harness  # noqa: E402
+from harness import fail, log  # noqa: E402
+
+ROOT = harness.SOURCE_ROOT
+DEPLOY = os.path.join(ROOT, "deploy")
+
+
+def read(*p):
+    with open(os.path.join(ROOT, *p)) as f:
+        return f.read()
+
+
+def package_list(path):
+    out = []
+    for line in read(path).splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.append(line)
+    return out
+
+
+def dpkg_installed():
+    r = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\t${Priority}\t${Depends}\t${Pre-Depends}\t${Provides}\n"],
+                       capture_output=True, text=True, check=True)
+    pkgs = {}
+    provides = {}
+    for line in r.stdout.splitlines():
+        name, prio, dep, predep, prov = (line.split("\t") + [""] * 5)[:5]
+        pkgs[name] = (prio, dep + ("," + predep if predep else ""))
+        for pv in prov.split(","):
+            pv = pv.strip().split(" ")[0]
+            if pv:
+                provides.setdefault(pv, []).append(name)
+    return pkgs, provides
+
+
+def closure(roots, pkgs, provides):
+    seen = set()
+    todo = list(roots)
+    while todo:
+        p = todo.pop().split(":")[0]
+        if p in seen:
+            continue
+        seen.add(p)
+        if p not in pkgs:
+            continue
+        for alt in pkgs[p][1].split(","):
+            # "a (>= 1) | b": any alternative installed will do; take those present.
+            for choice in alt.split("|"):
+                name = choice.strip().split(" ")[0].split(":")[0]
+                if not name:
+                    continue
+                for real in [name] + provides.get(name, []):
+                    if real in pkgs and real not in seen:
+                        todo.append(real)
+    return seen
+
+
+def spellings(path):
+    """PATH, its real path, and their /lib <-> /usr/lib twins (Debian 12 is
+    merged-/usr; dpkg knows one spelling)."""
+    out = []
+    for p in (path, os.path.realpath(path)):
+        out.append(p)
+        if p.startswith("/usr/lib/"):
+            out.append(p[len("/usr"):])
+        elif p.startswith("/lib/"):
+            out.append("/usr" + p)
+    return out
+
+
+def needed_packages(binaries):
+    """{binary: set of Debian packages providing the shared libraries it loads}."""
+    libs = {}
+    for b in binaries:
+        r = subprocess.run(["ldd", b], capture_output=True, text=True, check=True)
+        libs[b] = [m.group(1) for m in re.finditer(r"=>\s+(/\S+)", r.stdout)]
+    paths = sorted({sp for ls in libs.values() for lib in ls for sp in spellings(lib)})
+    # One dpkg -S for everything: it reads the whole file database per call.
+    r = subprocess.run(["dpkg", "-S"] + paths, capture_output=True, text=True)
+    owner = {}
+    for line in r.stdout.splitlines():
+        pkgs, _, path = line.partition(": ")
+        owner[path.strip()] = pkgs.split(",")[0].split(":")[0].strip()
+    out = {}
+    for b, ls in libs.items():
+        out[b] = set()
+        for lib in ls:
+            pk = next((owner[sp] for sp in spellings(lib) if sp in owner), None)
+            if pk is None:
+                fail("%s: no Debian package owns %s" % (b, lib))
+            out[b].add(pk)
+    return out
+
+
+def installed_binaries():
+    """The executables `meson install` puts in the image, from meson's introspection."""
+    r = subprocess.run(["meson", "introspect", "--installed", harness.BUILD_ROOT],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("meson introspect --installed: %s" % r.stderr)
+    bins = [src for src, dst in json.loads(r.stdout).items() if "/bin/" in dst]
+    for b in bins:
+        if not os.access(b, os.X_OK):
+            fail("%s is installed by meson but not built (run ninja first)" % b)
+    return bins
+
+
+def check_docker():
+    df = read("deploy", "docker", "Dockerfile")
+    for m in re.finditer(r"^COPY\s+(?!--from)(\S+)\s+\S+", df, re.M):
+        if not os.path.exists(os.path.join(ROOT, m.group(1))):
+            fail("Dockerfile: COPY source %s does not exist" % m.group(1))
+    if "deploy/packages/build.txt" not in df or "deploy/packages/runtime.txt" not in df:
+        fail("Dockerfile does not install from deploy/packages/{build,runtime}.txt")
+    if "build.txt" not in read("scripts", "install-deps.sh"):
+        fail("scripts/install-deps.sh (what CI runs) no longer reads deploy/packages/build.txt")
+    if not re.search(r"^USER\s+(?!0|root)", df, re.M):
+        fail("Dockerfile: the runtime stage does not switch to a non-root USER")
+    if not re.search(r"^VOLUME\s", df, re.M):
+        fail("Dockerfile: no VOLUME for the data")
+
+    pkgs, provides = dpkg_installed()
+    runtime = package_list("deploy/packages/runtime.txt")
+    for p in runtime:
+        if subprocess.run(["apt-cache", "show", p], capture_output=True).returncode != 0 and p not in pkgs:
+            fail("runtime.txt: %s is not a Debian package here" % p)
+    base = {p for p, (prio, _) in pkgs.items() if prio == "required"}
+    have = closure(set(runtime) | base, pkgs, provides)
+    bins = installed_binaries()
+    if not any(b.endswith("/dedupd") for b in bins):
+        fail("meson does not install dedupd: %r" % bins)
+    needs = needed_packages(bins)
+    for b in bins:
+        missing = needs[b] - have
+        if missing:
+            fail("%s needs %s, which runtime.txt does not bring in" % (b, " ".join(sorted(missing))))
+    log("docker: COPY sources exist; runtime.txt covers the libraries of",
+        ", ".join(os.path.basename(b) for b in bins))
+    m = re.search(r"^ENTRYPOINT\s+(\[.*?\])\s*$", df.replace("\\\n", " "), re.M)
+    if not m:
+        fail("Dockerfile: no exec-form ENTRYPOINT")
+    return json.loads(m.group(1))
+
+
+def check_config(entrypoint, extra_args, conf_text, what):
+    dedupd = harness.build_path("src", "dedupd")
+    d = harness.tmpdir("dedupd-deploy-")
+    conf = os.path.join(d, "dedupd.conf")
+    with open(conf, "w") as f:
+        f.write(conf_text)
+    argv = [dedupd] + [conf if a == "/etc/dedupd/dedupd.conf" else a for a in entrypoint[1:]]
+    r = subprocess.run(argv + extra_args + ["-t"], capture_output=True, text=True)
+    if r.returncode != 0 or "configuration ok" not in r.stdout:
+        fail("%s: dedupd rejects its configuration: %s%s" % (what, r.stdout, r.stderr))
+    log("%s: dedupd -t accepts it" % what)
+
+
+def main():
+    try:
+        import yaml
+    except ImportError:
+        harness.skip("python3-yaml is not installed")
+    entry = check_docker()
+    if entry[0] != "/usr/bin/dedupd":
+        fail("ENTRYPOINT runs %s, not /usr/bin/dedupd (meson --prefix=/usr)" % entry[0])
+
+    compose = yaml.safe_load(read("deploy", "docker", "compose.yaml"))
+    svc = compose["services"]
+    for s in ("kafka", "redis", "dedupd"):
+        if s not in svc:
+            fail("compose.yaml: no %s service" % s)
+    check_config(entry, svc["dedupd"]["command"], read("conf", "dedupd.conf"), "compose")
+
+    docs = {}
+    for fn in sorted(os.listdir(os.path.join(DEPLOY, "k8s"))):
+        if fn.endswith(".yaml") and fn != "kustomization.yaml":
+            for doc in yaml.safe_load_all(read("deploy", "k8s", fn)):
+                docs.setdefault(doc["kind"], []).append(doc)
+    kust = yaml.safe_load(read("deploy", "k8s", "kustomization.yaml"))
+    for r in kust["resources"]:
+        if not os.path.exists(os.path.join(DEPLOY, "k8s", r)):
+            fail("kustomization.yaml lists missing %s" % r)
+    for kind in ("StatefulSet", "ConfigMap", "Service"):
+        if kind not in docs:
+            fail("k8s: no %s" % kind)
+    sts = docs["StatefulSet"][0]
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    if ports.get("grpc") != 50051 or ports.get("admin") != 9464:
+        fail("k8s: container ports %r" % ports)
+    if c["readinessProbe"]["httpGet"]["path"] != "/readyz" or \
+       c["livenessProbe"]["httpGet"]["path"] != "/healthz":
+        fail("k8s: probes are not /readyz (readiness) and /healthz (liveness)")
+    for k in ("requests", "limits"):
+        if k not in c["resources"]:
+            fail("k8s: no resource %s" % k)
+    vct = sts["spec"]["volumeClaimTemplates"][0]
+    if vct["spec"]["storageClassName"] != "ssd":
+        fail("k8s: the PVC is not on the ssd storage class")
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    if mounts.get(vct["metadata"]["name"]) != "/var/lib/dedupd":
+        fail("k8s: the PVC is not mounted at /var/lib/dedupd (the image's VOLUME)")
+    if mounts.get("config") != "/etc/dedupd":
+        fail("k8s: the ConfigMap is not mounted at /etc/dedupd")
+    cm = docs["ConfigMap"][0]["data"]["dedupd.conf"]
+    args = [a.replace("$(POD_NAME)", "dedupd-0") for a in c.get("args", [])]
+    check_config(entry, args, cm, "k8s ConfigMap")
+    # The drain must outlast the readiness probe noticing, and the grace period the drain.
+    m = re.search(r"^\s*drain_ms\s*=\s*(\d+)", cm, re.M)
+    rp = c["readinessProbe"]
+    notice_ms = rp.get("periodSeconds", 10) * rp.get("failureThreshold", 3) * 1000
+    if not m or int(m.group(1)) < notice_ms:
+        fail("k8s: admin.drain_ms %s is shorter than readiness needs to notice (%d ms)"
+             % (m.group(1) if m else "unset", notice_ms))
+    if pod["terminationGracePeriodSeconds"] * 1000 <= int(m.group(1)) + 5000:
+        fail("k8s: terminationGracePeriodSeconds does not cover drain + gRPC grace")
+    log("k8s: manifests parse; probes, ports, PVC, ConfigMap and shutdown timing agree")
+    log("PASS")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * admin.h - dedupd's operational face: the admin HTTP listener
+ * (admin.listen: /metrics in Prometheus text format 0.0.4, /healthz,
+ * /readyz), readiness as the components come up and go down, the
+ * collectors that turn each module's stats getter into metric families,
+ * and the service manager protocol (sd_notify READY / STOPPING / WATCHDOG).
+ *
+ * DESIGN
+ *
+ * Threads: libmicrohttpd runs one internal polling thread that answers
+ * every request; a watchdog thread exists only when systemd asked for one
+ * (WATCHDOG_USEC). Readiness flags are atomics. Each attached module's
+ * collector is added to and removed from the metrics registry, whose mutex
+ * keeps a collector from running after its removal; the ingest pointer,
+ * which /readyz also asks whether it has partitions, is guarded by the
+ * admin's own mutex (taken after the registry's, never around it). So the
+ * order in main is: attach after the module is started, detach before it
+ * is freed; neither a scrape nor /readyz ever touches a freed module.
+ *
+ * Ready (/readyz 200) = not stopping, and the store is open, and gRPC is
+ * serving, and (when ingest.enabled) ingest has partitions assigned.
+ * Otherwise 503 with one line naming what is missing. /healthz is 200
+ * while the process answers at all.
+ */
+#ifndef DD_ADMIN_H
+#define DD_ADMIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "metrics.h"
+
+struct dd_config;
+typedef struct dd_admin dd_admin;
+typedef struct dd_history dd_history;
+typedef struct dd_ingest dd_ingest;
+typedef struct dd_rpc dd_rpc;
+
+enum dd_admin_component {
+    DD_ADMIN_STORE = 0,   /* the history store is open */
+    DD_ADMIN_RPC,         /* the gRPC front end is serving */
+    DD_ADMIN_INGEST,      /* the Kafka consumer has partitions (only when ingest.enabled) */
+    DD_ADMIN_COMPONENT_COUNT,
+};
+
+/* Start the listener on cfg->admin.listen (host:port, [v6]:port; port 0
+ * picks a free port; "" = no listener, readiness and sd_notify still
+ * work) and, if the service manager set WATCHDOG_USEC for this process,
+ * the watchdog thread. Nothing is ready yet: /readyz answers 503. Returns
+ * 0, DD_ERR_INVALID (bad address) or DD_ERR_IO (cannot bind or start),
+ * with a message naming admin.listen in err, or DD_ERR_NOMEM; *out is NULL
+ * on error. Free with dd_admin_free. */
+int dd_admin_new(dd_admin **out, const struct dd_config *cfg, char *err, size_t errlen);
+
+/* Stop the listener and the watchdog and free everything. Detach modules
+ * first. NULL is a no-op. */
+void dd_admin_free(dd_admin *a);
+
+/* The bound TCP port; 0 when there is no listener. */
+int dd_admin_port(const dd_admin *a);
+
+/* The registry /metrics renders (borrowed; lives as long as A): other
+ * modules may add collectors to it. */
+dd_metrics *dd_admin_metrics(dd_admin *a);
+
+/* Set one component's readiness by hand (the attach functions below do it
+ * for their component; DD_ADMIN_INGEST also needs an attached ingest that
+ * has partitions). Cannot fail. */
+void dd_admin_set_ready(dd_admin *a, enum dd_admin_component c, bool ready);
+
+/* Attach a started module: its families appear in /metrics and its
+ * component counts as ready (for ingest: whenever it has partitions).
+ * The module is borrowed until the matching detach, which must come
+ * before the module is freed; after detach no scrape touches it and the
+ * component is not ready. Attach returns 0 or DD_ERR_NOMEM (nothing
+ * attached); attaching twice replaces. Detach of nothing is a no-op.
+ *   history: dedupd_history_* (store stats)
+ *   rpc:     dedupd_rpc_*, dedupd_filter_*, dedupd_recent_*
+ *   ingest:  dedupd_ingest_*, dedupd_window_*, dedupd_flush_duration_seconds
+ * dedupd_plays_written_total / _expired_total{source="rpc"|"kafka"} are
+ * always there (kafka once ingest is attached). */
+/* Detach with a NULL A is a no-op. */
+int dd_admin_attach_history(dd_admin *a, dd_history *h);
+void dd_admin_detach_history(dd_admin *a);
+int dd_admin_attach_rpc(dd_admin *a, dd_rpc *rpc);
+void dd_admin_detach_rpc(dd_admin *a);
+int dd_admin_attach_ingest(dd_admin *a, dd_ingest *in);
+void dd_admin_detach_ingest(dd_admin *a);
+
+/* Whether /readyz would answer 200 now; if WHY is not NULL, a short text
+ * ("ready", "stopping", or what is missing) is written into it. */
+bool dd_admin_ready(dd_admin *a, char *why, size_t whylen);
+
+/* Tell the service manager the daemon is serving (READY=1; a no-op
+ * without NOTIFY_SOCKET). Call once the store is open and gRPC serves. */
+void dd_admin_service_ready(dd_admin *a);
+
+/* Shutdown begins: from now on /readyz answers 503 "stopping" whatever the
+ * components say, and the service manager is told STOPPING=1; then this
+ * waits admin.drain_ms (the components still serve meanwhile) so that load
+ * balancers polling /readyz stop routing here before gRPC stops. Call it
+ * first on SIGTERM, before anything stops. Idempotent (only the first call
+ * waits); NULL is a no-op. */
+void dd_admin_stopping(dd_admin *a);
+
+#endif

@@ -1,0 +1,801 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * test_history.c - the play history's promises, on a real RocksDB in a
+ * temporary directory with a clock the test moves: never a false negative
+ * across flush, compaction and reopen; expired segments unseen before
+ * compaction and gone after it; closed segments re-encoded so the union
+ * false-positive rate over a user stays under history.fp_rate; lookback;
+ * forget; scenes as separate namespaces; corrupt values and operands read as
+ * empty and counted, never a crash; place() verdicts; bad RocksDB options
+ * named.
+ */
+#include "config.h"
+#include "dd.h"
+#include "history.h"
+#include "bloom.h"
+#include "testlib.h"
+
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rocksdb/c.h>
+
+#define DAY DD_MS_PER_DAY
+/* Day 20000 (2024-10-04) at noon: with 30-day segments, segment 666 holds
+ * days 19980..20009, so "today" is mid-segment. */
+#define T0 (INT64_C(20000) * DAY + DAY / 2)
+
+static _Atomic int64_t clock_now = T0;
+static int64_t test_clock(void *ud)
+{
+    (void)ud;
+    return atomic_load(&clock_now);
+}
+static const struct dd_history_clock tclock = {test_clock, NULL};
+
+static char root[64];
+static int dir_seq;
+
+static uint64_t item(const char *tag, uint64_t i)
+{
+    char id[80];
+    int n = snprintf(id, sizeof id, "%s-%llu", tag, (unsigned long long)i);
+    return dd_hash(id, (size_t)n);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* A fresh store directory and a config pointing at it. */
+static void new_config(struct dd_config *cfg, char *path, size_t pathlen)
+{
+    char err[256];
+    snprintf(path, pathlen, "%s/db%d", root, dir_seq++);
+    REQUIRE(dd_config_init(cfg) == DD_OK);
+    REQUIRE(dd_config_set(cfg, "history.path", path, err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(cfg, "history.sync", "false", err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(cfg, "history.block_cache_mb", "16", err, sizeof err) == DD_OK);
+}
+
+static dd_history *open_store(const struct dd_config *cfg)
+{
+    char err[256] = "";
+    dd_history *h = NULL;
+    int rc = dd_history_open(&h, cfg, &tclock, err, sizeof err);
+    if (rc != DD_OK) fprintf(stderr, "open: %s\n", err);
+    REQUIRE(rc == DD_OK && h);
+    return h;
+}
+
+/* Write N hashes of (scene, user) played at AT_MS, one operand. */
+static void play(dd_history *h, const char *scene, const char *user, const uint64_t *hs,
+                 size_t n, int64_t at_ms)
+{
+    char err[256];
+    uint32_t seg;
+    REQUIRE(dd_history_place(h, at_ms, &seg) == DD_HISTORY_PLACE_OK);
+    dd_history_batch *b = dd_history_batch_new();
+    REQUIRE(b);
+    REQUIRE(dd_history_batch_add(b, scene, strlen(scene), user, strlen(user), seg, hs, n) ==
+            DD_OK);
+    int rc = dd_history_write(h, b, err, sizeof err);
+    if (rc != DD_OK) fprintf(stderr, "write: %s\n", err);
+    REQUIRE(rc == DD_OK);
+    dd_history_batch_free(b);
+}
+
+/* How many of the N hashes (any order) the store says (scene, user) has. */
+static size_t count_hits(dd_history *h, const char *scene, const char *user, uint32_t lookback,
+                         const uint64_t *hs, size_t n)
+{
+    char err[256];
+    uint64_t *s = malloc(n * sizeof *s), *tmp = malloc(n * sizeof *tmp);
+    uint8_t *hit = calloc(n, 1);
+    REQUIRE(s && tmp && hit);
+    memcpy(s, hs, n * sizeof *s);
+    dd_bloom_sort_hashes(s, NULL, n, tmp, NULL);
+    int rc = dd_history_probe(h, scene, strlen(scene), user, strlen(user), lookback, s, n, hit,
+                              err, sizeof err);
+    if (rc != DD_OK) fprintf(stderr, "probe: %s\n", err);
+    CHECK_EQ_INT(rc, DD_OK);
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += hit[i];
+    free(s);
+    free(tmp);
+    free(hit);
+    return c;
+}
+
+static int has(dd_history *h, const char *scene, const char *user, uint64_t x)
+{
+    return count_hits(h, scene, user, 0, &x, 1) == 1;
+}
+
+static void flush_compact(dd_history *h)
+{
+    char err[256];
+    CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void test_place(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    uint32_t seg = 0;
+
+    CHECK_EQ_INT(dd_history_now_ms(h), T0);
+    CHECK_EQ_INT(dd_history_place(h, T0, &seg), DD_HISTORY_PLACE_OK);
+    CHECK_EQ_INT(seg, 20000 / 30);
+    /* the last 90 days, today included, are within retention */
+    int64_t oldest = (INT64_C(20000) - 89) * DAY;
+    CHECK_EQ_INT(dd_history_place(h, oldest, &seg), DD_HISTORY_PLACE_OK);
+    CHECK_EQ_INT(seg, (20000 - 89) / 30);
+    CHECK_EQ_INT(dd_history_place(h, oldest - 1, &seg), DD_HISTORY_PLACE_EXPIRED);
+    CHECK_EQ_INT(dd_history_place(h, -5 * DAY, &seg), DD_HISTORY_PLACE_EXPIRED);
+    /* up to history.max_future_ms ahead is accepted (default one hour) */
+    CHECK_EQ_INT(cfg.history.max_future_ms, 3600000);
+    CHECK_EQ_INT(dd_history_place(h, T0 + cfg.history.max_future_ms, &seg), DD_HISTORY_PLACE_OK);
+    CHECK_EQ_INT(dd_history_place(h, T0 + cfg.history.max_future_ms + 1, &seg),
+                 DD_HISTORY_PLACE_FUTURE);
+
+    /* ids too long for the key layout */
+    dd_history_batch *b = dd_history_batch_new();
+    REQUIRE(b);
+    uint64_t x = 1;
+    char *big = calloc(65536, 1);
+    REQUIRE(big);
+    CHECK_EQ_INT(dd_history_batch_add(b, "s", 1, big, 65536, 1, &x, 1), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_history_batch_add(b, big, 256, "u", 1, 1, &x, 1), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_history_batch_operands(b), 0);
+    /* the longest legal ids work end to end */
+    memset(big, 'u', 65535);
+    CHECK_EQ_INT(dd_history_batch_add(b, big, 255, big, 65535, seg, &x, 1), DD_OK);
+    CHECK_EQ_INT(dd_history_batch_operands(b), 1);
+    CHECK(dd_history_batch_bytes(b) > 65535);
+    char err[256];
+    CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK);
+    uint8_t hit = 0;
+    CHECK_EQ_INT(dd_history_probe(h, big, 255, big, 65535, 0, &x, 1, &hit, err, sizeof err),
+                 DD_OK);
+    CHECK_EQ_INT(hit, 1);
+    dd_history_batch_clear(b);
+    CHECK_EQ_INT(dd_history_batch_operands(b), 0);
+    CHECK_EQ_INT(dd_history_batch_bytes(b), 0);
+    dd_history_batch_free(b);
+    dd_history_batch_free(NULL);
+    free(big);
+    dd_history_close(h);
+    dd_history_close(NULL);
+    dd_config_free(&cfg);
+}
+
+/* Plays spread over the retention, for 40 users: every one of them is found
+ * after the write, after a flush, after compaction and after reopening. */
+static void test_roundtrip(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+
+    enum { USERS = 40, PER = 2500 };
+    uint64_t *hs = malloc(PER * sizeof *hs);
+    REQUIRE(hs);
+    dd_history_batch *b = dd_history_batch_new();
+    REQUIRE(b);
+    /* each user's plays in 5 writes, spread over 90 days */
+    for (int w = 0; w < 5; w++) {
+        dd_history_batch_clear(b);
+        for (int u = 0; u < USERS; u++) {
+            char user[32];
+            snprintf(user, sizeof user, "user%d", u);
+            for (int i = w * PER / 5; i < (w + 1) * PER / 5; i++) {
+                uint64_t x = item(user, (uint64_t)i);
+                int64_t at = T0 - (int64_t)((uint64_t)i * 89 * DAY / PER);
+                uint32_t seg;
+                REQUIRE(dd_history_place(h, at, &seg) == DD_HISTORY_PLACE_OK);
+                REQUIRE(dd_history_batch_add(b, "", 0, user, strlen(user), seg, &x, 1) ==
+                        DD_OK);
+            }
+        }
+        CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK);
+    }
+    dd_history_batch_free(b);
+
+    for (int stage = 0; stage < 4; stage++) {
+        if (stage == 1) CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
+        if (stage == 2) CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+        if (stage == 3) {
+            dd_history_close(h);
+            h = open_store(&cfg);
+        }
+        size_t missed = 0;
+        for (int u = 0; u < USERS; u++) {
+            char user[32];
+            snprintf(user, sizeof user, "user%d", u);
+            for (int i = 0; i < PER; i++) hs[i] = item(user, (uint64_t)i);
+            missed += PER - count_hits(h, "", user, 0, hs, PER);
+        }
+        CHECK_MSG(missed == 0, "stage %d: %zu false negatives", stage, missed);
+        if (stage == 2) {
+            /* counters are since open: look before the reopen */
+            struct dd_history_stats st;
+            dd_history_get_stats(h, &st);
+            CHECK(st.merges > 0);
+            CHECK(st.live_sst_bytes > 0);
+            CHECK(st.block_cache_hits + st.block_cache_misses > 0);
+            CHECK_EQ_INT(st.writes, 5);
+            CHECK_EQ_INT(st.operands_written, USERS * PER); /* one per play here */
+            CHECK_EQ_INT(st.corrupt_values, 0);
+        }
+    }
+    /* a user who never played anything */
+    for (int i = 0; i < PER; i++) hs[i] = item("nobody", (uint64_t)i);
+    CHECK_EQ_INT(count_hits(h, "", "nobody", 0, hs, PER), 0);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+    free(hs);
+}
+
+static void test_stats_counts_writes(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    uint64_t x[3] = {item("s", 1), item("s", 2), item("s", 3)};
+    play(h, "", "u", x, 3, T0);
+    play(h, "", "u", x, 2, T0 - 40 * DAY);
+    dd_history_batch *b = dd_history_batch_new();
+    REQUIRE(b);
+    CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK); /* empty: a no-op */
+    dd_history_batch_free(b);
+    CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.writes, 2);
+    CHECK_EQ_INT(st.operands_written, 2);
+    CHECK(st.wal_bytes > 0);
+    CHECK(st.bytes_written > st.wal_bytes);   /* the flush wrote an SST too */
+    CHECK(st.live_sst_bytes > 0);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* A segment past the retention is not seen even before compaction, and a
+ * compaction really deletes it (moving the clock back does not bring it
+ * back). Checked for a folded value and for plain operands. */
+static void test_expiry(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+
+    uint64_t old[100], folded_old[100], fresh[100];
+    for (int i = 0; i < 100; i++) {
+        old[i] = item("old", (uint64_t)i);
+        folded_old[i] = item("folded", (uint64_t)i);
+        fresh[i] = item("fresh", (uint64_t)i);
+    }
+    /* day 19915: segment 663 (19890..19919), newest day 19919 */
+    play(h, "", "u", folded_old, 100, (INT64_C(19915)) * DAY + 1000);
+    flush_compact(h);          /* a folded value in an SST */
+    play(h, "", "u", old, 100, (INT64_C(19915)) * DAY + 2000); /* operands, memtable */
+    play(h, "", "u", fresh, 100, T0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 100);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 100);
+
+    /* segment 663 is live while 19919 >= today - 89, i.e. until day 20008 */
+    atomic_store(&clock_now, INT64_C(20008) * DAY + 5);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 100);
+    atomic_store(&clock_now, INT64_C(20009) * DAY + 5);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, fresh, 100), 100);
+    uint32_t seg;
+    CHECK_EQ_INT(dd_history_place(h, INT64_C(19915) * DAY, &seg), DD_HISTORY_PLACE_EXPIRED);
+
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.segments_expired, 0);
+    flush_compact(h);
+    dd_history_get_stats(h, &st);
+    CHECK(st.segments_expired >= 1);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, fresh, 100), 100);
+
+    /* back in time: the expired segment is gone for good */
+    atomic_store(&clock_now, T0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, fresh, 100), 100);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* Closed segments are re-encoded at count * S / fp_rate; the union fp over a
+ * user with four live segments, measured on 200,000 never-played items,
+ * stays under fp_rate, and every play is still found. */
+static void test_reduce_fp(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+
+    enum { PER_SEG = 20000, SEGS = 4, NEVER = 200000 };
+    uint64_t *hs = malloc(PER_SEG * SEGS * sizeof *hs);
+    REQUIRE(hs);
+    /* segments 663..666: days 19915, 19945, 19975 and today (20000) */
+    for (int s = 0; s < SEGS; s++) {
+        for (int i = 0; i < PER_SEG; i++) hs[s * PER_SEG + i] = item("heavy", (uint64_t)(s * PER_SEG + i));
+        /* in two writes each, as ingest would */
+        int64_t at = (INT64_C(19915) + 30 * s) * DAY + 1000;
+        if (s == SEGS - 1) at = T0;
+        play(h, "", "heavy", hs + s * PER_SEG, PER_SEG / 2, at);
+        play(h, "", "heavy", hs + s * PER_SEG + PER_SEG / 2, PER_SEG / 2, at + 1000);
+    }
+    CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_MSG(st.segments_reduced >= 3, "segments_reduced %llu",
+              (unsigned long long)st.segments_reduced);
+
+    CHECK_EQ_INT(count_hits(h, "", "heavy", 0, hs, PER_SEG * SEGS), PER_SEG * SEGS);
+    uint64_t *never = malloc(NEVER * sizeof *never);
+    REQUIRE(never);
+    for (int i = 0; i < NEVER; i++) never[i] = item("never", (uint64_t)i);
+    size_t fp = count_hits(h, "", "heavy", 0, never, NEVER);
+    double rate = (double)fp / NEVER;
+    /* S = ceil(90/30)+1 = 4: each closed segment at fp_rate/4, 3 closed */
+    double expect = 3 * cfg.history.fp_rate / 4;
+    fprintf(stderr, "union fp %.5f (expected about %.5f, bound %.3f)\n", rate, expect,
+            cfg.history.fp_rate);
+    CHECK(rate <= cfg.history.fp_rate);
+    CHECK(rate > expect * 0.7);   /* the closed segments really were reduced */
+
+    /* the store shrank to about log2(S/fp) + 1.5 bits per play */
+    double bits = 8.0 * (double)st.live_sst_bytes / (PER_SEG * SEGS);
+    fprintf(stderr, "%.2f bits per play on disk\n", bits);
+
+    /* the re-encoding survives another compaction and a reopen unchanged */
+    CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+    dd_history_close(h);
+    h = open_store(&cfg);
+    CHECK_EQ_INT(count_hits(h, "", "heavy", 0, never, NEVER), fp);
+    CHECK_EQ_INT(count_hits(h, "", "heavy", 0, hs, PER_SEG * SEGS), PER_SEG * SEGS);
+
+    uint64_t before;
+    /* when today's segment closes, a compaction reduces it too (by then
+     * segment 663 has expired: only 664..666 are left) */
+    /* 666 (newest day 20009) closes on day 20011 and is re-encoded three
+     * days later (history.c: its last operands first reach the base) */
+    atomic_store(&clock_now, T0 + 13 * DAY);
+    dd_history_get_stats(h, &st);
+    before = st.segments_reduced;
+    CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.segments_reduced - before, 0);
+    atomic_store(&clock_now, T0 + 14 * DAY);
+    dd_history_get_stats(h, &st);
+    before = st.segments_reduced;
+    CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.segments_reduced - before, 1);
+    CHECK_EQ_INT(count_hits(h, "", "heavy", 0, hs + PER_SEG, PER_SEG * 3), PER_SEG * 3);
+    rate = (double)count_hits(h, "", "heavy", 0, never, NEVER) / NEVER;
+    CHECK(rate <= cfg.history.fp_rate);
+
+    free(never);
+    free(hs);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* Plays that reach a segment after it was re-encoded (late operands) must
+ * not push its fp over fp_rate / S: they are kept beside the re-encoded
+ * filter at the full range. Here as many plays arrive late as were there. */
+static void test_late_plays(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    enum { N = 20000, NEVER = 200000 };
+    uint64_t *hs = malloc(2 * N * sizeof *hs), *never = malloc(NEVER * sizeof *never);
+    REQUIRE(hs && never);
+    for (int i = 0; i < 2 * N; i++) hs[i] = item("late", (uint64_t)i);
+    for (int i = 0; i < NEVER; i++) never[i] = item("never-late", (uint64_t)i);
+    int64_t at = INT64_C(19945) * DAY;            /* segment 664, closed */
+    play(h, "", "u", hs, N, at);
+    flush_compact(h);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.segments_reduced, 1);
+    double fp1 = (double)count_hits(h, "", "u", 0, never, NEVER) / NEVER;
+
+    /* late: once through a read (memtable), then folded for good; replays
+     * of known items are not stored twice */
+    play(h, "", "u", hs + N, N, at);
+    play(h, "", "u", hs, N / 2, at);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, 2 * N), 2 * N);
+    flush_compact(h);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, 2 * N), 2 * N);
+    double fp2 = (double)count_hits(h, "", "u", 0, never, NEVER) / NEVER;
+    double seg_fp = cfg.history.fp_rate / 4;
+    fprintf(stderr, "late plays: segment fp %.5f before, %.5f after (target %.5f)\n", fp1,
+            fp2, seg_fp);
+    CHECK(fp1 > seg_fp * 0.8 && fp1 < seg_fp * 1.2);
+    CHECK(fp2 < seg_fp * 1.2);   /* a union into the re-encoded filter would double it */
+
+    /* more late plays on top of a split value, and a reopen */
+    uint64_t more[100];
+    for (int i = 0; i < 100; i++) more[i] = item("later", (uint64_t)i);
+    play(h, "", "u", more, 100, at);
+    flush_compact(h);
+    dd_history_close(h);
+    h = open_store(&cfg);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, more, 100), 100);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, 2 * N), 2 * N);
+    CHECK((double)count_hits(h, "", "u", 0, never, NEVER) / NEVER < seg_fp * 1.2);
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.corrupt_values, 0);
+    free(hs);
+    free(never);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+static void test_lookback(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    uint64_t a = item("lb", 1), b = item("lb", 2);
+    play(h, "", "u", &a, 1, T0 - 60 * DAY);   /* day 19940: segment 664 (19920..19949) */
+    play(h, "", "u", &b, 1, T0);              /* segment 666 */
+
+    CHECK_EQ_INT(count_hits(h, "", "u", 7, &a, 1), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 7, &b, 1), 1);
+    CHECK_EQ_INT(count_hits(h, "", "u", 1, &b, 1), 1);
+    CHECK_EQ_INT(count_hits(h, "", "u", 50, &a, 1), 0);   /* oldest 19951: segment 665 */
+    CHECK_EQ_INT(count_hits(h, "", "u", 61, &a, 1), 1);   /* oldest 19940 */
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, &a, 1), 1);
+    CHECK_EQ_INT(count_hits(h, "", "u", 1000, &a, 1), 1);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+static void test_forget_and_scenes(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    uint64_t x[4];
+    for (int i = 0; i < 4; i++) x[i] = item("fs", (uint64_t)i);
+
+    play(h, "", "u", &x[0], 1, T0);
+    play(h, "", "u", &x[0], 1, T0 - 50 * DAY);
+    play(h, "feed", "u", &x[1], 1, T0);
+    play(h, "", "uu", &x[2], 1, T0);
+    /* "a"+"bc" and "ab"+"c" are different keys thanks to the length fields */
+    play(h, "a", "bc", &x[3], 1, T0);
+
+    CHECK(has(h, "", "u", x[0]));
+    CHECK(!has(h, "", "u", x[1]));
+    CHECK(has(h, "feed", "u", x[1]));
+    CHECK(!has(h, "feed", "u", x[0]));
+    CHECK(has(h, "", "uu", x[2]));
+    CHECK(!has(h, "", "uu", x[0]));
+    CHECK(has(h, "a", "bc", x[3]));
+    CHECK(!has(h, "ab", "c", x[3]));
+
+    flush_compact(h);
+    CHECK_EQ_INT(dd_history_forget(h, "", 0, "u", 1, err, sizeof err), DD_OK);
+    CHECK(!has(h, "", "u", x[0]));
+    CHECK(has(h, "feed", "u", x[1]));
+    CHECK(has(h, "", "uu", x[2]));
+    CHECK(has(h, "a", "bc", x[3]));
+    /* stays forgotten through compaction and reopen; new plays count again */
+    flush_compact(h);
+    dd_history_close(h);
+    h = open_store(&cfg);
+    CHECK(!has(h, "", "u", x[0]));
+    CHECK(has(h, "feed", "u", x[1]));
+    play(h, "", "u", &x[2], 1, T0);
+    CHECK(has(h, "", "u", x[2]));
+    CHECK(!has(h, "", "u", x[0]));
+    /* forgetting a user with no history is fine */
+    CHECK_EQ_INT(dd_history_forget(h, "", 0, "ghost", 5, err, sizeof err), DD_OK);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* Probes from several threads while another writes, flushes and compacts:
+ * no error, no false negative on what was written before they started. */
+struct prober {
+    dd_history *h;
+    _Atomic int *stop;
+    size_t missed, rounds;
+    int failed;
+};
+
+static void *probe_thread(void *arg)
+{
+    struct prober *p = arg;
+    uint64_t hs[500];
+    char err[256];
+    while (!atomic_load(p->stop)) {
+        for (int u = 0; u < 8; u++) {
+            char user[16];
+            snprintf(user, sizeof user, "c%d", u);
+            for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)i);
+            uint64_t tmp[500];
+            uint8_t hit[500] = {0};
+            dd_bloom_sort_hashes(hs, NULL, 500, tmp, NULL);
+            if (dd_history_probe(p->h, "", 0, user, strlen(user), 0, hs, 500, hit, err,
+                                 sizeof err) != DD_OK)
+                p->failed++;
+            for (int i = 0; i < 500; i++) p->missed += !hit[i];
+        }
+        p->rounds++;
+    }
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    uint64_t hs[500];
+    for (int u = 0; u < 8; u++) {
+        char user[16];
+        snprintf(user, sizeof user, "c%d", u);
+        for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)i);
+        play(h, "", user, hs, 250, T0 - 40 * DAY);
+        play(h, "", user, hs + 250, 250, T0);
+    }
+    _Atomic int stop = 0;
+    struct prober p[2] = {{h, &stop, 0, 0, 0}, {h, &stop, 0, 0, 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) REQUIRE(pthread_create(&t[i], NULL, probe_thread, &p[i]) == 0);
+    for (int round = 0; round < 6; round++) {
+        for (int u = 0; u < 50; u++) {
+            char user[16];
+            snprintf(user, sizeof user, "w%d", u);
+            for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)(round * 500 + i));
+            play(h, "", user, hs, 500, T0 - (int64_t)(round * 10) * DAY);
+        }
+        /* the probed users get more plays too, so their keys keep merging */
+        for (int u = 0; u < 8; u++) {
+            char user[16];
+            snprintf(user, sizeof user, "c%d", u);
+            for (int i = 0; i < 100; i++) hs[i] = item(user, (uint64_t)(1000 + round * 100 + i));
+            play(h, "", user, hs, 100, T0 - (int64_t)(round * 15) * DAY);
+        }
+        CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
+        if (round % 2) CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ_INT(p[i].failed, 0);
+        CHECK_EQ_INT(p[i].missed, 0);
+        CHECK(p[i].rounds > 0);
+    }
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* ---- corruption ----------------------------------------------------------- */
+
+static size_t make_key(uint8_t *k, const char *scene, const char *user, uint32_t seg)
+{
+    size_t n = 0, sl = strlen(scene), ul = strlen(user);
+    k[n++] = (uint8_t)sl;
+    memcpy(k + n, scene, sl);
+    n += sl;
+    k[n++] = (uint8_t)(ul >> 8);
+    k[n++] = (uint8_t)ul;
+    memcpy(k + n, user, ul);
+    n += ul;
+    k[n++] = (uint8_t)(seg >> 24);
+    k[n++] = (uint8_t)(seg >> 16);
+    k[n++] = (uint8_t)(seg >> 8);
+    k[n++] = (uint8_t)seg;
+    return n;
+}
+
+/* A stand-in merge operator for the raw handle, so it can write operands; it
+ * is never asked to merge (nothing is read or compacted through it). */
+static char *raw_full(void *st, const char *k, size_t kl, const char *e, size_t el,
+                      const char *const *o, const size_t *ol, int n, unsigned char *ok,
+                      size_t *len)
+{
+    (void)st; (void)k; (void)kl; (void)e; (void)el; (void)o; (void)ol; (void)n;
+    *ok = 0;
+    *len = 0;
+    return malloc(1);
+}
+static char *raw_partial(void *st, const char *k, size_t kl, const char *const *o,
+                         const size_t *ol, int n, unsigned char *ok, size_t *len)
+{
+    (void)st; (void)k; (void)kl; (void)o; (void)ol; (void)n;
+    *ok = 0;
+    *len = 0;
+    return malloc(1);
+}
+static void raw_nop(void *st) { (void)st; }
+static const char *raw_name(void *st) { (void)st; return "dedupd.history.v1"; }
+
+static void test_corrupt(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    uint64_t a[50], b[50], c[50], d[50];
+    for (int i = 0; i < 50; i++) {
+        a[i] = item("ca", (uint64_t)i);   /* segment 666, to be overwritten */
+        b[i] = item("cb", (uint64_t)i);   /* segment 665, left alone */
+        c[i] = item("cc", (uint64_t)i);   /* segment 664, gets a bad checksum */
+        d[i] = item("cd", (uint64_t)i);   /* segment 663, gets a garbage operand */
+    }
+    play(h, "", "u", a, 50, T0);
+    play(h, "", "u", b, 50, T0 - 30 * DAY);
+    play(h, "", "u", c, 50, T0 - 60 * DAY);
+    play(h, "", "u", d, 50, T0 - 85 * DAY);
+    flush_compact(h);
+    dd_history_close(h);
+
+    /* Damage the values with a raw handle. */
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_merge_operator(o, rocksdb_mergeoperator_create(
+        NULL, raw_nop, raw_full, raw_partial, NULL, raw_name));
+    char *e = NULL;
+    rocksdb_t *db = rocksdb_open(o, path, &e);
+    REQUIRE(!e && db);
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    uint8_t k[64];
+    size_t kl = make_key(k, "", "u", 666);
+    rocksdb_put(db, wo, (const char *)k, kl, "garbage!garbage!garbage!", 24, &e);
+    REQUIRE(!e);
+    kl = make_key(k, "", "u", 664);
+    size_t vl = 0;
+    char *v = rocksdb_get(db, ro, (const char *)k, kl, &vl, &e);
+    REQUIRE(!e && v && vl > 12);
+    v[vl - 1] ^= 0x5a;   /* checksum no longer matches */
+    rocksdb_put(db, wo, (const char *)k, kl, v, vl, &e);
+    REQUIRE(!e);
+    rocksdb_free(v);
+    kl = make_key(k, "", "u", 663);
+    rocksdb_merge(db, wo, (const char *)k, kl, "\x01\x02junk", 6, &e);
+    REQUIRE(!e);
+    rocksdb_readoptions_destroy(ro);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+
+    h = open_store(&cfg);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, a, 50), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, b, 50), 50);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, c, 50), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, d, 50), 50);   /* the base survives a bad operand */
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_MSG(st.corrupt_values >= 3, "corrupt_values %llu",
+              (unsigned long long)st.corrupt_values);
+
+    /* compaction does not choke on them; the next fold replaces a bad value */
+    flush_compact(h);
+    play(h, "", "u", a, 10, T0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, a, 10), 10);
+    flush_compact(h);
+    uint64_t before;
+    dd_history_get_stats(h, &st);
+    before = st.corrupt_values;
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, a, 10), 10);
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.corrupt_values, before + 1);   /* only 664 is still bad */
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, b, 50), 50);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, d, 50), 50);
+    dd_history_close(h);
+    (void)err;
+    dd_config_free(&cfg);
+}
+
+static void test_open_errors(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256] = "";
+    new_config(&cfg, path, sizeof path);
+    dd_history *h = (dd_history *)&cfg;   /* must be reset to NULL on error */
+
+    REQUIRE(dd_config_set(&cfg, "rocksdb.write_buffer_size", "4194304", err, sizeof err) ==
+            DD_OK);
+    REQUIRE(dd_config_set(&cfg, "rocksdb.no_such_option_xyz", "1", err, sizeof err) == DD_OK);
+    CHECK_EQ_INT(dd_history_open(&h, &cfg, &tclock, err, sizeof err), DD_ERR_INVALID);
+    CHECK(h == NULL);
+    CHECK_MSG(strstr(err, "rocksdb.no_such_option_xyz") != NULL, "err: %s", err);
+    dd_config_free(&cfg);
+
+    /* good pass-through options are applied */
+    new_config(&cfg, path, sizeof path);
+    REQUIRE(dd_config_set(&cfg, "rocksdb.write_buffer_size", "4194304", err, sizeof err) ==
+            DD_OK);
+    REQUIRE(dd_config_set(&cfg, "rocksdb.max_write_buffer_number", "3", err, sizeof err) ==
+            DD_OK);
+    h = open_store(&cfg);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+
+    /* a path that cannot be a directory */
+    new_config(&cfg, path, sizeof path);
+    char file[160];
+    snprintf(file, sizeof file, "%s/plainfile", root);
+    FILE *f = fopen(file, "w");
+    REQUIRE(f);
+    fclose(f);
+    char sub[200];
+    snprintf(sub, sizeof sub, "%s/db", file);
+    REQUIRE(dd_config_set(&cfg, "history.path", sub, err, sizeof err) == DD_OK);
+    h = (dd_history *)&cfg;
+    CHECK_EQ_INT(dd_history_open(&h, &cfg, &tclock, err, sizeof err), DD_ERR_IO);
+    CHECK(h == NULL);
+    CHECK(strstr(err, sub) != NULL);
+    dd_config_free(&cfg);
+}
+
+int main(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(root, sizeof root, "%s/dd_history_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    REQUIRE(mkdtemp(root) != NULL);
+
+    test_place();
+    test_roundtrip();
+    test_stats_counts_writes();
+    test_expiry();
+    test_reduce_fp();
+    test_late_plays();
+    test_lookback();
+    test_forget_and_scenes();
+    test_concurrent();
+    test_corrupt();
+    test_open_errors();
+
+    nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    TEST_MAIN_END();
+}
