@@ -119,6 +119,11 @@ static size_t unique_u32(uint32_t *a, size_t n)
     return w;
 }
 
+/* Three LSD passes of 11, 11 and 10 bits over h >> 32 (the only half that
+ * fingerprints use), with the three histograms taken in one read pass. */
+#define SORT_BITS 11
+#define SORT_BUCKETS (1u << SORT_BITS)
+
 void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,
                           uint32_t *tmp_idx)
 {
@@ -137,21 +142,36 @@ void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,
         }
         return;
     }
-    uint64_t *src = h, *dst = tmp_h;
-    uint32_t *isrc = idx, *idst = tmp_idx;
-    for (int shift = 32; shift < 64; shift += 8) {
-        size_t count[256] = {0};
-        for (size_t i = 0; i < n; i++) count[(src[i] >> shift) & 0xff]++;
-        size_t sum = 0;
-        for (int b = 0; b < 256; b++) {
-            size_t c = count[b];
-            count[b] = sum;
+    static const int shifts[3] = {32, 32 + SORT_BITS, 32 + 2 * SORT_BITS};
+    uint32_t count[3][SORT_BUCKETS]; /* n < 2^32: callers sort candidate lists */
+    memset(count, 0, sizeof count);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = h[i];
+        count[0][(v >> shifts[0]) & (SORT_BUCKETS - 1)]++;
+        count[1][(v >> shifts[1]) & (SORT_BUCKETS - 1)]++;
+        count[2][(v >> shifts[2]) & (SORT_BUCKETS - 1)]++;
+    }
+    for (int p = 0; p < 3; p++) {
+        uint32_t sum = 0;
+        for (unsigned b = 0; b < SORT_BUCKETS; b++) {
+            uint32_t c = count[p][b];
+            count[p][b] = sum;
             sum += c;
         }
-        for (size_t i = 0; i < n; i++) {
-            size_t pos = count[(src[i] >> shift) & 0xff]++;
-            dst[pos] = src[i];
-            if (idx) idst[pos] = isrc[i];
+    }
+    uint64_t *src = h, *dst = tmp_h;
+    uint32_t *isrc = idx, *idst = tmp_idx;
+    for (int p = 0; p < 3; p++) {
+        uint32_t *cnt = count[p];
+        int shift = shifts[p];
+        if (idx) {
+            for (size_t i = 0; i < n; i++) {
+                size_t pos = cnt[(src[i] >> shift) & (SORT_BUCKETS - 1)]++;
+                dst[pos] = src[i];
+                idst[pos] = isrc[i];
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) dst[cnt[(src[i] >> shift) & (SORT_BUCKETS - 1)]++] = src[i];
         }
         uint64_t *t = src;
         src = dst;
@@ -160,6 +180,9 @@ void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,
         isrc = idst;
         idst = ti;
     }
+    /* an odd number of passes leaves the result in the scratch arrays */
+    memcpy(h, src, n * sizeof *h);
+    if (idx) memcpy(idx, isrc, n * sizeof *idx);
 }
 
 /* ---- bit writer / reader -------------------------------------------------- */
@@ -200,62 +223,82 @@ static inline void bw_finish(struct bitw *w)
     w->n = 0;
 }
 
+/* The reader is a bit position into the stream plus a window W of the
+ * stream's next AVAIL bits (the bits of W above AVAIL are zero). While 8
+ * bytes can be loaded at pos / 8, one unaligned load refills the window to
+ * at least 57 bits, and a gap is one count-trailing-zeros, one shift and one
+ * mask; several gaps come out of one load. Near the end of the stream (its
+ * last 8 bytes) it goes bit by bit, checking bounds. */
 struct bitr {
-    const uint8_t *p, *end;
-    uint64_t acc; /* bits above n are zero or the stream's next bits */
-    int n;        /* valid bits in acc, <= 63 */
+    const uint8_t *bits;
+    size_t nbytes;
+    size_t fast_end; /* byte offsets below this can take an 8-byte load */
+    uint64_t pos;    /* bits consumed */
+    uint64_t w;      /* the next AVAIL bits of the stream */
+    int avail;
 };
 
-static inline void br_refill(struct bitr *r)
+static void br_init(struct bitr *r, const uint8_t *bits, size_t nbytes)
 {
-    if (r->end - r->p >= 8) {
-        uint64_t v;
-        memcpy(&v, r->p, 8);
-        v = le64toh(v);
-        r->acc |= v << r->n;
-        int bytes = (63 - r->n) >> 3;
-        r->p += bytes;
-        r->n += bytes * 8;
-    } else {
-        while (r->n <= 55 && r->p < r->end) {
-            r->acc |= (uint64_t)*r->p++ << r->n;
-            r->n += 8;
-        }
+    r->bits = bits;
+    r->nbytes = nbytes;
+    r->fast_end = nbytes >= 8 ? nbytes - 7 : 0;
+    r->pos = 0;
+    r->w = 0;
+    r->avail = 0;
+}
+
+static int br_bit(struct bitr *r)
+{
+    if ((r->pos >> 3) >= r->nbytes) return -1;
+    int b = (r->bits[r->pos >> 3] >> (r->pos & 7)) & 1;
+    r->pos++;
+    return b;
+}
+
+static __attribute__((noinline)) int br_gap_slow(struct bitr *r, int k, uint64_t *gap)
+{
+    r->w = 0;
+    r->avail = 0;
+    uint64_t q = 0;
+    int b;
+    while ((b = br_bit(r)) == 0) {
+        q++;
+        if (q > DD_BLOOM_FULL_RANGE) return -1; /* no valid gap is this long */
     }
+    if (b < 0) return -1;
+    uint64_t low = 0;
+    for (int i = 0; i < k; i++) {
+        if ((b = br_bit(r)) < 0) return -1;
+        low |= (uint64_t)b << i;
+    }
+    *gap = (q << k) | low;
+    return 0;
 }
 
 /* Read one gap. Returns 0, or -1 if the stream ends first. */
 static inline int br_gap(struct bitr *r, int k, uint64_t *gap)
 {
-    uint64_t q = 0;
-    for (;;) {
-        br_refill(r);
-        if (r->n == 0) return -1;
-        uint64_t valid = r->acc & ((UINT64_C(1) << r->n) - 1);
-        if (valid) {
-            int tz = __builtin_ctzll(valid);
-            q += (uint64_t)tz;
-            r->acc >>= tz + 1;
-            r->n -= tz + 1;
-            break;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (r->w != 0) {
+            int tz = __builtin_ctzll(r->w);
+            int need = tz + 1 + k;
+            if (__builtin_expect(need < r->avail, 1)) {
+                *gap = ((uint64_t)tz << k) | ((r->w >> (tz + 1)) & ((UINT64_C(1) << k) - 1));
+                r->w >>= need;
+                r->avail -= need;
+                r->pos += (uint64_t)need;
+                return 0;
+            }
         }
-        q += (uint64_t)r->n;
-        r->acc = 0;
-        r->n = 0;
+        size_t byte = (size_t)(r->pos >> 3);
+        if (byte >= r->fast_end) break;
+        uint64_t w;
+        memcpy(&w, r->bits + byte, 8);
+        r->w = le64toh(w) >> (r->pos & 7);
+        r->avail = 64 - (int)(r->pos & 7);
     }
-    if (k) {
-        if (r->n < k) {
-            br_refill(r);
-            if (r->n < k) return -1;
-        }
-        uint64_t low = r->acc & ((UINT64_C(1) << k) - 1);
-        r->acc >>= k;
-        r->n -= k;
-        *gap = (q << k) | low;
-    } else {
-        *gap = q;
-    }
-    return 0;
+    return br_gap_slow(r, k, gap);
 }
 
 /* ---- encoding -------------------------------------------------------------- */
@@ -361,10 +404,7 @@ int dd_bloom_parse(const void *data, size_t len, struct dd_bloom_view *v)
 
 static void reader_init(struct bitr *r, const struct dd_bloom_view *v)
 {
-    r->p = v->bits;
-    r->end = v->bits + v->nbits_bytes;
-    r->acc = 0;
-    r->n = 0;
+    br_init(r, v->bits, v->nbits_bytes);
 }
 
 int dd_bloom_decode(const struct dd_bloom_view *v, uint32_t *out)

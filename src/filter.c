@@ -115,24 +115,6 @@ static int check_user_scene(const dd_filter *f, const char *user, size_t *user_l
 
 static bool past(int64_t deadline_ns) { return deadline_ns && dd_mono_ns() >= deadline_ns; }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static bool sorted_contains(const uint64_t *s, size_t n, uint64_t h)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s[mid] < h)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && s[lo] == h;
-}
 
 static size_t table_size_for(size_t n)
 {
@@ -210,11 +192,19 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
                        dd_strerror(rrc), dd_recent_errstr(f->recent));
     }
     if (nrecent) {
-        qsort(f->recent_hashes, nrecent, sizeof *f->recent_hashes, cmp_u64);
-        for (size_t i = 0; i < n; i++) {
-            if (reason[i] == 0 && sorted_contains(f->recent_hashes, nrecent, h[i])) {
-                reason[i] = DEDUP__V1__REASON__REASON_DELIVERED;
-                delivered++;
+        /* Each delivered hash is looked up in the candidate table built for
+         * duplicates: <= recent.size probes instead of one search per
+         * candidate. Only first occurrences are in the table; later ones
+         * are already DUPLICATE. Distinct ids with the same hash are all
+         * there, and all match, as the hash is what is compared. */
+        for (size_t r = 0; r < nrecent; r++) {
+            uint64_t rh = f->recent_hashes[r];
+            for (size_t s = (size_t)rh & mask; table[s] != 0; s = (s + 1) & mask) {
+                size_t j = table[s] - 1;
+                if (h[j] == rh && reason[j] == 0) {
+                    reason[j] = DEDUP__V1__REASON__REASON_DELIVERED;
+                    delivered++;
+                }
             }
         }
     }
@@ -224,20 +214,19 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
     uint32_t played = 0;
     if (k) {
         if (past(deadline_ns)) return fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
+        /* Sort keys carry the candidate's position in their low half:
+         * fingerprints use only the high half of a hash (bloom.h), so one
+         * array sorts and probes, and the index comes back with it. */
         uint64_t *sh = dd_arena_alloc(arena, k * sizeof *sh);
         uint64_t *tmp_h = dd_arena_alloc(arena, k * sizeof *tmp_h);
-        uint32_t *si = dd_arena_alloc(arena, k * sizeof *si);
-        uint32_t *tmp_i = dd_arena_alloc(arena, k * sizeof *tmp_i);
         uint8_t *hit = dd_arena_calloc(arena, k, 1);
-        if (!sh || !tmp_h || !si || !tmp_i || !hit) goto nomem;
+        if (!sh || !tmp_h || !hit) goto nomem;
         size_t j = 0;
         for (size_t i = 0; i < n; i++) {
             if (reason[i]) continue;
-            sh[j] = h[i];
-            si[j] = (uint32_t)i;
-            j++;
+            sh[j++] = (h[i] & UINT64_C(0xffffffff00000000)) | (uint32_t)i;
         }
-        dd_bloom_sort_hashes(sh, si, k, tmp_h, tmp_i);
+        dd_bloom_sort_hashes(sh, NULL, k, tmp_h, NULL);
         char herr[256];
         int hrc = dd_history_probe(f->history, req->scene, scene_len, req->user_id, user_len,
                                    req->lookback_days, sh, k, hit, herr, sizeof herr);
@@ -249,7 +238,7 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
         }
         for (size_t x = 0; x < k; x++) {
             if (hit[x]) {
-                reason[si[x]] = DEDUP__V1__REASON__REASON_PLAYED;
+                reason[(uint32_t)sh[x]] = DEDUP__V1__REASON__REASON_PLAYED;
                 played++;
             }
         }
