@@ -25,6 +25,22 @@
  *
  *   bench_history [--users N] [--segment-days D] [--phase F] [--rounds R]
  *                 [--no-round-flush] [--dir PATH] [--keep]
+ *   bench_history --read-merge [--segment-days D] [--dir PATH] [--keep]
+ *
+ * segment_days defaults to history.segment_days' default (30).
+ *
+ * --read-merge measures what a read costs while a user's segment is not
+ * compacted: RocksDB runs the merge operator on every Get of a key with
+ * merge operands. Scenarios, one user each, all in today's segment, 10,000
+ * candidates (10% played, sort included), no compaction after the writes:
+ *   batch:     10,000 plays in one write, then the store is reopened (the
+ *              operand is recovered from the WAL into an L0 file, no base);
+ *   ops:       10,000 plays as 20 writes of 500 (operands in the memtable,
+ *              no base);
+ *   ops-flush: the same, then a flush (which partial-merges them);
+ *   base+ops:  a compacted base of 50,000 plays, then 20 writes of 20 plays
+ *              (the steady state of an active user's open segment);
+ *   compacted: 50,000 plays, compacted (no merge on read: the floor).
  *
  * Not a test: it prints figures and the goals; it exits non-zero only if the
  * store fails or a played item is not found.
@@ -126,12 +142,137 @@ static void die(const char *what, const char *err)
     exit(1);
 }
 
+/* ---- --read-merge ----------------------------------------------------- */
+
+#define RM_REPEATS 200
+
+/* Median, p90 and min ns per candidate of sorting and probing the N
+ * candidates SRC against USER; *FOUND gets the hits of the first round and
+ * *MERGES the full merges the probes ran, per probe. */
+static void rm_time(dd_history *h, const char *user, const uint64_t *src, size_t n, double out[3],
+                    size_t *found, double *merges)
+{
+    uint64_t *cand = malloc(n * sizeof *cand), *tmp = malloc(n * sizeof *tmp);
+    uint8_t *hit = malloc(n);
+    int64_t *ns = malloc(RM_REPEATS * sizeof *ns);
+    if (!cand || !tmp || !hit || !ns) die("read-merge", "out of memory");
+    char err[256];
+    struct dd_history_stats a, b;
+    dd_history_get_stats(h, &a);
+    for (int r = -20; r < RM_REPEATS; r++) {   /* 20 warm-up rounds */
+        memcpy(cand, src, n * sizeof *cand);
+        memset(hit, 0, n);
+        int64_t t0 = dd_mono_ns();
+        dd_bloom_sort_hashes(cand, NULL, n, tmp, NULL);
+        if (dd_history_probe(h, "", 0, user, strlen(user), 0, cand, n, hit, err, sizeof err))
+            die("probe", err);
+        int64_t t1 = dd_mono_ns();
+        if (r >= 0) ns[r] = t1 - t0;
+        if (r == -20) {
+            *found = 0;
+            for (size_t j = 0; j < n; j++) *found += hit[j];
+        }
+    }
+    dd_history_get_stats(h, &b);
+    *merges = (double)(b.merges - a.merges) / (RM_REPEATS + 20);
+    qsort(ns, RM_REPEATS, sizeof *ns, cmp_i64);
+    out[0] = (double)ns[RM_REPEATS / 2] / (double)n;
+    out[1] = (double)ns[RM_REPEATS * 9 / 10] / (double)n;
+    out[2] = (double)ns[0] / (double)n;
+    free(cand);
+    free(tmp);
+    free(hit);
+    free(ns);
+}
+
+static void rm_write(dd_history *h, const char *user, uint32_t seg, const uint64_t *hs, size_t n)
+{
+    char err[256];
+    dd_history_batch *b = dd_history_batch_new();
+    if (!b) die("batch", "out of memory");
+    if (dd_history_batch_add(b, "", 0, user, strlen(user), seg, hs, n)) die("batch", "add failed");
+    if (dd_history_write(h, b, err, sizeof err)) die("write", err);
+    dd_history_batch_free(b);
+}
+
+/* The play hashes of scenario user U: (U, i); candidates: 10% of them. */
+static uint64_t rm_play(uint32_t u, uint32_t i)
+{
+    return mix(((uint64_t)u << 40) ^ (2 * (uint64_t)i + 1));
+}
+
+static int read_merge(struct dd_config *cfg, const char *path, int64_t now)
+{
+    char err[512];
+    struct dd_history_clock clk = {bench_clock, NULL};
+    dd_history *h = NULL;
+    atomic_store(&clock_now, now);
+    if (dd_history_open(&h, cfg, &clk, err, sizeof err)) die("open", err);
+    uint32_t seg;
+    if (dd_history_place(h, now, &seg) != DD_HISTORY_PLACE_OK) die("place", "today");
+    printf("bench_history --read-merge: segment_days=%u fp_rate=%.4f dir=%s\n",
+           cfg->history.segment_days, cfg->history.fp_rate, path);
+
+    enum { BIG = 50000, MID = 10000 };
+    static uint64_t hs[BIG];
+    static const char *const names[] = {"batch", "ops", "ops-flush", "base+ops", "compacted"};
+    static const uint32_t plays[] = {MID, MID, MID, BIG + 20 * 20, BIG};
+
+    /* base+ops and compacted: a compacted base of 50,000 each */
+    for (uint32_t i = 0; i < BIG; i++) hs[i] = rm_play(3, i);
+    rm_write(h, "base+ops", seg, hs, BIG);
+    for (uint32_t i = 0; i < BIG; i++) hs[i] = rm_play(4, i);
+    rm_write(h, "compacted", seg, hs, BIG);
+    if (dd_history_flush(h, err, sizeof err)) die("flush", err);
+    if (dd_history_compact(h, err, sizeof err)) die("compact", err);
+    /* batch: one write of 10,000, then a restart */
+    for (uint32_t i = 0; i < MID; i++) hs[i] = rm_play(0, i);
+    rm_write(h, "batch", seg, hs, MID);
+    dd_history_close(h);
+    h = NULL;
+    if (dd_history_open(&h, cfg, &clk, err, sizeof err)) die("reopen", err);
+    /* ops-flush: 20 writes of 500, flushed */
+    for (uint32_t w = 0; w < 20; w++) {
+        for (uint32_t i = 0; i < 500; i++) hs[i] = rm_play(2, w * 500 + i);
+        rm_write(h, "ops-flush", seg, hs, 500);
+    }
+    if (dd_history_flush(h, err, sizeof err)) die("flush", err);
+    /* ops: 20 writes of 500, no base; base+ops: 20 writes of 20 */
+    for (uint32_t w = 0; w < 20; w++) {
+        for (uint32_t i = 0; i < 500; i++) hs[i] = rm_play(1, w * 500 + i);
+        rm_write(h, "ops", seg, hs, 500);
+        for (uint32_t i = 0; i < 20; i++) hs[i] = rm_play(3, BIG + w * 20 + i);
+        rm_write(h, "base+ops", seg, hs, 20);
+    }
+
+    int bad = 0;
+    static uint64_t src[CANDIDATES];
+    for (int s = 0; s < 5; s++) {
+        for (uint32_t j = 0; j < CANDIDATES; j++)
+            src[j] = j % 10 == 0 ? rm_play((uint32_t)s, (uint32_t)(mix(j) % plays[s]))
+                                 : mix(~((uint64_t)s << 40) ^ j);
+        double t[3], merges = 0;
+        size_t found = 0;
+        rm_time(h, names[s], src, CANDIDATES, t, &found, &merges);
+        printf("%-9s (%5u plays): ns per candidate median %7.1f, p90 %7.1f, min %7.1f; "
+               "%.1f merges per probe; %zu of %u found (>= %u played)\n",
+               names[s], plays[s], t[0], t[1], t[2], merges, found, CANDIDATES, CANDIDATES / 10);
+        if (found < CANDIDATES / 10) bad = 1;
+        printf("SUMMARY read_merge scenario=%s ns_per_candidate=%.1f\n", names[s], t[0]);
+    }
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    if (st.corrupt_values) bad = 1;
+    dd_history_close(h);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     uint32_t users = 20000, segment_days = 0, rounds = SPAN_DAYS;
     double phase = 0.5;
     const char *dir = NULL;
-    int keep = 0, round_flush = 1;
+    int keep = 0, round_flush = 1, rmerge = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--users") && i + 1 < argc) users = (uint32_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--segment-days") && i + 1 < argc)
@@ -141,9 +282,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--keep")) keep = 1;
         else if (!strcmp(argv[i], "--no-round-flush")) round_flush = 0;
+        else if (!strcmp(argv[i], "--read-merge")) rmerge = 1;
         else {
             fprintf(stderr, "usage: %s [--users N] [--segment-days D] [--phase F] "
-                            "[--rounds R] [--no-round-flush] [--dir PATH] [--keep]\n", argv[0]);
+                            "[--rounds R] [--no-round-flush] [--dir PATH] [--keep]\n"
+                            "       %s --read-merge [--segment-days D] [--dir PATH] [--keep]\n",
+                    argv[0], argv[0]);
             return 2;
         }
     }
@@ -176,6 +320,15 @@ int main(int argc, char **argv)
     int64_t today = (int64_t)(20000 / segment_days) * segment_days +
                     (int64_t)(phase * segment_days);
     int64_t now = today * DAY + DAY / 2;
+    if (rmerge) {
+        int bad = read_merge(&cfg, path, now);
+        dd_config_free(&cfg);
+        if (!keep) {
+            nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+            if (dir == tmpl) rmdir(tmpl);
+        }
+        return bad;
+    }
     atomic_store(&clock_now, now - SPAN_DAYS * DAY);
 
     struct dd_history_clock clk = {bench_clock, NULL};

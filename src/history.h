@@ -19,16 +19,20 @@
  *        [today - L, today]: whole segments, so plays up to segment_days
  *        older than L may still be reported as played. Reads skip dead segments whatever
  *        compaction has done; a compaction filter drops them for good.
- * Write: dd_history_write() puts one merge operand (bloom.h operand: raw
- *        hashes) per (scene, user, segment) in one WriteBatch. No reads.
+ * Write: dd_history_write() puts one merge operand per (scene, user,
+ *        segment) in one WriteBatch, no reads: a full-range bloom.h filter
+ *        of the new hashes (raw-hash operands are still read).
  * Fold:  the merge operator unions operands into the segment's filter.
- *        While a segment is open (its newest day >= today - 1) the filter is
- *        kept at the full range (near exact); once closed it is re-encoded
- *        at range count * S / fp_rate, where S = ceil(retention_days /
- *        segment_days) + 1 is the most segments a user can have live, so the
- *        union fp over a user's live segments stays <= fp_rate. The merge
- *        operator (on fold) and the compaction filter (on any compaction)
- *        both re-encode closed segments.
+ *        While a segment is open the value is a full-range (near exact)
+ *        filter A plus a small full-range delta B: a read-time fold copies A
+ *        and re-encodes only B, and B is folded into A once it holds more
+ *        than max(256, count(A) / 8) items. Once the segment has been closed
+ *        for a few days (history.c, REDUCE_GRACE_DAYS) it is folded and
+ *        re-encoded at range count * S / fp_rate, where S =
+ *        ceil(retention_days / segment_days) + 1 is the most segments a user
+ *        can have live, so the union fp over a user's live segments stays
+ *        <= fp_rate; late plays into it go to a full-range B. The merge
+ *        operator and the compaction filter both re-encode closed segments.
  * Read:  one batched MultiGet of the user's live segments (within
  *        lookback), then one sorted pass per segment (dd_bloom_probe_sorted).
  * Integrity: a value or operand that fails version or checksum is counted

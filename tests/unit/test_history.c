@@ -7,7 +7,8 @@
  * false-positive rate over a user stays under history.fp_rate; lookback;
  * forget; scenes as separate namespaces; corrupt values and operands read as
  * empty and counted, never a crash; place() verdicts; bad RocksDB options
- * named.
+ * named; open segments kept as a base plus a small delta folded at its
+ * threshold, split headers strictly checked, many small operands.
  */
 #include "config.h"
 #include "dd.h"
@@ -143,10 +144,13 @@ static void test_place(void)
     CHECK_EQ_INT(dd_history_now_ms(h), T0);
     CHECK_EQ_INT(dd_history_place(h, T0, &seg), DD_HISTORY_PLACE_OK);
     CHECK_EQ_INT(seg, 20000 / 30);
-    /* the last 90 days, today included, are within retention */
-    int64_t oldest = (INT64_C(20000) - 89) * DAY;
+    /* today and the 90 whole days before it are within retention, so a
+     * play is remembered at least 90 full days whatever its time of day */
+    int64_t oldest = (INT64_C(20000) - 90) * DAY;
     CHECK_EQ_INT(dd_history_place(h, oldest, &seg), DD_HISTORY_PLACE_OK);
-    CHECK_EQ_INT(seg, (20000 - 89) / 30);
+    CHECK_EQ_INT(seg, (20000 - 90) / 30);
+    /* a play 90 days minus a millisecond before now is still accepted */
+    CHECK_EQ_INT(dd_history_place(h, T0 - 90 * DAY + 1, &seg), DD_HISTORY_PLACE_OK);
     CHECK_EQ_INT(dd_history_place(h, oldest - 1, &seg), DD_HISTORY_PLACE_EXPIRED);
     CHECK_EQ_INT(dd_history_place(h, -5 * DAY, &seg), DD_HISTORY_PLACE_EXPIRED);
     /* up to history.max_future_ms ahead is accepted (default one hour) */
@@ -306,10 +310,10 @@ static void test_expiry(void)
     CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 100);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 100);
 
-    /* segment 663 is live while 19919 >= today - 89, i.e. until day 20008 */
-    atomic_store(&clock_now, INT64_C(20008) * DAY + 5);
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 100);
+    /* segment 663 is live while 19919 >= today - 90, i.e. until day 20009 */
     atomic_store(&clock_now, INT64_C(20009) * DAY + 5);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 100);
+    atomic_store(&clock_now, INT64_C(20010) * DAY + 5);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 0);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 0);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, fresh, 100), 100);
@@ -736,6 +740,327 @@ static void test_corrupt(void)
     dd_config_free(&cfg);
 }
 
+/* ---- split values and cheap reads ---------------------------------------- */
+
+/* Raw access to a closed store: Get/Put of one key's value. */
+static rocksdb_t *raw_open(const char *path, rocksdb_options_t **o)
+{
+    *o = rocksdb_options_create();
+    rocksdb_options_set_merge_operator(*o, rocksdb_mergeoperator_create(
+        NULL, raw_nop, raw_full, raw_partial, NULL, raw_name));
+    char *e = NULL;
+    rocksdb_t *db = rocksdb_open(*o, path, &e);
+    REQUIRE(!e && db);
+    return db;
+}
+
+static void raw_close(rocksdb_t *db, rocksdb_options_t *o)
+{
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+}
+
+/* The stored value of (scene "", USER, SEG) into *V (malloc'd), or NULL. */
+static size_t raw_get(rocksdb_t *db, const char *user, uint32_t seg, char **v)
+{
+    uint8_t k[64];
+    size_t kl = make_key(k, "", user, seg), vl = 0;
+    char *e = NULL;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    *v = rocksdb_get(db, ro, (const char *)k, kl, &vl, &e);
+    rocksdb_readoptions_destroy(ro);
+    REQUIRE(!e);
+    return vl;
+}
+
+static void raw_put(rocksdb_t *db, const char *user, uint32_t seg, const void *v, size_t vl,
+                    int merge)
+{
+    uint8_t k[64];
+    size_t kl = make_key(k, "", user, seg);
+    char *e = NULL;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    if (merge) rocksdb_merge(db, wo, (const char *)k, kl, v, vl, &e);
+    else rocksdb_put(db, wo, (const char *)k, kl, v, vl, &e);
+    rocksdb_writeoptions_destroy(wo);
+    REQUIRE(!e);
+}
+
+/* A stored value as history.c lays it out: nv = 1 (one filter) or 2 (split
+ * A | B), counts and ranges in F. Returns nv, or 0 if it does not parse. */
+static int value_parts(const char *v, size_t len, struct dd_bloom_view f[2])
+{
+    const uint8_t *p = (const uint8_t *)v;
+    if (len == 0) return 0;
+    if (p[0] != 0xd5) return dd_bloom_parse(v, len, &f[0]) == DD_OK ? 1 : 0;
+    if (len < 8) return 0;
+    size_t la = (size_t)p[4] | (size_t)p[5] << 8 | (size_t)p[6] << 16 | (size_t)p[7] << 24;
+    if (la > len - 8) return 0;
+    if (dd_bloom_parse(v + 8, la, &f[0]) != DD_OK) return 0;
+    if (dd_bloom_parse(v + 8 + la, len - 8 - la, &f[1]) != DD_OK) return 0;
+    return 2;
+}
+
+/* An open segment with a base gets its new plays in a small full-range
+ * delta B beside the base A (copied as it is on every read); B is folded
+ * into A once it holds more than max(256, count(A)/8); reads find every
+ * item at every stage and the fp stays that of the full range. */
+static void test_split_fold(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    enum { BASE = 16000, SMALL = 20, NSMALL = 30, NEVER = 100000 };
+    const uint32_t seg = 20000 / 30;
+    uint64_t *hs = malloc((BASE + 4000) * sizeof *hs), *never = malloc(NEVER * sizeof *never);
+    REQUIRE(hs && never);
+    for (int i = 0; i < BASE + 4000; i++) hs[i] = item("sf", (uint64_t)i);
+    for (int i = 0; i < NEVER; i++) never[i] = item("sf-never", (uint64_t)i);
+
+    play(h, "", "u", hs, BASE, T0);
+    flush_compact(h);
+    /* 30 small writes (600 items, under max(256, 16000/8) = 2000), read
+     * through the merge on every probe, then compacted */
+    size_t n = BASE;
+    for (int w = 0; w < NSMALL; w++) {
+        play(h, "", "u", hs + n, SMALL, T0);
+        n += SMALL;
+        if (w % 10 == 9) CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, n), n);
+    }
+    /* re-adds of known items change nothing that reads see */
+    play(h, "", "u", hs, 100, T0);
+    flush_compact(h);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, n), n);
+    CHECK(count_hits(h, "", "u", 0, never, NEVER) < 10);
+    dd_history_close(h);
+
+    rocksdb_options_t *o;
+    rocksdb_t *db = raw_open(path, &o);
+    char *v;
+    size_t vl = raw_get(db, "u", seg, &v);
+    struct dd_bloom_view f[2];
+    REQUIRE(v);
+    CHECK_EQ_INT(value_parts(v, vl, f), 2);
+    CHECK_EQ_INT(f[0].count, BASE);
+    CHECK(f[0].range == DD_BLOOM_FULL_RANGE && f[1].range == DD_BLOOM_FULL_RANGE);
+    /* B: the 600 new items and the 100 re-added ones (not checked against
+     * A, to keep reads cheap; they go at the fold) */
+    CHECK_EQ_INT(f[1].count, NSMALL * SMALL + 100);
+    rocksdb_free(v);
+    raw_close(db, o);
+
+    /* 1,400 more: B reaches 2,100 > 2,000, so it is folded into A */
+    h = open_store(&cfg);
+    play(h, "", "u", hs + n, 1400, T0);
+    n += 1400;
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, n), n);
+    flush_compact(h);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, n), n);
+    dd_history_close(h);
+    db = raw_open(path, &o);
+    vl = raw_get(db, "u", seg, &v);
+    REQUIRE(v);
+    CHECK_EQ_INT(value_parts(v, vl, f), 1);
+    CHECK_EQ_INT(f[0].count, n);   /* the duplicates are gone */
+    CHECK(f[0].range == DD_BLOOM_FULL_RANGE);
+    rocksdb_free(v);
+
+    /* the same at the minimum: a base of 100 takes 256 items in B, not 257 */
+    raw_close(db, o);
+    h = open_store(&cfg);
+    play(h, "", "small", hs, 100, T0);
+    flush_compact(h);
+    play(h, "", "small", hs + 100, 256, T0);
+    flush_compact(h);
+    dd_history_close(h);
+    db = raw_open(path, &o);
+    vl = raw_get(db, "small", seg, &v);
+    REQUIRE(v);
+    CHECK_EQ_INT(value_parts(v, vl, f), 2);
+    CHECK_EQ_INT(f[1].count, 256);
+    rocksdb_free(v);
+    raw_close(db, o);
+    h = open_store(&cfg);
+    play(h, "", "small", hs + 356, 1, T0);
+    flush_compact(h);
+    CHECK_EQ_INT(count_hits(h, "", "small", 0, hs, 357), 357);
+    dd_history_close(h);
+    db = raw_open(path, &o);
+    vl = raw_get(db, "small", seg, &v);
+    REQUIRE(v);
+    CHECK_EQ_INT(value_parts(v, vl, f), 1);
+    CHECK_EQ_INT(f[0].count, 357);
+    rocksdb_free(v);
+    raw_close(db, o);
+
+    /* A split value whose segment closes is folded and re-encoded by the
+     * compaction filter: no full-range leftovers in closed segments. */
+    h = open_store(&cfg);
+    play(h, "", "closing", hs, 4000, T0);
+    flush_compact(h);
+    play(h, "", "closing", hs + 4000, 300, T0);
+    flush_compact(h);   /* split: 4,000 | 300 */
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    uint64_t reduced = st.segments_reduced;
+    atomic_store(&clock_now, T0 + 14 * DAY);   /* segment 666 closed, grace over */
+    flush_compact(h);
+    dd_history_get_stats(h, &st);
+    CHECK(st.segments_reduced > reduced);
+    CHECK_EQ_INT(count_hits(h, "", "closing", 0, hs, 4300), 4300);
+    double fp = (double)count_hits(h, "", "closing", 0, never, NEVER) / NEVER;
+    CHECK(fp <= cfg.history.fp_rate / 4 * 1.3);
+    CHECK(fp > cfg.history.fp_rate / 4 * 0.7);   /* really re-encoded */
+    CHECK_EQ_INT(st.corrupt_values, 0);
+    dd_history_close(h);
+    db = raw_open(path, &o);
+    vl = raw_get(db, "closing", seg, &v);
+    REQUIRE(v);
+    CHECK_EQ_INT(value_parts(v, vl, f), 1);
+    /* distinct fingerprints at the final range: a few collide */
+    CHECK(f[0].count <= 4300 && f[0].count > 4250);
+    CHECK(f[0].range < DD_BLOOM_FULL_RANGE);
+    rocksdb_free(v);
+    raw_close(db, o);
+    atomic_store(&clock_now, T0);
+    free(hs);
+    free(never);
+    dd_config_free(&cfg);
+}
+
+/* A split value round-trips through raw storage; a split header damaged in
+ * any field reads as empty and is counted; legacy raw-hash operands still
+ * count. */
+static void test_split_corrupt(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    const uint32_t seg = 20000 / 30;
+    uint64_t hs[1300];
+    for (int i = 0; i < 1300; i++) hs[i] = item("sc", (uint64_t)i);
+    play(h, "", "src", hs, 1000, T0);
+    flush_compact(h);
+    play(h, "", "src", hs + 1000, 200, T0);   /* 200 <= 256: split */
+    flush_compact(h);
+    dd_history_close(h);
+
+    rocksdb_options_t *o;
+    rocksdb_t *db = raw_open(path, &o);
+    char *v;
+    size_t vl = raw_get(db, "src", seg, &v);
+    struct dd_bloom_view f[2];
+    REQUIRE(v);
+    REQUIRE(value_parts(v, vl, f) == 2);
+    size_t la = (size_t)(uint8_t)v[4] | (size_t)(uint8_t)v[5] << 8;
+    char *m = malloc(vl + 8);
+    REQUIRE(m);
+    enum { NBAD = 11 };
+    char user[16];
+    for (int c = 0; c < NBAD; c++) {
+        memcpy(m, v, vl);
+        size_t ml = vl;
+        switch (c) {
+        case 0: m[0] = (char)0xd4; break;                 /* tag */
+        case 1: m[1] = 1; break;                          /* reserved bytes */
+        case 2: m[3] = (char)0x80; break;
+        case 3: m[4] = (char)(la + 1); m[5] = (char)((la + 1) >> 8); break;  /* len(A) */
+        case 4: m[4] = (char)(la - 1); m[5] = (char)((la - 1) >> 8); break;
+        case 5: m[7] = 0x7f; break;                       /* len(A) past the end */
+        case 6: m[4] = m[5] = 0; break;                   /* len(A) = 0 */
+        case 7: ml = 7; break;                            /* shorter than the header */
+        case 8: m[8 + la / 2] ^= 0x10; break;             /* inside A */
+        case 9: m[vl - 3] ^= 0x01; break;                 /* inside B (its checksum) */
+        case 10: ml = vl - 1; break;                      /* truncated */
+        }
+        snprintf(user, sizeof user, "bad%d", c);
+        raw_put(db, user, seg, m, ml, 0);
+    }
+    raw_put(db, "copy", seg, v, vl, 0);
+    /* a raw-hash operand, the format written before filter operands */
+    struct dd_buf op = {0};
+    REQUIRE(dd_bloom_operand_encode(&op, hs, 50) == DD_OK);
+    raw_put(db, "legacy", seg, op.data, op.len, 1);
+    dd_buf_free(&op);
+    free(m);
+    rocksdb_free(v);
+    raw_close(db, o);
+
+    h = open_store(&cfg);
+    struct dd_history_stats st;
+    CHECK_EQ_INT(count_hits(h, "", "copy", 0, hs, 1200), 1200);   /* round trip */
+    CHECK_EQ_INT(count_hits(h, "", "legacy", 0, hs, 50), 50);
+    for (int c = 0; c < NBAD; c++) {
+        snprintf(user, sizeof user, "bad%d", c);
+        dd_history_get_stats(h, &st);
+        uint64_t before = st.corrupt_values;
+        CHECK_MSG(count_hits(h, "", user, 0, hs, 1200) == 0, "damage %d not detected", c);
+        dd_history_get_stats(h, &st);
+        CHECK_MSG(st.corrupt_values == before + 1, "damage %d not counted", c);
+    }
+    /* the next fold replaces a damaged value; the legacy operand is folded */
+    play(h, "", "bad3", hs, 10, T0);
+    CHECK_EQ_INT(count_hits(h, "", "bad3", 0, hs, 10), 10);
+    flush_compact(h);
+    CHECK_EQ_INT(count_hits(h, "", "bad3", 0, hs, 10), 10);
+    CHECK_EQ_INT(count_hits(h, "", "legacy", 0, hs, 50), 50);
+    CHECK_EQ_INT(count_hits(h, "", "copy", 0, hs, 1200), 1200);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* Many small operands (no base; through the memtable's successive merges,
+ * flushes that partial-merge them, and compaction), and a base plus many
+ * operands in closed and open segments: never a false negative, and the
+ * union fp over the user stays under fp_rate. */
+static void test_many_operands(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    enum { OPS = 400, PER = 7, NEVER = 200000 };
+    uint64_t *hs = malloc(2 * OPS * PER * sizeof *hs), *never = malloc(NEVER * sizeof *never);
+    REQUIRE(hs && never);
+    for (int i = 0; i < 2 * OPS * PER; i++) hs[i] = item("mo", (uint64_t)i);
+    for (int i = 0; i < NEVER; i++) never[i] = item("mo-never", (uint64_t)i);
+
+    /* segment 666 (open) and 664 (closed): OPS operands each, re-adds
+     * included, flushed every 50 */
+    for (int w = 0; w < OPS; w++) {
+        play(h, "", "many", hs + w * PER, PER, T0);
+        play(h, "", "many", hs + (OPS + w) * PER, PER, T0 - 60 * DAY);
+        if (w % 3 == 0) play(h, "", "many", hs + (w / 2) * PER, PER, T0);
+        if (w % 50 == 49) {
+            CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
+            CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, (size_t)(w + 1) * PER),
+                         (size_t)(w + 1) * PER);
+        }
+        if (w == OPS / 2) CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+    }
+    CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
+    flush_compact(h);
+    CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
+    dd_history_close(h);
+    h = open_store(&cfg);
+    CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
+    double fp = (double)count_hits(h, "", "many", 0, never, NEVER) / NEVER;
+    fprintf(stderr, "many operands: union fp %.5f (bound %.3f)\n", fp, cfg.history.fp_rate);
+    CHECK(fp <= cfg.history.fp_rate);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.corrupt_values, 0);
+    dd_history_close(h);
+    free(hs);
+    free(never);
+    dd_config_free(&cfg);
+}
+
 static void test_open_errors(void)
 {
     struct dd_config cfg;
@@ -794,6 +1119,9 @@ int main(void)
     test_forget_and_scenes();
     test_concurrent();
     test_corrupt();
+    test_split_fold();
+    test_split_corrupt();
+    test_many_operands();
     test_open_errors();
 
     nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
