@@ -436,6 +436,31 @@ bool dd_bloom_contains(const struct dd_bloom_view *v, uint64_t h)
     return false;
 }
 
+/* First index >= LO whose fingerprint is >= F: gallop, then bisect. */
+static size_t lower_bound_fp(const uint64_t *s, size_t lo, size_t n, uint64_t range, uint32_t f)
+{
+    size_t hi = lo, step = 1;
+    while (hi < n && dd_bloom_fingerprint(s[hi], range) < f) {
+        lo = hi + 1;
+        hi += step;
+        step *= 2;
+    }
+    if (hi > n) hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (dd_bloom_fingerprint(s[mid], range) < f)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Two ways through: a filter at least an eighth the size of the batch is
+ * merged with it candidate by candidate (the branch "decode more" is rarely
+ * taken, so it predicts well); a smaller one (a user's light segment, a
+ * delta) is walked fingerprint by fingerprint, galloping through the
+ * candidates, so its cost follows its own size, not the batch's. */
 int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted, size_t n,
                           uint8_t *hit)
 {
@@ -443,9 +468,21 @@ int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted,
     struct bitr r;
     reader_init(&r, v);
     uint32_t left = v->count;
-    uint64_t cur, gap;
+    uint64_t cur = 0, gap;
     const uint64_t range = v->range;
     const int k = v->rice_k;
+    if ((uint64_t)v->count * 8 < n) {
+        size_t i = 0;
+        while (left-- > 0) {
+            if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
+            cur += gap;
+            if (cur >= range) return DD_ERR_CORRUPT;
+            i = lower_bound_fp(sorted, i, n, range, (uint32_t)cur);
+            while (i < n && dd_bloom_fingerprint(sorted[i], range) == cur) hit[i++] = 1;
+            if (i >= n) break;
+        }
+        return DD_OK;
+    }
     if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
     cur = gap;
     left--;

@@ -92,9 +92,11 @@ static void test_fp_rate(size_t n, double target)
     free(hit);
 }
 
-static void test_probe_matches_contains(void)
+/* N added, M queried: N * 8 >= M takes the merge path of the batch probe,
+ * a smaller N the galloping one; both must agree with single probes. */
+static void test_probe_matches_contains(size_t n)
 {
-    const size_t n = 5000, m = 20000;
+    const size_t m = 20000;
     uint64_t *h = malloc(n * sizeof *h), *q = malloc(m * sizeof *q), *t = malloc(m * sizeof *t);
     uint32_t *idx = malloc(m * sizeof *idx), *tidx = malloc(m * sizeof *tidx);
     uint8_t *hit = calloc(m, 1);
@@ -274,7 +276,9 @@ int main(void)
     test_fp_rate(100000, 0.01);
     test_fp_rate(1000, 0.001);
     test_fp_rate(100000, 0.0025);
-    test_probe_matches_contains();
+    test_probe_matches_contains(5000);
+    test_probe_matches_contains(500);
+    test_probe_matches_contains(3);
     test_union_and_reduce();
     test_empty_and_tiny();
     test_corruption();
