@@ -1,0 +1,441 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// loadgen.cc - load generator for dedupd's Filter, and the legacy path it
+// replaces, in one run.
+//
+// Setup: a heavy user gets 10,000 plays (RecordPlays, spread over 30 days)
+// and 100 deliveries (RecordDelivery); the same 10,000 play ids go into a
+// Redis sorted set, the legacy store. The request: 10,000 candidates, 2,000
+// of them played, 50 delivered, the rest fresh.
+//
+// Then, for --seconds each:
+//   - Filter at low load: 1 call in flight;
+//   - Filter at saturation: --inflight threads, each with its own channel and
+//     completion queue, one call in flight each;
+//   - legacy, 1 in flight: ZRANGE key 0 -1 of the 10,000-member ZSet, a hash
+//     set of the members, each candidate checked against it.
+// Each prints calls, calls/s and p50/p99/p999 latency (ms); then the ratio
+// legacy/dedupd and the goals (p99 <= 1 ms at low load, >= 2,000 calls/s,
+// >= 5x faster than legacy).
+//
+// The request is serialised once and sent through grpc's generic stub, so
+// the client's cost per call is the transport and parsing the response, as
+// in a recall service that builds its candidate list anyway. Responses are
+// parsed (FilterResponse) and their kept count checked on every call.
+//
+// usage: loadgen --addr HOST:PORT --redis HOST:PORT [--seconds S]
+//                [--inflight N] [--mode ids|indexes] [--user ID] [--server-pid PID]
+//                [--phase all|setup|run]
+//
+// --phase setup writes the user and the legacy ZSet and exits; --phase run
+// measures what is there. run_loadgen.sh restarts dedupd between the two so
+// that the plays are read from an SST (folded at flush), as in steady state,
+// and not re-merged from memtable operands on every read.
+#include "dedup.grpc.pb.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+    std::string addr = "127.0.0.1:50051";
+    std::string redis = "127.0.0.1:6379";
+    double seconds = 5.0;
+    int inflight = 8;
+    bool indexes = true;
+    std::string user = "loadgen-heavy";
+    int server_pid = 0;  // dedupd's pid: report its CPU time per call
+    std::string phase = "all";  // setup: write the user only; run: measure only
+};
+
+struct Result {
+    std::vector<double> lat_ms;
+    double elapsed_s = 0;
+    uint64_t errors = 0;
+    uint64_t degraded = 0;  // answers without Redis (recent.timeout_ms passed)
+};
+
+[[noreturn]] void die(const std::string &msg)
+{
+    std::fprintf(stderr, "loadgen: %s\n", msg.c_str());
+    std::exit(1);
+}
+
+double pct(const std::vector<double> &sorted, double p)
+{
+    if (sorted.empty()) return 0;
+    size_t i = static_cast<size_t>(p * static_cast<double>(sorted.size()));
+    if (i >= sorted.size()) i = sorted.size() - 1;
+    return sorted[i];
+}
+
+void print(const char *label, Result &r, double server_cpu_s = -1)
+{
+    std::sort(r.lat_ms.begin(), r.lat_ms.end());
+    double cps = r.elapsed_s > 0 ? static_cast<double>(r.lat_ms.size()) / r.elapsed_s : 0;
+    std::printf("%-44s calls=%-7zu calls/s=%-9.0f p50=%.3f p99=%.3f p999=%.3f max=%.3f ms "
+                "errors=%llu degraded=%llu\n",
+                label, r.lat_ms.size(), cps, pct(r.lat_ms, 0.50), pct(r.lat_ms, 0.99),
+                pct(r.lat_ms, 0.999), r.lat_ms.empty() ? 0.0 : r.lat_ms.back(),
+                static_cast<unsigned long long>(r.errors),
+                static_cast<unsigned long long>(r.degraded));
+    if (server_cpu_s > 0 && !r.lat_ms.empty())
+        std::printf("%-44s dedupd CPU %.3f ms per call (%.0f calls/s per core)\n", "",
+                    server_cpu_s * 1000 / static_cast<double>(r.lat_ms.size()),
+                    static_cast<double>(r.lat_ms.size()) / server_cpu_s);
+    std::fflush(stdout);
+}
+
+// CPU seconds (user + system) used so far by process PID; 0 if unknown.
+double cpu_seconds(int pid)
+{
+    if (pid <= 0) return 0;
+    std::string path = "/proc/" + std::to_string(pid) + "/stat";
+    FILE *f = std::fopen(path.c_str(), "r");
+    if (!f) return 0;
+    char buf[1024];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    const char *p = std::strrchr(buf, ')');
+    if (!p) return 0;
+    unsigned long long utime = 0, stime = 0;
+    if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                    &stime) != 2)
+        return 0;
+    return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+std::shared_ptr<grpc::Channel> channel(const std::string &addr, int id)
+{
+    grpc::ChannelArguments args;
+    args.SetInt("dedupd.loadgen.channel", id);  // distinct args: a connection of its own
+    args.SetMaxReceiveMessageSize(64 << 20);
+    auto ch = grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args);
+    if (!ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(20)))
+        die("cannot connect to " + addr);
+    return ch;
+}
+
+void setup(const Options &o, std::vector<std::string> &plays)
+{
+    auto stub = dedup::v1::Dedup::NewStub(channel(o.addr, -1));
+    auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+    {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        dedup::v1::ForgetUserRequest req;
+        req.set_user_id(o.user);
+        dedup::v1::ForgetUserResponse resp;
+        auto s = stub->ForgetUser(&ctx, req, &resp);
+        if (!s.ok()) die("ForgetUser: " + s.error_message());
+    }
+    dedup::v1::RecordPlaysRequest pr;
+    pr.set_user_id(o.user);
+    for (size_t i = 0; i < plays.size(); i++) {
+        auto *p = pr.add_plays();
+        p->set_item_id(plays[i]);
+        p->set_played_at_ms(now_ms - static_cast<int64_t>(i % 30) * 86400000 - 1000);
+    }
+    {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        dedup::v1::RecordPlaysResponse resp;
+        auto s = stub->RecordPlays(&ctx, pr, &resp);
+        if (!s.ok()) die("RecordPlays: " + s.error_message());
+        if (resp.accepted() != plays.size()) die("RecordPlays accepted " + std::to_string(resp.accepted()));
+    }
+    dedup::v1::RecordDeliveryRequest dr;
+    dr.set_user_id(o.user);
+    for (int i = 0; i < 100; i++) dr.add_item_ids("delivered-" + std::to_string(i));
+    {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        dedup::v1::RecordDeliveryResponse resp;
+        auto s = stub->RecordDelivery(&ctx, dr, &resp);
+        if (!s.ok()) die("RecordDelivery: " + s.error_message());
+    }
+}
+
+void setup_legacy(const Options &o, redisContext *c, const std::vector<std::string> &plays,
+                  const std::string &key)
+{
+    redisReply *rep = static_cast<redisReply *>(redisCommand(c, "DEL %b", key.data(), key.size()));
+    if (!rep) die(std::string("redis: ") + c->errstr);
+    freeReplyObject(rep);
+    auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+    std::string score = std::to_string(now_ms);
+    for (size_t off = 0; off < plays.size(); off += 1000) {
+        std::vector<const char *> argv{"ZADD", key.c_str()};
+        std::vector<size_t> lens{4, key.size()};
+        for (size_t i = off; i < std::min(plays.size(), off + 1000); i++) {
+            argv.push_back(score.c_str());
+            lens.push_back(score.size());
+            argv.push_back(plays[i].c_str());
+            lens.push_back(plays[i].size());
+        }
+        rep = static_cast<redisReply *>(
+            redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+        if (!rep || rep->type != REDIS_REPLY_INTEGER) die("legacy ZADD failed");
+        freeReplyObject(rep);
+    }
+    (void)o;
+}
+
+// One thread's loop of Filter calls, one in flight, until STOP.
+void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, size_t want_kept,
+                 bool indexes, Clock::time_point stop, Result *out)
+{
+    auto ch = channel(addr, id);
+    grpc::GenericStub stub(ch);
+    grpc::CompletionQueue cq;
+    out->lat_ms.reserve(200000);
+    auto t_start = Clock::now();
+    dedup::v1::FilterResponse resp;
+    while (Clock::now() < stop) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+        grpc::ByteBuffer rbuf;
+        grpc::Status status;
+        auto t0 = Clock::now();
+        auto call = stub.PrepareUnaryCall(&ctx, "/dedup.v1.Dedup/Filter", req, &cq);
+        call->StartCall();
+        call->Finish(&rbuf, &status, reinterpret_cast<void *>(1));
+        void *tag;
+        bool ok;
+        if (!cq.Next(&tag, &ok) || !ok) die("completion queue failed");
+        bool good = status.ok() &&
+                    grpc::SerializationTraits<dedup::v1::FilterResponse>::Deserialize(&rbuf, &resp)
+                        .ok();
+        double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (good) {
+            size_t kept = static_cast<size_t>(indexes ? resp.kept_indexes_size() : resp.kept_ids_size());
+            // A degraded answer is a real answer (Redis missed recent.timeout_ms,
+            // likely starved of CPU here): timed, counted, its kept set
+            // then includes the deliveries.
+            if (resp.degraded())
+                out->degraded++;
+            else if (kept != want_kept)
+                good = false;
+        }
+        if (!good) {
+            if (out->errors++ < 3)
+                std::fprintf(stderr, "loadgen: bad Filter answer: status %d %s kept %d/%d degraded %d\n",
+                             static_cast<int>(status.error_code()), status.error_message().c_str(),
+                             resp.kept_indexes_size(), resp.kept_ids_size(), resp.degraded());
+            continue;
+        }
+        out->lat_ms.push_back(ms);
+    }
+    out->elapsed_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+    cq.Shutdown();
+    void *tag;
+    bool ok;
+    while (cq.Next(&tag, &ok)) {
+    }
+}
+
+Result run_filter(const Options &o, const grpc::ByteBuffer &req, size_t want_kept, int inflight,
+                  double seconds)
+{
+    std::vector<Result> parts(static_cast<size_t>(inflight));
+    std::vector<std::thread> threads;
+    auto stop = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(seconds));
+    for (int i = 0; i < inflight; i++)
+        threads.emplace_back(filter_loop, std::cref(o.addr), i, std::cref(req), want_kept,
+                             o.indexes, stop, &parts[static_cast<size_t>(i)]);
+    for (auto &t : threads) t.join();
+    Result all;
+    for (auto &p : parts) {
+        all.lat_ms.insert(all.lat_ms.end(), p.lat_ms.begin(), p.lat_ms.end());
+        all.errors += p.errors;
+        all.elapsed_s = std::max(all.elapsed_s, p.elapsed_s);
+    }
+    return all;
+}
+
+Result run_legacy(redisContext *c, const std::string &key, const std::vector<std::string> &cands,
+                  size_t want_kept, double seconds)
+{
+    Result r;
+    r.lat_ms.reserve(100000);
+    std::unordered_set<std::string_view> seen;
+    std::vector<uint32_t> kept;
+    kept.reserve(cands.size());
+    auto t_start = Clock::now();
+    auto stop = t_start + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(seconds));
+    while (Clock::now() < stop) {
+        auto t0 = Clock::now();
+        auto *rep = static_cast<redisReply *>(
+            redisCommand(c, "ZRANGE %b 0 -1", key.data(), key.size()));
+        if (!rep || rep->type != REDIS_REPLY_ARRAY) die("legacy ZRANGE failed");
+        seen.clear();
+        seen.reserve(rep->elements);
+        for (size_t i = 0; i < rep->elements; i++)
+            seen.emplace(rep->element[i]->str, rep->element[i]->len);
+        kept.clear();
+        for (size_t i = 0; i < cands.size(); i++)
+            if (!seen.count(cands[i])) kept.push_back(static_cast<uint32_t>(i));
+        freeReplyObject(rep);
+        double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (kept.size() != want_kept) r.errors++;
+        r.lat_ms.push_back(ms);
+    }
+    r.elapsed_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+    return r;
+}
+
+Options parse(int argc, char **argv)
+{
+    Options o;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        auto val = [&]() -> std::string {
+            if (i + 1 >= argc) die("missing value for " + a);
+            return argv[++i];
+        };
+        if (a == "--addr") o.addr = val();
+        else if (a == "--redis") o.redis = val();
+        else if (a == "--seconds") o.seconds = std::atof(val().c_str());
+        else if (a == "--inflight") o.inflight = std::atoi(val().c_str());
+        else if (a == "--mode") o.indexes = val() != "ids";
+        else if (a == "--user") o.user = val();
+        else if (a == "--server-pid") o.server_pid = std::atoi(val().c_str());
+        else if (a == "--phase") o.phase = val();
+        else die("unknown option " + a +
+                 " (usage: loadgen --addr H:P --redis H:P [--seconds S] [--inflight N]"
+                 " [--mode ids|indexes] [--user ID] [--server-pid PID]"
+                 " [--phase all|setup|run])");
+    }
+    if (o.seconds <= 0 || o.inflight < 1) die("--seconds and --inflight must be positive");
+    if (o.phase != "all" && o.phase != "setup" && o.phase != "run")
+        die("--phase is all, setup or run");
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char **argv)
+{
+    Options o = parse(argc, argv);
+    const size_t n_plays = 10000, n_cands = 10000;
+
+    std::vector<std::string> plays(n_plays);
+    for (size_t i = 0; i < n_plays; i++) plays[i] = "video-" + std::to_string(1000000 + i * 7);
+    // Candidates: every 5th played (2,000), 50 of the deliveries, the rest fresh.
+    std::vector<std::string> cands(n_cands);
+    size_t n_played = 0, n_delivered = 0;
+    for (size_t i = 0; i < n_cands; i++) {
+        if (i % 5 == 0) {
+            cands[i] = plays[(i / 5) * 5 % n_plays];
+            n_played++;
+        } else if (i % 5 == 1 && n_delivered < 50) {
+            cands[i] = "delivered-" + std::to_string(n_delivered * 2);
+            n_delivered++;
+        } else {
+            cands[i] = "video-" + std::to_string(5000000 + i * 13);
+        }
+    }
+
+    auto colon = o.redis.rfind(':');
+    if (colon == std::string::npos) die("--redis wants host:port");
+    struct timeval tv = {2, 0};
+    redisContext *rc = redisConnectWithTimeout(o.redis.substr(0, colon).c_str(),
+                                               std::atoi(o.redis.c_str() + colon + 1), tv);
+    if (!rc || rc->err) die("cannot connect to redis " + o.redis);
+    const std::string legacy_key = "legacy:played:{" + o.user + "}";
+
+    if (o.phase != "run") {
+        setup(o, plays);
+        setup_legacy(o, rc, plays, legacy_key);
+        if (o.phase == "setup") {
+            std::printf("setup: user %s, %zu plays, 100 deliveries, legacy ZSet %s\n",
+                        o.user.c_str(), n_plays, legacy_key.c_str());
+            redisFree(rc);
+            return 0;
+        }
+    }
+
+    dedup::v1::FilterRequest req;
+    req.set_user_id(o.user);
+    for (auto &c : cands) req.add_candidate_ids(c);
+    req.set_mode(o.indexes ? dedup::v1::RESPONSE_MODE_INDEXES : dedup::v1::RESPONSE_MODE_IDS);
+    grpc::ByteBuffer req_buf;
+    bool own;
+    if (!grpc::SerializationTraits<dedup::v1::FilterRequest>::Serialize(req, &req_buf, &own).ok())
+        die("cannot serialise the request");
+
+    // The kept count from one checked call: at most the fresh candidates
+    // (bloom false positives may remove a few more); every later call must
+    // give the same.
+    size_t fresh = n_cands - n_played - n_delivered;
+    size_t want_kept;
+    {
+        auto stub = dedup::v1::Dedup::NewStub(channel(o.addr, -2));
+        grpc::ClientContext ctx;
+        dedup::v1::FilterResponse resp;
+        auto s = stub->Filter(&ctx, req, &resp);
+        if (!s.ok()) die("Filter: " + s.error_message());
+        if (resp.degraded()) die("Filter answered degraded: is Redis reachable from dedupd?");
+        want_kept = static_cast<size_t>(o.indexes ? resp.kept_indexes_size() : resp.kept_ids_size());
+        if (want_kept > fresh || want_kept < fresh * 95 / 100 ||
+            resp.removed_delivered() != n_delivered)
+            die("unexpected answer: kept " + std::to_string(want_kept) + " of " +
+                std::to_string(fresh) + " fresh, removed_delivered " +
+                std::to_string(resp.removed_delivered()) + " removed_played " +
+                std::to_string(resp.removed_played()));
+        std::printf("request: user %s, %zu plays, 100 deliveries; request %zu candidates (%zu bytes), "
+                    "%zu played, %zu delivered; kept %zu (%zu bloom false positives)\n",
+                    o.user.c_str(), n_plays, n_cands, req.ByteSizeLong(), n_played, n_delivered,
+                    want_kept, fresh - want_kept);
+    }
+
+    run_filter(o, req_buf, want_kept, 1, std::min(1.0, o.seconds));  // warm-up
+    double cpu0 = cpu_seconds(o.server_pid);
+    Result low = run_filter(o, req_buf, want_kept, 1, o.seconds);
+    double cpu1 = cpu_seconds(o.server_pid);
+    print("dedupd Filter, 1 in flight", low, cpu1 - cpu0);
+    Result sat = run_filter(o, req_buf, want_kept, o.inflight, o.seconds);
+    double cpu2 = cpu_seconds(o.server_pid);
+    std::string sat_label = "dedupd Filter, " + std::to_string(o.inflight) + " in flight";
+    print(sat_label.c_str(), sat, cpu2 - cpu1);
+    Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds);
+    print("legacy ZRANGE 10000 + hash set, 1 in flight", legacy);
+    redisFree(rc);
+
+    double r50 = pct(legacy.lat_ms, 0.5) / pct(low.lat_ms, 0.5);
+    double r99 = pct(legacy.lat_ms, 0.99) / pct(low.lat_ms, 0.99);
+    std::printf("ratio legacy/dedupd latency: p50 %.1fx, p99 %.1fx\n", r50, r99);
+    double low_p99 = pct(low.lat_ms, 0.99);
+    double sat_cps = static_cast<double>(sat.lat_ms.size()) / sat.elapsed_s;
+    std::printf("goal p99 <= 1 ms at 1 in flight: %s (%.3f ms)\n", low_p99 <= 1.0 ? "met" : "MISSED", low_p99);
+    std::printf("goal >= 2000 calls/s at saturation: %s (%.0f)\n", sat_cps >= 2000 ? "met" : "MISSED", sat_cps);
+    std::printf("goal >= 5x faster than legacy (p50): %s (%.1fx)\n", r50 >= 5 ? "met" : "MISSED", r50);
+    std::printf("hardware threads: %u\n", std::thread::hardware_concurrency());
+    return low.errors + sat.errors + legacy.errors ? 1 : 0;
+}

@@ -1,0 +1,85 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+#
+# Run bench/loadgen against a fresh dedupd and redis-server in a temporary
+# directory (loopback, free ports), then stop both and clean up.
+#
+#   bench/run_loadgen.sh [LOADGEN [DEDUPD]] [-- loadgen options...]
+#
+# LOADGEN and DEDUPD default to build/bench/loadgen and build/src/dedupd.
+# dedupd runs with the defaults of conf/dedupd.conf (history.fp_rate 0.01,
+# rpc.threads 2, recent.timeout_ms 20) except: no Kafka ingest, history in
+# the temporary directory, no admin listener. The heavy user is written,
+# then dedupd is restarted so the plays are read from an SST as in steady
+# state (LOADGEN_NO_RESTART=1: measure right after writing, with the plays
+# still merge operands in the memtable). Extra dedupd settings:
+# DEDUPD_OPTS="-o rpc.threads=4 ...". Loadgen options, e.g. --seconds 10
+# --inflight 16, go after "--".
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+loadgen=$here/../build/bench/loadgen
+dedupd=$here/../build/src/dedupd
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then loadgen=$1; shift; fi
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then dedupd=$1; shift; fi
+if [ $# -gt 0 ] && [ "$1" = "--" ]; then shift; fi
+for f in "$loadgen" "$dedupd"; do
+    [ -x "$f" ] || { echo "run_loadgen: $f is missing (build first)" >&2; exit 1; }
+done
+command -v redis-server >/dev/null || { echo "run_loadgen: redis-server is not installed" >&2; exit 1; }
+
+dir=$(mktemp -d /tmp/dedupd-loadgen-XXXXXX)
+redis_pid= dedupd_pid=
+cleanup() {
+    [ -n "$dedupd_pid" ] && kill "$dedupd_pid" 2>/dev/null && wait "$dedupd_pid" 2>/dev/null
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    [ -n "${DD_KEEP_TMP:-}" ] || rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_port() { # port pid
+    i=0
+    while ! /usr/bin/python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.5)" 2>/dev/null; do
+        kill -0 "$2" 2>/dev/null || { echo "run_loadgen: process $2 exited; log in $dir" >&2; DD_KEEP_TMP=1; exit 1; }
+        i=$((i + 1)); [ $i -lt 400 ] || { echo "run_loadgen: nothing on port $1" >&2; exit 1; }
+        sleep 0.05
+    done
+}
+
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
+    >"$dir/redis.log" 2>&1 &
+redis_pid=$!
+wait_port "$redis_port" "$redis_pid"
+
+rpc_port=$(free_port)
+start_dedupd() {
+    # shellcheck disable=SC2086
+    "$dedupd" -o history.path="$dir/history" -o ingest.enabled=false \
+        -o recent.redis=127.0.0.1:"$redis_port" -o rpc.listen=127.0.0.1:"$rpc_port" \
+        -o admin.listen= -o log.level=warn ${DEDUPD_OPTS:-} >>"$dir/dedupd.log" 2>&1 &
+    dedupd_pid=$!
+    wait_port "$rpc_port" "$dedupd_pid"
+}
+start_dedupd
+echo "run_loadgen: dedupd 127.0.0.1:$rpc_port, redis 127.0.0.1:$redis_port, $(nproc) cores"
+
+rc=0
+if [ -n "${LOADGEN_NO_RESTART:-}" ]; then
+    # Plays stay in the memtable: every read folds their merge operands.
+    "$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" \
+        --server-pid "$dedupd_pid" "$@" || rc=$?
+    exit $rc
+fi
+# Steady state: write the heavy user, restart dedupd (RocksDB flushes the
+# recovered WAL to an SST, folding the merge operands), then measure.
+"$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" --phase setup "$@" || exit $?
+kill "$dedupd_pid"
+wait "$dedupd_pid" || { echo "run_loadgen: dedupd did not stop cleanly" >&2; exit 1; }
+start_dedupd
+"$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" \
+    --server-pid "$dedupd_pid" --phase run "$@" || rc=$?
+exit $rc

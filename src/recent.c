@@ -1,0 +1,579 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * recent.c - the last N delivered item ids per (scene, user), in Redis, over
+ * one blocking hiredis 0.14 connection per dd_recent.
+ *
+ * DESIGN
+ *
+ * Key layout. One sorted set per (scene, user):
+ *
+ *     "dr:" <decimal length of user> "{" <user bytes> "}" <scene bytes>
+ *
+ * The length prefix makes the mapping injective for any bytes (a user id
+ * holding '}' or a scene holding '{' cannot make two pairs share a key), so
+ * the layout is binary-safe. The first '{' of the key is always the one
+ * after the digits, so Redis Cluster's hash tag is the user id (or, if the
+ * user id itself holds a '}', its prefix up to that byte): every scene of a
+ * user lands in the same slot, and ForgetUser-style operations over scenes
+ * stay single-slot.
+ *
+ * Record is one pipelined round trip of four commands on that one key:
+ * ZADD key at_ms id1 at_ms id2 ..., ZREMRANGEBYRANK key 0 -(size+1),
+ * EXPIRE key ttl_s, ZCARD key. Only the last recent.size ids of a request
+ * are sent: the others would be trimmed at once. Re-delivering an id moves
+ * it to the new time. Ids delivered in the same millisecond tie on score and
+ * Redis orders ties by member bytes, so when a trim cuts through such a tie
+ * the ids kept are the lexicographically greater ones; deliveries are ms
+ * apart in practice, and the set holds recent.size ids either way.
+ *
+ * Fetch is one ZREVRANGE key 0 cap-1 (newest first, bounded by the caller's
+ * room); each member is hashed with dd_hash straight out of hiredis' reply,
+ * so nothing is allocated per item beyond hiredis' own reply objects.
+ *
+ * Connection. Lazy: the first call connects (recent.timeout_ms for connect,
+ * then the same as the socket's read/write timeout, so every call is bounded
+ * by it per read) and sends AUTH when recent.password is set. A timeout or
+ * an I/O error drops the connection; the next attempt is allowed after a
+ * backoff that starts at 100 ms and doubles up to 5 s, and until then calls
+ * fail fast with DD_ERR_UNAVAILABLE without touching the network. A success
+ * resets the backoff. A connection that had worked and is found closed by
+ * the peer (EOF, reset: Redis restarted while we were idle) is replaced once
+ * at once within the same call, since the commands are idempotent; a
+ * timeout is never retried, so a call costs at most about twice
+ * recent.timeout_ms (connect + one read).
+ *
+ * Threads: a dd_recent is used by one thread at a time (the RPC layer owns
+ * one per worker). The stats counters are process-wide atomics.
+ */
+#include "recent.h"
+
+#include "config.h"
+#include "dd.h"
+#include "log.h"
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define KEY_PREFIX "dr:"
+#define CONN_FAILED 1 /* internal: the connection failed, errno saved */
+
+struct dd_recent {
+    char *host;           /* host name or address; a unix socket path if is_unix */
+    int port;
+    int is_unix;
+    char *password;       /* "" = no AUTH */
+    uint32_t size;
+    uint32_t ttl_s;
+    uint32_t timeout_ms;
+
+    redisContext *c;      /* NULL while disconnected */
+    int used;             /* c has completed at least one call */
+    int64_t retry_at_ns;  /* monotonic; no connect attempt before this */
+    uint32_t backoff_ms;  /* next backoff to apply after a failure */
+
+    /* Reused across calls so the hot paths do not allocate. */
+    char *key;
+    size_t key_cap;
+    const char **argv;
+    size_t *argvlen;
+    size_t argv_cap;
+
+    char errstr[256];
+};
+
+static atomic_uint_fast64_t st_timeouts;
+static atomic_uint_fast64_t st_conn_errors;
+static atomic_uint_fast64_t st_reply_errors;
+static atomic_uint_fast64_t st_reconnects;
+
+static struct dd_log_limit lim_conn; /* shared by every instance: one line per interval */
+
+static void set_err(dd_recent *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(dd_recent *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->errstr, sizeof r->errstr, fmt, ap);
+    va_end(ap);
+}
+
+/* Split "host:port", "[v6]:port" or "/path/to.sock". Returns 0 or
+ * DD_ERR_INVALID / DD_ERR_NOMEM with a message in err. */
+static int parse_addr(dd_recent *r, const char *addr, char *err, size_t errlen)
+{
+    if (addr[0] == '/') {
+        r->is_unix = 1;
+        r->port = 0;
+        r->host = strdup(addr);
+        return r->host ? DD_OK : DD_ERR_NOMEM;
+    }
+    const char *host = addr, *colon;
+    size_t hostlen;
+    if (addr[0] == '[') {
+        const char *close = strchr(addr, ']');
+        if (!close || close[1] != ':') goto bad;
+        host = addr + 1;
+        hostlen = (size_t)(close - host);
+        colon = close + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (!colon) goto bad;
+        hostlen = (size_t)(colon - addr);
+    }
+    if (hostlen == 0) goto bad;
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || port <= 0 || port > 65535) goto bad;
+    r->host = strndup(host, hostlen);
+    if (!r->host) return DD_ERR_NOMEM;
+    r->port = (int)port;
+    return DD_OK;
+bad:
+    snprintf(err, errlen, "recent.redis: '%s' is not host:port or /socket/path", addr);
+    return DD_ERR_INVALID;
+}
+
+int dd_recent_new(dd_recent **out, const struct dd_config *cfg, char *err, size_t errlen)
+{
+    int rc = DD_ERR_NOMEM;
+    dd_recent *r;
+
+    *out = NULL;
+    if (cfg->recent.size == 0) {
+        snprintf(err, errlen, "recent.size: must be at least 1");
+        return DD_ERR_INVALID;
+    }
+    if (cfg->recent.timeout_ms == 0) {
+        snprintf(err, errlen, "recent.timeout_ms: must be at least 1");
+        return DD_ERR_INVALID;
+    }
+    r = calloc(1, sizeof *r);
+    if (!r) goto err;
+    rc = parse_addr(r, cfg->recent.redis, err, errlen);
+    if (rc != DD_OK) goto err;
+    rc = DD_ERR_NOMEM;
+    r->password = strdup(cfg->recent.password);
+    if (!r->password) goto err;
+    r->size = cfg->recent.size;
+    r->ttl_s = cfg->recent.ttl_s;
+    r->timeout_ms = cfg->recent.timeout_ms;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    r->key_cap = 64;
+    r->key = malloc(r->key_cap);
+    if (!r->key) goto err;
+    *out = r;
+    return DD_OK;
+err:
+    if (rc == DD_ERR_NOMEM) snprintf(err, errlen, "out of memory");
+    dd_recent_free(r);
+    return rc;
+}
+
+void dd_recent_free(dd_recent *r)
+{
+    if (!r) return;
+    if (r->c) redisFree(r->c);
+    free(r->host);
+    free(r->password);
+    free(r->key);
+    free(r->argv);
+    free(r->argvlen);
+    free(r);
+}
+
+const char *dd_recent_errstr(const dd_recent *r)
+{
+    return r->errstr;
+}
+
+void dd_recent_get_stats(struct dd_recent_stats *out)
+{
+    out->timeouts = atomic_load_explicit(&st_timeouts, memory_order_relaxed);
+    out->connection_errors = atomic_load_explicit(&st_conn_errors, memory_order_relaxed);
+    out->reply_errors = atomic_load_explicit(&st_reply_errors, memory_order_relaxed);
+    out->reconnects = atomic_load_explicit(&st_reconnects, memory_order_relaxed);
+}
+
+static void count(atomic_uint_fast64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* Close the connection and forbid a new attempt for the current backoff,
+ * which then doubles. */
+static void drop(dd_recent *r)
+{
+    if (r->c) {
+        redisFree(r->c);
+        r->c = NULL;
+    }
+    r->used = 0;
+    r->retry_at_ns = dd_mono_ns() + (int64_t)r->backoff_ms * 1000000;
+    r->backoff_ms = r->backoff_ms >= BACKOFF_MAX_MS / 2 ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+}
+
+/* Translate a failed hiredis call on r->c (errno as saved right after it) into
+ * a dd_err, count it, log it (rate limited) and drop the connection. */
+static int conn_failed(dd_recent *r, int saved_errno, const char *what)
+{
+    int timeout = r->c && r->c->err == REDIS_ERR_IO &&
+                  (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK ||
+                   saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS);
+    set_err(r, "redis %s:%d: %s: %s", r->host, r->port, what,
+            r->c ? (r->c->errstr[0] ? r->c->errstr : "unknown error") : "out of memory");
+    if (timeout) {
+        set_err(r, "redis %s:%d: %s: timed out after %" PRIu32 " ms", r->host, r->port, what,
+                r->timeout_ms);
+        count(&st_timeouts);
+    } else {
+        count(&st_conn_errors);
+    }
+    dd_log_limited(&lim_conn, 10000, DD_LOG_WARN, "recent",
+                   "msg=\"redis call failed\" error=\"%s\" backoff_ms=%" PRIu32, r->errstr,
+                   r->backoff_ms);
+    drop(r);
+    return timeout ? DD_ERR_TIMEOUT : DD_ERR_UNAVAILABLE;
+}
+
+static int auth(dd_recent *r)
+{
+    const char *argv[2] = {"AUTH", r->password};
+    size_t lens[2] = {4, strlen(r->password)};
+    redisReply *rep = redisCommandArgv(r->c, 2, argv, lens);
+    if (!rep) return conn_failed(r, errno, "AUTH");
+    int ok = rep->type == REDIS_REPLY_STATUS;
+    if (!ok) {
+        set_err(r, "redis %s:%d: AUTH: %s", r->host, r->port,
+                rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        count(&st_conn_errors);
+        dd_log_limited(&lim_conn, 10000, DD_LOG_WARN, "recent",
+                       "msg=\"redis AUTH failed\" error=\"%s\"", r->errstr);
+    }
+    freeReplyObject(rep);
+    if (!ok) {
+        drop(r);
+        return DD_ERR_UNAVAILABLE;
+    }
+    return DD_OK;
+}
+
+/* Make sure r->c is a live connection, or fail fast while backing off. */
+static int ensure(dd_recent *r)
+{
+    if (r->c) return DD_OK;
+    if (dd_mono_ns() < r->retry_at_ns) {
+        set_err(r, "redis %s:%d: unavailable (reconnect in backoff)", r->host, r->port);
+        return DD_ERR_UNAVAILABLE;
+    }
+    struct timeval tv = {.tv_sec = r->timeout_ms / 1000,
+                         .tv_usec = (suseconds_t)(r->timeout_ms % 1000) * 1000};
+    if (r->is_unix)
+        r->c = redisConnectUnixWithTimeout(r->host, tv);
+    else
+        r->c = redisConnectWithTimeout(r->host, r->port, tv);
+    if (!r->c || r->c->err) return conn_failed(r, errno, "connect");
+    if (redisSetTimeout(r->c, tv) != REDIS_OK) return conn_failed(r, errno, "set timeout");
+    count(&st_reconnects);
+    if (r->password[0]) {
+        int rc = auth(r);
+        if (rc != DD_OK) return rc;
+    }
+    return DD_OK;
+}
+
+/* Whether a failure on a connection that had worked looks like the peer
+ * closed it while idle, so one immediate retry on a fresh one is worth it. */
+static int stale(const dd_recent *r, int saved_errno)
+{
+    if (!r->used || !r->c) return 0;
+    if (r->c->err == REDIS_ERR_EOF) return 1;
+    return r->c->err == REDIS_ERR_IO &&
+           (saved_errno == ECONNRESET || saved_errno == EPIPE || saved_errno == ECONNABORTED);
+}
+
+/* Build the key for (scene, user) in r->key; returns its length or 0 on
+ * allocation failure (the message is set). */
+static size_t make_key(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                       size_t user_len)
+{
+    char num[24];
+    int nl = snprintf(num, sizeof num, "%zu", user_len);
+    size_t need = sizeof KEY_PREFIX - 1 + (size_t)nl + 1 + user_len + 1 + scene_len;
+    if (need > r->key_cap) {
+        size_t cap = need * 2;
+        char *k = realloc(r->key, cap);
+        if (!k) {
+            set_err(r, "out of memory");
+            return 0;
+        }
+        r->key = k;
+        r->key_cap = cap;
+    }
+    char *p = r->key;
+    memcpy(p, KEY_PREFIX, sizeof KEY_PREFIX - 1);
+    p += sizeof KEY_PREFIX - 1;
+    memcpy(p, num, (size_t)nl);
+    p += nl;
+    *p++ = '{';
+    if (user_len) memcpy(p, user, user_len);
+    p += user_len;
+    *p++ = '}';
+    if (scene_len) memcpy(p, scene, scene_len);
+    p += scene_len;
+    return (size_t)(p - r->key);
+}
+
+static int reserve_argv(dd_recent *r, size_t n)
+{
+    if (n <= r->argv_cap) return DD_OK;
+    const char **a = realloc(r->argv, n * sizeof *a);
+    if (!a) goto nomem;
+    r->argv = a;
+    size_t *l = realloc(r->argvlen, n * sizeof *l);
+    if (!l) goto nomem;
+    r->argvlen = l;
+    r->argv_cap = n;
+    return DD_OK;
+nomem:
+    set_err(r, "out of memory");
+    return DD_ERR_NOMEM;
+}
+
+/* An error reply: the connection stays usable. */
+static int reply_error(dd_recent *r, const char *what, const redisReply *rep)
+{
+    set_err(r, "redis %s:%d: %s: %s", r->host, r->port, what,
+            rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply type");
+    count(&st_reply_errors);
+    return DD_ERR_IO;
+}
+
+/* Send the NCMD commands already appended and read their replies into
+ * REPS. Returns 0, or -1 with errno saved (every reply read is freed). */
+static int read_replies(dd_recent *r, redisReply **reps, int ncmd, int *saved_errno)
+{
+    for (int i = 0; i < ncmd; i++) {
+        void *rep = NULL;
+        errno = 0;
+        if (redisGetReply(r->c, &rep) != REDIS_OK) {
+            *saved_errno = errno;
+            for (int j = 0; j < i; j++) freeReplyObject(reps[j]);
+            return -1;
+        }
+        reps[i] = rep;
+    }
+    return 0;
+}
+
+/* One pipelined record on the live connection. Returns a dd_err, or
+ * CONN_FAILED with errno in *saved_errno for the caller to retry or drop. */
+static int do_record(dd_recent *r, size_t keylen, const char *const *items, const size_t *lens,
+                     size_t n, int64_t at_ms, uint32_t *size_after, int *saved_errno)
+{
+    char score[24], stop[24], ttl[16];
+    size_t first = n > r->size ? n - r->size : 0;
+    size_t m = n - first;
+    int sl = snprintf(score, sizeof score, "%" PRId64, at_ms);
+    int tl = snprintf(stop, sizeof stop, "%" PRId64, -(int64_t)r->size - 1);
+    int el = snprintf(ttl, sizeof ttl, "%" PRIu32, r->ttl_s);
+    redisReply *reps[4];
+    int ncmd = 0;
+
+    r->argv[0] = "ZADD";
+    r->argvlen[0] = 4;
+    r->argv[1] = r->key;
+    r->argvlen[1] = keylen;
+    for (size_t i = 0; i < m; i++) {
+        r->argv[2 + 2 * i] = score;
+        r->argvlen[2 + 2 * i] = (size_t)sl;
+        r->argv[3 + 2 * i] = items[first + i];
+        r->argvlen[3 + 2 * i] = lens[first + i];
+    }
+    /* Appending only fills hiredis' output buffer; nothing is sent until the
+     * first redisGetReply, so all four go in one write. */
+    if (redisAppendCommandArgv(r->c, (int)(2 + 2 * m), r->argv, r->argvlen) != REDIS_OK) goto io;
+    ncmd++;
+    const char *trim[4] = {"ZREMRANGEBYRANK", r->key, "0", stop};
+    size_t trimlen[4] = {15, keylen, 1, (size_t)tl};
+    if (redisAppendCommandArgv(r->c, 4, trim, trimlen) != REDIS_OK) goto io;
+    ncmd++;
+    int with_ttl = r->ttl_s > 0;
+    if (with_ttl) {
+        const char *exp[3] = {"EXPIRE", r->key, ttl};
+        size_t explen[3] = {6, keylen, (size_t)el};
+        if (redisAppendCommandArgv(r->c, 3, exp, explen) != REDIS_OK) goto io;
+        ncmd++;
+    }
+    const char *card[2] = {"ZCARD", r->key};
+    size_t cardlen[2] = {5, keylen};
+    if (redisAppendCommandArgv(r->c, 2, card, cardlen) != REDIS_OK) goto io;
+    ncmd++;
+
+    if (read_replies(r, reps, ncmd, saved_errno) != 0) return CONN_FAILED;
+    int rc = DD_OK;
+    for (int i = 0; i < ncmd && rc == DD_OK; i++) {
+        static const char *const names[] = {"ZADD", "ZREMRANGEBYRANK", "EXPIRE", "ZCARD"};
+        int idx = (!with_ttl && i == 2) ? 3 : i;
+        if (reps[i]->type != REDIS_REPLY_INTEGER) rc = reply_error(r, names[idx], reps[i]);
+    }
+    if (rc == DD_OK && size_after) {
+        long long card_n = reps[ncmd - 1]->integer;
+        *size_after = card_n < 0 ? 0 : card_n > UINT32_MAX ? UINT32_MAX : (uint32_t)card_n;
+    }
+    for (int i = 0; i < ncmd; i++) freeReplyObject(reps[i]);
+    return rc;
+io:
+    /* Only allocation fails while appending; the context is then in error
+     * with part of the pipeline queued, so it cannot be reused. */
+    set_err(r, "out of memory");
+    redisFree(r->c);
+    r->c = NULL;
+    r->used = 0;
+    return DD_ERR_NOMEM;
+}
+
+int dd_recent_record(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                     size_t user_len, const char *const *items, const size_t *lens, size_t n,
+                     int64_t at_ms, uint32_t *size_after)
+{
+    r->errstr[0] = '\0';
+    if (size_after) *size_after = 0;
+    if (at_ms == 0) at_ms = dd_now_ms();
+    size_t keylen = make_key(r, scene, scene_len, user, user_len);
+    if (!keylen) return DD_ERR_NOMEM;
+    size_t m = n > r->size ? r->size : n;
+    if (2 + 2 * m > INT_MAX) {
+        set_err(r, "too many items");
+        return DD_ERR_INVALID;
+    }
+    if (reserve_argv(r, 2 + 2 * (m ? m : 1)) != DD_OK) return DD_ERR_NOMEM;
+
+    for (int attempt = 0;; attempt++) {
+        int rc = ensure(r);
+        if (rc != DD_OK) return rc;
+        int saved_errno = 0;
+        if (m == 0) {
+            const char *card[2] = {"ZCARD", r->key};
+            size_t cardlen[2] = {5, keylen};
+            errno = 0;
+            redisReply *rep = redisCommandArgv(r->c, 2, card, cardlen);
+            if (rep) {
+                r->used = 1;
+                r->backoff_ms = BACKOFF_MIN_MS;
+                if (rep->type != REDIS_REPLY_INTEGER) {
+                    rc = reply_error(r, "ZCARD", rep);
+                } else if (size_after) {
+                    *size_after = rep->integer < 0 ? 0 : (uint32_t)rep->integer;
+                }
+                freeReplyObject(rep);
+                return rc;
+            }
+            saved_errno = errno;
+        } else {
+            rc = do_record(r, keylen, items, lens, n, at_ms, size_after, &saved_errno);
+            if (rc != CONN_FAILED) {
+                if (rc == DD_OK || rc == DD_ERR_IO) {
+                    r->used = 1;
+                    r->backoff_ms = BACKOFF_MIN_MS;
+                }
+                return rc;
+            }
+        }
+        if (attempt == 0 && stale(r, saved_errno)) {
+            redisFree(r->c);
+            r->c = NULL;
+            r->used = 0;
+            continue;
+        }
+        return conn_failed(r, saved_errno, "record");
+    }
+}
+
+int dd_recent_fetch(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                    size_t user_len, uint64_t *hashes, size_t cap, size_t *n)
+{
+    char stop[24];
+    *n = 0;
+    r->errstr[0] = '\0';
+    if (cap == 0) return DD_OK;
+    size_t keylen = make_key(r, scene, scene_len, user, user_len);
+    if (!keylen) return DD_ERR_NOMEM;
+    int sl = snprintf(stop, sizeof stop, "%zu", cap - 1);
+    const char *argv[4] = {"ZREVRANGE", r->key, "0", stop};
+    size_t lens[4] = {9, keylen, 1, (size_t)sl};
+
+    for (int attempt = 0;; attempt++) {
+        int rc = ensure(r);
+        if (rc != DD_OK) return rc;
+        errno = 0;
+        redisReply *rep = redisCommandArgv(r->c, 4, argv, lens);
+        if (rep) {
+            r->used = 1;
+            r->backoff_ms = BACKOFF_MIN_MS;
+            if (rep->type != REDIS_REPLY_ARRAY) {
+                rc = reply_error(r, "ZREVRANGE", rep);
+            } else {
+                size_t k = 0;
+                for (size_t i = 0; i < rep->elements && k < cap; i++) {
+                    const redisReply *e = rep->element[i];
+                    if (e->type != REDIS_REPLY_STRING) continue;
+                    hashes[k++] = dd_hash(e->str, (size_t)e->len);
+                }
+                *n = k;
+            }
+            freeReplyObject(rep);
+            return rc;
+        }
+        int saved_errno = errno;
+        if (attempt == 0 && stale(r, saved_errno)) {
+            redisFree(r->c);
+            r->c = NULL;
+            r->used = 0;
+            continue;
+        }
+        return conn_failed(r, saved_errno, "fetch");
+    }
+}
+
+int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                     size_t user_len)
+{
+    r->errstr[0] = '\0';
+    size_t keylen = make_key(r, scene, scene_len, user, user_len);
+    if (!keylen) return DD_ERR_NOMEM;
+    const char *argv[2] = {"DEL", r->key};
+    size_t lens[2] = {3, keylen};
+
+    for (int attempt = 0;; attempt++) {
+        int rc = ensure(r);
+        if (rc != DD_OK) return rc;
+        errno = 0;
+        redisReply *rep = redisCommandArgv(r->c, 2, argv, lens);
+        if (rep) {
+            r->used = 1;
+            r->backoff_ms = BACKOFF_MIN_MS;
+            if (rep->type != REDIS_REPLY_INTEGER) rc = reply_error(r, "DEL", rep);
+            freeReplyObject(rep);
+            return rc;
+        }
+        int saved_errno = errno;
+        if (attempt == 0 && stale(r, saved_errno)) {
+            redisFree(r->c);
+            r->c = NULL;
+            r->used = 0;
+            continue;
+        }
+        return conn_failed(r, saved_errno, "forget");
+    }
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Run a gRPC client test program against a real dedupd over a real
+redis-server:
+
+    test_clients.py cpp BUILD/tests/clients/cpp_client
+    test_clients.py java BUILD/tests/clients/java_client.jar BUILD/tests/clients/java_client.classpath
+
+The client gets the daemon's address as its only argument and exits 0 when
+its checks passed. dedupd must then stop cleanly on SIGTERM. A client that
+was not built (toolchain missing) skips, except in CI.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import harness
+from test_clients_lib import Dedupd
+
+
+def client_argv(kind, args):
+    if kind == "cpp":
+        if not args or not os.path.exists(args[0]):
+            harness.skip("C++ client not built (grpc++, protobuf or a C++ compiler missing)")
+        return [args[0]]
+    if kind == "java":
+        if len(args) < 2 or not os.path.exists(args[0]):
+            harness.skip("Java client not built (JDK or grpc-java missing)")
+        java = shutil.which("java")
+        if not java:
+            harness.skip("java is not installed")
+        with open(args[1]) as f:
+            cp = f.read().strip()
+        return [java, "-cp", args[0] + ":" + cp, "dedup.client.FeedServerClient"]
+    harness.fail("unknown client kind %r" % kind)
+    return None
+
+
+def main():
+    if len(sys.argv) < 2:
+        harness.fail("usage: test_clients.py cpp|java ARTIFACT...")
+    kind = sys.argv[1]
+    argv = client_argv(kind, sys.argv[2:])
+    redis = harness.Redis()
+    d = Dedupd(redis.addr)
+    harness.log("running", kind, "client against", d.addr)
+    try:
+        r = subprocess.run(argv + [d.addr], timeout=240)
+    except subprocess.TimeoutExpired:
+        harness.fail("%s client did not finish in 240 s" % kind)
+    if r.returncode != 0:
+        harness.log("dedupd log tail:\n" + d.proc.tail())
+        harness.fail("%s client exited %d" % (kind, r.returncode))
+    d.stop()
+    harness.log("PASS:", kind, "client")
+
+
+if __name__ == "__main__":
+    main()
