@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * bench_ingest.c - Kafka ingest's three figures, end to end through a real
+ * Kafka-protocol broker (librdkafka's mock cluster, in process, over TCP
+ * loopback) into a real history store, with dedupd's defaults unless told:
+ *
+ *   1. throughput: PLAYS JSON play messages (default 2,000,000) of USERS
+ *      distinct users (default 1,000,000) are produced first; then ingest
+ *      starts and the clock runs from the moment partitions are assigned to
+ *      the moment every message's window is written (durable: history.sync
+ *      as configured, default true) and its offset stored. plays/s.
+ *   2. RocksDB bytes written per play during that ingest (history stats:
+ *      WAL + flush + compaction writes), and the WAL alone.
+ *   3. produce-to-filterable latency: a producer thread sends RATE plays/s
+ *      (default 50,000) for SECONDS (default 10) to new users; every 100th
+ *      play is sampled and probed with dd_history_probe until it is seen;
+ *      p50/p99/max of (first seen - produce call).
+ *
+ *   bench_ingest [--plays N] [--users N] [--partitions N] [--rate N]
+ *                [--seconds N] [--dir PATH] [-o section.key=value]...
+ *
+ * Goals (issue 3): >= 300,000 plays/s on 2 cores, <= 24 bytes written per
+ * play, p99 <= 3 s. Not a test: it prints figures; it exits non-zero only if
+ * something fails or a sampled play is never seen.
+ */
+#include "bloom.h"
+#include "config.h"
+#include "dd.h"
+#include "history.h"
+#include "ingest.h"
+#include "log.h"
+
+#include <ftw.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOPIC "plays"
+#define SAMPLE_EVERY 100
+#define MAX_SAMPLES 100000
+
+static void die(const char *what, const char *detail)
+{
+    fprintf(stderr, "bench_ingest: %s: %s\n", what, detail);
+    exit(1);
+}
+
+static double secs(int64_t ns) { return (double)ns / 1e9; }
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static rd_kafka_t *new_producer(const char *bootstrap)
+{
+    char e[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    static const char *const kv[][2] = {
+        {"linger.ms", "20"},
+        {"batch.num.messages", "10000"},
+        {"queue.buffering.max.messages", "2000000"},
+        {"queue.buffering.max.kbytes", "2097151"},
+        {"compression.codec", "lz4"},
+    };
+    if (rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, e, sizeof e)) die("conf", e);
+    for (size_t i = 0; i < DD_ARRAY_LEN(kv); i++)
+        if (rd_kafka_conf_set(c, kv[i][0], kv[i][1], e, sizeof e)) die("conf", e);
+    rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, c, e, sizeof e);
+    if (!p) die("producer", e);
+    return p;
+}
+
+static int play_json(char *buf, size_t cap, uint64_t user, uint64_t item, int64_t at_ms,
+                     char *key, size_t keycap, int *keylen)
+{
+    *keylen = snprintf(key, keycap, "user%07" PRIu64, user);
+    if (at_ms)
+        return snprintf(buf, cap, "{\"user_id\":\"%s\",\"item_id\":\"item%" PRIu64
+                                  "\",\"played_at_ms\":%" PRId64 "}", key, item, at_ms);
+    return snprintf(buf, cap, "{\"user_id\":\"%s\",\"item_id\":\"item%" PRIu64 "\"}", key, item);
+}
+
+static void produce(rd_kafka_t *p, const char *payload, int len, const char *key, int keylen)
+{
+    for (;;) {
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            p, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_VALUE((void *)payload, (size_t)len),
+            RD_KAFKA_V_KEY((void *)key, (size_t)keylen), RD_KAFKA_V_END);
+        if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            rd_kafka_poll(p, 10);
+            continue;
+        }
+        if (e) die("produce", rd_kafka_err2str(e));
+        return;
+    }
+}
+
+/* ---- the latency phase ---------------------------------------------------- */
+
+struct sample {
+    char user[32];
+    uint64_t item;     /* hash */
+    int64_t sent_ns;
+    int64_t seen_ns;   /* 0 until seen */
+};
+
+struct latency {
+    rd_kafka_t *producer;
+    uint64_t rate, seconds, user_base;
+    struct sample *s;
+    atomic_size_t n;   /* samples published by the producer */
+    atomic_int done;
+};
+
+static void *latency_producer(void *arg)
+{
+    struct latency *L = arg;
+    char buf[256], key[32];
+    uint64_t total = L->rate * L->seconds;
+    int64_t t0 = dd_mono_ns();
+    for (uint64_t i = 0; i < total; i++) {
+        int keylen;
+        int len = play_json(buf, sizeof buf, L->user_base + i, i, 0, key, sizeof key, &keylen);
+        int64_t now = dd_mono_ns();
+        produce(L->producer, buf, len, key, keylen);
+        if (i % SAMPLE_EVERY == 0) {
+            size_t k = atomic_load(&L->n);
+            if (k < MAX_SAMPLES) {
+                char item[32];
+                int il = snprintf(item, sizeof item, "item%" PRIu64, i);
+                snprintf(L->s[k].user, sizeof L->s[k].user, "%s", key);
+                L->s[k].item = dd_hash(item, (size_t)il);
+                L->s[k].sent_ns = now;
+                L->s[k].seen_ns = 0;
+                atomic_store(&L->n, k + 1);
+            }
+        }
+        if ((i & 255) == 0) rd_kafka_poll(L->producer, 0);
+        int64_t ahead = (int64_t)((double)(i + 1) * 1e9 / (double)L->rate) - (dd_mono_ns() - t0);
+        if (ahead > 1000000) {
+            struct timespec ts = {0, (long)ahead};
+            nanosleep(&ts, NULL);
+        }
+    }
+    rd_kafka_flush(L->producer, 30000);
+    atomic_store(&L->done, 1);
+    return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t plays = 2000000, users = 1000000, partitions = 64, rate = 50000, seconds = 10;
+    char dir[512] = "";
+    char err[512];
+    struct dd_config cfg;
+    if (dd_config_init(&cfg) != DD_OK) die("config", "out of memory");
+    static const struct option opts[] = {
+        {"plays", required_argument, NULL, 'n'}, {"users", required_argument, NULL, 'u'},
+        {"partitions", required_argument, NULL, 'p'}, {"rate", required_argument, NULL, 'r'},
+        {"seconds", required_argument, NULL, 's'}, {"dir", required_argument, NULL, 'd'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "n:u:p:r:s:d:o:", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'n': plays = strtoull(optarg, NULL, 10); break;
+        case 'u': users = strtoull(optarg, NULL, 10); break;
+        case 'p': partitions = strtoull(optarg, NULL, 10); break;
+        case 'r': rate = strtoull(optarg, NULL, 10); break;
+        case 's': seconds = strtoull(optarg, NULL, 10); break;
+        case 'd': snprintf(dir, sizeof dir, "%s", optarg); break;
+        case 'o': {
+            char *eq = strchr(optarg, '=');
+            if (!eq) die("-o", "expected section.key=value");
+            *eq = '\0';
+            if (dd_config_set(&cfg, optarg, eq + 1, err, sizeof err) != DD_OK) die(optarg, err);
+            break;
+        }
+        default:
+            fprintf(stderr, "usage: bench_ingest [--plays N] [--users N] [--partitions N] "
+                            "[--rate N] [--seconds N] [--dir PATH] [-o k=v]...\n");
+            return 2;
+        }
+    }
+    if (!plays || !users || !partitions || !rate || !seconds) die("options", "must be > 0");
+    int own_dir = !dir[0];
+    if (own_dir) {
+        snprintf(dir, sizeof dir, "/tmp/dd-bench-ingest-XXXXXX");
+        if (!mkdtemp(dir)) die("mkdtemp", "failed");
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/db", dir);
+    if (dd_config_set(&cfg, "history.path", path, err, sizeof err) != DD_OK) die("path", err);
+    dd_log_set_level(DD_LOG_WARN);
+
+    /* The broker. */
+    char e[512];
+    rd_kafka_conf_t *mconf = rd_kafka_conf_new();
+    rd_kafka_t *mrk = rd_kafka_new(RD_KAFKA_PRODUCER, mconf, e, sizeof e);
+    if (!mrk) die("mock handle", e);
+    rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(mrk, 1);
+    if (!mc) die("mock cluster", "cannot create");
+    if (rd_kafka_mock_topic_create(mc, TOPIC, (int)partitions, 1)) die("topic", "cannot create");
+    const char *bootstrap = rd_kafka_mock_cluster_bootstraps(mc);
+    if (dd_config_set(&cfg, "kafka.bootstrap.servers", bootstrap, err, sizeof err) != DD_OK ||
+        dd_config_set(&cfg, "kafka.group.id", "bench", err, sizeof err) != DD_OK)
+        die("kafka", err);
+
+    printf("bench_ingest: %" PRIu64 " plays, %" PRIu64 " users, %" PRIu64
+           " partitions, history.sync=%s, window.flush_ms=%u, window.max_bytes=%" PRIu64 "\n",
+           plays, users, partitions, cfg.history.sync ? "true" : "false", cfg.window.flush_ms,
+           cfg.window.max_bytes);
+
+    /* 1. Produce everything first. */
+    rd_kafka_t *prod = new_producer(bootstrap);
+    char buf[256], key[32];
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    int64_t now_ms = dd_now_ms();
+    int64_t t0 = dd_mono_ns();
+    for (uint64_t i = 0; i < plays; i++) {
+        /* Every user at least once, then random users. */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t u = i < users ? (i * 2654435761u) % users : x % users;
+        int keylen;
+        int len = play_json(buf, sizeof buf, u, x, now_ms, key, sizeof key, &keylen);
+        produce(prod, buf, len, key, keylen);
+        if ((i & 4095) == 0) rd_kafka_poll(prod, 0);
+    }
+    if (rd_kafka_flush(prod, 120000)) die("produce", "not every message delivered");
+    printf("produced %" PRIu64 " plays in %.2f s\n", plays, secs(dd_mono_ns() - t0));
+
+    /* 2. Ingest them. */
+    dd_history *h = NULL;
+    if (dd_history_open(&h, &cfg, NULL, err, sizeof err) != DD_OK) die("history", err);
+    dd_ingest *in = NULL;
+    if (dd_ingest_new(&in, &cfg, h, err, sizeof err) != DD_OK) die("ingest", err);
+    struct dd_history_stats hs0, hs1;
+    dd_history_get_stats(h, &hs0);
+    if (dd_ingest_start(in) != DD_OK) die("ingest", "cannot start");
+    while (!dd_ingest_assigned(in)) sleep_ms(5);
+    t0 = dd_mono_ns();
+    struct dd_ingest_stats st;
+    for (;;) {
+        dd_ingest_get_stats(in, &st);
+        if (st.messages_flushed >= plays) break;
+        if (secs(dd_mono_ns() - t0) > 900) die("ingest", "not done after 900 s");
+        sleep_ms(2);
+    }
+    double el = secs(dd_mono_ns() - t0);
+    dd_history_get_stats(h, &hs1);
+    uint64_t bw = hs1.bytes_written - hs0.bytes_written, wal = hs1.wal_bytes - hs0.wal_bytes;
+    printf("ingest: %" PRIu64 " plays written in %.2f s = %.0f plays/s (goal >= 300000); "
+           "%" PRIu64 " windows, last write %" PRIu64 " ms, %" PRIu64 " pauses\n",
+           st.plays_written, el, (double)plays / el, st.flushes, st.last_flush_ms, st.pauses);
+    printf("rocksdb bytes written: %.1f per play (goal <= 24), of which WAL %.1f\n",
+           (double)bw / (double)plays, (double)wal / (double)plays);
+
+    /* 3. Latency at a steady rate. */
+    struct latency L = {.producer = prod, .rate = rate, .seconds = seconds,
+                        .user_base = users + 1};
+    L.s = calloc(MAX_SAMPLES, sizeof *L.s);
+    if (!L.s) die("samples", "out of memory");
+    atomic_init(&L.n, 0);
+    atomic_init(&L.done, 0);
+    pthread_t thr;
+    if (pthread_create(&thr, NULL, latency_producer, &L) != 0) die("thread", "cannot start");
+    size_t next_unseen = 0, seen = 0;
+    int64_t deadline = 0;
+    for (;;) {
+        size_t n = atomic_load(&L.n);
+        for (size_t k = next_unseen; k < n; k++) {
+            if (L.s[k].seen_ns) continue;
+            uint8_t hit = 0;
+            if (dd_history_probe(h, "", 0, L.s[k].user, strlen(L.s[k].user), 0, &L.s[k].item, 1,
+                                 &hit, err, sizeof err) != DD_OK)
+                die("probe", err);
+            if (hit) {
+                L.s[k].seen_ns = dd_mono_ns();
+                seen++;
+            }
+        }
+        while (next_unseen < n && L.s[next_unseen].seen_ns) next_unseen++;
+        if (atomic_load(&L.done)) {
+            if (!deadline) deadline = dd_mono_ns() + INT64_C(30000000000);
+            if (next_unseen == atomic_load(&L.n) || dd_mono_ns() > deadline) break;
+        }
+        sleep_ms(1);
+    }
+    pthread_join(thr, NULL);
+    size_t n = atomic_load(&L.n);
+    int64_t *lat = malloc((n ? n : 1) * sizeof *lat);
+    if (!lat) die("latency", "out of memory");
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        if (L.s[k].seen_ns) lat[m++] = L.s[k].seen_ns - L.s[k].sent_ns;
+    qsort(lat, m, sizeof *lat, cmp_i64);
+    int rc = 0;
+    if (m < n) {
+        fprintf(stderr, "bench_ingest: %zu of %zu sampled plays never seen\n", n - m, n);
+        rc = 1;
+    }
+    if (m)
+        printf("latency produce->filterable at %" PRIu64 " plays/s: p50 %.0f ms, p99 %.0f ms "
+               "(goal <= 3000), max %.0f ms over %zu samples\n",
+               rate, lat[m / 2] / 1e6, lat[(m * 99) / 100] / 1e6, lat[m - 1] / 1e6, m);
+
+    dd_ingest_free(in);
+    dd_history_close(h);
+    rd_kafka_destroy(prod);
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(mrk);
+    free(lat);
+    free(L.s);
+    dd_config_free(&cfg);
+    if (own_dir) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}

@@ -1,0 +1,1041 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * ingest.c - Kafka play ingestion; see ingest.h for the contract.
+ *
+ * DESIGN
+ *
+ * Threads
+ *   poll thread:  rd_kafka_consumer_poll, decode, dd_window_add into the
+ *                 active window, timers, pause/resume; librdkafka runs the
+ *                 rebalance, offset-commit and statistics callbacks here.
+ *   flush thread: takes the other window (the "flushing" slot), writes it
+ *                 (dd_window_flush: one WriteBatch), then stores the
+ *                 offsets that window accounts for and commits them
+ *                 asynchronously. A failed write is retried with backoff;
+ *                 nothing is stored until it succeeds.
+ *   librdkafka's own threads (brokers, main), which also call log_cb and
+ *                 error_cb (dd_log is thread-safe).
+ * Two slots, each a window plus, per partition, the next offset (last
+ * message offset + 1) of every message consumed while it was active - good
+ * or bad. The poll thread owns the active slot; the flush thread owns the
+ * flushing slot while flush_busy is set (mutex + condition variable). A
+ * swap happens when the active window is due (window.flush_ms after its
+ * first message), full (DD_ERR_LIMIT) or must be drained (revoke, stop),
+ * and only when the flusher is idle, so windows are written - and offsets
+ * stored - in consumption order, and stored offsets only ever cover plays
+ * that are durable.
+ *
+ * Back-pressure: if the active window is full while the flusher is still
+ * writing, the message in hand is kept aside, every assigned partition is
+ * paused, and the poll thread goes on polling (rebalances, heartbeats,
+ * max.poll.interval.ms) until the flusher is idle; then it swaps, adds the
+ * kept message and resumes. Memory is bounded by the two windows (each
+ * window.max_bytes / 2) plus the batch being written.
+ *
+ * Commits: enable.auto.commit=false by default and an asynchronous commit
+ * of the stored offsets after every written window (one small request per
+ * flush, at most one per window.flush_ms), synchronous on revoke and stop.
+ * Chosen over auto-commit so the uncommitted tail that a crash replays is
+ * about one window, not auto.commit.interval.ms of plays, and so that the
+ * revoke path needs no special case. An operator may still set
+ * kafka.enable.auto.commit=true: it only ever commits stored offsets.
+ *
+ * Rebalances (both protocols): on revoke, drain - wait for the flusher,
+ * write the active window (and the kept message, unless its partition is
+ * the one leaving) - then commit synchronously, then release
+ * (rd_kafka_incremental_unassign for COOPERATIVE, rd_kafka_assign(NULL) for
+ * EAGER). When the assignment was lost (session timeout) the plays are
+ * still written (harmless, idempotent) but nothing is committed. On assign,
+ * partitions are added as they come (paused too if consumption is paused).
+ */
+#include "ingest.h"
+
+#include "config.h"
+#include "dd.h"
+#include "log.h"
+#include "metrics.h"
+#include "playevent.h"
+#include "window.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MOD "ingest"
+#define POLL_MS 100
+#define DLQ_FLUSH_MS 5000
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+
+struct slot {
+    dd_window *w;
+    int64_t *next;        /* per partition: offset + 1 to store, -1 = none */
+    size_t nparts;
+    uint64_t messages;    /* consumed into this slot */
+    int64_t since_ns;     /* monotonic time of its first message */
+    uint64_t dups_seen;   /* window duplicates already added to stats */
+};
+
+struct dd_ingest {
+    dd_history *h;
+    char *topic;
+    char *dlq_topic;      /* NULL = none */
+    const char *format;   /* static: "json" or "protobuf" */
+    uint32_t flush_ms;
+
+    rd_kafka_t *rk;       /* consumer */
+    rd_kafka_t *dlq;      /* producer, or NULL */
+    dd_playevent_decoder *dec;
+    dd_history_batch *batch;
+
+    struct slot slots[2];
+    int active;           /* index of the slot being filled */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int flush_busy;       /* the flusher holds slots[!active] */
+    int flush_quit;
+    int stopping;         /* the flusher gives up retrying failed writes */
+    int abandoned;        /* a window was dropped unwritten: store no more
+                             offsets (flush thread only) */
+
+    pthread_t poll_thr, flush_thr;
+    int started, stopped;
+    atomic_int stop;
+
+    rd_kafka_message_t *kept; /* a message waiting for room, or NULL */
+    int paused;
+
+    struct {
+        atomic_uint_least64_t messages, plays, bad[DD_INGEST_NBAD], expired, key_mismatch,
+            duplicates, plays_written, messages_flushed, flushes, write_errors, commits, commit_errors,
+            dead_lettered, dead_letter_errors, pauses, rebalances, kafka_errors,
+            assigned, last_flush_ms;
+        atomic_int_least64_t lag;
+        atomic_uint_least64_t pending_entries, pending_bytes; /* of the active window */
+    } st;
+    struct dd_histogram flush_hist;  /* window write durations, lock-free */
+
+    /* Per-partition lag from the last statistics: written by the poll
+     * thread (stats_cb), read by scrapes. */
+    pthread_mutex_t lag_mu;
+    int32_t *lag_part;
+    int64_t *lag_val;
+    size_t lag_n, lag_cap;
+
+    struct dd_log_limit lim_bad, lim_kafka, lim_write, lim_commit, lim_dlq, lim_store;
+};
+
+static const char *const bad_names[DD_INGEST_NBAD] = {
+    "undecodable", "empty_user", "empty_item", "id_too_long", "future",
+};
+
+const char *dd_ingest_bad_name(int reason)
+{
+    if (reason < 0 || reason >= DD_INGEST_NBAD) return "unknown";
+    return bad_names[reason];
+}
+
+#define INC(f) atomic_fetch_add_explicit(&in->st.f, 1, memory_order_relaxed)
+#define ADD(f, n) atomic_fetch_add_explicit(&in->st.f, (n), memory_order_relaxed)
+#define LOAD(f) atomic_load_explicit(&in->st.f, memory_order_relaxed)
+
+/* ---- librdkafka callbacks --------------------------------------------- */
+
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    enum dd_log_level l = level <= 3 ? DD_LOG_ERROR : level == 4 ? DD_LOG_WARN
+                        : level <= 6 ? DD_LOG_INFO : DD_LOG_DEBUG;
+    dd_log(l, "kafka", "msg=\"%s\" facility=%s", buf, fac);
+}
+
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    (void)rk;
+    dd_ingest *in = opaque;
+    INC(kafka_errors);
+    dd_log_limited(&in->lim_kafka, 5000,
+                   err == RD_KAFKA_RESP_ERR__FATAL ? DD_LOG_ERROR : DD_LOG_WARN, MOD,
+                   "msg=\"kafka error\" error=%s reason=\"%s\"",
+                   rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+    (void)rk;
+    (void)offsets;
+    dd_ingest *in = opaque;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        INC(commits);
+    } else if (err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        INC(commit_errors);
+        dd_log_limited(&in->lim_commit, 5000, DD_LOG_WARN, MOD,
+                       "msg=\"offset commit failed\" error=\"%s\"", rd_kafka_err2str(err));
+    }
+}
+
+/* Sum consumer_lag over our topic's partitions from librdkafka's
+ * statistics JSON. */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    dd_ingest *in = opaque;
+    struct json_tokener *tok = json_tokener_new();
+    if (!tok) return 0;
+    struct json_object *root = json_tokener_parse_ex(tok, json, len > INT32_MAX ? 0 : (int)len);
+    json_tokener_free(tok);
+    if (!root) return 0;
+    struct json_object *topics, *t, *parts;
+    int64_t lag = -1;
+    pthread_mutex_lock(&in->lag_mu);
+    in->lag_n = 0;
+    if (json_object_object_get_ex(root, "topics", &topics) &&
+        json_object_object_get_ex(topics, in->topic, &t) &&
+        json_object_object_get_ex(t, "partitions", &parts) &&
+        json_object_is_type(parts, json_type_object)) {
+        json_object_object_foreach(parts, k, v) {
+            struct json_object *l;
+            if (strcmp(k, "-1") == 0) continue;
+            if (!json_object_object_get_ex(v, "consumer_lag", &l)) continue;
+            int64_t x = json_object_get_int64(l);
+            if (x < 0) continue;
+            lag = (lag < 0 ? 0 : lag) + x;
+            if (in->lag_n == in->lag_cap) {
+                size_t cap = in->lag_cap ? in->lag_cap * 2 : 16;
+                int32_t *np = realloc(in->lag_part, cap * sizeof *np);
+                if (np) in->lag_part = np;
+                int64_t *nv = np ? realloc(in->lag_val, cap * sizeof *nv) : NULL;
+                if (nv) in->lag_val = nv;
+                if (!np || !nv) continue; /* the sum stays right; this partition is not listed */
+                in->lag_cap = cap;
+            }
+            in->lag_part[in->lag_n] = (int32_t)strtol(k, NULL, 10);
+            in->lag_val[in->lag_n++] = x;
+        }
+    }
+    pthread_mutex_unlock(&in->lag_mu);
+    json_object_put(root);
+    atomic_store_explicit(&in->st.lag, lag, memory_order_relaxed);
+    return 0; /* librdkafka frees json */
+}
+
+/* ---- slots and the flusher -------------------------------------------- */
+
+static int slot_mark(struct slot *s, int32_t partition, int64_t offset)
+{
+    if (partition < 0) return DD_ERR_INVALID;
+    if ((size_t)partition >= s->nparts) {
+        size_t n = (size_t)partition + 1;
+        if (n < 16) n = 16;
+        int64_t *next = realloc(s->next, n * sizeof *next);
+        if (!next) return DD_ERR_NOMEM;
+        for (size_t i = s->nparts; i < n; i++) next[i] = -1;
+        s->next = next;
+        s->nparts = n;
+    }
+    s->next[partition] = offset + 1;
+    if (s->messages++ == 0) s->since_ns = dd_mono_ns();
+    return DD_OK;
+}
+
+/* Store the slot's offsets (its window is written) and reset them. */
+static void slot_store(dd_ingest *in, struct slot *s)
+{
+    size_t n = 0;
+    if (in->abandoned) {
+        /* Offsets past a window that was never written must never be
+         * stored: its plays are consumed again after the restart. */
+        for (size_t i = 0; i < s->nparts; i++) s->next[i] = -1;
+        s->messages = 0;
+        return;
+    }
+    for (size_t i = 0; i < s->nparts; i++) n += s->next[i] >= 0;
+    if (n) {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)n);
+        if (!l) {
+            dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
+                           "msg=\"out of memory storing offsets; they are stored with the "
+                           "next window\"");
+            return; /* kept: the next window's store covers them */
+        }
+        for (size_t i = 0; i < s->nparts; i++)
+            if (s->next[i] >= 0)
+                rd_kafka_topic_partition_list_add(l, in->topic, (int32_t)i)->offset = s->next[i];
+        rd_kafka_resp_err_t e = rd_kafka_offsets_store(in->rk, l);
+        if (e) {
+            for (int i = 0; i < l->cnt; i++)
+                if (l->elems[i].err)
+                    dd_log_limited(&in->lim_store, 5000, DD_LOG_WARN, MOD,
+                                   "msg=\"offset not stored (partition no longer assigned)\" "
+                                   "topic=%s partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
+                                   in->topic, l->elems[i].partition, l->elems[i].offset,
+                                   rd_kafka_err2str(l->elems[i].err));
+        }
+        rd_kafka_topic_partition_list_destroy(l);
+        for (size_t i = 0; i < s->nparts; i++) s->next[i] = -1;
+    }
+    s->messages = 0;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+static void *flush_main(void *arg)
+{
+    dd_ingest *in = arg;
+    char err[512];
+    pthread_mutex_lock(&in->mu);
+    for (;;) {
+        while (!in->flush_busy && !in->flush_quit) pthread_cond_wait(&in->cv, &in->mu);
+        if (!in->flush_busy) break;
+        struct slot *s = &in->slots[!in->active];
+        pthread_mutex_unlock(&in->mu);
+
+        int64_t backoff = BACKOFF_MIN_MS;
+        int done = 0;
+        for (;;) {
+            uint64_t written = 0;
+            int64_t t0 = dd_mono_ns();
+            int rc = dd_window_flush(s->w, in->h, in->batch, &written, err, sizeof err);
+            if (rc == DD_OK) {
+                dd_histogram_observe(&in->flush_hist, (double)(dd_mono_ns() - t0) / 1e9);
+                atomic_store_explicit(&in->st.last_flush_ms,
+                                      (uint64_t)((dd_mono_ns() - t0) / 1000000),
+                                      memory_order_relaxed);
+                ADD(plays_written, written);
+                ADD(messages_flushed, s->messages);
+                INC(flushes);
+                struct dd_window_stats ws;
+                dd_window_get_stats(s->w, &ws);
+                ADD(duplicates, ws.duplicates - s->dups_seen);
+                s->dups_seen = ws.duplicates;
+                uint64_t msgs = s->messages;
+                slot_store(in, s);
+                dd_debug(MOD,
+                         "msg=flushed messages=%" PRIu64 " written=%" PRIu64 " ms=%" PRId64
+                         " messages_flushed=%" PRIu64 " plays_written=%" PRIu64,
+                         msgs, written, (dd_mono_ns() - t0) / 1000000, LOAD(messages_flushed),
+                         LOAD(plays_written));
+                rd_kafka_resp_err_t e = rd_kafka_commit(in->rk, NULL, 1);
+                if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+                    INC(commit_errors);
+                    dd_log_limited(&in->lim_commit, 5000, DD_LOG_WARN, MOD,
+                                   "msg=\"offset commit failed\" error=\"%s\"",
+                                   rd_kafka_err2str(e));
+                }
+                done = 1;
+                break;
+            }
+            INC(write_errors);
+            pthread_mutex_lock(&in->mu);
+            int giving_up = in->stopping;
+            pthread_mutex_unlock(&in->mu);
+            dd_log_limited(&in->lim_write, 5000, DD_LOG_ERROR, MOD,
+                           "msg=\"cannot write plays%s\" plays=%zu error=\"%s\"",
+                           giving_up ? "; not committed, they are consumed again at restart"
+                                     : "; retrying",
+                           dd_window_plays(s->w), err);
+            if (giving_up) break;
+            sleep_ms(backoff);
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        }
+        if (!done) {
+            /* Stopping with a broken store: drop the window and its offsets
+             * (never stored, so never committed). */
+            dd_window_clear(s->w);
+            in->abandoned = 1;
+            slot_store(in, s);
+        }
+        pthread_mutex_lock(&in->mu);
+        in->flush_busy = 0;
+        pthread_cond_broadcast(&in->cv);
+    }
+    pthread_mutex_unlock(&in->mu);
+    return NULL;
+}
+
+static int flusher_idle(dd_ingest *in)
+{
+    pthread_mutex_lock(&in->mu);
+    int idle = !in->flush_busy;
+    pthread_mutex_unlock(&in->mu);
+    return idle;
+}
+
+static void wait_flusher(dd_ingest *in)
+{
+    pthread_mutex_lock(&in->mu);
+    while (in->flush_busy) pthread_cond_wait(&in->cv, &in->mu);
+    pthread_mutex_unlock(&in->mu);
+}
+
+/* Hand the active slot to the (idle) flusher; the other becomes active. */
+static void swap(dd_ingest *in)
+{
+    pthread_mutex_lock(&in->mu);
+    in->active = !in->active;
+    in->flush_busy = 1;
+    atomic_store_explicit(&in->st.pending_entries, 0, memory_order_relaxed);
+    atomic_store_explicit(&in->st.pending_bytes, dd_window_bytes(in->slots[in->active].w),
+                          memory_order_relaxed);
+    pthread_cond_broadcast(&in->cv);
+    pthread_mutex_unlock(&in->mu);
+}
+
+/* ---- pause / resume ---------------------------------------------------- */
+
+static void set_paused(dd_ingest *in, int pause)
+{
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(in->rk, &a) == RD_KAFKA_RESP_ERR_NO_ERROR && a) {
+        if (a->cnt > 0) {
+            rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(in->rk, a)
+                                          : rd_kafka_resume_partitions(in->rk, a);
+            if (e)
+                dd_warn(MOD, "msg=\"cannot %s partitions\" error=\"%s\"",
+                        pause ? "pause" : "resume", rd_kafka_err2str(e));
+        }
+        rd_kafka_topic_partition_list_destroy(a);
+    }
+    if (pause && !in->paused) {
+        INC(pauses);
+        dd_debug(MOD, "msg=\"store behind: consumption paused\"");
+    }
+    in->paused = pause;
+}
+
+/* ---- messages ------------------------------------------------------------ */
+
+static void dead_letter(dd_ingest *in, const rd_kafka_message_t *m, const char *reason)
+{
+    if (!in->dlq) return;
+    char part[16], off[24];
+    snprintf(part, sizeof part, "%" PRId32, m->partition);
+    snprintf(off, sizeof off, "%" PRId64, m->offset);
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        in->dlq, RD_KAFKA_V_TOPIC(in->dlq_topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_KEY(m->key, m->key_len),
+        RD_KAFKA_V_HEADER("dd-reason", reason, -1),
+        RD_KAFKA_V_HEADER("dd-topic", in->topic, -1), RD_KAFKA_V_HEADER("dd-partition", part, -1),
+        RD_KAFKA_V_HEADER("dd-offset", off, -1), RD_KAFKA_V_END);
+    if (e) {
+        INC(dead_letter_errors);
+        dd_log_limited(&in->lim_dlq, 5000, DD_LOG_WARN, MOD,
+                       "msg=\"cannot produce to the dead-letter topic\" topic=%s error=\"%s\"",
+                       in->dlq_topic, rd_kafka_err2str(e));
+    }
+}
+
+static void dlq_delivery_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    dd_ingest *in = opaque;
+    if (m->err) {
+        INC(dead_letter_errors);
+        dd_log_limited(&in->lim_dlq, 5000, DD_LOG_WARN, MOD,
+                       "msg=\"dead-letter delivery failed\" topic=%s error=\"%s\"",
+                       in->dlq_topic, rd_kafka_err2str(m->err));
+    } else {
+        INC(dead_lettered);
+    }
+}
+
+static void bad_message(dd_ingest *in, const rd_kafka_message_t *m, int reason)
+{
+    INC(bad[reason]);
+    dd_log_limited(&in->lim_bad, 5000, DD_LOG_WARN, MOD,
+                   "msg=\"bad message skipped\" reason=%s topic=%s partition=%" PRId32
+                   " offset=%" PRId64,
+                   bad_names[reason], in->topic, m->partition, m->offset);
+    dead_letter(in, m, bad_names[reason]);
+}
+
+/* Account for message M in the active slot. Returns 0, or DD_ERR_LIMIT
+ * when its play does not fit (nothing changed; the caller keeps M). */
+static int process(dd_ingest *in, const rd_kafka_message_t *m)
+{
+    struct slot *s = &in->slots[in->active];
+    rd_kafka_timestamp_type_t tstype;
+    int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+    if (ts <= 0) ts = dd_history_now_ms(in->h);
+    struct dd_playevent ev;
+    int st = dd_playevent_decode(in->dec, m->payload, m->len, m->key, m->key_len, ts, &ev);
+    int bad = -1;
+    switch (st) {
+    case DD_PLAYEVENT_OK: break;
+    case DD_PLAYEVENT_EMPTY_USER: bad = DD_INGEST_BAD_EMPTY_USER; break;
+    case DD_PLAYEVENT_EMPTY_ITEM: bad = DD_INGEST_BAD_EMPTY_ITEM; break;
+    case DD_PLAYEVENT_ID_TOO_LONG: bad = DD_INGEST_BAD_ID_TOO_LONG; break;
+    default: bad = DD_INGEST_BAD_UNDECODABLE; break;
+    }
+    if (bad < 0) {
+        int rc = dd_window_add(s->w, ev.scene, ev.scene_len, ev.user, ev.user_len,
+                               dd_hash(ev.item, ev.item_len), ev.played_at_ms);
+        if (rc == DD_ERR_LIMIT && dd_window_entries(s->w) == 0) {
+            /* Empty yet full: give memory back from arrays grown for other
+             * loads (a clear after a refusal shrinks them), try once more. */
+            dd_window_clear(s->w);
+            rc = dd_window_add(s->w, ev.scene, ev.scene_len, ev.user, ev.user_len,
+                               dd_hash(ev.item, ev.item_len), ev.played_at_ms);
+        }
+        if (rc == DD_ERR_LIMIT) {
+            if (dd_window_entries(s->w) > 0) return rc; /* flush, then again */
+            /* Not even an empty window holds it (ids near 64 KiB with a
+             * small window.max_bytes): refuse it rather than stall. */
+            bad = DD_INGEST_BAD_ID_TOO_LONG;
+        } else if (rc == DD_WINDOW_FUTURE) {
+            bad = DD_INGEST_BAD_FUTURE;
+        } else if (rc == DD_WINDOW_EXPIRED) {
+            INC(expired);
+        } else if (rc == DD_WINDOW_ADDED) {
+            INC(plays);
+            if (ev.key_mismatch) INC(key_mismatch);
+        } else {
+            /* Lengths were checked by the decoder; out of memory while the
+             * window grows: count as undecodable rather than stall. */
+            bad = DD_INGEST_BAD_UNDECODABLE;
+        }
+    }
+    if (bad >= 0) bad_message(in, m, bad);
+    INC(messages);
+    atomic_store_explicit(&in->st.pending_entries, dd_window_entries(s->w), memory_order_relaxed);
+    atomic_store_explicit(&in->st.pending_bytes, dd_window_bytes(s->w), memory_order_relaxed);
+    if (slot_mark(s, m->partition, m->offset) != DD_OK)
+        dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
+                       "msg=\"out of memory tracking offsets\" partition=%" PRId32,
+                       m->partition);
+    return DD_OK;
+}
+
+/* Try the kept message again once the flusher is idle. */
+static void retry_kept(dd_ingest *in)
+{
+    if (!in->kept || !flusher_idle(in)) return;
+    if (in->slots[in->active].messages) swap(in);
+    if (process(in, in->kept) == DD_ERR_LIMIT) return; /* fresh window still full: wait */
+    rd_kafka_message_destroy(in->kept);
+    in->kept = NULL;
+    if (in->paused) set_paused(in, 0);
+}
+
+static void on_message(dd_ingest *in, rd_kafka_message_t *m)
+{
+    if (m->err) {
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            INC(kafka_errors);
+            dd_log_limited(&in->lim_kafka, 5000, DD_LOG_WARN, MOD,
+                           "msg=\"consumer error\" topic=%s partition=%" PRId32 " error=\"%s\"",
+                           m->rkt ? rd_kafka_topic_name(m->rkt) : "-", m->partition,
+                           rd_kafka_message_errstr(m));
+        }
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    if (in->kept) {
+        /* A message arrived while one waits for room (a partition assigned
+         * after the pause): rewind it to be fetched again, and pause it. */
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        if (l) {
+            rd_kafka_topic_partition_list_add(l, in->topic, m->partition)->offset = m->offset;
+            rd_kafka_error_t *e = rd_kafka_seek_partitions(in->rk, l, 0);
+            if (e) rd_kafka_error_destroy(e);
+            rd_kafka_pause_partitions(in->rk, l);
+            rd_kafka_topic_partition_list_destroy(l);
+        }
+        rd_kafka_message_destroy(m);
+        return;
+    }
+    if (process(in, m) == DD_ERR_LIMIT) {
+        if (flusher_idle(in)) {
+            swap(in);
+            if (process(in, m) != DD_ERR_LIMIT) {
+                rd_kafka_message_destroy(m);
+                return;
+            }
+        }
+        in->kept = m;
+        set_paused(in, 1);
+        return;
+    }
+    rd_kafka_message_destroy(m);
+}
+
+/* Write everything consumed so far and wait for it; DROP_PARTITIONS (may
+ * be NULL) lists partitions leaving: a kept message of one of them is
+ * dropped unprocessed (its offset is not stored, the next owner reads it). */
+static void drain(dd_ingest *in, const rd_kafka_topic_partition_list_t *drop_partitions)
+{
+    wait_flusher(in);
+    if (in->kept) {
+        int drop = 0;
+        for (int i = 0; drop_partitions && i < drop_partitions->cnt; i++)
+            drop |= drop_partitions->elems[i].partition == in->kept->partition &&
+                    strcmp(drop_partitions->elems[i].topic, in->topic) == 0;
+        if (drop) {
+            rd_kafka_message_destroy(in->kept);
+            in->kept = NULL;
+        } else {
+            retry_kept(in); /* the flusher is idle: this swaps and adds */
+            wait_flusher(in);
+        }
+    }
+    if (in->slots[in->active].messages) {
+        swap(in);
+        wait_flusher(in);
+    }
+}
+
+static void commit_sync(dd_ingest *in)
+{
+    rd_kafka_resp_err_t e = rd_kafka_commit(in->rk, NULL, 0);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        INC(commits);
+    } else if (e != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        INC(commit_errors);
+        dd_warn(MOD, "msg=\"offset commit failed\" error=\"%s\"", rd_kafka_err2str(e));
+    }
+}
+
+static void update_assigned(dd_ingest *in)
+{
+    rd_kafka_topic_partition_list_t *a = NULL;
+    uint64_t n = 0;
+    if (rd_kafka_assignment(in->rk, &a) == RD_KAFKA_RESP_ERR_NO_ERROR && a) {
+        n = (uint64_t)a->cnt;
+        rd_kafka_topic_partition_list_destroy(a);
+    }
+    atomic_store_explicit(&in->st.assigned, n, memory_order_relaxed);
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    dd_ingest *in = opaque;
+    int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    rd_kafka_error_t *error = NULL;
+    rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+    INC(rebalances);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=%s", parts->cnt,
+                coop ? "cooperative" : "eager");
+        if (coop)
+            error = rd_kafka_incremental_assign(rk, parts);
+        else
+            e = rd_kafka_assign(rk, parts);
+        if (!error && !e && in->paused && parts->cnt > 0) rd_kafka_pause_partitions(rk, parts);
+    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+        int lost = rd_kafka_assignment_lost(rk);
+        dd_info(MOD, "msg=\"partitions revoked\" count=%d lost=%s protocol=%s", parts->cnt,
+                lost ? "yes" : "no", coop ? "cooperative" : "eager");
+        drain(in, parts);
+        if (!lost) commit_sync(in);
+        if (coop)
+            error = rd_kafka_incremental_unassign(rk, parts);
+        else
+            e = rd_kafka_assign(rk, NULL);
+        if (in->paused && !in->kept) set_paused(in, 0);
+    } else {
+        dd_error(MOD, "msg=\"rebalance failed\" error=\"%s\"", rd_kafka_err2str(err));
+        drain(in, parts);
+        e = rd_kafka_assign(rk, NULL);
+    }
+    if (error) {
+        dd_error(MOD, "msg=\"cannot change the assignment\" error=\"%s\"",
+                 rd_kafka_error_string(error));
+        rd_kafka_error_destroy(error);
+    } else if (e) {
+        dd_error(MOD, "msg=\"cannot change the assignment\" error=\"%s\"", rd_kafka_err2str(e));
+    }
+    update_assigned(in);
+}
+
+/* ---- the poll thread ------------------------------------------------------ */
+
+static void *poll_main(void *arg)
+{
+    dd_ingest *in = arg;
+    const int64_t flush_ns = (int64_t)in->flush_ms * 1000000;
+    while (!atomic_load(&in->stop)) {
+        int timeout = POLL_MS;
+        struct slot *s = &in->slots[in->active];
+        if (in->kept) {
+            retry_kept(in);
+        } else if (s->messages) {
+            int64_t due = s->since_ns + flush_ns - dd_mono_ns();
+            if (due <= 0) {
+                if (flusher_idle(in)) swap(in);
+                timeout = 10; /* due: check again soon */
+            } else if (due / 1000000 < timeout) {
+                timeout = (int)(due / 1000000) + 1;
+            }
+        }
+        if (in->dlq) rd_kafka_poll(in->dlq, 0);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(in->rk, timeout);
+        if (m) on_message(in, m);
+    }
+    /* Final flush and commit while still a member; then leave the group
+     * (close runs the revoke callback: drain again, commit, release). */
+    drain(in, NULL);
+    commit_sync(in);
+    rd_kafka_resp_err_t e = rd_kafka_consumer_close(in->rk);
+    if (e) dd_warn(MOD, "msg=\"consumer close\" error=\"%s\"", rd_kafka_err2str(e));
+    atomic_store_explicit(&in->st.assigned, 0, memory_order_relaxed);
+    return NULL;
+}
+
+/* ---- construction ----------------------------------------------------------- */
+
+static int conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, char *err,
+                    size_t errlen)
+{
+    char e[256];
+    if (rd_kafka_conf_set(conf, key, value, e, sizeof e) != RD_KAFKA_CONF_OK) {
+        snprintf(err, errlen, "kafka.%s: %s", key, e);
+        return DD_ERR_INVALID;
+    }
+    return DD_OK;
+}
+
+/* Keys meaningful to the consumer only: not given to the dead-letter
+ * producer (librdkafka would warn about each). */
+static int consumer_only(const char *key)
+{
+    static const char *const keys[] = {
+        "group.id", "group.instance.id", "partition.assignment.strategy",
+        "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
+        "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store",
+        "auto.offset.reset", "isolation.level", "enable.partition.eof", "check.crcs",
+        "queued.min.messages", "queued.max.messages.kbytes", "fetch.wait.max.ms",
+        "fetch.min.bytes", "fetch.max.bytes", "fetch.message.max.bytes",
+        "fetch.error.backoff.ms", "max.partition.fetch.bytes", "coordinator.query.interval.ms",
+        "group.protocol.type", "allow.auto.create.topics",
+    };
+    for (size_t i = 0; i < DD_ARRAY_LEN(keys); i++)
+        if (strcmp(key, keys[i]) == 0) return 1;
+    return 0;
+}
+
+static int is_true(const char *v)
+{
+    return strcmp(v, "true") == 0 || strcmp(v, "1") == 0 || strcmp(v, "yes") == 0 ||
+           strcmp(v, "on") == 0;
+}
+
+static rd_kafka_t *new_consumer(dd_ingest *in, const struct dd_config *cfg, char *err,
+                                size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char e[256];
+    if (!conf) goto nomem;
+    static const char *const defaults[][2] = {
+        {"partition.assignment.strategy", "cooperative-sticky"},
+        {"enable.auto.commit", "false"},
+        {"auto.offset.reset", "earliest"},
+        {"statistics.interval.ms", "5000"},
+    };
+    for (size_t i = 0; i < DD_ARRAY_LEN(defaults); i++)
+        if (conf_set(conf, defaults[i][0], defaults[i][1], err, errlen) != DD_OK) goto fail;
+    for (size_t i = 0; i < cfg->kafka.len; i++) {
+        const struct dd_config_kv *kv = &cfg->kafka.items[i];
+        if (strcmp(kv->key, "enable.auto.offset.store") == 0 && is_true(kv->value)) {
+            snprintf(err, errlen, "kafka.enable.auto.offset.store: must be false (offsets are "
+                                  "stored once the plays are written)");
+            goto fail;
+        }
+        if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
+    }
+    if (conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK) goto fail;
+    rd_kafka_conf_set_opaque(conf, in);
+    rd_kafka_conf_set_log_cb(conf, log_cb);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
+    rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, e, sizeof e);
+    if (!rk) {
+        snprintf(err, errlen, "kafka: cannot create the consumer: %s", e);
+        goto fail;
+    }
+    return rk; /* conf is owned by rk now */
+nomem:
+    snprintf(err, errlen, "out of memory");
+fail:
+    rd_kafka_conf_destroy(conf);
+    return NULL;
+}
+
+static rd_kafka_t *new_dlq_producer(dd_ingest *in, const struct dd_config *cfg, char *err,
+                                    size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char e[256];
+    if (!conf) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < cfg->kafka.len; i++) {
+        const struct dd_config_kv *kv = &cfg->kafka.items[i];
+        if (consumer_only(kv->key)) continue;
+        if (strcmp(kv->key, "statistics.interval.ms") == 0) continue;
+        if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
+    }
+    rd_kafka_conf_set_opaque(conf, in);
+    rd_kafka_conf_set_log_cb(conf, log_cb);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
+    rd_kafka_conf_set_dr_msg_cb(conf, dlq_delivery_cb);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
+    if (!rk) {
+        snprintf(err, errlen, "kafka: cannot create the dead-letter producer: %s", e);
+        goto fail;
+    }
+    return rk;
+fail:
+    rd_kafka_conf_destroy(conf);
+    return NULL;
+}
+
+int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *history,
+                  char *err, size_t errlen)
+{
+    *out = NULL;
+    int fmt = dd_playevent_format_parse(cfg->ingest.format);
+    if (fmt < 0) {
+        snprintf(err, errlen, "ingest.format: \"%s\" is not json or protobuf", cfg->ingest.format);
+        return DD_ERR_INVALID;
+    }
+    if (!cfg->ingest.topic[0]) {
+        snprintf(err, errlen, "ingest.topic: must not be empty");
+        return DD_ERR_INVALID;
+    }
+    uint64_t per_window = cfg->window.max_bytes / 2;
+    if (per_window < DD_WINDOW_MIN_BYTES) {
+        snprintf(err, errlen, "window.max_bytes: at least %u", 2 * DD_WINDOW_MIN_BYTES);
+        return DD_ERR_INVALID;
+    }
+    if (cfg->window.flush_ms == 0) {
+        snprintf(err, errlen, "window.flush_ms: must be at least 1");
+        return DD_ERR_INVALID;
+    }
+    dd_ingest *in = calloc(1, sizeof *in);
+    if (!in) goto nomem;
+    int rc = DD_ERR_NOMEM;
+    in->h = history;
+    in->flush_ms = cfg->window.flush_ms;
+    in->format = fmt == DD_PLAYEVENT_JSON ? "json" : "protobuf";
+    atomic_init(&in->stop, 0);
+    atomic_store(&in->st.lag, -1);
+    if (pthread_mutex_init(&in->mu, NULL) != 0) {
+        free(in);
+        goto nomem;
+    }
+    if (pthread_cond_init(&in->cv, NULL) != 0) {
+        pthread_mutex_destroy(&in->mu);
+        free(in);
+        goto nomem;
+    }
+    if (pthread_mutex_init(&in->lag_mu, NULL) != 0) {
+        pthread_cond_destroy(&in->cv);
+        pthread_mutex_destroy(&in->mu);
+        free(in);
+        goto nomem;
+    }
+    dd_histogram_init(&in->flush_hist, dd_metrics_flush_bounds, DD_METRICS_FLUSH_BOUNDS_LEN);
+    in->topic = strdup(cfg->ingest.topic);
+    if (!in->topic) goto err;
+    if (cfg->ingest.dead_letter_topic[0] && !(in->dlq_topic = strdup(cfg->ingest.dead_letter_topic)))
+        goto err;
+    if ((rc = dd_playevent_decoder_new(&in->dec, (enum dd_playevent_format)fmt,
+                                       cfg->ingest.max_id_bytes)) != DD_OK) {
+        snprintf(err, errlen, rc == DD_ERR_INVALID ? "ingest.max_id_bytes: must be at least 1"
+                                                   : "out of memory");
+        goto err_set;
+    }
+    rc = DD_ERR_NOMEM;
+    if (!(in->batch = dd_history_batch_new())) goto err;
+    for (int i = 0; i < 2; i++)
+        if (dd_window_new(&in->slots[i].w, history, per_window) != DD_OK) goto err;
+    rc = DD_ERR_INVALID;
+    if (!(in->rk = new_consumer(in, cfg, err, errlen))) goto err_set;
+    if (in->dlq_topic && !(in->dlq = new_dlq_producer(in, cfg, err, errlen))) goto err_set;
+    /* Every event (rebalance, errors, stats) through rd_kafka_consumer_poll. */
+    rd_kafka_resp_err_t e = rd_kafka_poll_set_consumer(in->rk);
+    if (e) {
+        snprintf(err, errlen, "kafka: %s", rd_kafka_err2str(e));
+        goto err_set;
+    }
+    *out = in;
+    return DD_OK;
+nomem:
+    snprintf(err, errlen, "out of memory");
+    return DD_ERR_NOMEM;
+err:
+    snprintf(err, errlen, "out of memory");
+err_set:
+    dd_ingest_free(in);
+    return rc;
+}
+
+int dd_ingest_start(dd_ingest *in)
+{
+    if (in->started) return DD_ERR_STATE;
+    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+    if (!sub) return DD_ERR_NOMEM;
+    rd_kafka_topic_partition_list_add(sub, in->topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(in->rk, sub);
+    rd_kafka_topic_partition_list_destroy(sub);
+    if (e) {
+        dd_error(MOD, "msg=\"cannot subscribe\" topic=%s error=\"%s\"", in->topic,
+                 rd_kafka_err2str(e));
+        return DD_ERR_UNAVAILABLE;
+    }
+    if (pthread_create(&in->flush_thr, NULL, flush_main, in) != 0) {
+        rd_kafka_unsubscribe(in->rk);
+        return DD_ERR_NOMEM;
+    }
+    if (pthread_create(&in->poll_thr, NULL, poll_main, in) != 0) {
+        pthread_mutex_lock(&in->mu);
+        in->flush_quit = 1;
+        pthread_cond_broadcast(&in->cv);
+        pthread_mutex_unlock(&in->mu);
+        pthread_join(in->flush_thr, NULL);
+        rd_kafka_unsubscribe(in->rk);
+        return DD_ERR_NOMEM;
+    }
+    in->started = 1;
+    dd_info(MOD, "msg=started topic=%s format=%s flush_ms=%u dead_letter_topic=%s", in->topic,
+            in->format, in->flush_ms, in->dlq_topic ? in->dlq_topic : "-");
+    return DD_OK;
+}
+
+static void log_stats(dd_ingest *in)
+{
+    struct dd_ingest_stats s;
+    dd_ingest_get_stats(in, &s);
+    dd_info(MOD,
+            "msg=stopped messages=%" PRIu64 " messages_flushed=%" PRIu64 " plays=%" PRIu64
+            " plays_written=%" PRIu64
+            " duplicates=%" PRIu64 " expired=%" PRIu64 " bad_undecodable=%" PRIu64
+            " bad_empty_user=%" PRIu64 " bad_empty_item=%" PRIu64 " bad_id_too_long=%" PRIu64
+            " bad_future=%" PRIu64 " key_mismatch=%" PRIu64 " flushes=%" PRIu64
+            " write_errors=%" PRIu64 " commits=%" PRIu64 " commit_errors=%" PRIu64
+            " dead_lettered=%" PRIu64 " dead_letter_errors=%" PRIu64 " pauses=%" PRIu64
+            " rebalances=%" PRIu64,
+            s.messages, s.messages_flushed, s.plays, s.plays_written, s.duplicates, s.expired,
+            s.bad[DD_INGEST_BAD_UNDECODABLE], s.bad[DD_INGEST_BAD_EMPTY_USER],
+            s.bad[DD_INGEST_BAD_EMPTY_ITEM], s.bad[DD_INGEST_BAD_ID_TOO_LONG],
+            s.bad[DD_INGEST_BAD_FUTURE], s.key_mismatch, s.flushes, s.write_errors, s.commits,
+            s.commit_errors, s.dead_lettered, s.dead_letter_errors, s.pauses, s.rebalances);
+}
+
+void dd_ingest_stop(dd_ingest *in)
+{
+    if (!in || !in->started || in->stopped) return;
+    in->stopped = 1;
+    pthread_mutex_lock(&in->mu);
+    in->stopping = 1;
+    pthread_mutex_unlock(&in->mu);
+    atomic_store(&in->stop, 1);
+    pthread_join(in->poll_thr, NULL);
+    pthread_mutex_lock(&in->mu);
+    in->flush_quit = 1;
+    pthread_cond_broadcast(&in->cv);
+    pthread_mutex_unlock(&in->mu);
+    pthread_join(in->flush_thr, NULL);
+    if (in->kept) {
+        rd_kafka_message_destroy(in->kept);
+        in->kept = NULL;
+    }
+    if (in->dlq) {
+        rd_kafka_resp_err_t e = rd_kafka_flush(in->dlq, DLQ_FLUSH_MS);
+        if (e)
+            dd_warn(MOD, "msg=\"dead-letter messages not delivered\" count=%d error=\"%s\"",
+                    rd_kafka_outq_len(in->dlq), rd_kafka_err2str(e));
+    }
+    log_stats(in);
+}
+
+void dd_ingest_free(dd_ingest *in)
+{
+    if (!in) return;
+    dd_ingest_stop(in);
+    if (in->rk) rd_kafka_destroy(in->rk);
+    if (in->dlq) rd_kafka_destroy(in->dlq);
+    for (int i = 0; i < 2; i++) {
+        dd_window_free(in->slots[i].w);
+        free(in->slots[i].next);
+    }
+    dd_history_batch_free(in->batch);
+    dd_playevent_decoder_free(in->dec);
+    free(in->topic);
+    free(in->dlq_topic);
+    pthread_cond_destroy(&in->cv);
+    pthread_mutex_destroy(&in->mu);
+    pthread_mutex_destroy(&in->lag_mu);
+    free(in->lag_part);
+    free(in->lag_val);
+    free(in);
+}
+
+bool dd_ingest_assigned(const dd_ingest *in)
+{
+    return atomic_load_explicit(&in->st.assigned, memory_order_relaxed) > 0;
+}
+
+void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->messages = LOAD(messages);
+    out->plays = LOAD(plays);
+    for (int i = 0; i < DD_INGEST_NBAD; i++) out->bad[i] = LOAD(bad[i]);
+    out->expired = LOAD(expired);
+    out->key_mismatch = LOAD(key_mismatch);
+    out->plays_written = LOAD(plays_written);
+    out->messages_flushed = LOAD(messages_flushed);
+    out->flushes = LOAD(flushes);
+    out->write_errors = LOAD(write_errors);
+    out->commits = LOAD(commits);
+    out->commit_errors = LOAD(commit_errors);
+    out->dead_lettered = LOAD(dead_lettered);
+    out->dead_letter_errors = LOAD(dead_letter_errors);
+    out->pauses = LOAD(pauses);
+    out->rebalances = LOAD(rebalances);
+    out->kafka_errors = LOAD(kafka_errors);
+    out->assigned_partitions = LOAD(assigned);
+    out->consumer_lag = atomic_load_explicit(&in->st.lag, memory_order_relaxed);
+    out->last_flush_ms = LOAD(last_flush_ms);
+    out->pending_entries = LOAD(pending_entries);
+    out->pending_bytes = LOAD(pending_bytes);
+    /* Mirrored from the windows by the flush thread after each write. */
+    out->duplicates = LOAD(duplicates);
+}
+
+size_t dd_ingest_get_partition_lags(const dd_ingest *in, int32_t *partitions, int64_t *lags,
+                                    size_t cap)
+{
+    dd_ingest *m = (dd_ingest *)in; /* the mutex, not the data, changes */
+    pthread_mutex_lock(&m->lag_mu);
+    size_t n = m->lag_n;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        partitions[i] = m->lag_part[i];
+        lags[i] = m->lag_val[i];
+    }
+    pthread_mutex_unlock(&m->lag_mu);
+    return n;
+}
+
+void dd_ingest_get_flush_histogram(const dd_ingest *in, struct dd_histogram_snap *out)
+{
+    dd_histogram_snapshot(&in->flush_hist, out);
+}

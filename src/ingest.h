@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * ingest.h - the Kafka play consumer: a consumer-group member of
+ * ingest.topic that decodes play events (playevent.h), gathers them in
+ * windows (window.h), writes each window to the history store as one
+ * batch, and only then stores and commits the messages' offsets. Knows
+ * nothing of gRPC.
+ *
+ * Semantics (see design.md "Ingest semantics"): at-least-once from Kafka,
+ * idempotent into the filters. A crash or a partition moving loses no play:
+ * whatever was not written was not committed, and is consumed again.
+ * A message that cannot be used (see struct dd_ingest_stats) is counted,
+ * logged with topic, partition and offset (rate-limited), copied to
+ * ingest.dead_letter_topic when one is set, and skipped: its offset
+ * advances with the window it fell in.
+ *
+ * Threads: dd_ingest_start starts a poll thread (consumer poll, decode,
+ * window, rebalance callbacks) and a flush thread (history write, offset
+ * store, commit). Every function here is called from one controlling
+ * thread (main); dd_ingest_assigned and dd_ingest_get_stats may be called
+ * from any thread at any time between new and free.
+ */
+#ifndef DD_INGEST_H
+#define DD_INGEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "history.h"
+
+struct dd_config;
+
+typedef struct dd_ingest dd_ingest;
+
+/* Create the consumer (and the dead-letter producer, if configured) from
+ * CFG: ingest.*, window.*, history.max_future_ms and every kafka.* key,
+ * which is passed to librdkafka as is. Defaults that differ from
+ * librdkafka's unless set: partition.assignment.strategy=cooperative-sticky,
+ * enable.auto.commit=false (commits are explicit, after each write),
+ * auto.offset.reset=earliest, statistics.interval.ms=5000.
+ * enable.auto.offset.store is always false (setting it true is an error).
+ * Nothing connects yet. HISTORY is borrowed and must outlive the ingest;
+ * CFG is only read during the call. Returns 0, DD_ERR_INVALID (a bad
+ * setting: err names the key) or DD_ERR_NOMEM; *out is NULL on error.
+ * Free with dd_ingest_free. */
+int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *history,
+                  char *err, size_t errlen);
+
+/* Subscribe and start the poll and flush threads. Returns 0, DD_ERR_STATE
+ * (already started), DD_ERR_UNAVAILABLE (subscribe failed) or DD_ERR_NOMEM
+ * (threads); on error nothing runs and dd_ingest_free may follow. */
+int dd_ingest_start(dd_ingest *in);
+
+/* Stop consuming: flush and write what is pending, store and commit
+ * (synchronously) the offsets of what was written, leave the group, close
+ * the consumer, flush the dead-letter producer (bounded wait). Blocks until
+ * done. If the store cannot be written, the pending plays are not
+ * committed (they are consumed again next time) and the failure is logged.
+ * A no-op when not started or already stopped. */
+void dd_ingest_stop(dd_ingest *in);
+
+/* Stop (if running) and free everything. NULL is a no-op. */
+void dd_ingest_free(dd_ingest *in);
+
+/* True while at least one partition of ingest.topic is assigned to this
+ * member (for /readyz). */
+bool dd_ingest_assigned(const dd_ingest *in);
+
+/* Bad messages, by reason (indexes of struct dd_ingest_stats.bad). */
+enum dd_ingest_bad {
+    DD_INGEST_BAD_UNDECODABLE = 0, /* not JSON / PlayEvent, wrong types, negative time */
+    DD_INGEST_BAD_EMPTY_USER = 1,  /* no user id in payload nor key */
+    DD_INGEST_BAD_EMPTY_ITEM = 2,
+    DD_INGEST_BAD_ID_TOO_LONG = 3, /* over ingest.max_id_bytes (scene: also 255) */
+    DD_INGEST_BAD_FUTURE = 4,      /* later than now + history.max_future_ms */
+};
+#define DD_INGEST_NBAD 5
+/* "undecodable", "empty_user", "empty_item", "id_too_long", "future". */
+const char *dd_ingest_bad_name(int reason);
+
+/* Counters since dd_ingest_new, read atomically one by one. */
+struct dd_ingest_stats {
+    uint64_t messages;        /* messages consumed (good and bad) */
+    uint64_t plays;           /* plays accepted into a window */
+    uint64_t bad[DD_INGEST_NBAD];
+    uint64_t expired;         /* plays older than the retention, dropped */
+    uint64_t key_mismatch;    /* payload user differs from the message key (kept) */
+    uint64_t duplicates;      /* plays already pending in their window */
+    uint64_t plays_written;   /* distinct plays written to the store */
+    uint64_t messages_flushed; /* messages whose window is written (offsets stored) */
+    uint64_t flushes;         /* windows written */
+    uint64_t write_errors;    /* failed store writes (retried) */
+    uint64_t commits;         /* successful offset commits */
+    uint64_t commit_errors;
+    uint64_t dead_lettered;   /* bad messages produced to the dead-letter topic */
+    uint64_t dead_letter_errors;
+    uint64_t pauses;          /* times consumption paused for the store */
+    uint64_t rebalances;      /* assignment changes (assign or revoke) */
+    uint64_t kafka_errors;    /* errors reported by librdkafka */
+    uint64_t assigned_partitions; /* now */
+    int64_t consumer_lag;     /* sum over assigned partitions; -1 unknown */
+    uint64_t last_flush_ms;   /* duration of the last window write */
+    uint64_t pending_entries; /* now: (scene, user, segment) entries in the window being filled */
+    uint64_t pending_bytes;   /* now: bytes allocated by that window */
+};
+void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out);
+
+/* Consumer lag per partition of ingest.topic assigned here, as of the last
+ * librdkafka statistics (statistics.interval.ms): up to CAP pairs
+ * (PARTITIONS[i], LAGS[i]) are filled; returns how many there are (may be
+ * more than CAP). Partitions whose lag is unknown are left out. Cannot
+ * fail. */
+size_t dd_ingest_get_partition_lags(const dd_ingest *in, int32_t *partitions, int64_t *lags,
+                                    size_t cap);
+
+/* Durations of successful window writes, in seconds, as a histogram over
+ * dd_metrics_flush_bounds (metrics.h). Cannot fail. */
+struct dd_histogram_snap;
+void dd_ingest_get_flush_histogram(const dd_ingest *in, struct dd_histogram_snap *out);
+
+#endif

@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kill -9 dedupd at random moments during sustained ingest, five times,
+restarting it each time: at the end every produced play is seen (0 lost).
+Offsets are committed only after the write, so whatever a crash cut off is
+consumed again. The windows are kept small (window.max_bytes) so that
+consumption pauses for the store again and again, crashes included."""
+import random
+import time
+
+import harness
+import test_ingest_lib as il
+
+USERS = 20_000
+PLAYS = 360_000
+RATE = 8_000       # plays/s: the producer runs ~45 s, through every crash
+KILLS = 5
+
+
+def main():
+    rnd = random.Random(7)
+    plays = [("c%05d" % rnd.randrange(USERS), "v%d" % i, None) for i in range(PLAYS)]
+    broker = harness.DevBroker(("plays:16",))
+    # A short session so the killed member leaves the group quickly.
+    dd = harness.Dedupd(il.ingest_overrides(broker, **{
+        "kafka.session.timeout.ms": "3000", "kafka.heartbeat.interval.ms": "300",
+        "window.max_bytes": "262144"}))
+    prod = il.produce_async(broker, plays, rate=RATE)
+    kills_mid_ingest = 0
+    for k in range(KILLS):
+        dd.wait_log('msg="partitions assigned"', timeout=60)
+        time.sleep(rnd.uniform(0.2, 2.5))
+        mid = prod.alive()
+        kills_mid_ingest += mid
+        harness.log("kill -9 #%d (flushed %d this run, producer %s)" % (
+            k + 1, il.flushed(dd), "running" if prod.alive() else "done"))
+        dd.kill9()
+        dd.start()
+    il.wait_producer(prod, timeout=180)
+    il.wait_idle(dd)
+    st = il.stop_stats(dd)
+    harness.log("last run: %s" % st)
+    if st["pauses"] == 0:
+        harness.fail("the small windows never made consumption pause")
+    if kills_mid_ingest < KILLS:
+        harness.fail("only %d of %d kills hit a running ingest" % (kills_mid_ingest, KILLS))
+    il.require_all_seen(dd, plays, "after %d kills" % KILLS)
+    broker.stop()
+    harness.log("PASS")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Event-time placement, with protobuf payloads (dedup.v1.PlayEvent): plays
+dated over the last 120 days land in the segment of their own day (checked
+through lookback windows, which read whole segments), and those older than
+history.retention_days are dropped and counted. Undecodable protobuf
+payloads are skipped and counted."""
+import random
+import time
+
+import harness
+import test_ingest_lib as il
+
+DAY = 86_400_000
+SEGMENT_DAYS = 30
+RETENTION = 90
+USERS = 100
+FP = 0.01
+
+
+def main():
+    rnd = random.Random(3)
+    now = int(time.time() * 1000)
+    today = now // DAY
+    plays = []                      # (user, item, at_ms, days_ago)
+    for u in range(USERS):
+        for ago in range(120):
+            at = now - ago * DAY - rnd.randrange(60_000) if ago else now - rnd.randrange(60_000)
+            plays.append(("t%03d" % u, "e%d-%d" % (u, ago), at, (at // DAY)))
+    rnd.shuffle(plays)
+    broker = harness.DevBroker(("plays:4",))
+    il.produce(broker, [p[:3] for p in plays], fmt="protobuf")
+    garbage = [("t000", "0a"), ("t000", "ffffffff"), ("t001", "0a05616263")]  # truncated/bad
+    il.produce(broker, garbage, fmt="hex")
+    dd = harness.Dedupd(il.ingest_overrides(broker, fmt="protobuf", **{
+        "history.segment_days": str(SEGMENT_DAYS), "history.retention_days": str(RETENTION),
+        "history.fp_rate": str(FP)}))
+    il.wait_flushed(dd, len(plays) + len(garbage), timeout=120)
+    st = il.stop_stats(dd)
+    if today != int(time.time() * 1000) // DAY:
+        harness.skip("the day changed during the test; placement expectations moved")
+
+    # Past retention: the store drops the plays older than a cutoff day and
+    # keeps at least RETENTION days (at most RETENTION + SEGMENT_DAYS, as
+    # segments expire whole). Find the cutoff the expired count implies.
+    harness.log("stats: %s" % st)
+    cutoff = None
+    for c in sorted({p[3] for p in plays}) + [today + 1]:
+        if sum(1 for p in plays if p[3] < c) == st["expired"]:
+            cutoff = c
+            break
+    if cutoff is None:
+        harness.fail("expired %d is not 'every play before some day'" % st["expired"])
+    kept_days = today - cutoff + 1
+    if not RETENTION <= kept_days <= RETENTION + SEGMENT_DAYS:
+        harness.fail("kept %d days, retention %d, segments of %d" % (kept_days, RETENTION,
+                                                                      SEGMENT_DAYS))
+    harness.log("plays of the last %d days kept, older ones dropped" % kept_days)
+    live = [p for p in plays if p[3] >= cutoff]
+    dead = [p for p in plays if p[3] < cutoff]
+    if st["expired"] != len(dead) or st["plays"] != len(live):
+        harness.fail("expired %d (want %d), plays %d (want %d)" % (
+            st["expired"], len(dead), st["plays"], len(live)))
+    if st["bad_undecodable"] != len(garbage):
+        harness.fail("bad_undecodable %d, want %d" % (st["bad_undecodable"], len(garbage)))
+
+    il.require_all_seen(dd, [p[:3] for p in live], "live plays")
+    seen_dead, _, _ = il.check(dd, [p[:3] for p in dead])
+    if seen_dead > FP * len(dead) + 3:
+        harness.fail("%d of %d plays past retention are seen" % (seen_dead, len(dead)))
+
+    # A lookback of L days reads the segments from segment(today - L + 1)
+    # on: a play is seen exactly when its own segment is among them.
+    for lookback in (1, 7, 30, 31, 45, 60, 61, 89):
+        first_seg = (today - lookback + 1) // SEGMENT_DAYS
+        _, _, missing = il.check(dd, [p[:3] for p in live], lookback=lookback,
+                                 unseen_list=True)
+        missing = {(u, i) for u, i, *_ in missing}
+        want_seen = [p for p in live if p[3] // SEGMENT_DAYS >= first_seg]
+        want_unseen = [p for p in live if p[3] // SEGMENT_DAYS < first_seg]
+        wrong = [p for p in want_seen if (p[0], p[1]) in missing]
+        if wrong:
+            harness.fail("lookback %d: %d plays not in their segment, e.g. %s" % (
+                lookback, len(wrong), wrong[:3]))
+        extra = sum(1 for p in want_unseen if (p[0], p[1]) not in missing)
+        if extra > FP * len(want_unseen) + 3:
+            harness.fail("lookback %d: %d of %d plays from older segments seen" % (
+                lookback, extra, len(want_unseen)))
+        harness.log("lookback %2d: %d seen as placed, %d older unseen (%d fp)" % (
+            lookback, len(want_seen), len(want_unseen) - extra, extra))
+    broker.stop()
+    harness.log("PASS")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * ddcheck.c - verify a history store offline: which of a list of plays
+ * does the store say were seen? For operators ("did these plays make it?")
+ * and for the ingest tests (zero false negatives, the fp of unplayed items).
+ *
+ *   ddcheck [-c FILE] [-o section.key=value]... [-l LOOKBACK_DAYS] [-v|-V] [LIST]
+ *
+ * LIST (or stdin) holds lines "user<TAB>item[<TAB>scene]". The store is
+ * opened with the same configuration as dedupd (history.path and the
+ * segment settings must match), so dedupd must not be running on it
+ * (RocksDB's lock). Lines are grouped by (scene, user) and each group is
+ * probed with one dd_history_probe. Prints
+ *   total=N seen=S unseen=U
+ * after, with -v, the first 20 unseen lines ("unseen<TAB>user<TAB>item<TAB>
+ * scene"), with -V all of them. Exit 0, or 2 on any error (a
+ * store that cannot be read is an error, never "unseen").
+ */
+#include "bloom.h"
+#include "config.h"
+#include "dd.h"
+#include "history.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct play {
+    char *user, *scene;
+    size_t user_len, scene_len;
+    uint64_t item;
+    const char *line_item; /* for -v */
+};
+
+static int cmp_play(const void *a, const void *b)
+{
+    const struct play *x = a, *y = b;
+    int c = strcmp(x->scene, y->scene);
+    return c ? c : strcmp(x->user, y->user);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ddcheck [-c FILE] [-o section.key=value]... [-l LOOKBACK_DAYS] [-v|-V]"
+               " [LIST]\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct dd_config cfg;
+    char err[512];
+    int opt, verbose = 0, rc = 2;
+    unsigned long lookback = 0;
+    const char *conf_path = NULL;
+    dd_history *h = NULL;
+    struct play *plays = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t *hashes = NULL, *tmp = NULL;
+    uint32_t *idx = NULL, *tmpidx = NULL;
+    uint8_t *hit = NULL;
+
+    if (dd_config_init(&cfg) != DD_OK) {
+        fprintf(stderr, "ddcheck: out of memory\n");
+        return 2;
+    }
+    while ((opt = getopt(argc, argv, "c:o:l:vVh")) != -1) {
+        switch (opt) {
+        case 'c': conf_path = optarg; break;
+        case 'o': case 'l': break;
+        case 'v': verbose = 1; break;
+        case 'V': verbose = 2; break;
+        case 'h': usage(stdout); dd_config_free(&cfg); return 0;
+        default: usage(stderr); dd_config_free(&cfg); return 2;
+        }
+    }
+    if (conf_path && dd_config_load_file(&cfg, conf_path, err, sizeof err) != DD_OK) {
+        fprintf(stderr, "ddcheck: %s\n", err);
+        goto out;
+    }
+    optind = 1;
+    while ((opt = getopt(argc, argv, "c:o:l:vVh")) != -1) {
+        if (opt == 'l') {
+            lookback = strtoul(optarg, NULL, 10);
+            continue;
+        }
+        if (opt != 'o') continue;
+        char *eq = strchr(optarg, '=');
+        if (!eq) {
+            fprintf(stderr, "ddcheck: -o %s: expected section.key=value\n", optarg);
+            goto out;
+        }
+        *eq = '\0';
+        int r = dd_config_set(&cfg, optarg, eq + 1, err, sizeof err);
+        *eq = '=';
+        if (r != DD_OK) {
+            fprintf(stderr, "ddcheck: -o %s: %s\n", optarg, err);
+            goto out;
+        }
+    }
+    if (argc - optind > 1) {
+        usage(stderr);
+        goto out;
+    }
+    FILE *in = stdin;
+    if (optind < argc && !(in = fopen(argv[optind], "r"))) {
+        fprintf(stderr, "ddcheck: %s: %s\n", argv[optind], strerror(errno));
+        goto out;
+    }
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &lcap, in)) > 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        char *tab = strchr(line, '\t');
+        if (!tab) continue;
+        *tab = '\0';
+        char *item = tab + 1, *scene = strchr(item, '\t');
+        if (scene) *scene++ = '\0';
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 4096;
+            struct play *p = realloc(plays, ncap * sizeof *p);
+            if (!p) goto nomem_line;
+            plays = p;
+            cap = ncap;
+        }
+        struct play *p = &plays[n++]; /* counted now: freed at out whatever fails */
+        p->scene = NULL;
+        p->line_item = NULL;
+        p->user = strdup(line);
+        p->scene = strdup(scene ? scene : "");
+        p->line_item = strdup(item);
+        if (!p->user || !p->scene || !p->line_item) goto nomem_line;
+        p->user_len = strlen(p->user);
+        p->scene_len = strlen(p->scene);
+        p->item = dd_hash(item, strlen(item));
+        continue;
+    nomem_line:
+        fprintf(stderr, "ddcheck: out of memory\n");
+        free(line);
+        if (in != stdin) fclose(in);
+        goto out;
+    }
+    free(line);
+    if (in != stdin) fclose(in);
+    qsort(plays, n, sizeof *plays, cmp_play);
+
+    if (dd_history_open(&h, &cfg, NULL, err, sizeof err) != DD_OK) {
+        fprintf(stderr, "ddcheck: cannot open history at %s: %s\n", cfg.history.path, err);
+        goto out;
+    }
+    /* Room for the largest group. */
+    size_t maxg = 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && cmp_play(&plays[i], &plays[j]) == 0; j++) {}
+        if (j - i > maxg) maxg = j - i;
+    }
+    hashes = malloc((maxg + 1) * sizeof *hashes);
+    tmp = malloc((maxg + 1) * sizeof *tmp);
+    idx = malloc((maxg + 1) * sizeof *idx);
+    tmpidx = malloc((maxg + 1) * sizeof *tmpidx);
+    hit = malloc(maxg + 1);
+    if (!hashes || !tmp || !idx || !tmpidx || !hit) {
+        fprintf(stderr, "ddcheck: out of memory\n");
+        goto out;
+    }
+    size_t seen = 0, shown = 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && cmp_play(&plays[i], &plays[j]) == 0; j++) {}
+        size_t g = j - i;
+        for (size_t k = 0; k < g; k++) {
+            hashes[k] = plays[i + k].item;
+            idx[k] = (uint32_t)k;
+        }
+        dd_bloom_sort_hashes(hashes, idx, g, tmp, tmpidx);
+        memset(hit, 0, g);
+        if (dd_history_probe(h, plays[i].scene, plays[i].scene_len, plays[i].user,
+                             plays[i].user_len, (uint32_t)lookback, hashes, g, hit, err,
+                             sizeof err) != DD_OK) {
+            fprintf(stderr, "ddcheck: cannot read user %s: %s\n", plays[i].user, err);
+            goto out;
+        }
+        for (size_t k = 0; k < g; k++) {
+            if (hit[k]) {
+                seen++;
+            } else if (verbose == 2 || (verbose && shown < 20)) {
+                const struct play *p = &plays[i + idx[k]];
+                printf("unseen\t%s\t%s\t%s\n", p->user, p->line_item, p->scene);
+                shown++;
+            }
+        }
+    }
+    printf("total=%zu seen=%zu unseen=%zu\n", n, seen, n - seen);
+    rc = 0;
+out:
+    dd_history_close(h);
+    for (size_t i = 0; i < n; i++) {
+        free(plays[i].user);
+        free(plays[i].scene);
+        free((char *)plays[i].line_item);
+    }
+    free(plays);
+    free(hashes);
+    free(tmp);
+    free(idx);
+    free(tmpidx);
+    free(hit);
+    dd_config_free(&cfg);
+    return rc;
+}

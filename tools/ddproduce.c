@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * ddproduce.c - produce play events to Kafka from lines of text, fast
+ * enough for a million plays in a test. A development and test tool.
+ *
+ *   ddproduce -b ADDR [-t TOPIC] [-F json|protobuf|raw|hex] [-r PER_SEC]
+ *             [-X key=value]... [FILE]
+ *
+ * Lines (FILE or stdin), fields separated by tabs:
+ *   json, protobuf:  user  item  [played_at_ms  [scene]]
+ *                    key = user; the payload is a dedup.v1.PlayEvent in the
+ *                    chosen encoding (played_at_ms omitted when absent).
+ *   raw:             key  payload     the payload sent as is
+ *   hex:             key  hexpayload  the payload given in hex
+ *                    (an empty key sends a message without a key)
+ * -r paces production at about PER_SEC messages a second (0 = as fast as
+ * possible). At the end it waits for every delivery, prints
+ * "produced=N failed=M" and exits 0 only when nothing failed.
+ */
+#include "dedup.pb-c.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum fmt { F_JSON, F_PROTOBUF, F_RAW, F_HEX };
+
+static unsigned long delivered, failed;
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    if (m->err) {
+        if (failed++ < 5)
+            fprintf(stderr, "ddproduce: delivery failed: %s\n", rd_kafka_err2str(m->err));
+    } else {
+        delivered++;
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ddproduce -b ADDR [-t TOPIC] [-F json|protobuf|raw|hex] [-r PER_SEC]"
+               " [-X key=value]... [FILE]\n");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Append S as a JSON string (quotes, escapes) to BUF at *N; -1 if full. */
+static int json_str(char *buf, size_t cap, size_t *n, const char *s)
+{
+    if (*n + 1 >= cap) return -1;
+    buf[(*n)++] = '"';
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (*n + 7 >= cap) return -1;
+        if (c == '"' || c == '\\') {
+            buf[(*n)++] = '\\';
+            buf[(*n)++] = (char)c;
+        } else if (c < 0x20) {
+            *n += (size_t)snprintf(buf + *n, cap - *n, "\\u%04x", c);
+        } else {
+            buf[(*n)++] = (char)c;
+        }
+    }
+    buf[(*n)++] = '"';
+    return 0;
+}
+
+static int unhex(const char *s, unsigned char *out, size_t cap, size_t *len)
+{
+    size_t n = strlen(s);
+    if (n % 2 || n / 2 > cap) return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
+        out[i] = (unsigned char)v;
+    }
+    *len = n / 2;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *brokers = NULL, *topic = "plays";
+    enum fmt fmt = F_JSON;
+    double rate = 0;
+    char errstr[512];
+    int opt;
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    static const char *const defaults[][2] = {
+        /* Large batches even at a paced rate: the devbroker returns one
+         * batch per partition per fetch, so tiny batches crawl. */
+        {"linger.ms", "100"},
+        {"batch.num.messages", "10000"},
+        {"queue.buffering.max.messages", "1000000"},
+        {"queue.buffering.max.kbytes", "1048576"},
+        {"message.timeout.ms", "120000"},
+        /* The devbroker keeps about 5 MB a partition: compress to fit more. */
+        {"compression.codec", "lz4"},
+    };
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+        if (rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], errstr, sizeof errstr)) {
+            fprintf(stderr, "ddproduce: %s\n", errstr);
+            return 2;
+        }
+    while ((opt = getopt(argc, argv, "b:t:F:r:X:h")) != -1) {
+        switch (opt) {
+        case 'b': brokers = optarg; break;
+        case 't': topic = optarg; break;
+        case 'F':
+            if (strcmp(optarg, "json") == 0) fmt = F_JSON;
+            else if (strcmp(optarg, "protobuf") == 0) fmt = F_PROTOBUF;
+            else if (strcmp(optarg, "raw") == 0) fmt = F_RAW;
+            else if (strcmp(optarg, "hex") == 0) fmt = F_HEX;
+            else {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        case 'r': rate = strtod(optarg, NULL); break;
+        case 'X': {
+            char *eq = strchr(optarg, '=');
+            if (!eq) {
+                usage(stderr);
+                return 2;
+            }
+            *eq = '\0';
+            if (rd_kafka_conf_set(conf, optarg, eq + 1, errstr, sizeof errstr)) {
+                fprintf(stderr, "ddproduce: %s\n", errstr);
+                return 2;
+            }
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!brokers || argc - optind > 1) {
+        usage(stderr);
+        return 2;
+    }
+    FILE *in = stdin;
+    if (optind < argc && !(in = fopen(argv[optind], "r"))) {
+        fprintf(stderr, "ddproduce: %s: %s\n", argv[optind], strerror(errno));
+        return 2;
+    }
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof errstr)) {
+        fprintf(stderr, "ddproduce: %s\n", errstr);
+        return 2;
+    }
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (!rk) {
+        fprintf(stderr, "ddproduce: %s\n", errstr);
+        return 2;
+    }
+
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    unsigned long n = 0, lineno = 0, bad_lines = 0;
+    static char payload[1 << 16];
+    double t0 = now_s();
+    while ((len = getline(&line, &cap, in)) > 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        char *f[4] = {line, NULL, NULL, NULL};
+        int nf = 1, maxf = fmt == F_RAW || fmt == F_HEX ? 2 : 4;
+        for (char *p = line; *p && nf < maxf; p++)
+            if (*p == '\t') {
+                *p = '\0';
+                f[nf++] = p + 1;
+            }
+        if (nf < 2) {
+            if (bad_lines++ < 5) fprintf(stderr, "ddproduce: line %lu: too few fields\n", lineno);
+            continue;
+        }
+        const char *key = f[0];
+        const void *val;
+        size_t vlen = 0;
+        if (fmt == F_JSON) {
+            size_t k = 0;
+            int ok = 0;
+            k += (size_t)snprintf(payload, sizeof payload, "{\"user_id\":");
+            ok |= json_str(payload, sizeof payload, &k, f[0]);
+            k += (size_t)snprintf(payload + k, sizeof payload - k, ",\"item_id\":");
+            ok |= json_str(payload, sizeof payload, &k, f[1]);
+            if (nf > 2 && f[2][0])
+                k += (size_t)snprintf(payload + k, sizeof payload - k, ",\"played_at_ms\":%s",
+                                      f[2]);
+            if (nf > 3) {
+                k += (size_t)snprintf(payload + k, sizeof payload - k, ",\"scene\":");
+                ok |= json_str(payload, sizeof payload, &k, f[3]);
+            }
+            if (ok || k + 2 > sizeof payload) {
+                fprintf(stderr, "ddproduce: line %lu: too long\n", lineno);
+                continue;
+            }
+            payload[k++] = '}';
+            val = payload;
+            vlen = k;
+        } else if (fmt == F_PROTOBUF) {
+            Dedup__V1__PlayEvent ev = DEDUP__V1__PLAY_EVENT__INIT;
+            ev.user_id = f[0];
+            ev.item_id = f[1];
+            ev.played_at_ms = nf > 2 ? strtoll(f[2], NULL, 10) : 0;
+            ev.scene = nf > 3 ? f[3] : "";
+            if (dedup__v1__play_event__get_packed_size(&ev) > sizeof payload) {
+                fprintf(stderr, "ddproduce: line %lu: too long\n", lineno);
+                continue;
+            }
+            vlen = dedup__v1__play_event__pack(&ev, (uint8_t *)payload);
+            val = payload;
+        } else if (fmt == F_RAW) {
+            val = f[1];
+            vlen = strlen(f[1]);
+        } else {
+            if (unhex(f[1], (unsigned char *)payload, sizeof payload, &vlen) != 0) {
+                fprintf(stderr, "ddproduce: line %lu: bad hex\n", lineno);
+                continue;
+            }
+            val = payload;
+        }
+        for (;;) {
+            rd_kafka_resp_err_t e = rd_kafka_producev(
+                rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                RD_KAFKA_V_VALUE((void *)val, vlen),
+                RD_KAFKA_V_KEY(key[0] ? key : NULL, strlen(key)), RD_KAFKA_V_END);
+            if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                rd_kafka_poll(rk, 50);
+                continue;
+            }
+            if (e) {
+                fprintf(stderr, "ddproduce: line %lu: %s\n", lineno, rd_kafka_err2str(e));
+                failed++;
+            }
+            break;
+        }
+        n++;
+        if ((n & 1023) == 0) rd_kafka_poll(rk, 0);
+        if (rate > 0) {
+            double ahead = n / rate - (now_s() - t0);
+            if (ahead > 0.002) {
+                struct timespec ts = {(time_t)ahead, (long)((ahead - (time_t)ahead) * 1e9)};
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+    free(line);
+    if (in != stdin) fclose(in);
+    while (rd_kafka_outq_len(rk) > 0 && rd_kafka_flush(rk, 1000) == RD_KAFKA_RESP_ERR__TIMED_OUT) {}
+    printf("produced=%lu failed=%lu seconds=%.2f\n", delivered, failed, now_s() - t0);
+    rd_kafka_destroy(rk);
+    return failed || bad_lines ? 1 : 0;
+}
