@@ -103,7 +103,8 @@ static const struct key keys[] = {
     ROW_U32("ingest.max_id_bytes", ingest.max_id_bytes, "256", 1, UINT32_MAX),
 
     ROW_U32("window.flush_ms", window.flush_ms, "1000", 1, UINT32_MAX),
-    ROW_U64("window.max_bytes", window.max_bytes, "67108864", 1, UINT64_MAX),
+    /* ingest splits it between two windows of at least 64 KiB (window.h) */
+    ROW_U64("window.max_bytes", window.max_bytes, "67108864", 131072, UINT64_MAX),
 
     ROW_ADDR("recent.redis", recent.redis, "127.0.0.1:6379", false),
     ROW_STR("recent.password", recent.password, ""),

@@ -8,10 +8,13 @@
  * taken synchronously here with sigwait: SIGTERM/SIGINT stop, SIGHUP
  * reopens the log file.
  */
+#include "admin.h"
 #include "config.h"
 #include "dd.h"
 #include "history.h"
+#include "ingest.h"
 #include "log.h"
+#include "rpc.h"
 
 #include <getopt.h>
 #include <pthread.h>
@@ -37,6 +40,9 @@ int main(int argc, char **argv)
     char err[512];
     int check_only = 0, print_only = 0, opt, rc = 1;
     dd_history *history = NULL;
+    dd_admin *admin = NULL;
+    dd_rpc *rpc = NULL;
+    dd_ingest *ingest = NULL;
 
     if (dd_config_init(&cfg) != DD_OK) {
         fprintf(stderr, "dedupd: out of memory\n");
@@ -110,6 +116,20 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* The admin listener before anything else: /healthz answers and
+     * /readyz says 503 (with why) while the store opens; readiness flips as
+     * each component is attached. */
+    if (dd_admin_new(&admin, &cfg, err, sizeof err) != DD_OK) {
+        dd_error("main", "msg=\"cannot start the admin listener\" error=\"%s\"", err);
+        goto out;
+    }
+    if (cfg.admin.listen[0]) {
+        const char *colon = strrchr(cfg.admin.listen, ':');
+        int hostlen = colon ? (int)(colon - cfg.admin.listen) : (int)strlen(cfg.admin.listen);
+        dd_info("main", "msg=\"admin listening\" admin=%.*s:%d", hostlen, cfg.admin.listen,
+                dd_admin_port(admin));
+    }
+
     if (dd_history_open(&history, &cfg, NULL, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"",
                  cfg.history.path, err);
@@ -117,6 +137,45 @@ int main(int argc, char **argv)
     }
     dd_info("main", "msg=\"history open\" path=\"%s\" segment_days=%u retention_days=%u",
             cfg.history.path, cfg.history.segment_days, cfg.history.retention_days);
+    if (dd_admin_attach_history(admin, history) != DD_OK) {
+        dd_error("main", "msg=\"out of memory\"");
+        goto out;
+    }
+
+    /* Kafka ingest once the store is open; it stops before the store closes. */
+    if (cfg.ingest.enabled) {
+        if (dd_ingest_new(&ingest, &cfg, history, err, sizeof err) != DD_OK) {
+            dd_error("main", "msg=\"cannot create the Kafka consumer\" error=\"%s\"", err);
+            goto out;
+        }
+        if (dd_ingest_start(ingest) != DD_OK) {
+            dd_error("main", "msg=\"cannot start Kafka ingest\" topic=%s", cfg.ingest.topic);
+            goto out;
+        }
+        if (dd_admin_attach_ingest(admin, ingest) != DD_OK) {
+            dd_error("main", "msg=\"out of memory\"");
+            goto out;
+        }
+    }
+
+    /* gRPC last: once it answers, everything behind it is up. */
+    if (dd_rpc_new(&rpc, &cfg, history, err, sizeof err) != DD_OK ||
+        dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
+        dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",
+                 cfg.rpc.listen, err);
+        goto out;
+    }
+    {
+        /* rpc.listen with the real port (it may have asked for port 0). */
+        const char *colon = strrchr(cfg.rpc.listen, ':');
+        int hostlen = colon ? (int)(colon - cfg.rpc.listen) : (int)strlen(cfg.rpc.listen);
+        dd_info("main", "msg=serving rpc=%.*s:%d", hostlen, cfg.rpc.listen, dd_rpc_port(rpc));
+    }
+    if (dd_admin_attach_rpc(admin, rpc) != DD_OK) {
+        dd_error("main", "msg=\"out of memory\"");
+        goto out;
+    }
+    dd_admin_service_ready(admin); /* systemd READY=1 */
 
     dd_info("main", "msg=ready");
     for (;;) {
@@ -132,11 +191,26 @@ int main(int argc, char **argv)
         dd_info("main", "msg=\"shutting down\" signal=%s", sig == SIGTERM ? "TERM" : "INT");
         break;
     }
+    /* Not ready first (/readyz 503, gRPC health NOT_SERVING, systemd
+     * STOPPING=1), then admin.drain_ms of serving while load balancers
+     * notice. */
+    dd_rpc_set_serving(rpc, false);
+    dd_admin_stopping(admin);
+    /* Stop taking calls first, so nothing new reaches the stores. */
+    dd_rpc_shutdown(rpc);
+    /* Then ingest: final flush, write, commit, leave the group. */
+    dd_ingest_stop(ingest);
     rc = 0;
 
 out:
+    dd_admin_detach_rpc(admin);
+    dd_rpc_free(rpc);
+    dd_admin_detach_ingest(admin);
+    dd_ingest_free(ingest);
+    dd_admin_detach_history(admin);
     dd_history_close(history);
     if (rc == 0 && history) dd_info("main", "msg=stopped");
+    dd_admin_free(admin);
     dd_config_free(&cfg);
     return rc;
 }
