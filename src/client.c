@@ -142,27 +142,16 @@ struct dd_client {
     char errstr[256];
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int dd_client_new(dd_client **out, const char *addr, char *err, size_t errlen)
 {
     *out = NULL;
     if (!addr || !*addr) {
-        set_err(err, errlen, "empty server address");
+        dd_set_err(err, errlen, "empty server address");
         return DD_ERR_INVALID;
     }
     dd_client *c = calloc(1, sizeof *c);
     if (!c) {
-        set_err(err, errlen, "out of memory");
+        dd_set_err(err, errlen, "out of memory");
         return DD_ERR_NOMEM;
     }
     grpc_init();
@@ -179,14 +168,14 @@ int dd_client_new(dd_client **out, const char *addr, char *err, size_t errlen)
 
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     if (!creds) {
-        set_err(err, errlen, "cannot create channel credentials");
+        dd_set_err(err, errlen, "cannot create channel credentials");
         goto err;
     }
     c->channel = grpc_channel_create(addr, creds, &chargs);
     grpc_channel_credentials_release(creds);
     c->cq = grpc_completion_queue_create_for_pluck(NULL);
     if (!c->channel || !c->cq) {
-        set_err(err, errlen, "cannot create a channel to %s", addr);
+        dd_set_err(err, errlen, "cannot create a channel to %s", addr);
         goto err;
     }
     /* The paths are string literals: they outlive the channel, as grpc
@@ -194,7 +183,7 @@ int dd_client_new(dd_client **out, const char *addr, char *err, size_t errlen)
     for (int m = 0; m < M_COUNT; m++) {
         c->methods[m] = grpc_channel_register_call(c->channel, method_paths[m], NULL, NULL);
         if (!c->methods[m]) {
-            set_err(err, errlen, "cannot register method %s", method_paths[m]);
+            dd_set_err(err, errlen, "cannot register method %s", method_paths[m]);
             goto err;
         }
     }

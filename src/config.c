@@ -148,17 +148,6 @@ static const struct pass passes[] = {
     {"rocksdb", FIELD(rocksdb, struct dd_config_list), NULL},
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void *slot_of(struct dd_config *c, size_t off) { return (char *)c + off; }
 static const void *cslot_of(const struct dd_config *c, size_t off)
@@ -197,27 +186,27 @@ static bool known_section(const char *s)
 static int parse_u64(const struct key *k, const char *v, uint64_t *out, char *err, size_t errlen)
 {
     if (v[0] == '-' && isdigit((unsigned char)v[1])) {
-        seterr(err, errlen, "%s: \"%s\" is negative (this key takes no sign)", k->name, v);
+        dd_set_err(err, errlen, "%s: \"%s\" is negative (this key takes no sign)", k->name, v);
         return DD_ERR_INVALID;
     }
     if (!isdigit((unsigned char)v[0])) {
-        seterr(err, errlen, "%s: \"%s\" is not a whole number", k->name, v);
+        dd_set_err(err, errlen, "%s: \"%s\" is not a whole number", k->name, v);
         return DD_ERR_INVALID;
     }
     errno = 0;
     char *end;
     unsigned long long x = strtoull(v, &end, 10);
     if (*end != '\0') {
-        seterr(err, errlen, "%s: \"%s\" is not a whole number", k->name, v);
+        dd_set_err(err, errlen, "%s: \"%s\" is not a whole number", k->name, v);
         return DD_ERR_INVALID;
     }
     if (errno == ERANGE || x > k->umax) {
-        seterr(err, errlen, "%s: \"%s\" is too large (at most %llu)", k->name, v,
+        dd_set_err(err, errlen, "%s: \"%s\" is too large (at most %llu)", k->name, v,
                (unsigned long long)k->umax);
         return DD_ERR_INVALID;
     }
     if (x < k->umin) {
-        seterr(err, errlen, "%s: \"%s\" is too small (at least %llu)", k->name, v,
+        dd_set_err(err, errlen, "%s: \"%s\" is too small (at least %llu)", k->name, v,
                (unsigned long long)k->umin);
         return DD_ERR_INVALID;
     }
@@ -229,23 +218,23 @@ static int parse_i64(const struct key *k, const char *v, int64_t *out, char *err
 {
     const char *d = v[0] == '-' ? v + 1 : v;
     if (!isdigit((unsigned char)d[0])) {
-        seterr(err, errlen, "%s: \"%s\" is not a whole number", k->name, v);
+        dd_set_err(err, errlen, "%s: \"%s\" is not a whole number", k->name, v);
         return DD_ERR_INVALID;
     }
     errno = 0;
     char *end;
     long long x = strtoll(v, &end, 10);
     if (*end != '\0') {
-        seterr(err, errlen, "%s: \"%s\" is not a whole number", k->name, v);
+        dd_set_err(err, errlen, "%s: \"%s\" is not a whole number", k->name, v);
         return DD_ERR_INVALID;
     }
     if ((errno == ERANGE && x > 0) || x > k->imax) {
-        seterr(err, errlen, "%s: \"%s\" is too large (at most %lld)", k->name, v,
+        dd_set_err(err, errlen, "%s: \"%s\" is too large (at most %lld)", k->name, v,
                (long long)k->imax);
         return DD_ERR_INVALID;
     }
     if (errno == ERANGE || x < k->imin) {
-        seterr(err, errlen, "%s: \"%s\" is too small (at least %lld)", k->name, v,
+        dd_set_err(err, errlen, "%s: \"%s\" is too small (at least %lld)", k->name, v,
                (long long)k->imin);
         return DD_ERR_INVALID;
     }
@@ -256,7 +245,7 @@ static int parse_i64(const struct key *k, const char *v, int64_t *out, char *err
 static int check_dbl(const struct key *k, double x, const char *v, char *err, size_t errlen)
 {
     if (!(x > k->dmin && x < k->dmax)) {
-        seterr(err, errlen, "%s: \"%s\" is out of range (must be above %g and below %g)",
+        dd_set_err(err, errlen, "%s: \"%s\" is out of range (must be above %g and below %g)",
                k->name, v, k->dmin, k->dmax);
         return DD_ERR_INVALID;
     }
@@ -270,7 +259,7 @@ static int parse_dbl(const struct key *k, const char *v, double *out, char *err,
     errno = 0;
     if (v[0] && !isspace((unsigned char)v[0])) x = strtod(v, &end);
     if (!end || end == v || *end != '\0' || !isfinite(x) || errno == ERANGE) {
-        seterr(err, errlen, "%s: \"%s\" is not a number", k->name, v);
+        dd_set_err(err, errlen, "%s: \"%s\" is not a number", k->name, v);
         return DD_ERR_INVALID;
     }
     if (check_dbl(k, x, v, err, errlen) != DD_OK) return DD_ERR_INVALID;
@@ -286,7 +275,7 @@ static int parse_bool(const struct key *k, const char *v, bool *out, char *err, 
         if (strcasecmp(v, yes[i]) == 0) { *out = true; return DD_OK; }
         if (strcasecmp(v, no[i]) == 0) { *out = false; return DD_OK; }
     }
-    seterr(err, errlen, "%s: \"%s\" is not a boolean (true/false, yes/no, on/off, 1/0)",
+    dd_set_err(err, errlen, "%s: \"%s\" is not a boolean (true/false, yes/no, on/off, 1/0)",
            k->name, v);
     return DD_ERR_INVALID;
 }
@@ -309,7 +298,7 @@ static void enum_error(const struct key *k, const char *v, char *err, size_t err
         if (r < 0) break;
         n += (size_t)r;
     }
-    seterr(err, errlen, "%s: \"%s\" is not one of %s", k->name, v, list);
+    dd_set_err(err, errlen, "%s: \"%s\" is not one of %s", k->name, v, list);
 }
 
 static bool has_control(const char *v)
@@ -342,7 +331,7 @@ static int check_addr(const struct key *k, const char *v, char *err, size_t errl
         if (digits == 0 || *p != '\0' || port > 65535) why = "has no valid port (0..65535)";
     }
     if (why) {
-        seterr(err, errlen, "%s: \"%s\" %s", k->name, v, why);
+        dd_set_err(err, errlen, "%s: \"%s\" %s", k->name, v, why);
         return DD_ERR_INVALID;
     }
     return DD_OK;
@@ -367,7 +356,7 @@ static int set_key(struct dd_config *c, const struct key *k, const char *v, char
     case K_STR:
     case K_ADDR:
         if (has_control(v)) {
-            seterr(err, errlen, "%s: value contains a control character", k->name);
+            dd_set_err(err, errlen, "%s: value contains a control character", k->name);
             return DD_ERR_INVALID;
         }
         if (k->kind == K_ADDR && check_addr(k, v, err, errlen) != DD_OK) return DD_ERR_INVALID;
@@ -396,10 +385,10 @@ static int set_key(struct dd_config *c, const struct key *k, const char *v, char
     case K_DBL:
         return parse_dbl(k, v, slot, err, errlen);
     default:
-        seterr(err, errlen, "%s: internal error: unknown key type", k->name);
+        dd_set_err(err, errlen, "%s: internal error: unknown key type", k->name);
         return DD_ERR_INVALID;
     }
-    if (r == DD_ERR_NOMEM) seterr(err, errlen, "%s: out of memory", k->name);
+    if (r == DD_ERR_NOMEM) dd_set_err(err, errlen, "%s: out of memory", k->name);
     return r;
 }
 
@@ -459,15 +448,15 @@ static int set_pass(struct dd_config *c, const struct pass *p, const char *name,
                     const char *value, char *err, size_t errlen)
 {
     if (!pass_key_ok(key)) {
-        seterr(err, errlen, "bad key \"%s\" (letters, digits, '.', '_' and '-' only)", name);
+        dd_set_err(err, errlen, "bad key \"%s\" (letters, digits, '.', '_' and '-' only)", name);
         return DD_ERR_INVALID;
     }
     if (has_control(value)) {
-        seterr(err, errlen, "%s: value contains a control character", name);
+        dd_set_err(err, errlen, "%s: value contains a control character", name);
         return DD_ERR_INVALID;
     }
     int r = list_set(slot_of(c, p->off), key, value);
-    if (r != DD_OK) seterr(err, errlen, "%s: out of memory", name);
+    if (r != DD_OK) dd_set_err(err, errlen, "%s: out of memory", name);
     return r;
 }
 
@@ -517,7 +506,7 @@ int dd_config_set(struct dd_config *c, const char *name, const char *value, char
     const char *dot = strchr(name, '.');
     const struct pass *p = dot ? find_pass(name, (size_t)(dot - name)) : NULL;
     if (p) return set_pass(c, p, name, dot + 1, value, err, errlen);
-    seterr(err, errlen, "unknown key \"%s\"", name);
+    dd_set_err(err, errlen, "unknown key \"%s\"", name);
     return DD_ERR_INVALID;
 }
 
@@ -574,7 +563,7 @@ int dd_config_load_file(struct dd_config *c, const char *path, char *err, size_t
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        dd_set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return DD_ERR_IO;
     }
     char *line = NULL, *section = NULL, *name = NULL;
@@ -588,7 +577,7 @@ int dd_config_load_file(struct dd_config *c, const char *path, char *err, size_t
         ssize_t n = getline(&line, &cap, f);
         if (n < 0) {
             if (ferror(f)) {
-                seterr(err, errlen, "%s:%lu: read error: %s", path, lineno + 1,
+                dd_set_err(err, errlen, "%s:%lu: read error: %s", path, lineno + 1,
                        strerror(errno ? errno : EIO));
                 rc = errno == ENOMEM ? DD_ERR_NOMEM : DD_ERR_IO;
             }
@@ -596,7 +585,7 @@ int dd_config_load_file(struct dd_config *c, const char *path, char *err, size_t
         }
         lineno++;
         if (memchr(line, '\0', (size_t)n)) {
-            seterr(err, errlen, "%s:%lu: NUL byte in line", path, lineno);
+            dd_set_err(err, errlen, "%s:%lu: NUL byte in line", path, lineno);
             rc = DD_ERR_INVALID;
             break;
         }
@@ -610,20 +599,20 @@ int dd_config_load_file(struct dd_config *c, const char *path, char *err, size_t
             char *close = strchr(s, ']');
             char *rest = close ? trim(close + 1) : NULL;
             if (!close || (*rest && *rest != '#' && *rest != ';')) {
-                seterr(err, errlen, "%s:%lu: malformed section header", path, lineno);
+                dd_set_err(err, errlen, "%s:%lu: malformed section header", path, lineno);
                 rc = DD_ERR_INVALID;
                 break;
             }
             *close = '\0';
             char *sec = trim(s + 1);
             if (!known_section(sec)) {
-                seterr(err, errlen, "%s:%lu: unknown section [%s]", path, lineno, sec);
+                dd_set_err(err, errlen, "%s:%lu: unknown section [%s]", path, lineno, sec);
                 rc = DD_ERR_INVALID;
                 break;
             }
             char *copy = strdup(sec);
             if (!copy) {
-                seterr(err, errlen, "%s:%lu: out of memory", path, lineno);
+                dd_set_err(err, errlen, "%s:%lu: out of memory", path, lineno);
                 rc = DD_ERR_NOMEM;
                 break;
             }
@@ -634,26 +623,26 @@ int dd_config_load_file(struct dd_config *c, const char *path, char *err, size_t
 
         char *eq = strchr(s, '=');
         if (!eq) {
-            seterr(err, errlen, "%s:%lu: expected key = value or [section]", path, lineno);
+            dd_set_err(err, errlen, "%s:%lu: expected key = value or [section]", path, lineno);
             rc = DD_ERR_INVALID;
             break;
         }
         *eq = '\0';
         char *key = trim(s);
         if (!*key) {
-            seterr(err, errlen, "%s:%lu: missing key before '='", path, lineno);
+            dd_set_err(err, errlen, "%s:%lu: missing key before '='", path, lineno);
             rc = DD_ERR_INVALID;
             break;
         }
         if (!section) {
-            seterr(err, errlen, "%s:%lu: key \"%s\" before any [section]", path, lineno, key);
+            dd_set_err(err, errlen, "%s:%lu: key \"%s\" before any [section]", path, lineno, key);
             rc = DD_ERR_INVALID;
             break;
         }
         const char *why = NULL;
         char *value = parse_value(eq + 1, &why);
         if (!value) {
-            seterr(err, errlen, "%s:%lu: %s.%s: %s", path, lineno, section, key, why);
+            dd_set_err(err, errlen, "%s:%lu: %s.%s: %s", path, lineno, section, key, why);
             rc = DD_ERR_INVALID;
             break;
         }
@@ -661,7 +650,7 @@ int dd_config_load_file(struct dd_config *c, const char *path, char *err, size_t
         if (need > namecap) {
             char *nn = realloc(name, need);
             if (!nn) {
-                seterr(err, errlen, "%s:%lu: out of memory", path, lineno);
+                dd_set_err(err, errlen, "%s:%lu: out of memory", path, lineno);
                 rc = DD_ERR_NOMEM;
                 break;
             }
@@ -671,7 +660,7 @@ int dd_config_load_file(struct dd_config *c, const char *path, char *err, size_t
         snprintf(name, need, "%s.%s", section, key);
         int r = dd_config_set(c, name, value, msg, sizeof msg);
         if (r != DD_OK) {
-            seterr(err, errlen, "%s:%lu: %s", path, lineno, msg);
+            dd_set_err(err, errlen, "%s:%lu: %s", path, lineno, msg);
             rc = r;
             break;
         }
@@ -696,11 +685,11 @@ static int check_row(const struct dd_config *c, const struct key *k, char *err, 
     case K_ENUM: {
         const char *v = *(char *const *)slot;
         if (!v) {
-            seterr(err, errlen, "%s: not set", k->name);
+            dd_set_err(err, errlen, "%s: not set", k->name);
             return DD_ERR_INVALID;
         }
         if (has_control(v)) {
-            seterr(err, errlen, "%s: value contains a control character", k->name);
+            dd_set_err(err, errlen, "%s: value contains a control character", k->name);
             return DD_ERR_INVALID;
         }
         if (k->kind == K_ADDR) return check_addr(k, v, err, errlen);
@@ -728,13 +717,13 @@ static int check_row(const struct dd_config *c, const struct key *k, char *err, 
         double x = *(const double *)slot;
         snprintf(num, sizeof num, "%g", x);
         if (!isfinite(x)) {
-            seterr(err, errlen, "%s: \"%s\" is not a number", k->name, num);
+            dd_set_err(err, errlen, "%s: \"%s\" is not a number", k->name, num);
             return DD_ERR_INVALID;
         }
         return check_dbl(k, x, num, err, errlen);
     }
     }
-    seterr(err, errlen, "%s: internal error: unknown key type", k->name);
+    dd_set_err(err, errlen, "%s: internal error: unknown key type", k->name);
     return DD_ERR_INVALID;
 }
 
@@ -747,33 +736,33 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
         if (check_row(c, &keys[i], err, errlen) != DD_OK) return DD_ERR_INVALID;
 
     if (c->history.segment_days > c->history.retention_days) {
-        seterr(err, errlen,
+        dd_set_err(err, errlen,
                "history.segment_days: %u is more than history.retention_days (%u)",
                c->history.segment_days, c->history.retention_days);
         return DD_ERR_INVALID;
     }
     if (!c->rpc.tls_cert[0] != !c->rpc.tls_key[0]) {
-        seterr(err, errlen, "%s: must be set together with %s",
+        dd_set_err(err, errlen, "%s: must be set together with %s",
                c->rpc.tls_cert[0] ? "rpc.tls_key" : "rpc.tls_cert",
                c->rpc.tls_cert[0] ? "rpc.tls_cert" : "rpc.tls_key");
         return DD_ERR_INVALID;
     }
     if (dd_log_level_parse(c->log.level) < 0) {
-        seterr(err, errlen, "log.level: \"%s\" is not a log level", c->log.level);
+        dd_set_err(err, errlen, "log.level: \"%s\" is not a log level", c->log.level);
         return DD_ERR_INVALID;
     }
     if (c->admin.listen[0] && strcmp(c->admin.listen, c->rpc.listen) == 0 &&
         addr_port(c->admin.listen) != 0) {
-        seterr(err, errlen, "admin.listen: \"%s\" is also rpc.listen", c->admin.listen);
+        dd_set_err(err, errlen, "admin.listen: \"%s\" is also rpc.listen", c->admin.listen);
         return DD_ERR_INVALID;
     }
     if (c->ingest.enabled) {
         if (!c->ingest.topic[0]) {
-            seterr(err, errlen, "ingest.topic: must not be empty while ingest.enabled is true");
+            dd_set_err(err, errlen, "ingest.topic: must not be empty while ingest.enabled is true");
             return DD_ERR_INVALID;
         }
         if (strcmp(c->ingest.dead_letter_topic, c->ingest.topic) == 0) {
-            seterr(err, errlen, "ingest.dead_letter_topic: must differ from ingest.topic (\"%s\")",
+            dd_set_err(err, errlen, "ingest.dead_letter_topic: must differ from ingest.topic (\"%s\")",
                    c->ingest.topic);
             return DD_ERR_INVALID;
         }
@@ -781,7 +770,7 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
         for (size_t i = 0; i < DD_ARRAY_LEN(needed); i++) {
             const char *v = dd_config_list_get(&c->kafka, needed[i]);
             if (!v || !v[0]) {
-                seterr(err, errlen, "kafka.%s: must be set while ingest.enabled is true",
+                dd_set_err(err, errlen, "kafka.%s: must be set while ingest.enabled is true",
                        needed[i]);
                 return DD_ERR_INVALID;
             }

@@ -4,6 +4,8 @@
  */
 #include "dd.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <time.h>
 
 #define XXH_INLINE_ALL
@@ -24,6 +26,28 @@ const char *dd_strerror(int err)
     case DD_ERR_STATE: return "wrong state";
     }
     return "unknown error";
+}
+
+static void vset_err(char *err, size_t errlen, const char *fmt, va_list ap)
+{
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+}
+
+void dd_set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset_err(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int dd_fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vset_err(err, errlen, fmt, ap);
+    va_end(ap);
+    return code;
 }
 
 uint64_t dd_hash(const void *data, size_t len)

@@ -28,6 +28,16 @@ enum dd_err {
 /* Static, never NULL, for any int (unknown codes give "unknown error"). */
 const char *dd_strerror(int err);
 
+/* Write a printf-style message into ERR (ERRLEN bytes, always terminated;
+ * nothing when ERR is NULL or ERRLEN is 0). dd_fail does the same and
+ * returns CODE, so an error path is one line:
+ *   return dd_fail(DD_ERR_IO, err, errlen, "cannot open %s", path);
+ * Neither can fail. */
+void dd_set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int dd_fail(int code, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* The item hash: XXH3-64 with DD_HASH_SEED. The function and seed are part
  * of the on-disk format (see bloom.h); changing either needs a format
  * version bump. This function cannot fail. */

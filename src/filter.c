@@ -49,19 +49,6 @@ static struct dd_histogram candidates_hist = {.bounds = dd_metrics_count_bounds,
 
 static struct dd_log_limit recent_limit, history_limit;
 
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *history,
                   dd_recent *recent, char *err, size_t errlen)
@@ -85,7 +72,7 @@ int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *hist
     return DD_OK;
 nomem:
     dd_filter_free(f);
-    return fail(DD_ERR_NOMEM, err, errlen, "out of memory creating a filter");
+    return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory creating a filter");
 }
 
 void dd_filter_free(dd_filter *f)
@@ -102,13 +89,13 @@ static int check_user_scene(const dd_filter *f, const char *user, size_t *user_l
 {
     *user_len = strlen(user);
     *scene_len = strlen(scene);
-    if (*user_len == 0) return fail(DD_ERR_INVALID, err, errlen, "user_id is empty");
+    if (*user_len == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "user_id is empty");
     if (*user_len > f->max_id_bytes)
-        return fail(DD_ERR_INVALID, err, errlen,
+        return dd_fail(DD_ERR_INVALID, err, errlen,
                     "user_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, *user_len,
                     f->max_id_bytes);
     if (*scene_len > SCENE_MAX_BYTES)
-        return fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d",
+        return dd_fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d",
                     *scene_len, SCENE_MAX_BYTES);
     return DD_OK;
 }
@@ -134,14 +121,14 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
     int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
     if (rc) return rc;
     if (n > f->max_candidates)
-        return fail(DD_ERR_LIMIT, err, errlen,
+        return dd_fail(DD_ERR_LIMIT, err, errlen,
                     "candidate_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
                     f->max_candidates);
     if (req->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS &&
         req->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
-        return fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode",
+        return dd_fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode",
                     (int)req->mode);
-    if (past(deadline_ns)) return fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
+    if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
 
     /* Per-call arrays: O(1) arena allocations, none per candidate. */
     size_t tcap = table_size_for(n);
@@ -158,7 +145,7 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
         const char *id = req->candidate_ids[i];
         size_t l = strlen(id);
         if (l > f->max_id_bytes)
-            return fail(DD_ERR_INVALID, err, errlen,
+            return dd_fail(DD_ERR_INVALID, err, errlen,
                         "candidate_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
                         i, l, f->max_id_bytes);
         len[i] = (uint32_t)l;
@@ -213,7 +200,7 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
     size_t k = n - dup - delivered;
     uint32_t played = 0;
     if (k) {
-        if (past(deadline_ns)) return fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
+        if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
         /* Sort keys carry the candidate's position in their low half:
          * fingerprints use only the high half of a hash (bloom.h), so one
          * array sorts and probes, and the index comes back with it. */
@@ -234,7 +221,7 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
             STAT_ADD(history_errors, 1);
             dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
                            "msg=\"history read failed\" error=\"%s\"", herr);
-            return fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
         }
         for (size_t x = 0; x < k; x++) {
             if (hit[x]) {
@@ -286,7 +273,7 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
     return DD_OK;
 
 nomem:
-    return fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
+    return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
 }
 
 int dd_filter_record_delivery(dd_filter *f, dd_arena *arena,
@@ -300,21 +287,21 @@ int dd_filter_record_delivery(dd_filter *f, dd_arena *arena,
     dedup__v1__record_delivery_response__init(resp);
     int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
     if (rc) return rc;
-    if (n == 0) return fail(DD_ERR_INVALID, err, errlen, "item_ids is empty");
+    if (n == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids is empty");
     if (n > f->max_candidates)
-        return fail(DD_ERR_LIMIT, err, errlen,
+        return dd_fail(DD_ERR_LIMIT, err, errlen,
                     "item_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
                     f->max_candidates);
     if (req->delivered_at_ms < 0)
-        return fail(DD_ERR_INVALID, err, errlen, "delivered_at_ms is negative (%" PRId64 ")",
+        return dd_fail(DD_ERR_INVALID, err, errlen, "delivered_at_ms is negative (%" PRId64 ")",
                     (int64_t)req->delivered_at_ms);
     size_t *lens = dd_arena_alloc(arena, n * sizeof *lens);
-    if (!lens) return fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu item_ids", n);
+    if (!lens) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu item_ids", n);
     for (size_t i = 0; i < n; i++) {
         lens[i] = strlen(req->item_ids[i]);
-        if (lens[i] == 0) return fail(DD_ERR_INVALID, err, errlen, "item_ids[%zu] is empty", i);
+        if (lens[i] == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids[%zu] is empty", i);
         if (lens[i] > f->max_id_bytes)
-            return fail(DD_ERR_INVALID, err, errlen,
+            return dd_fail(DD_ERR_INVALID, err, errlen,
                         "item_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, i,
                         lens[i], f->max_id_bytes);
     }
@@ -323,7 +310,7 @@ int dd_filter_record_delivery(dd_filter *f, dd_arena *arena,
                           (const char *const *)req->item_ids, lens, n, req->delivered_at_ms,
                           &size_after);
     if (rc != DD_OK)
-        return fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
                     dd_recent_errstr(f->recent)[0] ? dd_recent_errstr(f->recent)
                                                    : dd_strerror(rc));
     resp->recent_size = size_after;
@@ -354,26 +341,26 @@ int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
     int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
     if (rc) return rc;
     if (n > f->max_candidates)
-        return fail(DD_ERR_LIMIT, err, errlen,
+        return dd_fail(DD_ERR_LIMIT, err, errlen,
                     "plays has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
                     f->max_candidates);
     if (n == 0) return DD_OK;
 
     struct seg_hash *sh = dd_arena_alloc(arena, n * sizeof *sh);
-    if (!sh) return fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
+    if (!sh) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
     const int64_t now = dd_history_now_ms(f->history);
     size_t m = 0;
     uint32_t expired = 0;
     for (size_t i = 0; i < n; i++) {
         const Dedup__V1__Play *p = req->plays[i];
         size_t l = strlen(p->item_id);
-        if (l == 0) return fail(DD_ERR_INVALID, err, errlen, "plays[%zu].item_id is empty", i);
+        if (l == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "plays[%zu].item_id is empty", i);
         if (l > f->max_id_bytes)
-            return fail(DD_ERR_INVALID, err, errlen,
+            return dd_fail(DD_ERR_INVALID, err, errlen,
                         "plays[%zu].item_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
                         i, l, f->max_id_bytes);
         if (p->played_at_ms < 0)
-            return fail(DD_ERR_INVALID, err, errlen,
+            return dd_fail(DD_ERR_INVALID, err, errlen,
                         "plays[%zu].played_at_ms is negative (%" PRId64 ")", i,
                         (int64_t)p->played_at_ms);
         int64_t at = p->played_at_ms ? p->played_at_ms : now;
@@ -388,7 +375,7 @@ int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
             expired++;
             break;
         case DD_HISTORY_PLACE_FUTURE:
-            return fail(DD_ERR_INVALID, err, errlen,
+            return dd_fail(DD_ERR_INVALID, err, errlen,
                         "plays[%zu].played_at_ms is %" PRId64
                         " ms in the future, more than history.max_future_ms=%" PRId64,
                         i, at - now, f->max_future_ms);
@@ -401,7 +388,7 @@ int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
          * (reusing the front of the same arena block would alias). */
         qsort(sh, m, sizeof *sh, cmp_seg_hash);
         uint64_t *hs = dd_arena_alloc(arena, m * sizeof *hs);
-        if (!hs) return fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
+        if (!hs) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
         for (size_t i = 0; i < m; i++) hs[i] = sh[i].h;
         dd_history_batch_clear(f->batch);
         for (size_t i = 0; i < m;) {
@@ -411,7 +398,7 @@ int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
                                       sh[i].seg, hs + i, j - i);
             if (rc != DD_OK) {
                 dd_history_batch_clear(f->batch);
-                return fail(rc == DD_ERR_NOMEM ? DD_ERR_NOMEM : DD_ERR_INVALID, err, errlen,
+                return dd_fail(rc == DD_ERR_NOMEM ? DD_ERR_NOMEM : DD_ERR_INVALID, err, errlen,
                             "cannot batch plays: %s", dd_strerror(rc));
             }
             i = j;
@@ -423,7 +410,7 @@ int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
             STAT_ADD(history_errors, 1);
             dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
                            "msg=\"history write failed\" error=\"%s\"", herr);
-            return fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
         }
     }
     resp->accepted = (uint32_t)m;
@@ -446,11 +433,11 @@ int dd_filter_forget(dd_filter *f, const Dedup__V1__ForgetUserRequest *req,
                            sizeof herr);
     if (rc != DD_OK) {
         STAT_ADD(history_errors, 1);
-        return fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
     }
     rc = dd_recent_forget(f->recent, req->scene, scene_len, req->user_id, user_len);
     if (rc != DD_OK)
-        return fail(DD_ERR_UNAVAILABLE, err, errlen,
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
                     "plays forgotten, but recent deliveries unavailable: %s",
                     dd_recent_errstr(f->recent)[0] ? dd_recent_errstr(f->recent)
                                                    : dd_strerror(rc));

@@ -832,17 +832,6 @@ static void cfactory_destroy(void *st)
 
 /* ---- open / close --------------------------------------------------------- */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Apply cfg->rocksdb to BASE into a new options object (*out). On a bad
  * option, find which key it is by trying each alone. */
 static int apply_passthrough(rocksdb_options_t *base, const struct dd_config_list *l,
@@ -880,13 +869,13 @@ static int apply_passthrough(rocksdb_options_t *base, const struct dd_config_lis
         rocksdb_options_destroy(t);
         free(one);
         if (e1) {
-            set_err(err, errlen, "rocksdb.%s: %s", kv->key, e1);
+            dd_set_err(err, errlen, "rocksdb.%s: %s", kv->key, e1);
             rocksdb_free(e1);
             rocksdb_free(e);
             return DD_ERR_INVALID;
         }
     }
-    set_err(err, errlen, "rocksdb options: %s", e);
+    dd_set_err(err, errlen, "rocksdb options: %s", e);
     rocksdb_free(e);
     return DD_ERR_INVALID;
 }
@@ -902,13 +891,13 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     else if (cfg->history.max_future_ms < 0) bad = "history.max_future_ms";
     else if (!cfg->history.path || !cfg->history.path[0]) bad = "history.path";
     if (bad) {
-        set_err(err, errlen, "%s: invalid value", bad);
+        dd_set_err(err, errlen, "%s: invalid value", bad);
         return DD_ERR_INVALID;
     }
 
     dd_history *h = calloc(1, sizeof *h);
     if (!h) {
-        set_err(err, errlen, "out of memory");
+        dd_set_err(err, errlen, "out of memory");
         return DD_ERR_NOMEM;
     }
     if (clock) h->clock = *clock;
@@ -960,7 +949,7 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     rocksdb_get_options_from_string(base, BASE_OPTIONS, tuned, &e);
     rocksdb_options_destroy(base);
     if (e) {
-        set_err(err, errlen, "rocksdb built-in options: %s", e);
+        dd_set_err(err, errlen, "rocksdb built-in options: %s", e);
         rocksdb_free(e);
         rocksdb_options_destroy(tuned);
         rc = DD_ERR_INVALID;
@@ -970,7 +959,7 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     rc = apply_passthrough(tuned, &cfg->rocksdb, &opts, err, errlen);
     rocksdb_options_destroy(tuned);
     if (rc != 0) {
-        if (rc == DD_ERR_NOMEM) set_err(err, errlen, "out of memory");
+        if (rc == DD_ERR_NOMEM) dd_set_err(err, errlen, "out of memory");
         goto fail;
     }
     rocksdb_options_enable_statistics(opts);
@@ -981,7 +970,7 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     rocksdb_column_family_handle_t *cfs[1] = {NULL};
     h->db = rocksdb_open_column_families(opts, cfg->history.path, 1, cf_names, cf_opts, cfs, &e);
     if (e) {
-        set_err(err, errlen, "%s: %s", cfg->history.path, e);
+        dd_set_err(err, errlen, "%s: %s", cfg->history.path, e);
         rocksdb_free(e);
         h->db = NULL;
         rc = DD_ERR_IO;
@@ -1112,7 +1101,7 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
     char *e = NULL;
     rocksdb_write(h->db, h->wopts, b->wb, &e);
     if (e) {
-        set_err(err, errlen, "write: %s", e);
+        dd_set_err(err, errlen, "write: %s", e);
         rocksdb_free(e);
         return DD_ERR_IO;
     }
@@ -1128,7 +1117,7 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
                      size_t n, uint8_t *hit, char *err, size_t errlen)
 {
     if (scene_len > 255 || user_len > 65535) {
-        set_err(err, errlen, "scene or user id too long");
+        dd_set_err(err, errlen, "scene or user id too long");
         return DD_ERR_INVALID;
     }
     if (n == 0) return 0;
@@ -1167,7 +1156,7 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
         size_t per = sizeof(char *) + sizeof(size_t) + sizeof(void *) + sizeof(char *);
         if (nseg <= SIZE_MAX / (per + klen)) heap = malloc(nseg * (per + klen));
         if (!heap) {
-            set_err(err, errlen, "out of memory");
+            dd_set_err(err, errlen, "out of memory");
             return DD_ERR_NOMEM;
         }
         char *p = heap;
@@ -1195,7 +1184,7 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
     int rc = 0;
     for (size_t i = 0; i < nseg; i++) {
         if (errs[i]) {
-            if (rc == 0) set_err(err, errlen, "read: %s", errs[i]);
+            if (rc == 0) dd_set_err(err, errlen, "read: %s", errs[i]);
             rc = DD_ERR_IO;
             rocksdb_free(errs[i]);
         }
@@ -1229,13 +1218,13 @@ int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const 
                       size_t user_len, char *err, size_t errlen)
 {
     if (scene_len > 255 || user_len > 65535) {
-        set_err(err, errlen, "scene or user id too long");
+        dd_set_err(err, errlen, "scene or user id too long");
         return DD_ERR_INVALID;
     }
     size_t klen = 1 + scene_len + 2 + user_len + 5;
     uint8_t *b = malloc(2 * klen);
     if (!b) {
-        set_err(err, errlen, "out of memory");
+        dd_set_err(err, errlen, "out of memory");
         return DD_ERR_NOMEM;
     }
     /* [prefix|00000000, prefix|ffffffff|00): every segment of this user and
@@ -1254,7 +1243,7 @@ int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const 
     rocksdb_writebatch_destroy(wb);
     free(b);
     if (e) {
-        set_err(err, errlen, "forget: %s", e);
+        dd_set_err(err, errlen, "forget: %s", e);
         rocksdb_free(e);
         return DD_ERR_IO;
     }
@@ -1266,7 +1255,7 @@ int dd_history_flush(dd_history *h, char *err, size_t errlen)
     char *e = NULL;
     rocksdb_flush(h->db, h->fopts, &e);
     if (e) {
-        set_err(err, errlen, "flush: %s", e);
+        dd_set_err(err, errlen, "flush: %s", e);
         rocksdb_free(e);
         return DD_ERR_IO;
     }
@@ -1289,7 +1278,7 @@ int dd_history_compact(dd_history *h, char *err, size_t errlen)
         uint64_t dead = atomic_load_explicit(&h->merged_dead, memory_order_relaxed);
         rocksdb_compact_range_opt(h->db, h->copts, NULL, 0, NULL, 0);
         if (background_errors(h) != bg) {
-            set_err(err, errlen, "compaction failed (see the RocksDB LOG)");
+            dd_set_err(err, errlen, "compaction failed (see the RocksDB LOG)");
             return DD_ERR_IO;
         }
         /* Operands of a dead segment fold into an empty value during the

@@ -144,19 +144,6 @@ struct dd_rpc {
     struct method_stats stats[DD_RPC_METHOD_COUNT];
 };
 
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
@@ -164,7 +151,7 @@ static char *read_file(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fail(DD_ERR_INVALID, err, errlen, "cannot open %s: %s", path, strerror(errno));
+        dd_fail(DD_ERR_INVALID, err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
     char *buf = NULL;
@@ -174,7 +161,7 @@ static char *read_file(const char *path, char *err, size_t errlen)
             size_t ncap = cap ? cap * 2 : 8192;
             char *n = realloc(buf, ncap);
             if (!n) {
-                fail(DD_ERR_NOMEM, err, errlen, "out of memory reading %s", path);
+                dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory reading %s", path);
                 goto bad;
             }
             buf = n;
@@ -185,7 +172,7 @@ static char *read_file(const char *path, char *err, size_t errlen)
         if (r == 0) break;
     }
     if (ferror(f)) {
-        fail(DD_ERR_INVALID, err, errlen, "cannot read %s", path);
+        dd_fail(DD_ERR_INVALID, err, errlen, "cannot read %s", path);
         goto bad;
     }
     fclose(f);
@@ -214,7 +201,7 @@ static grpc_server_credentials *make_credentials(const struct dd_config *cfg, ch
     free(key);
     free(cert);
     if (!c)
-        fail(DD_ERR_INVALID, err, errlen, "rpc.tls_cert/rpc.tls_key: cannot create TLS credentials");
+        dd_fail(DD_ERR_INVALID, err, errlen, "rpc.tls_cert/rpc.tls_key: cannot create TLS credentials");
     return c;
 }
 
@@ -248,7 +235,7 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id, const struct 
     w->arena = dd_arena_new(0, 0);
     w->nslots = (size_t)rpc->prepost * DD_RPC_METHOD_COUNT;
     w->slots = calloc(w->nslots, sizeof *w->slots);
-    if (!w->arena || !w->slots) return fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+    if (!w->arena || !w->slots) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     for (size_t i = 0; i < w->nslots; i++) {
         struct slot *s = &w->slots[i];
         s->w = w;
@@ -257,7 +244,7 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id, const struct 
         grpc_call_details_init(&s->details);
     }
     w->cq = grpc_completion_queue_create_for_next(NULL);
-    if (!w->cq) return fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
+    if (!w->cq) return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
     grpc_server_register_completion_queue(rpc->server, w->cq, NULL);
     return DD_OK;
 }
@@ -270,7 +257,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     dd_rpc *rpc = calloc(1, sizeof *rpc);
     if (!rpc) {
         grpc_shutdown();
-        return fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+        return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     }
     int rc = DD_ERR_NOMEM;
     rpc->nworkers = cfg->rpc.threads ? cfg->rpc.threads : 1;
@@ -282,7 +269,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     atomic_init(&rpc->in_flight, 0);
     rpc->listen = strdup(cfg->rpc.listen);
     if (!rpc->listen) {
-        fail(rc, err, errlen, "out of memory");
+        dd_fail(rc, err, errlen, "out of memory");
         goto err;
     }
 
@@ -294,7 +281,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     grpc_channel_args chargs = {.num_args = 1, .args = args};
     rpc->server = grpc_server_create(&chargs, NULL);
     if (!rpc->server) {
-        fail(rc, err, errlen, "cannot create the gRPC server");
+        dd_fail(rc, err, errlen, "cannot create the gRPC server");
         goto err;
     }
     for (int m = 0; m < DD_RPC_UNKNOWN; m++) {
@@ -302,7 +289,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
             rpc->server, method_names[m], NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
         if (!rpc->registered[m]) {
             rc = DD_ERR_INVALID;
-            fail(rc, err, errlen, "cannot register %s", method_names[m]);
+            dd_fail(rc, err, errlen, "cannot register %s", method_names[m]);
             goto err;
         }
     }
@@ -314,14 +301,14 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     rpc->shutdown_cq = grpc_completion_queue_create(
         grpc_completion_queue_factory_lookup(&attr), &attr, NULL);
     if (!rpc->shutdown_cq) {
-        fail(rc, err, errlen, "cannot create a completion queue");
+        dd_fail(rc, err, errlen, "cannot create a completion queue");
         goto err;
     }
     grpc_server_register_completion_queue(rpc->server, rpc->shutdown_cq, NULL);
 
     rpc->workers = calloc(rpc->nworkers, sizeof *rpc->workers);
     if (!rpc->workers) {
-        fail(rc, err, errlen, "out of memory");
+        dd_fail(rc, err, errlen, "out of memory");
         goto err;
     }
     for (unsigned i = 0; i < rpc->nworkers; i++) {
@@ -338,7 +325,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     grpc_server_credentials_release(creds);
     if (rpc->port <= 0) {
         rc = DD_ERR_IO;
-        fail(rc, err, errlen, "rpc.listen: cannot listen on %s", rpc->listen);
+        dd_fail(rc, err, errlen, "rpc.listen: cannot listen on %s", rpc->listen);
         goto err;
     }
     *out = rpc;
@@ -682,20 +669,20 @@ static void *worker_main(void *arg)
 
 int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
 {
-    if (rpc->started) return fail(DD_ERR_STATE, err, errlen, "the RPC server is already started");
+    if (rpc->started) return dd_fail(DD_ERR_STATE, err, errlen, "the RPC server is already started");
     rpc->started = 1;
     grpc_server_start(rpc->server);
     for (unsigned i = 0; i < rpc->nworkers; i++) {
         struct worker *w = &rpc->workers[i];
         for (size_t j = 0; j < w->nslots; j++) {
             if (post(&w->slots[j]) != DD_OK) {
-                fail(DD_ERR_IO, err, errlen, "cannot pre-post %s calls",
+                dd_fail(DD_ERR_IO, err, errlen, "cannot pre-post %s calls",
                      method_names[w->slots[j].method]);
                 goto err;
             }
         }
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            fail(DD_ERR_NOMEM, err, errlen, "cannot start RPC worker %u", i);
+            dd_fail(DD_ERR_NOMEM, err, errlen, "cannot start RPC worker %u", i);
             goto err;
         }
         w->thread_started = 1;

@@ -21,17 +21,6 @@
 #define MAGIC "# dedupd-migrate checkpoint"
 #define VERSION 1
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* The counters, by name, for both directions. */
 struct field {
     const char *name;
@@ -100,38 +89,38 @@ int mig_checkpoint_write(const char *path, const struct mig_checkpoint *cp, char
 
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        set_err(err, errlen, "checkpoint path too long");
+        dd_set_err(err, errlen, "checkpoint path too long");
         return DD_ERR_IO;
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+        dd_set_err(err, errlen, "%s: %s", tmp, strerror(errno));
         return DD_ERR_IO;
     }
     if (write_all(fd, buf, n) != 0 || fsync(fd) != 0) {
-        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+        dd_set_err(err, errlen, "%s: %s", tmp, strerror(errno));
         close(fd);
         unlink(tmp);
         return DD_ERR_IO;
     }
     if (close(fd) != 0) {
-        set_err(err, errlen, "%s: %s", tmp, strerror(errno));
+        dd_set_err(err, errlen, "%s: %s", tmp, strerror(errno));
         unlink(tmp);
         return DD_ERR_IO;
     }
     if (rename(tmp, path) != 0) {
-        set_err(err, errlen, "rename %s to %s: %s", tmp, path, strerror(errno));
+        dd_set_err(err, errlen, "rename %s to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);
         return DD_ERR_IO;
     }
     if (fsync_dir_of(path) != 0) {
-        set_err(err, errlen, "fsync of the directory of %s: %s", path, strerror(errno));
+        dd_set_err(err, errlen, "fsync of the directory of %s: %s", path, strerror(errno));
         return DD_ERR_IO;
     }
     return DD_OK;
 
 too_long:
-    set_err(err, errlen, "checkpoint does not fit its buffer (patterns too long)");
+    dd_set_err(err, errlen, "checkpoint does not fit its buffer (patterns too long)");
     return DD_ERR_IO;
 }
 
@@ -159,7 +148,7 @@ int mig_checkpoint_read(const char *path, struct mig_checkpoint *cp, char *err, 
     memset(cp, 0, sizeof *cp);
     FILE *f = fopen(path, "re");
     if (!f) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        dd_set_err(err, errlen, "%s: %s", path, strerror(errno));
         return errno == ENOENT ? DD_ERR_NOTFOUND : DD_ERR_IO;
     }
     char *line = NULL;
@@ -217,10 +206,10 @@ int mig_checkpoint_read(const char *path, struct mig_checkpoint *cp, char *err, 
         }
     }
     if (ferror(f)) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        dd_set_err(err, errlen, "%s: %s", path, strerror(errno));
         rc = DD_ERR_IO;
     } else if (!have_version || !have_cursor) {
-        set_err(err, errlen, "%s: not a dedupd-migrate checkpoint (no version or cursor)", path);
+        dd_set_err(err, errlen, "%s: not a dedupd-migrate checkpoint (no version or cursor)", path);
         rc = DD_ERR_CORRUPT;
     }
     free(line);
@@ -228,7 +217,7 @@ int mig_checkpoint_read(const char *path, struct mig_checkpoint *cp, char *err, 
     return rc;
 
 corrupt:
-    set_err(err, errlen, "%s:%d: not a dedupd-migrate checkpoint line", path, lineno);
+    dd_set_err(err, errlen, "%s:%d: not a dedupd-migrate checkpoint line", path, lineno);
     free(line);
     fclose(f);
     return DD_ERR_CORRUPT;

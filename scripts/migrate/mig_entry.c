@@ -16,17 +16,6 @@
 
 #define USER_PLACEHOLDER "{user}"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static char *dup_n(const char *s, size_t n)
 {
     char *d = malloc(n + 1);
@@ -56,16 +45,16 @@ int mig_pattern_parse(struct mig_pattern *p, const char *text, char *err, size_t
     memset(p, 0, sizeof *p);
     const char *ph = strstr(text, USER_PLACEHOLDER);
     if (!ph) {
-        set_err(err, errlen, "pattern '%s' has no %s placeholder", text, USER_PLACEHOLDER);
+        dd_set_err(err, errlen, "pattern '%s' has no %s placeholder", text, USER_PLACEHOLDER);
         return DD_ERR_INVALID;
     }
     const char *after = ph + strlen(USER_PLACEHOLDER);
     if (strstr(after, USER_PLACEHOLDER)) {
-        set_err(err, errlen, "pattern '%s' has more than one %s", text, USER_PLACEHOLDER);
+        dd_set_err(err, errlen, "pattern '%s' has more than one %s", text, USER_PLACEHOLDER);
         return DD_ERR_INVALID;
     }
     if (strchr(text, '\n') || strchr(text, '\r')) {
-        set_err(err, errlen, "pattern must not contain a line break");
+        dd_set_err(err, errlen, "pattern must not contain a line break");
         return DD_ERR_INVALID;
     }
     p->prefix_len = (size_t)(ph - text);
@@ -78,7 +67,7 @@ int mig_pattern_parse(struct mig_pattern *p, const char *text, char *err, size_t
     p->match = malloc(mlen + 1);
     if (!p->text || !p->prefix || !p->suffix || !p->match) {
         mig_pattern_free(p);
-        set_err(err, errlen, "out of memory");
+        dd_set_err(err, errlen, "out of memory");
         return DD_ERR_NOMEM;
     }
     size_t o = glob_escape(p->match, p->prefix, p->prefix_len);
