@@ -11,6 +11,7 @@ when CI is set: there a missing server is a failure (exit 1).
 """
 import atexit
 import os
+import re
 import shutil
 import signal
 import socket
@@ -241,6 +242,19 @@ class Dedupd:
         with open(self.logpath, "rb") as f:
             f.seek(self._log_from)
             return f.read().decode("utf-8", "replace")
+
+    @property
+    def rpc_port(self):
+        """The gRPC port this run bound, from its "msg=serving rpc=HOST:PORT"
+        line (rpc.listen is port 0 by default)."""
+        m = re.search(r"msg=serving rpc=\S*:(\d+)", self.run_log())
+        if not m or m.group(1) == "0":
+            fail("no port in %s's serving line:\n%s" % (self.name, self.proc.tail()))
+        return int(m.group(1))
+
+    @property
+    def rpc_addr(self):
+        return "127.0.0.1:%d" % self.rpc_port
 
     def wait_log(self, needle, timeout=30.0):
         deadline = time.time() + timeout

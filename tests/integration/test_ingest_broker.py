@@ -3,7 +3,6 @@
 back: dedupd keeps running and serving (its gRPC port answers), resumes
 consuming by itself, and no play is lost."""
 import random
-import re
 import socket
 import time
 
@@ -14,20 +13,13 @@ RATE = 6_000
 PLAYS = 150_000
 
 
-def rpc_port(dd):
-    m = re.search(r"msg=serving rpc=[^:\s]+:(\d+)", dd.run_log())
-    if not m:
-        harness.fail("no rpc port in the log")
-    return int(m.group(1))
-
-
 def main():
     rnd = random.Random(5)
     plays = [("b%05d" % rnd.randrange(10_000), "v%d" % i, None) for i in range(PLAYS)]
     broker = harness.DevBroker(("plays:8",))
     dd = harness.Dedupd(il.ingest_overrides(broker))
     dd.wait_log('msg="partitions assigned"')
-    port = rpc_port(dd)
+    port = dd.rpc_port
     prod = il.produce_async(broker, plays, rate=RATE)
     time.sleep(5)
     before = il.flushed(dd)

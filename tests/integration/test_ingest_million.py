@@ -4,7 +4,6 @@ dedupd: every played item is seen afterwards (zero false negatives), items
 never played are seen at no more than history.fp_rate, and the counters
 account for every message."""
 import random
-import sys
 import time
 
 import harness
