@@ -610,18 +610,19 @@ static int worker_init(struct worker *w, struct run *R, char *err, size_t errlen
     return DD_OK;
 }
 
-/* Retention is in whole UTC days, as in dedupd: it remembers a play whose
- * day is one of the last --retention-days days, today included. Migration
- * sends one day more and lets dedupd count what it refuses as expired (so a
- * daemon that keeps one more day loses nothing); verification checks only
- * what dedupd promises to remember. */
+/* Retention is in whole UTC days, as in dedupd (history.h): it remembers a
+ * play whose day is today or one of the --retention-days days before, so
+ * every play at least retention-days full days. Migration sends one day
+ * more and lets dedupd count what it refuses as expired (so a daemon that
+ * keeps one more day loses nothing); verification checks only what dedupd
+ * promises to remember. */
 enum cutoff { CUTOFF_MIGRATE, CUTOFF_VERIFY, CUTOFF_NONE };
 
 static void rules_now(struct worker *w, enum cutoff c)
 {
     int64_t now = dd_now_ms();
     int64_t today = now / DD_MS_PER_DAY;
-    int64_t first_day = today - (int64_t)w->R->o->retention_days + (c == CUTOFF_VERIFY ? 1 : 0);
+    int64_t first_day = today - (int64_t)w->R->o->retention_days - (c == CUTOFF_VERIFY ? 0 : 1);
     w->rules.now_ms = now;
     w->rules.oldest_ms = first_day * DD_MS_PER_DAY;
     w->rules.check_expiry = c != CUTOFF_NONE;

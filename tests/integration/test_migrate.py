@@ -69,8 +69,8 @@ def seed_main(redis, now):
     chunks = []
     n_in = n_exp = 0
     sample = {}
-    # dedupd remembers whole UTC days: the last RETENTION_DAYS, today included.
-    boundary = (now // DAY_MS - RETENTION_DAYS + 1) * DAY_MS
+    # dedupd remembers whole UTC days: today and the RETENTION_DAYS before it.
+    boundary = (now // DAY_MS - RETENTION_DAYS) * DAY_MS
     for uid in range(USERS):
         if uid == 0:
             size = 1
