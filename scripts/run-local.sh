@@ -20,8 +20,13 @@ admin_port=${DD_ADMIN_PORT:-9464}
 
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    # reverse start order: dedupd flushes and commits before its broker and
+    # Redis go away
+    local i
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        kill "${pids[i]}" 2>/dev/null || true
+        wait "${pids[i]}" 2>/dev/null || true
+    done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
