@@ -24,6 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <dirent.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -500,6 +503,59 @@ static void test_stats(void)
     CHECK(s.plays_expired == 1);
 }
 
+/* The store cannot be read (its SST files go bad under it): Filter must
+ * fail UNAVAILABLE, never answer as if nothing had been played. Runs last:
+ * it leaves the store broken. */
+static size_t zero_ssts(const char *dir)
+{
+    DIR *d = opendir(dir);
+    REQUIRE(d != NULL);
+    size_t n = 0;
+    struct dirent *e;
+    static char zeros[65536];
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 4, ".sst") != 0) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int fd = open(path, O_WRONLY); /* same inode: the open store sees it */
+        REQUIRE(fd >= 0);
+        struct stat st;
+        REQUIRE(fstat(fd, &st) == 0);
+        for (off_t off = 0; off < st.st_size; off += (off_t)sizeof zeros) {
+            size_t chunk = (size_t)(st.st_size - off) < sizeof zeros ? (size_t)(st.st_size - off)
+                                                                      : sizeof zeros;
+            REQUIRE(pwrite(fd, zeros, chunk, off) == (ssize_t)chunk);
+        }
+        close(fd);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_history_unreadable(void)
+{
+    char *items[] = {"gone-a", "gone-b"};
+    Dedup__V1__RecordPlaysResponse pr = DEDUP__V1__RECORD_PLAYS_RESPONSE__INIT;
+    REQUIRE(play("u-unreadable", "", items, NULL, 2, &pr) == DD_OK);
+    REQUIRE_MSG_OK(dd_history_flush(hist, err, sizeof err));
+    REQUIRE_MSG_OK(dd_history_compact(hist, err, sizeof err));
+    /* reopen, so that no data block is in the block cache */
+    dd_filter_free(flt);
+    dd_history_close(hist);
+    REQUIRE_MSG_OK(dd_history_open(&hist, &cfg, &tclock, err, sizeof err));
+    REQUIRE_MSG_OK(dd_filter_new(&flt, &cfg, hist, rec, err, sizeof err));
+    REQUIRE(zero_ssts(cfg.history.path) > 0);
+
+    char *cands[] = {"gone-a", "gone-b", "never"};
+    Dedup__V1__FilterResponse resp = DEDUP__V1__FILTER_RESPONSE__INIT;
+    CHECK_EQ_INT(filter("u-unreadable", cands, 3, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS,
+                        0, &resp),
+                 DD_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(err, "history") != NULL, "err: %s", err);
+}
+
 int main(void)
 {
     test_arena();
@@ -514,6 +570,7 @@ int main(void)
     test_deadline();
     test_large();
     test_stats();
+    test_history_unreadable();
     teardown();
     TEST_MAIN_END();
 }
