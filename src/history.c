@@ -122,8 +122,12 @@
  * files older than a day are pushed down (ttl), so operands meet their base
  * within days; every file goes through the compaction filter at least every
  * two days (periodic compaction), so segments expire and are re-encoded
- * without waiting for write traffic. */
-#define BASE_OPTIONS "ttl=86400;periodic_compaction_seconds=172800"
+ * without waiting for write traffic. The WAL is ZSTD-compressed: it is most
+ * of what ingest writes (small keys and operands), and bench_ingest measured
+ * a third less written to disk (kernel write_bytes 163 -> 108 MB) at the
+ * same throughput. RocksDB's bytes-written statistics count the logical
+ * bytes, before compression. */
+#define BASE_OPTIONS "ttl=86400;periodic_compaction_seconds=172800;wal_compression=kZSTD"
 
 /* RocksDB's BottommostLevelCompaction::kForce: compaction filter and
  * re-encoding must see the bottom level too. */
