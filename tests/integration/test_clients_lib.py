@@ -20,21 +20,19 @@ import harness
 class Dedupd(harness.Dedupd):
     """harness.Dedupd with ingest.enabled=false, recent.redis = REDIS_ADDR,
     a low history.fp_rate, rpc.listen on port 0 (the port is read back from
-    the "msg=serving rpc=HOST:PORT" line). EXTRA: more "key=value"
-    overrides."""
+    the "msg=serving rpc=HOST:PORT" line). EXTRA: more overrides, a dict
+    of key -> value."""
 
-    def __init__(self, redis_addr, extra=None):
+    def __init__(self, redis_addr, extra=None, name="dedupd"):
         overrides = {
             "history.fp_rate": "0.000001",
             "ingest.enabled": "false",
             "recent.redis": redis_addr,
             "log.level": "info",
         }
-        for kv in extra or []:
-            k, _, v = kv.partition("=")
-            overrides[k] = v
+        overrides.update(extra or {})
         self.port = 0
-        super().__init__(overrides)
+        super().__init__(overrides, name=name)
 
     def start(self, timeout=30.0):
         super().start(timeout)
@@ -46,7 +44,8 @@ class Dedupd(harness.Dedupd):
 
 
 def python_stubs():
-    """Generate dedup_pb2 / dedup_pb2_grpc and return (pb2, pb2_grpc, grpc)."""
+    """Generate dedup_pb2 / dedup_pb2_grpc (and health_pb2 / health_pb2_grpc,
+    importable afterwards) and return (pb2, pb2_grpc, grpc)."""
     try:
         import grpc  # noqa: F401
         import grpc_tools  # noqa: F401
@@ -56,7 +55,8 @@ def python_stubs():
     proto_dir = os.path.join(harness.SOURCE_ROOT, "proto")
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I" + proto_dir,
                     "--python_out=" + out, "--grpc_python_out=" + out,
-                    os.path.join(proto_dir, "dedup.proto")], check=True)
+                    os.path.join(proto_dir, "dedup.proto"),
+                    os.path.join(proto_dir, "health.proto")], check=True)
     sys.path.insert(0, out)
     return (importlib.import_module("dedup_pb2"), importlib.import_module("dedup_pb2_grpc"),
             importlib.import_module("grpc"))

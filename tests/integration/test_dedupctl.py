@@ -8,23 +8,17 @@ import subprocess
 import time
 
 import harness
+from test_clients_lib import Dedupd
 
 DAY_MS = 86400 * 1000
 
 
-def start_dedupd(redis_addr):
-    """dedupd without Kafka ingest over REDIS_ADDR, with a tiny fp_rate so
-    exact kept sets can be checked; .addr is the port it bound (port 0)."""
-    d = harness.Dedupd({"history.fp_rate": "0.000001", "ingest.enabled": "false",
-                        "recent.redis": redis_addr, "log.level": "info"})
-    d.addr = d.rpc_addr
-    return d
 
 
 def main():
     exe = harness.build_path("tools", "dedupctl")
     redis = harness.Redis()
-    d = start_dedupd(redis.addr)
+    d = Dedupd(redis.addr)
 
     def ctl(*args, addr=None, want=0):
         argv = [exe, "-a", addr or d.addr] + [str(a) for a in args]

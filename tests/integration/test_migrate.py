@@ -26,18 +26,11 @@ import subprocess
 import time
 
 import harness
-from test_clients_lib import python_stubs
+from test_clients_lib import Dedupd, python_stubs
 
 DAY_MS = 86400 * 1000
 
 
-def start_dedupd(redis_addr):
-    """dedupd without Kafka ingest over REDIS_ADDR, with a tiny fp_rate so
-    exact kept sets can be checked; .addr is the port it bound (port 0)."""
-    d = harness.Dedupd({"history.fp_rate": "0.000001", "ingest.enabled": "false",
-                        "recent.redis": redis_addr, "log.level": "info"})
-    d.addr = d.rpc_addr
-    return d
 RETENTION_DAYS = 90
 SEGMENT_DAYS = 30  # dedupd's default; items older than retention + segment are surely gone
 USERS = 20000
@@ -220,7 +213,7 @@ def wait_checkpoint_progress(path, proc, min_users, timeout):
 
 def interrupted_run(mig, stubs, legacy, recent, n_in, n_exp, s1):
     rng = random.Random(SEED + 1)
-    d = start_dedupd(recent.addr)
+    d = Dedupd(recent.addr)
     ck = os.path.join(harness.tmpdir(), "ckpt")
     common = ("--checkpoint", ck, "--checkpoint-interval-s", "1", "--parallel", "8")
 
@@ -321,7 +314,7 @@ def bad_data_run(mig, legacy, recent, stubs):
         "bad.key_mismatch": 2,
         "bad_total": 15,
     }
-    d = start_dedupd(recent.addr)
+    d = Dedupd(recent.addr)
     common = ("--source-db", "1", "--deliveries", "dlv:{user}", "--scene", "legacy")
 
     # Dry run: the same counts, nothing written, no checkpoint.
@@ -395,7 +388,7 @@ def main():
     harness.log("seeded in %.1f s" % (time.monotonic() - t0))
 
     # 1. Uninterrupted run.
-    d = start_dedupd(recent.addr)
+    d = Dedupd(recent.addr)
     argv = mig.argv(d.addr, "--parallel", "8")
     out, err, secs = mig.run(d.addr, "--parallel", "8")
     s1 = parse_summary(out)

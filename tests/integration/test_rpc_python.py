@@ -24,83 +24,40 @@ grpc_tools.protoc (python3-grpc-tools).
 """
 import importlib
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import harness
+import test_clients_lib
+from test_clients_lib import python_stubs
 
 DAY_MS = 86400000
 
 
-def stubs():
-    try:
-        import grpc  # noqa: F401
-        import grpc_tools  # noqa: F401
-    except ImportError as e:
-        harness.skip("python3-grpcio / python3-grpc-tools missing: %s" % e)
-    out = harness.tmpdir("dedupd-rpcstubs-")
-    proto = os.path.join(harness.SOURCE_ROOT, "proto")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I" + proto,
-                    "--python_out=" + out, "--grpc_python_out=" + out,
-                    os.path.join(proto, "dedup.proto"), os.path.join(proto, "health.proto")],
-                   check=True)
-    sys.path.insert(0, out)
-    return (importlib.import_module("grpc"), importlib.import_module("dedup_pb2"),
-            importlib.import_module("dedup_pb2_grpc"), importlib.import_module("health_pb2"),
-            importlib.import_module("health_pb2_grpc"))
+pb, pbg, grpc = python_stubs()
+hpb = importlib.import_module("health_pb2")
+hpbg = importlib.import_module("health_pb2_grpc")
 
 
-grpc, pb, pbg, hpb, hpbg = stubs()
-
-
-class Dedupd:
-    """dedupd from the build tree, rpc.listen on port 0, ingest off."""
+class Dedupd(test_clients_lib.Dedupd):
+    """test_clients_lib.Dedupd (port 0, ingest off, tiny fp_rate) with
+    one-day segments so lookback is exact to the day, a Redis timeout that
+    tolerates a loaded machine, and a 2 MiB message limit to test."""
 
     def __init__(self, redis_addr, extra=None, name="dedupd"):
-        self.dir = harness.tmpdir("dedupd-rpc-")
         opts = {
-            "history.path": os.path.join(self.dir, "history"),
-            "history.segment_days": "1",       # lookback is exact to the day
-            "history.fp_rate": "0.000001",     # exact kept sets below
+            "history.segment_days": "1",
             "history.sync": "false",
-            "ingest.enabled": "false",
-            "recent.redis": redis_addr,
             "recent.timeout_ms": "200",
-            "rpc.listen": "127.0.0.1:0",
             "rpc.threads": "2",
             "rpc.max_message_bytes": str(2 * 1024 * 1024),
-            "admin.listen": "",
         }
         opts.update(extra or {})
-        argv = [harness.build_path("src", "dedupd")]
-        for k, v in opts.items():
-            argv += ["-o", "%s=%s" % (k, v)]
-        self.proc = harness.Proc(argv, name)
-        self.port = self._read_port()
-
-    def _read_port(self):
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            m = re.search(r"msg=serving rpc=127\.0\.0\.1:(\d+)", self.proc.output())
-            if m:
-                port = int(m.group(1))
-                if port == 0:
-                    harness.fail("serving line shows port 0")
-                return port
-            if not self.proc.alive():
-                harness.fail("dedupd exited %s:\n%s" % (self.proc.p.returncode, self.proc.tail()))
-            time.sleep(0.05)
-        harness.fail("no msg=serving line in 20 s:\n" + self.proc.tail())
-
-    @property
-    def addr(self):
-        return "127.0.0.1:%d" % self.port
+        super().__init__(redis_addr, opts, name)
 
 
 def expect_error(fn, code, details=None, contains=None, what=""):
