@@ -7,6 +7,7 @@
 #ifndef DD_TESTLIB_H
 #define DD_TESTLIB_H
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,21 @@ static int tl_checks;
 /* Stop the test now (a precondition for the rest failed). */
 #define REQUIRE(cond) do { tl_checks++; if (!(cond)) { \
     fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); exit(1); } } while (0)
+
+static inline int tl_rm_entry(const char *path, const struct stat *sb, int flag,
+                              struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Remove PATH and everything below it (a test's temporary directory). */
+static inline void tl_rm_tree(const char *path)
+{
+    nftw(path, tl_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 #define TEST_MAIN_END() do { \
     fprintf(stderr, "%d checks, %d failed\n", tl_checks, tl_failures); \

@@ -17,7 +17,6 @@
 #include "testlib.h"
 
 #include <arpa/inet.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -53,14 +52,6 @@ static char err[512];
 #define REQUIRE_MSG_OK(expr) do { int rq_rc = (expr); if (rq_rc != DD_OK) { \
     fprintf(stderr, "%s:%d: %s failed: %d %s\n", __FILE__, __LINE__, #expr, rq_rc, err); \
     exit(1); } } while (0)
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 /* A loopback port with nothing listening: bind, read the port, close. */
 static int closed_port(void)
@@ -104,7 +95,7 @@ static void teardown(void)
     dd_history_close(hist);
     dd_arena_free(arena);
     dd_config_free(&cfg);
-    nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tl_rm_tree(root);
 }
 
 /* ---- helpers building requests --------------------------------------- */

@@ -16,7 +16,6 @@
 #include "bloom.h"
 #include "testlib.h"
 
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -48,14 +47,6 @@ static uint64_t item(const char *tag, uint64_t i)
     char id[80];
     int n = snprintf(id, sizeof id, "%s-%llu", tag, (unsigned long long)i);
     return dd_hash(id, (size_t)n);
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
 }
 
 /* A fresh store directory and a config pointing at it. */
@@ -1124,6 +1115,6 @@ int main(void)
     test_many_operands();
     test_open_errors();
 
-    nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tl_rm_tree(root);
     TEST_MAIN_END();
 }

@@ -15,7 +15,6 @@
 #include "testlib.h"
 #include "window.h"
 
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +32,6 @@ static int64_t test_clock(void *ud)
 static const struct dd_history_clock tclock = {test_clock, NULL};
 
 static char root[64];
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static uint64_t item(const char *tag, uint64_t i)
 {
@@ -252,6 +243,6 @@ int main(void)
     dd_history_batch_free(b);
     dd_history_close(h);
     dd_config_free(&cfg);
-    nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tl_rm_tree(root);
     TEST_MAIN_END();
 }
