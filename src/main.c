@@ -34,6 +34,14 @@ static void usage(FILE *f)
             "  -h        this help\n");
 }
 
+/* Length of the host part of a "host:port" setting, to log it with the
+ * port actually bound. */
+static int host_len(const char *listen)
+{
+    const char *colon = strrchr(listen, ':');
+    return colon ? (int)(colon - listen) : (int)strlen(listen);
+}
+
 int main(int argc, char **argv)
 {
     struct dd_config cfg;
@@ -123,12 +131,9 @@ int main(int argc, char **argv)
         dd_error("main", "msg=\"cannot start the admin listener\" error=\"%s\"", err);
         goto out;
     }
-    if (cfg.admin.listen[0]) {
-        const char *colon = strrchr(cfg.admin.listen, ':');
-        int hostlen = colon ? (int)(colon - cfg.admin.listen) : (int)strlen(cfg.admin.listen);
-        dd_info("main", "msg=\"admin listening\" admin=%.*s:%d", hostlen, cfg.admin.listen,
-                dd_admin_port(admin));
-    }
+    if (cfg.admin.listen[0])
+        dd_info("main", "msg=\"admin listening\" admin=%.*s:%d", host_len(cfg.admin.listen),
+                cfg.admin.listen, dd_admin_port(admin));
 
     if (dd_history_open(&history, &cfg, NULL, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"",
@@ -165,12 +170,9 @@ int main(int argc, char **argv)
                  cfg.rpc.listen, err);
         goto out;
     }
-    {
-        /* rpc.listen with the real port (it may have asked for port 0). */
-        const char *colon = strrchr(cfg.rpc.listen, ':');
-        int hostlen = colon ? (int)(colon - cfg.rpc.listen) : (int)strlen(cfg.rpc.listen);
-        dd_info("main", "msg=serving rpc=%.*s:%d", hostlen, cfg.rpc.listen, dd_rpc_port(rpc));
-    }
+    /* rpc.listen with the real port (it may have asked for port 0). */
+    dd_info("main", "msg=serving rpc=%.*s:%d", host_len(cfg.rpc.listen), cfg.rpc.listen,
+            dd_rpc_port(rpc));
     if (dd_admin_attach_rpc(admin, rpc) != DD_OK) {
         dd_error("main", "msg=\"out of memory\"");
         goto out;
