@@ -135,7 +135,6 @@ struct dd_client {
     grpc_completion_queue *cq;
     void *methods[M_COUNT];
     int timeout_ms;
-    bool wait_for_ready;
     struct arena arena;
     ProtobufCAllocator alloc;
     int status;        /* grpc_status_code of the last call */
@@ -212,11 +211,6 @@ void dd_client_free(dd_client *c)
 void dd_client_set_timeout(dd_client *c, int timeout_ms)
 {
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : DD_CLIENT_DEFAULT_TIMEOUT_MS;
-}
-
-void dd_client_set_wait_for_ready(dd_client *c, bool wait)
-{
-    c->wait_for_ready = wait;
 }
 
 int dd_client_status(const dd_client *c)
@@ -304,7 +298,7 @@ static int call_unary(dd_client *c, enum method m, const ProtobufCMessage *req,
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].flags = c->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    ops[0].flags = 0;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_buf;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

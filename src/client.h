@@ -30,7 +30,6 @@
 #ifndef DD_CLIENT_H
 #define DD_CLIENT_H
 
-#include <stdbool.h>
 #include <stddef.h>
 
 #include "dedup.pb-c.h"
@@ -54,11 +53,6 @@ void dd_client_free(dd_client *c);
  * DD_CLIENT_DEFAULT_TIMEOUT_MS). A value <= 0 restores the default. This
  * function cannot fail. */
 void dd_client_set_timeout(dd_client *c, int timeout_ms);
-
-/* With wait = true, calls wait (within their deadline) for the channel to
- * become ready instead of failing at once with UNAVAILABLE while dedupd is
- * unreachable. Default false. This function cannot fail. */
-void dd_client_set_wait_for_ready(dd_client *c, bool wait);
 
 /* Dedup/Filter. On success *resp (if RESP is not NULL) points to the
  * response, owned by C (see above). On error *resp is NULL. */
