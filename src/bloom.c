@@ -602,3 +602,48 @@ uint64_t dd_bloom_operand_at(const uint8_t *hashes, uint32_t i)
     memcpy(&v, hashes + (size_t)i * 8, 8);
     return le64toh(v);
 }
+
+int dd_bloom_fps_encode(struct dd_buf *out, const uint64_t *hashes, size_t n)
+{
+    if (n > DD_BLOOM_FPS_MAX) return DD_ERR_INVALID;
+    uint32_t f[DD_BLOOM_FPS_MAX];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) { /* insertion sort, dropping duplicates */
+        uint32_t x = (uint32_t)(hashes[i] >> 32);
+        size_t j = m;
+        while (j > 0 && f[j - 1] > x) j--;
+        if (j > 0 && f[j - 1] == x) continue;
+        memmove(f + j + 1, f + j, (m - j) * sizeof *f);
+        f[j] = x;
+        m++;
+    }
+    size_t total = 1 + m * 4 + TRAILER;
+    int rc = dd_buf_reserve(out, total);
+    if (rc) return rc;
+    uint8_t *p = out->data + out->len;
+    p[0] = DD_BLOOM_FPS_TAG;
+    for (size_t i = 0; i < m; i++) put_u32(p + 1 + i * 4, f[i]);
+    put_u32(p + 1 + m * 4, checksum(p, 1 + m * 4));
+    out->len += total;
+    return DD_OK;
+}
+
+int dd_bloom_fps_parse(const void *data, size_t len, const uint8_t **fps, uint32_t *n)
+{
+    const uint8_t *p = data;
+    if (!p || len < 1 + TRAILER || p[0] != DD_BLOOM_FPS_TAG || (len - 1 - TRAILER) % 4)
+        return DD_ERR_CORRUPT;
+    size_t m = (len - 1 - TRAILER) / 4;
+    if (m > DD_BLOOM_FPS_MAX) return DD_ERR_CORRUPT;
+    if (get_u32(p + len - TRAILER) != checksum(p, len - TRAILER)) return DD_ERR_CORRUPT;
+    for (size_t i = 1; i < m; i++)
+        if (get_u32(p + 1 + i * 4) <= get_u32(p + 1 + (i - 1) * 4)) return DD_ERR_CORRUPT;
+    *fps = p + 1;
+    *n = (uint32_t)m;
+    return DD_OK;
+}
+
+uint32_t dd_bloom_fps_at(const uint8_t *fps, uint32_t i)
+{
+    return get_u32(fps + (size_t)i * 4);
+}

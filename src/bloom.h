@@ -40,6 +40,15 @@
  * An operand (a batch of raw hashes, as history's merge operands carry):
  *   u8 version, u8 kind (DD_BLOOM_KIND_HASHES), u16 0, u32 count,
  *   count x u64 hash, u32 checksum (as above)
+ *
+ * A fingerprint list (the small merge operand: most windows hold one or
+ * two plays of a user, and a full-range filter of one item costs 21 bytes,
+ * this 9):
+ *   u8  DD_BLOOM_FPS_TAG (not a version, so no other form starts with it)
+ *   n x u32 full-range fingerprint (h >> 32), strictly ascending, n <= 32
+ *   u32 checksum (as above)
+ * n follows from the length. At the full range a fingerprint is the filter's
+ * own, so a list merges into any filter exactly.
  */
 #ifndef DD_BLOOM_H
 #define DD_BLOOM_H
@@ -129,8 +138,20 @@ int dd_bloom_operand_encode(struct dd_buf *out, const uint64_t *hashes, size_t n
 int dd_bloom_operand_parse(const void *data, size_t len, const uint8_t **hashes, uint32_t *n);
 uint64_t dd_bloom_operand_at(const uint8_t *hashes, uint32_t i);
 
-/* Sort N hashes in place, ascending by h >> 32, stable (LSD radix sort),
- * moving IDX[i] along with H[i] when IDX is not NULL. TMP_H and TMP_IDX
+/* Fingerprint lists (see the serialized forms above): encode the N hashes
+ * (any order, duplicates allowed; N <= DD_BLOOM_FPS_MAX) and append to OUT
+ * (0, DD_ERR_INVALID for N too large, or DD_ERR_NOMEM); parse one back (0
+ * or DD_ERR_CORRUPT: tag, length, checksum or order), pointing *FPS into
+ * DATA; read the I-th fingerprint (unaligned little-endian u32). */
+#define DD_BLOOM_FPS_TAG 0xf5
+#define DD_BLOOM_FPS_MAX 32
+int dd_bloom_fps_encode(struct dd_buf *out, const uint64_t *hashes, size_t n);
+int dd_bloom_fps_parse(const void *data, size_t len, const uint8_t **fps, uint32_t *n);
+uint32_t dd_bloom_fps_at(const uint8_t *fps, uint32_t i);
+
+/* Sort N hashes in place, ascending by h >> 32, stable (a top-bits
+ * bucket pass plus insertion when IDX is NULL and the hashes are uniform,
+ * else LSD radix), moving IDX[i] along with H[i] when IDX is not NULL. TMP_H and TMP_IDX
  * (when IDX is given) have room for N. Allocates nothing; cannot fail.
  * Prepares dd_bloom_probe_sorted's input; IDX maps hits back to positions. */
 void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,

@@ -88,7 +88,7 @@ static const struct key keys[] = {
     ROW_U32("history.segment_days", history.segment_days, "30", 1, 36500),
     ROW_U32("history.retention_days", history.retention_days, "90", 1, 36500),
     ROW_DBL("history.fp_rate", history.fp_rate, "0.01", 0.0, 1.0),
-    ROW_U32("history.max_successive_merges", history.max_successive_merges, "64", 1,
+    ROW_U32("history.max_successive_merges", history.max_successive_merges, "0", 0,
             UINT32_MAX),
     ROW_U64("history.block_cache_mb", history.block_cache_mb, "256", 0, UINT64_MAX >> 20),
     ROW_BOOL("history.sync", history.sync, "true"),
@@ -101,6 +101,8 @@ static const struct key keys[] = {
     ROW_ENUM("ingest.format", ingest.format, "json", format_words),
     ROW_STR("ingest.dead_letter_topic", ingest.dead_letter_topic, ""),
     ROW_U32("ingest.max_id_bytes", ingest.max_id_bytes, "256", 1, UINT32_MAX),
+    ROW_BOOL("ingest.wal", ingest.wal, "false"),
+    ROW_U32("ingest.durable_interval_ms", ingest.durable_interval_ms, "10000", 1, UINT32_MAX),
 
     ROW_U32("window.flush_ms", window.flush_ms, "1000", 1, UINT32_MAX),
     /* ingest splits it between two windows of at least 64 KiB (window.h) */

@@ -49,6 +49,8 @@ struct dd_config {
         char *format;               /* "json" or "protobuf" */
         char *dead_letter_topic;    /* "" = none */
         uint32_t max_id_bytes;      /* longer user or item ids are rejected */
+        bool wal;                   /* write plays through RocksDB's WAL */
+        uint32_t durable_interval_ms; /* wal=false: flush + commit at least this often */
     } ingest;
     struct {
         uint32_t flush_ms;          /* flush pending plays at least this often */

@@ -48,15 +48,21 @@
  * (bench_history, segment_days 7: 1.95 bytes/play without the grace, 1.83
  * with it).
  *
- * Operands: dd_history_batch_add writes each operand as a full-range filter
- * (bloom.h GCS form at M = 2^32), not as raw hashes: it holds the same
- * information (every fingerprint, at every range, is a function of h >> 32
- * only), is deduplicated and smaller (10,000 items: 2.5 bytes each instead
- * of 8), and, above all, a full merge of one such operand with no base is a
- * copy rather than a sort and an encode. The partial merge (flushes and compactions that do not
- * reach the base) collapses operands into one such filter operand too. Raw
- * hash operands (bloom.h operand form) are still read. Both forms carry
- * bloom.h's version and checksum.
+ * Operands: dd_history_batch_add writes an operand of up to
+ * DD_BLOOM_FPS_MAX (32) items as a fingerprint list (bloom.h: a tag, u32
+ * h >> 32 each, a checksum: 9 bytes for one play) and a larger one as a
+ * full-range filter (bloom.h GCS form at M = 2^32), not as raw hashes.
+ * Both hold the same information as the hashes (every fingerprint, at every
+ * range, is a function of h >> 32 only) and are deduplicated. Most ingest
+ * operands are one or two plays of one user, where the list is less than
+ * half the filter's size (21 bytes for one item: header and checksum) in
+ * the memtable and in every SST that carries it; for large batches the
+ * filter is smaller (10,000 items: 2.5 bytes each instead of 4) and a full
+ * merge of one such operand with no base is a copy rather than a sort and
+ * an encode. The partial merge (flushes and compactions that do not reach
+ * the base) collapses operands into one operand by the same rule. Raw hash
+ * operands (bloom.h operand form) are still read. Every form carries a
+ * checksum.
  *
  * Reads: RocksDB 7.8's C API has no GetMergeOperands, so every Get of a key
  * that has operands above its base runs the full merge, and the result is
@@ -80,9 +86,11 @@
  * but the merge operator cannot start a compaction (it runs inside one, or
  * inside a Get), a manual CompactRange of one key range still rewrites every
  * L0 file (they span the whole key space) and blocks, and RocksDB already
- * bounds the operands of a key: max_successive_merges folds them in the
- * memtable, a flush partial-merges them into one per L0 file, and ttl (a
- * day) pushes them down to the base. So none is done.
+ * bounds the operands of a key: a flush partial-merges them into one per L0
+ * file, and ttl (a day) pushes them down to the base; in the memtable
+ * max_successive_merges could fold them too, but it is off by default (a
+ * memtable lookup per write halved ingest speed, and Kafka ingest flushes
+ * the memtable every ingest.durable_interval_ms). So none is done.
  *
  * ttl and periodic compaction (BASE_OPTIONS) make the compaction filter see
  * every file within two days, so expiry and re-encoding do not wait for
@@ -138,6 +146,7 @@ struct dd_history {
     rocksdb_column_family_handle_t *cf;
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wopts;
+    rocksdb_writeoptions_t *wopts_unlogged; /* no WAL: durable at the next flush */
     rocksdb_flushoptions_t *fopts;
     rocksdb_compactoptions_t *copts;
     rocksdb_cache_t *cache;
@@ -166,6 +175,7 @@ struct dd_history_batch {
     size_t fp_cap;
     size_t operands;
     size_t bytes;
+    bool unlogged;                     /* write without the WAL */
 };
 
 static struct dd_log_limit corrupt_log_limit;
@@ -437,10 +447,12 @@ static void merge_delete_value(void *st, const char *value, size_t len)
     free((void *)value);
 }
 
-/* One merge operand: raw hashes (bloom.h operand) or a full-range filter. */
+/* One merge operand: raw hashes (bloom.h operand), a fingerprint list or a
+ * full-range filter. */
 struct operand {
     bool is_filter;
     const uint8_t *raw;           /* raw: N little-endian u64 */
+    const uint8_t *fps;           /* fingerprint list: N little-endian u32 */
     uint32_t n;
     struct dd_bloom_view f;       /* filter */
     const char *bytes;
@@ -452,6 +464,8 @@ static int parse_operand(const char *p, size_t len, struct operand *o)
     o->bytes = p;
     o->len = len;
     o->is_filter = false;
+    o->raw = o->fps = NULL;
+    if (dd_bloom_fps_parse(p, len, &o->fps, &o->n) == 0) return 0;
     if (dd_bloom_operand_parse(p, len, &o->raw, &o->n) == 0) return 0;
     if (dd_bloom_parse(p, len, &o->f) == 0 && o->f.range == DD_BLOOM_FULL_RANGE) {
         o->is_filter = true;
@@ -487,6 +501,12 @@ static int operands_hashes(dd_history *h, const char *key, size_t klen,
     for (int i = 0; i < n; i++) total += o[i].n;
     if (hvec_reserve(v, total) != 0) return DD_ERR_NOMEM;
     for (int i = 0; i < n; i++) {
+        if (o[i].fps) {
+            /* fingerprint << 32 has that fingerprint at every range */
+            for (uint32_t j = 0; j < o[i].n; j++)
+                v->h[v->n++] = (uint64_t)dd_bloom_fps_at(o[i].fps, j) << 32;
+            continue;
+        }
         if (!o[i].is_filter) {
             for (uint32_t j = 0; j < o[i].n; j++) v->h[v->n++] = dd_bloom_operand_at(o[i].raw, j);
             continue;
@@ -697,8 +717,9 @@ nomem:
 }
 
 /* Partial merge (flushes and compactions above the base): operands into one
- * full-range filter operand, deduplicated and about a third of the raw
- * size, which a later full merge with no base takes as it is. Failing here
+ * operand, deduplicated: a fingerprint list while there are few items, else
+ * a full-range filter (about a third of the raw size), which a later full
+ * merge with no base takes as it is. Failing here
  * is harmless (RocksDB keeps the operands), so any problem just says "not
  * merged". */
 static char *partial_merge(void *st, const char *key, size_t klen, const char *const *ops,
@@ -715,7 +736,8 @@ static char *partial_merge(void *st, const char *key, size_t klen, const char *c
     *new_len = 0;
     if (load_operands(h, key, klen, ops, lens, nops, &op, &nop) == 0 &&
         operands_hashes(h, key, klen, op, nop, &hv) == 0 &&
-        dd_bloom_build(&out, hv.h, hv.n, DD_BLOOM_FULL_RANGE, NULL) == 0) {
+        (hv.n <= DD_BLOOM_FPS_MAX ? dd_bloom_fps_encode(&out, hv.h, hv.n)
+                                  : dd_bloom_build(&out, hv.h, hv.n, DD_BLOOM_FULL_RANGE, NULL)) == 0) {
         free(hv.h);
         free(op);
         char *p = give(&out, new_len);
@@ -984,6 +1006,8 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     h->ropts = rocksdb_readoptions_create();
     h->wopts = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(h->wopts, cfg->history.sync ? 1 : 0);
+    h->wopts_unlogged = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_disable_WAL(h->wopts_unlogged, 1);
     h->fopts = rocksdb_flushoptions_create();
     rocksdb_flushoptions_set_wait(h->fopts, 1);
     h->copts = rocksdb_compactoptions_create();
@@ -1021,6 +1045,7 @@ void dd_history_close(dd_history *h)
     if (h->opts) rocksdb_options_destroy(h->opts);
     if (h->ropts) rocksdb_readoptions_destroy(h->ropts);
     if (h->wopts) rocksdb_writeoptions_destroy(h->wopts);
+    if (h->wopts_unlogged) rocksdb_writeoptions_destroy(h->wopts_unlogged);
     if (h->fopts) rocksdb_flushoptions_destroy(h->fopts);
     if (h->copts) rocksdb_compactoptions_destroy(h->copts);
     if (h->cache) rocksdb_cache_destroy(h->cache);
@@ -1092,14 +1117,22 @@ int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_le
         b->fp = fp;
         b->fp_cap = n;
     }
-    /* The operand is a full-range filter (see DESIGN, "Operands"). */
+    /* The operand is a fingerprint list when small, else a full-range
+     * filter (see DESIGN, "Operands"). */
     b->val.len = 0;
-    if (dd_bloom_build(&b->val, hashes, n, DD_BLOOM_FULL_RANGE, b->fp) != 0) return DD_ERR_NOMEM;
+    if (n <= DD_BLOOM_FPS_MAX ? dd_bloom_fps_encode(&b->val, hashes, n) != 0
+                              : dd_bloom_build(&b->val, hashes, n, DD_BLOOM_FULL_RANGE, b->fp) != 0)
+        return DD_ERR_NOMEM;
     rocksdb_writebatch_merge(b->wb, (const char *)b->key.data, klen,
                              (const char *)b->val.data, b->val.len);
     b->operands++;
     b->bytes += klen + b->val.len;
     return 0;
+}
+
+void dd_history_batch_set_unlogged(dd_history_batch *b, bool unlogged)
+{
+    b->unlogged = unlogged;
 }
 
 size_t dd_history_batch_operands(const dd_history_batch *b)
@@ -1115,8 +1148,11 @@ size_t dd_history_batch_bytes(const dd_history_batch *b)
 int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errlen)
 {
     if (b->operands == 0) return 0;
+    /* RocksDB's per-thread perf counters (on by default) cost a TLS lookup
+     * in every memtable key comparison; nothing here reads them. */
+    rocksdb_set_perf_level(rocksdb_disable);
     char *e = NULL;
-    rocksdb_write(h->db, h->wopts, b->wb, &e);
+    rocksdb_write(h->db, b->unlogged ? h->wopts_unlogged : h->wopts, b->wb, &e);
     if (e) {
         dd_set_err(err, errlen, "write: %s", e);
         rocksdb_free(e);

@@ -20,8 +20,9 @@
  *        older than L may still be reported as played. Reads skip dead segments whatever
  *        compaction has done; a compaction filter drops them for good.
  * Write: dd_history_write() puts one merge operand per (scene, user,
- *        segment) in one WriteBatch, no reads: a full-range bloom.h filter
- *        of the new hashes (raw-hash operands are still read).
+ *        segment) in one WriteBatch, no reads: the new hashes as a bloom.h
+ *        fingerprint list (up to 32) or a full-range filter (raw-hash
+ *        operands are still read).
  * Fold:  the merge operator unions operands into the segment's filter.
  *        While a segment is open the value is a full-range (near exact)
  *        filter A plus a small full-range delta B: a read-time fold copies A
@@ -67,8 +68,9 @@ struct dd_history_clock {
 int dd_history_open(dd_history **out, const struct dd_config *cfg,
                     const struct dd_history_clock *clock, char *err, size_t errlen);
 
-/* Close the store (memtables are in the WAL; nothing is lost). NULL is a
- * no-op. */
+/* Close the store: syncs the WAL and flushes the memtables first, so
+ * unlogged writes are kept too (if that flush fails it is logged, and
+ * unlogged writes since the last flush are lost). NULL is a no-op. */
 void dd_history_close(dd_history *h);
 
 /* Where a play dated AT_MS goes. Returns DD_HISTORY_PLACE_OK with *segment
@@ -96,12 +98,20 @@ void dd_history_batch_clear(dd_history_batch *b);
 int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len,
                          const char *user, size_t user_len, uint32_t segment,
                          const uint64_t *hashes, size_t n);
+/* Write this batch without the WAL (default: with it). An unlogged write is
+ * visible to every later probe at once but durable only once a later
+ * dd_history_flush() returns 0 (or the store is closed cleanly): a crash
+ * before that loses it. For writers that can replay what they wrote, as
+ * Kafka ingest does (it commits offsets only after that flush); history.sync
+ * does not apply. Kept across dd_history_batch_clear. Cannot fail. */
+void dd_history_batch_set_unlogged(dd_history_batch *b, bool unlogged);
 /* Operands and approximate bytes in the batch. */
 size_t dd_history_batch_operands(const dd_history_batch *b);
 size_t dd_history_batch_bytes(const dd_history_batch *b);
 
 /* Write the batch atomically (fsync'd when history.sync). On return 0 the
- * plays are durable and visible to every later probe. DD_ERR_IO with a
+ * plays are visible to every later probe and durable (unless the batch is
+ * unlogged: then durable after the next dd_history_flush). DD_ERR_IO with a
  * message in err otherwise (nothing of the batch may be assumed written).
  * The batch is left as it was. */
 int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errlen);
@@ -122,7 +132,9 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
 int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const char *user,
                       size_t user_len, char *err, size_t errlen);
 
-/* Flush memtables to SST files / compact the whole key space (tests,
+/* dd_history_flush writes the memtables to SST files (fsync'd) and waits:
+ * on 0, every write that returned before the call is durable, unlogged
+ * ones included. dd_history_compact compacts the whole key space (tests,
  * benchmarks, operators). Return 0 or DD_ERR_IO. */
 int dd_history_flush(dd_history *h, char *err, size_t errlen);
 int dd_history_compact(dd_history *h, char *err, size_t errlen);

@@ -3,20 +3,21 @@
  * ingest.h - the Kafka play consumer: a consumer-group member of
  * ingest.topic that decodes play events (playevent.h), gathers them in
  * windows (window.h), writes each window to the history store as one
- * batch, and only then stores and commits the messages' offsets. Knows
- * nothing of gRPC.
+ * batch, and only once that batch is durable (ingest.wal=false: after the
+ * next memtable flush; true: through the WAL) stores and commits the
+ * messages' offsets. Knows nothing of gRPC.
  *
  * Semantics (see design.md "Ingest semantics"): at-least-once from Kafka,
  * idempotent into the filters. A crash or a partition moving loses no play:
- * whatever was not written was not committed, and is consumed again.
+ * whatever was not durable was not committed, and is consumed again.
  * A message that cannot be used (see struct dd_ingest_stats) is counted,
  * logged with topic, partition and offset (rate-limited), copied to
  * ingest.dead_letter_topic when one is set, and skipped: its offset
  * advances with the window it fell in.
  *
  * Threads: dd_ingest_start starts a poll thread (consumer poll, decode,
- * window, rebalance callbacks) and a flush thread (history write, offset
- * store, commit). Every function here is called from one controlling
+ * window, rebalance callbacks) and a flush thread (history write,
+ * durability flush, offset store, commit). Every function here is called from one controlling
  * thread (main); dd_ingest_assigned and dd_ingest_get_stats may be called
  * from any thread at any time between new and free.
  */
@@ -37,7 +38,7 @@ typedef struct dd_ingest dd_ingest;
  * CFG: ingest.*, window.*, history.max_future_ms and every kafka.* key,
  * which is passed to librdkafka as is. Defaults that differ from
  * librdkafka's unless set: partition.assignment.strategy=cooperative-sticky,
- * enable.auto.commit=false (commits are explicit, after each write),
+ * enable.auto.commit=false (commits are explicit, after each durable write),
  * auto.offset.reset=earliest, statistics.interval.ms=5000.
  * enable.auto.offset.store is always false (setting it true is an error).
  * Nothing connects yet. HISTORY is borrowed and must outlive the ingest;
@@ -52,8 +53,8 @@ int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *hist
  * (threads); on error nothing runs and dd_ingest_free may follow. */
 int dd_ingest_start(dd_ingest *in);
 
-/* Stop consuming: flush and write what is pending, store and commit
- * (synchronously) the offsets of what was written, leave the group, close
+/* Stop consuming: flush and write what is pending, make it durable, store
+ * and commit (synchronously) the offsets of what was written, leave the group, close
  * the consumer, flush the dead-letter producer (bounded wait). Blocks until
  * done. If the store cannot be written, the pending plays are not
  * committed (they are consumed again next time) and the failure is logged.
@@ -62,6 +63,14 @@ void dd_ingest_stop(dd_ingest *in);
 
 /* Stop (if running) and free everything. NULL is a no-op. */
 void dd_ingest_free(dd_ingest *in);
+
+/* Make every window written so far durable now (ingest.wal=false: flush
+ * the memtables, store and commit the offsets) instead of at the next
+ * ingest.durable_interval_ms, and wait for it. Windows still being filled
+ * are not included. A no-op with ingest.wal=true or when not running.
+ * Failures are counted (write_errors) and logged; the offsets then wait
+ * for the next try. Safe from any thread. */
+void dd_ingest_sync(dd_ingest *in);
 
 /* True while at least one partition of ingest.topic is assigned to this
  * member (for /readyz). */
@@ -88,9 +97,11 @@ struct dd_ingest_stats {
     uint64_t key_mismatch;    /* payload user differs from the message key (kept) */
     uint64_t duplicates;      /* plays already pending in their window */
     uint64_t plays_written;   /* distinct plays written to the store */
-    uint64_t messages_flushed; /* messages whose window is written (offsets stored) */
+    uint64_t messages_flushed; /* messages whose window is written (visible) */
+    uint64_t messages_durable; /* messages whose plays are durable (offsets stored) */
     uint64_t flushes;         /* windows written */
-    uint64_t write_errors;    /* failed store writes (retried) */
+    uint64_t durable_flushes; /* ingest.wal=false: memtable flushes that made windows durable */
+    uint64_t write_errors;    /* failed store writes or durability flushes (retried) */
     uint64_t commits;         /* successful offset commits */
     uint64_t commit_errors;
     uint64_t dead_lettered;   /* bad messages produced to the dead-letter topic */

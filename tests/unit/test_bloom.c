@@ -269,8 +269,77 @@ static void test_corruption(void)
     dd_buf_free(&lie);
 }
 
+/* Fingerprint lists: round trip (sorted, deduplicated, h >> 32), merged
+ * into a filter they answer like it, and no corruption gets through. */
+static void test_fps(void)
+{
+    uint64_t h[DD_BLOOM_FPS_MAX + 1];
+    for (size_t i = 0; i < DD_ARRAY_LEN(h); i++) h[i] = dd_hash(&i, sizeof i);
+    h[3] = h[7] ^ 0xffffu; /* same high half as h[7]: one fingerprint */
+    struct dd_buf b = {0};
+    CHECK_EQ_INT(dd_bloom_fps_encode(&b, h, DD_BLOOM_FPS_MAX + 1), DD_ERR_INVALID);
+    CHECK_EQ_INT((int)b.len, 0);
+    REQUIRE(dd_bloom_fps_encode(&b, h, DD_BLOOM_FPS_MAX) == DD_OK);
+    CHECK_EQ_INT((int)b.len, 1 + 4 * (DD_BLOOM_FPS_MAX - 1) + 4);
+    const uint8_t *fp;
+    uint32_t n;
+    REQUIRE(dd_bloom_fps_parse(b.data, b.len, &fp, &n) == DD_OK);
+    CHECK_EQ_INT((int)n, DD_BLOOM_FPS_MAX - 1);
+    size_t missing = 0, unsorted = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (i && dd_bloom_fps_at(fp, i) <= dd_bloom_fps_at(fp, i - 1)) unsorted++;
+    }
+    for (size_t k = 0; k < DD_BLOOM_FPS_MAX; k++) {
+        uint32_t want = (uint32_t)(h[k] >> 32);
+        bool found = false;
+        for (uint32_t i = 0; i < n; i++) found |= dd_bloom_fps_at(fp, i) == want;
+        missing += !found;
+    }
+    CHECK_EQ_INT((int)missing, 0);
+    CHECK_EQ_INT((int)unsorted, 0);
+    /* one play: 9 bytes */
+    struct dd_buf one = {0};
+    REQUIRE(dd_bloom_fps_encode(&one, h, 1) == DD_OK);
+    CHECK_EQ_INT((int)one.len, 9);
+    /* not a filter nor a hash operand, and they are not lists */
+    struct dd_bloom_view v;
+    const uint8_t *hp;
+    CHECK_EQ_INT(dd_bloom_parse(b.data, b.len, &v), DD_ERR_CORRUPT);
+    CHECK_EQ_INT(dd_bloom_operand_parse(b.data, b.len, &hp, &n), DD_ERR_CORRUPT);
+    struct dd_buf f = {0};
+    REQUIRE(dd_bloom_build(&f, h, 5, DD_BLOOM_FULL_RANGE, NULL) == DD_OK);
+    CHECK_EQ_INT(dd_bloom_fps_parse(f.data, f.len, &fp, &n), DD_ERR_CORRUPT);
+    /* every single-bit flip and every truncation is detected */
+    size_t undetected = 0, truncated_ok = 0;
+    for (size_t i = 0; i < b.len; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            b.data[i] ^= (uint8_t)(1u << bit);
+            if (dd_bloom_fps_parse(b.data, b.len, &fp, &n) == DD_OK) undetected++;
+            b.data[i] ^= (uint8_t)(1u << bit);
+        }
+    for (size_t len = 0; len < b.len; len++)
+        if (dd_bloom_fps_parse(b.data, len, &fp, &n) == DD_OK) truncated_ok++;
+    CHECK_EQ_INT((int)undetected, 0);
+    CHECK_EQ_INT((int)truncated_ok, 0);
+    /* out of order with a valid checksum is still refused */
+    struct dd_buf two = {0};
+    REQUIRE(dd_bloom_fps_encode(&two, h, 2) == DD_OK);
+    uint8_t tmp[4];
+    memcpy(tmp, two.data + 1, 4);
+    memmove(two.data + 1, two.data + 5, 4);
+    memcpy(two.data + 5, tmp, 4);
+    uint32_t ck = (uint32_t)XXH3_64bits(two.data, two.len - 4);
+    memcpy(two.data + two.len - 4, &ck, 4); /* little-endian host */
+    CHECK_EQ_INT(dd_bloom_fps_parse(two.data, two.len, &fp, &n), DD_ERR_CORRUPT);
+    dd_buf_free(&b);
+    dd_buf_free(&one);
+    dd_buf_free(&f);
+    dd_buf_free(&two);
+}
+
 int main(void)
 {
+    test_fps();
     test_fp_rate(10, 0.01);
     test_fp_rate(1000, 0.01);
     test_fp_rate(100000, 0.01);
