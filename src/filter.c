@@ -83,94 +83,134 @@ void dd_filter_free(dd_filter *f)
     free(f);
 }
 
-/* user_id and scene rules shared by every call. */
+/* user_id and scene rules shared by every call, on lengths. */
+static int check_user_scene_len(const dd_filter *f, size_t user_len, size_t scene_len, char *err,
+                                size_t errlen)
+{
+    if (user_len == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "user_id is empty");
+    if (user_len > f->max_id_bytes)
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                    "user_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, user_len,
+                    f->max_id_bytes);
+    if (scene_len > SCENE_MAX_BYTES)
+        return dd_fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d",
+                    scene_len, SCENE_MAX_BYTES);
+    return DD_OK;
+}
+
+/* The same on protobuf-c's C strings. */
 static int check_user_scene(const dd_filter *f, const char *user, size_t *user_len,
                             const char *scene, size_t *scene_len, char *err, size_t errlen)
 {
     *user_len = strlen(user);
     *scene_len = strlen(scene);
-    if (*user_len == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "user_id is empty");
-    if (*user_len > f->max_id_bytes)
-        return dd_fail(DD_ERR_INVALID, err, errlen,
-                    "user_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, *user_len,
-                    f->max_id_bytes);
-    if (*scene_len > SCENE_MAX_BYTES)
-        return dd_fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d",
-                    *scene_len, SCENE_MAX_BYTES);
-    return DD_OK;
+    return check_user_scene_len(f, *user_len, *scene_len, err, errlen);
 }
 
 static bool past(int64_t deadline_ns) { return deadline_ns && dd_mono_ns() >= deadline_ns; }
 
+#define HI_MASK UINT64_C(0xffffffff00000000)
 
-static size_t table_size_for(size_t n)
+/* Step 3 (filter.h) for the run KEY[lo..hi) of equal high halves, in
+ * request order: a member equal (hash, length, bytes) to an earlier first
+ * occurrence is a duplicate. Runs are one key but for a 32-bit collision
+ * or a repeated id, so the quadratic worst case needs many ids crafted to
+ * collide, and costs the caller only its own call. */
+static uint32_t mark_run(const struct dd_filter_query *q, const uint64_t *h, const uint64_t *key,
+                         size_t lo, size_t hi, uint8_t *reason)
 {
-    size_t cap = 16;
-    while (cap < n * 2) cap <<= 1;
-    return cap;
-}
-
-int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,
-                  Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err,
-                  size_t errlen)
-{
-    size_t user_len, scene_len;
-    const size_t n = req->n_candidate_ids;
-
-    dedup__v1__filter_response__init(resp);
-    int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
-    if (rc) return rc;
-    if (n > f->max_candidates)
-        return dd_fail(DD_ERR_LIMIT, err, errlen,
-                    "candidate_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
-                    f->max_candidates);
-    if (req->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS &&
-        req->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
-        return dd_fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode",
-                    (int)req->mode);
-    if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
-
-    /* Per-call arrays: O(1) arena allocations, none per candidate. */
-    size_t tcap = table_size_for(n);
-    uint64_t *h = dd_arena_alloc(arena, n * sizeof *h);
-    uint32_t *len = dd_arena_alloc(arena, n * sizeof *len);
-    uint8_t *reason = dd_arena_calloc(arena, n, 1);
-    uint32_t *table = dd_arena_calloc(arena, tcap, sizeof *table);
-    if (!h || !len || !reason || !table) goto nomem;
-
-    /* 1 + 2: hash once, validate, drop in-request duplicates. */
-    const size_t mask = tcap - 1;
     uint32_t dup = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *id = req->candidate_ids[i];
-        size_t l = strlen(id);
-        if (l > f->max_id_bytes)
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "candidate_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
-                        i, l, f->max_id_bytes);
-        len[i] = (uint32_t)l;
-        h[i] = dd_hash(id, l);
-        for (size_t s = (size_t)h[i] & mask;; s = (s + 1) & mask) {
-            if (table[s] == 0) {
-                table[s] = (uint32_t)i + 1;
-                break;
-            }
-            size_t j = table[s] - 1;
-            if (h[j] == h[i] && len[j] == l && memcmp(req->candidate_ids[j], id, l) == 0) {
+    for (size_t a = lo + 1; a < hi; a++) {
+        uint32_t i = (uint32_t)key[a];
+        const struct dd_filter_id *x = &q->ids[i];
+        for (size_t b = lo; b < a; b++) {
+            uint32_t j = (uint32_t)key[b];
+            if (reason[j]) continue; /* only first occurrences are compared */
+            const struct dd_filter_id *y = &q->ids[j];
+            if (h[j] == h[i] && y->len == x->len && memcmp(y->p, x->p, x->len) == 0) {
                 reason[i] = DEDUP__V1__REASON__REASON_DUPLICATE;
                 dup++;
                 break;
             }
         }
     }
+    return dup;
+}
 
-    /* 3: recent deliveries, if Redis answers. */
+/* First position in the sorted KEY[0..n) whose high half is >= HI. */
+static size_t lower_bound_hi(const uint64_t *key, size_t n, uint64_t hi)
+{
+    size_t lo = 0, len = n;
+    while (len > 0) {
+        size_t half = len / 2;
+        if ((key[lo + half] & HI_MASK) < hi) {
+            lo += half + 1;
+            len -= half + 1;
+        } else {
+            len = half;
+        }
+    }
+    return lo;
+}
+
+int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query *q,
+                     struct dd_filter_result *r, int64_t deadline_ns, char *err, size_t errlen)
+{
+    const size_t n = q->n;
+
+    memset(r, 0, sizeof *r);
+    int rc = check_user_scene_len(f, q->user_len, q->scene_len, err, errlen);
+    if (rc) return rc;
+    if (n > f->max_candidates)
+        return dd_fail(DD_ERR_LIMIT, err, errlen,
+                    "candidate_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
+                    f->max_candidates);
+    if (q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS &&
+        q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
+        return dd_fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode",
+                    (int)q->mode);
+    if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
+
+    /* Per-call arrays: O(1) arena allocations, none per candidate. */
+    uint64_t *h = dd_arena_alloc(arena, n * sizeof *h);
+    uint64_t *key = dd_arena_alloc(arena, n * sizeof *key);
+    uint64_t *tmp = dd_arena_alloc(arena, n * sizeof *tmp);
+    uint8_t *reason = dd_arena_calloc(arena, n, 1);
+    if (!h || !key || !tmp || !reason) goto nomem;
+    r->reason = reason;
+
+    /* 1: validate, hash once; keys carry the index in their low half. */
+    const struct dd_filter_id *ids = q->ids;
+    const uint32_t max_len = f->max_id_bytes;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = ids[i].len;
+        if (l > max_len)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                        "candidate_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
+                        i, l, max_len);
+        uint64_t x = dd_hash(ids[i].p, l);
+        h[i] = x;
+        key[i] = (x & HI_MASK) | (uint32_t)i;
+    }
+
+    /* 2 + 3: one stable sort; duplicates are neighbours. */
+    dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+    uint32_t dup = 0;
+    for (size_t a = 1; a < n; a++) {
+        if (((key[a] ^ key[a - 1]) & HI_MASK) != 0) continue;
+        size_t lo = a - 1, hi = a + 1;
+        while (hi < n && ((key[hi] ^ key[lo]) & HI_MASK) == 0) hi++;
+        dup += mark_run(q, h, key, lo, hi, reason);
+        a = hi - 1;
+    }
+
+    /* 4: recent deliveries, if Redis answers. */
     uint32_t delivered = 0;
     size_t nrecent = 0;
-    int rrc = dd_recent_fetch(f->recent, req->scene, scene_len, req->user_id, user_len,
+    int rrc = dd_recent_fetch(f->recent, q->scene, q->scene_len, q->user_id, q->user_len,
                               f->recent_hashes, f->recent_cap, &nrecent);
     if (rrc != DD_OK) {
-        resp->degraded = 1;
+        r->degraded = 1;
         nrecent = 0;
         STAT_ADD(degraded, 1);
         dd_log_limited(&recent_limit, 10000, DD_LOG_WARN, "filter",
@@ -178,45 +218,36 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
                        "error=\"%s\" detail=\"%s\"",
                        dd_strerror(rrc), dd_recent_errstr(f->recent));
     }
-    if (nrecent) {
-        /* Each delivered hash is looked up in the candidate table built for
-         * duplicates: <= recent.size probes instead of one search per
-         * candidate. Only first occurrences are in the table; later ones
-         * are already DUPLICATE. Distinct ids with the same hash are all
-         * there, and all match, as the hash is what is compared. */
-        for (size_t r = 0; r < nrecent; r++) {
-            uint64_t rh = f->recent_hashes[r];
-            for (size_t s = (size_t)rh & mask; table[s] != 0; s = (s + 1) & mask) {
-                size_t j = table[s] - 1;
-                if (h[j] == rh && reason[j] == 0) {
-                    reason[j] = DEDUP__V1__REASON__REASON_DELIVERED;
-                    delivered++;
-                }
+    for (size_t x = 0; x < nrecent; x++) {
+        /* Distinct ids with the same hash all match: the hash is what is
+         * compared, as for plays. */
+        uint64_t rh = f->recent_hashes[x];
+        for (size_t a = lower_bound_hi(key, n, rh & HI_MASK);
+             a < n && (key[a] & HI_MASK) == (rh & HI_MASK); a++) {
+            uint32_t i = (uint32_t)key[a];
+            if (h[i] == rh && reason[i] == 0) {
+                reason[i] = DEDUP__V1__REASON__REASON_DELIVERED;
+                delivered++;
             }
         }
     }
 
-    /* 4: history, for what is left. */
-    size_t k = n - dup - delivered;
+    /* 5: history, for what is left, in sorted order. */
+    size_t k = 0;
     uint32_t played = 0;
+    if (dup || delivered) {
+        for (size_t a = 0; a < n; a++)
+            if (!reason[(uint32_t)key[a]]) key[k++] = key[a];
+    } else {
+        k = n;
+    }
     if (k) {
         if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
-        /* Sort keys carry the candidate's position in their low half:
-         * fingerprints use only the high half of a hash (bloom.h), so one
-         * array sorts and probes, and the index comes back with it. */
-        uint64_t *sh = dd_arena_alloc(arena, k * sizeof *sh);
-        uint64_t *tmp_h = dd_arena_alloc(arena, k * sizeof *tmp_h);
-        uint8_t *hit = dd_arena_calloc(arena, k, 1);
-        if (!sh || !tmp_h || !hit) goto nomem;
-        size_t j = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (reason[i]) continue;
-            sh[j++] = (h[i] & UINT64_C(0xffffffff00000000)) | (uint32_t)i;
-        }
-        dd_bloom_sort_hashes(sh, NULL, k, tmp_h, NULL);
+        uint8_t *hit = (uint8_t *)tmp; /* the sort's scratch is free again: k <= 8 * n bytes */
+        memset(hit, 0, k);
         char herr[256];
-        int hrc = dd_history_probe(f->history, req->scene, scene_len, req->user_id, user_len,
-                                   req->lookback_days, sh, k, hit, herr, sizeof herr);
+        int hrc = dd_history_probe(f->history, q->scene, q->scene_len, q->user_id, q->user_len,
+                                   q->lookback_days, key, k, hit, herr, sizeof herr);
         if (hrc != DD_OK) {
             STAT_ADD(history_errors, 1);
             dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
@@ -225,44 +256,16 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
         }
         for (size_t x = 0; x < k; x++) {
             if (hit[x]) {
-                reason[(uint32_t)sh[x]] = DEDUP__V1__REASON__REASON_PLAYED;
+                reason[(uint32_t)key[x]] = DEDUP__V1__REASON__REASON_PLAYED;
                 played++;
             }
         }
     }
 
-    /* 5: the response, in request order. */
-    size_t removed = (size_t)dup + delivered + played, kept = n - removed;
-    if (req->mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS) {
-        resp->kept_ids = dd_arena_alloc(arena, kept * sizeof *resp->kept_ids);
-        if (!resp->kept_ids) goto nomem;
-    } else {
-        resp->kept_indexes = dd_arena_alloc(arena, kept * sizeof *resp->kept_indexes);
-        if (!resp->kept_indexes) goto nomem;
-    }
-    Dedup__V1__Removed *rm = NULL;
-    if (req->explain) {
-        rm = dd_arena_alloc(arena, removed * sizeof *rm);
-        resp->removed = dd_arena_alloc(arena, removed * sizeof *resp->removed);
-        if (!rm || !resp->removed) goto nomem;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (reason[i] == 0) {
-            if (resp->kept_ids)
-                resp->kept_ids[resp->n_kept_ids++] = req->candidate_ids[i];
-            else
-                resp->kept_indexes[resp->n_kept_indexes++] = (uint32_t)i;
-        } else if (rm) {
-            Dedup__V1__Removed *r = &rm[resp->n_removed];
-            dedup__v1__removed__init(r);
-            r->index = (uint32_t)i;
-            r->reason = (Dedup__V1__Reason)reason[i];
-            resp->removed[resp->n_removed++] = r;
-        }
-    }
-    resp->removed_played = played;
-    resp->removed_delivered = delivered;
-    resp->removed_duplicate = dup;
+    r->played = played;
+    r->delivered = delivered;
+    r->duplicate = dup;
+    r->kept = n - ((size_t)dup + delivered + played);
 
     STAT_ADD(filter_calls, 1);
     STAT_ADD(candidates, n);
@@ -270,6 +273,74 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
     STAT_ADD(removed_played, played);
     STAT_ADD(removed_delivered, delivered);
     STAT_ADD(removed_duplicate, dup);
+    return DD_OK;
+
+nomem:
+    return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
+}
+
+int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,
+                  Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err,
+                  size_t errlen)
+{
+    const size_t n = req->n_candidate_ids;
+    struct dd_filter_query q = {
+        .user_id = req->user_id,
+        .user_len = strlen(req->user_id),
+        .scene = req->scene,
+        .scene_len = strlen(req->scene),
+        .lookback_days = req->lookback_days,
+        .mode = (int32_t)req->mode,
+        .explain = req->explain,
+        .n = n,
+    };
+    struct dd_filter_result r;
+
+    dedup__v1__filter_response__init(resp);
+    if (n <= f->max_candidates) {
+        struct dd_filter_id *ids = dd_arena_alloc(arena, n * sizeof *ids);
+        if (!ids) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
+        for (size_t i = 0; i < n; i++) {
+            ids[i].p = req->candidate_ids[i];
+            ids[i].len = strlen(req->candidate_ids[i]);
+        }
+        q.ids = ids;
+    }
+    int rc = dd_filter_decide(f, arena, &q, &r, deadline_ns, err, errlen);
+    if (rc != DD_OK) return rc;
+
+    size_t removed = n - r.kept;
+    if (q.mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS) {
+        resp->kept_ids = dd_arena_alloc(arena, r.kept * sizeof *resp->kept_ids);
+        if (!resp->kept_ids) goto nomem;
+    } else {
+        resp->kept_indexes = dd_arena_alloc(arena, r.kept * sizeof *resp->kept_indexes);
+        if (!resp->kept_indexes) goto nomem;
+    }
+    Dedup__V1__Removed *rm = NULL;
+    if (q.explain) {
+        rm = dd_arena_alloc(arena, removed * sizeof *rm);
+        resp->removed = dd_arena_alloc(arena, removed * sizeof *resp->removed);
+        if (!rm || !resp->removed) goto nomem;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (r.reason[i] == 0) {
+            if (resp->kept_ids)
+                resp->kept_ids[resp->n_kept_ids++] = req->candidate_ids[i];
+            else
+                resp->kept_indexes[resp->n_kept_indexes++] = (uint32_t)i;
+        } else if (rm) {
+            Dedup__V1__Removed *x = &rm[resp->n_removed];
+            dedup__v1__removed__init(x);
+            x->index = (uint32_t)i;
+            x->reason = (Dedup__V1__Reason)r.reason[i];
+            resp->removed[resp->n_removed++] = x;
+        }
+    }
+    resp->degraded = r.degraded;
+    resp->removed_played = r.played;
+    resp->removed_delivered = r.delivered;
+    resp->removed_duplicate = r.duplicate;
     return DD_OK;
 
 nomem:

@@ -1,29 +1,41 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * filter.h - the decisions behind the four Dedup RPCs, on decoded protobuf-c
- * messages: which candidates a user has not seen (Filter), and the writes
- * that make items seen (RecordDelivery, RecordPlays) or unseen (ForgetUser).
- * No sockets, no gRPC: rpc.c decodes, calls these, maps the returned code
- * to a status (see each function) and encodes.
+ * filter.h - the decisions behind the four Dedup RPCs, on decoded messages:
+ * which candidates a user has not seen (Filter), and the writes that make
+ * items seen (RecordDelivery, RecordPlays) or unseen (ForgetUser).
+ * No sockets, no gRPC: rpc.c decodes (Filter's request through wire.h,
+ * the others with protobuf-c), calls these, maps the returned code to a
+ * status (see each function) and encodes.
  *
  * DESIGN
  *
- * Filter, for N candidates, allocates nothing per candidate: every array
- * (hashes, lengths, reasons, the duplicate table, the sort buffers) comes
- * from the caller's per-call arena in O(1) allocations.
- *   1. Validate and hash every id once (dd_hash).
- *   2. In-request duplicates: an open-addressing table of indexes (size a
- *      power of two >= 2N) keyed by hash, equal ids confirmed byte by byte;
- *      the first occurrence stays, later ones are REASON_DUPLICATE.
- *   3. Recent deliveries: one dd_recent_fetch (<= recent.size hashes),
- *      sorted, then a binary search per remaining candidate: DELIVERED.
+ * Filter works on a dd_filter_query: ids as (pointer, length), so rpc.c
+ * can hand it ids that still sit in the received gRPC bytes (wire.h) and
+ * dd_filter_run can hand it protobuf-c's strings. It allocates nothing per
+ * candidate: the arrays (hashes, sort keys, reasons, hit flags) are O(1)
+ * allocations from the caller's per-call arena, which after the first call
+ * is one retained chunk, so a call touches no malloc at all.
+ *   1. Validate and hash every id once (dd_hash); sort key = the hash's
+ *      high half (all a fingerprint uses, bloom.h) | the candidate's index.
+ *   2. Sort all N keys once (dd_bloom_sort_hashes: stable, so equal high
+ *      halves stay in request order).
+ *   3. In-request duplicates: equal ids have equal keys' high halves, so
+ *      they are neighbours in the sorted order; a run of equal high halves
+ *      (almost always one key) is checked hash and bytes against its
+ *      earlier members. The first occurrence stays, later ones are
+ *      REASON_DUPLICATE. No hash table: the one this replaced (a 2N-slot
+ *      table zeroed per call, random access) cost more than the sort.
+ *   4. Recent deliveries: one dd_recent_fetch (<= recent.size hashes), each
+ *      found by binary search in the sorted keys and matched on the full
+ *      hash: DELIVERED (first occurrences only; later ones are DUPLICATE).
  *      If Redis fails or times out, go on without it: degraded = true.
- *   4. History: the remaining (hash, index) pairs sorted by
- *      dd_bloom_sort_hashes, one dd_history_probe within lookback_days,
- *      hits mapped back through the index: PLAYED. A read error fails the
- *      whole call (UNAVAILABLE): a seen item is never reported unseen
- *      because the store could not be read.
- *   5. The response keeps request order; kept_ids point into the request.
+ *   5. History: the sorted keys of candidates not yet removed are compacted
+ *      in place (still sorted) and probed in one dd_history_probe within
+ *      lookback_days; hits map back through the index half: PLAYED. A read
+ *      error fails the whole call (UNAVAILABLE): a seen item is never
+ *      reported unseen because the store could not be read.
+ *   6. The result is one reason byte per candidate, in request order; the
+ *      caller encodes it (wire.h, or dd_filter_run's protobuf-c struct).
  * A candidate that is both delivered and played counts as DELIVERED (the
  * cheaper source is asked first and removed candidates are not probed).
  *
@@ -65,9 +77,46 @@ void dd_filter_free(dd_filter *f); /* NULL is a no-op */
  * here; their arrays live in ARENA (until its reset) and may point into
  * the request, which must outlive them. */
 
-/* Filter. DEADLINE_NS is a dd_mono_ns() time after which the call stops
+/* One candidate id: LEN bytes at P (not NUL-terminated; borrowed). */
+struct dd_filter_id {
+    const char *p;
+    size_t len;
+};
+
+/* A Filter request, decoded (wire.h) or taken from protobuf-c
+ * (dd_filter_run). Every pointer is borrowed and must outlive the call and
+ * its result. */
+struct dd_filter_query {
+    const char *user_id;
+    size_t user_len;
+    const char *scene;
+    size_t scene_len;
+    uint32_t lookback_days;
+    int32_t mode;                   /* a Dedup__V1__ResponseMode, as received */
+    int explain;                    /* fill the removed list */
+    size_t n;                       /* candidates */
+    const struct dd_filter_id *ids; /* n ids; may be NULL when n > rpc.max_candidates */
+};
+
+/* What Filter decided. */
+struct dd_filter_result {
+    const uint8_t *reason; /* n entries: 0 kept, else a Dedup__V1__Reason; in the arena */
+    size_t kept;           /* entries with reason 0 */
+    uint32_t played, delivered, duplicate;
+    int degraded;          /* answered without Redis */
+};
+
+/* Filter Q. DEADLINE_NS is a dd_mono_ns() time after which the call stops
  * working and returns DD_ERR_TIMEOUT (0 = no deadline); it is checked
- * before the Redis fetch and before the history probe. */
+ * before the Redis fetch and before the history probe. Scratch and
+ * R->reason live in ARENA (until its reset). Returns 0 or an error code as
+ * listed above (R is then unspecified). */
+int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query *q,
+                     struct dd_filter_result *r, int64_t deadline_ns, char *err,
+                     size_t errlen);
+
+/* Filter on a protobuf-c request: dd_filter_decide, with RESP built in
+ * ARENA (kept_ids point into REQ). Same deadline and return codes. */
 int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,
                   Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err,
                   size_t errlen);

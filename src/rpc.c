@@ -17,11 +17,14 @@
  *   message, status, recv-close) -> (batch done) -> unref, re-posted.
  *   A worker works on one call at a time; its other slots wait matched in
  *   its queue, so throughput scales with rpc.threads.
- * Memory: the request is decoded by protobuf-c with the worker's arena as
- *   allocator (a single-slice payload is decoded in place, else copied once
- *   into the arena), the filter's scratch and the response live in the same
- *   arena, reset at the start of the next call. Per call there is one
- *   grpc_slice for the packed response; nothing per candidate.
+ * Memory: a single-slice payload is read in place, else copied once into
+ *   the worker's arena. Filter's request is decoded in place (wire.h: ids
+ *   stay in the payload, which lives until the reply is built) and its
+ *   response encoded by hand into one grpc_slice of its exact size; the
+ *   other requests are decoded by protobuf-c with the arena as allocator
+ *   and packed by it. The filter's scratch lives in the same arena, reset
+ *   at the start of the next call. Per call there is one grpc_slice for
+ *   the response; nothing per candidate.
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.
@@ -46,6 +49,7 @@
 #include "filter.h"
 #include "log.h"
 #include "recent.h"
+#include "wire.h"
 
 #include "dedup.pb-c.h"
 #include "health.pb-c.h"
@@ -133,6 +137,7 @@ struct dd_rpc {
     struct worker *workers;
     unsigned nworkers;
     unsigned prepost;
+    uint32_t max_candidates; /* rpc.max_candidates: Filter ids decoded at most */
     uint32_t grace_ms;
     int port;
     char *listen;
@@ -263,6 +268,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     rpc->nworkers = cfg->rpc.threads ? cfg->rpc.threads : 1;
     rpc->prepost = cfg->rpc.prepost ? cfg->rpc.prepost : 1;
     rpc->grace_ms = cfg->rpc.shutdown_grace_ms;
+    rpc->max_candidates = cfg->rpc.max_candidates;
     atomic_init(&rpc->serving, false);
     atomic_init(&rpc->stopping, false);
     atomic_init(&rpc->drain, false);
@@ -440,6 +446,18 @@ static grpc_byte_buffer *pack_reply(const ProtobufCMessage *m)
     return bb;
 }
 
+/* The Filter response in a new byte buffer (one slice of its exact size). */
+static grpc_byte_buffer *filter_reply(const struct dd_filter_query *q,
+                                      const struct dd_filter_result *r)
+{
+    size_t size = dd_wire_filter_response_size(q, r);
+    grpc_slice slice = grpc_slice_malloc(size);
+    dd_wire_filter_response_write(q, r, GRPC_SLICE_START_PTR(slice));
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
+}
+
 static grpc_status_code bad_message(struct worker *w, const char *type)
 {
     snprintf(w->msg, sizeof w->msg, "request is not a valid %s", type);
@@ -455,11 +473,17 @@ static grpc_status_code dispatch(struct worker *w, enum dd_rpc_method m, const u
 
     switch (m) {
     case DD_RPC_FILTER: {
-        Dedup__V1__FilterRequest *req = dedup__v1__filter_request__unpack(al, len, data);
-        if (!req) return bad_message(w, "dedup.v1.FilterRequest");
-        Dedup__V1__FilterResponse resp;
-        rc = dd_filter_run(w->filter, w->arena, req, &resp, deadline_ns, w->msg, sizeof w->msg);
-        if (rc == DD_OK) *reply = pack_reply(&resp.base);
+        /* The hot path: decoded in place and encoded by hand (wire.h). */
+        struct dd_filter_query q;
+        rc = dd_wire_filter_request_decode(data, len, w->arena, w->rpc->max_candidates, &q);
+        if (rc == DD_ERR_INVALID) return bad_message(w, "dedup.v1.FilterRequest");
+        if (rc != DD_OK) {
+            snprintf(w->msg, sizeof w->msg, "out of memory for the request");
+            return GRPC_STATUS_RESOURCE_EXHAUSTED;
+        }
+        struct dd_filter_result r;
+        rc = dd_filter_decide(w->filter, w->arena, &q, &r, deadline_ns, w->msg, sizeof w->msg);
+        if (rc == DD_OK) *reply = filter_reply(&q, &r);
         return status_of(rc);
     }
     case DD_RPC_RECORD_DELIVERY: {

@@ -233,6 +233,35 @@ static void test_duplicates(void)
     CHECK_EQ_INT(r.removed_duplicate, 3);
 }
 
+/* Many duplicates of few ids: long runs of equal sort keys (the sort's
+ * bucket pass gives up on them and falls back to its radix sort), first
+ * occurrences kept in request order, every later one DUPLICATE with its
+ * own index. */
+static void test_duplicate_runs(void)
+{
+    enum { N = 3000 };
+    static char *ids[N];
+    static char names[3][8] = {"x", "y", "z"};
+    for (size_t i = 0; i < N; i++) ids[i] = names[(i * 7 / 5) % 3];
+    Dedup__V1__FilterResponse r;
+    CHECK_EQ_INT(filter("runuser", ids, N, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES, 1,
+                        &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_indexes, 3);
+    CHECK_EQ_INT(r.removed_duplicate, N - 3);
+    REQUIRE(r.n_kept_indexes == 3 && r.n_removed == N - 3);
+    /* first occurrences: i = 0 ("x"), 1 ("y"), 2 ("z") */
+    CHECK_EQ_INT(r.kept_indexes[0], 0);
+    CHECK_EQ_INT(r.kept_indexes[1], 1);
+    CHECK_EQ_INT(r.kept_indexes[2], 2);
+    int order_ok = 1;
+    for (size_t i = 0; i < r.n_removed; i++) {
+        if (r.removed[i]->reason != DEDUP__V1__REASON__REASON_DUPLICATE) order_ok = 0;
+        if (i && r.removed[i]->index <= r.removed[i - 1]->index) order_ok = 0;
+    }
+    CHECK(order_ok);
+}
+
 static void test_played_and_modes(void)
 {
     Dedup__V1__RecordPlaysResponse pr;
@@ -553,6 +582,7 @@ int main(void)
     setup();
     test_redis_down_degraded_and_order();
     test_duplicates();
+    test_duplicate_runs();
     test_played_and_modes();
     test_lookback_and_expiry();
     test_future_rejects_whole_request();
