@@ -34,6 +34,7 @@
 #include "log.h"
 
 #include <ftw.h>
+#include <sys/resource.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -57,6 +58,15 @@ static void die(const char *what, const char *detail)
 }
 
 static double secs(int64_t ns) { return (double)ns / 1e9; }
+
+/* User + system CPU time of the whole process so far, in seconds. */
+static double cpu_secs(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 static void sleep_ms(int ms)
 {
@@ -219,7 +229,7 @@ int main(int argc, char **argv)
     char path[600];
     snprintf(path, sizeof path, "%s/db", dir);
     if (dd_config_set(&cfg, "history.path", path, err, sizeof err) != DD_OK) die("path", err);
-    dd_log_set_level(DD_LOG_WARN);
+    dd_log_set_level(getenv("BENCH_DEBUG") ? DD_LOG_DEBUG : DD_LOG_WARN);
 
     /* The broker. */
     char e[512];
@@ -268,6 +278,7 @@ int main(int argc, char **argv)
     if (dd_ingest_start(in) != DD_OK) die("ingest", "cannot start");
     while (!dd_ingest_assigned(in)) sleep_ms(5);
     t0 = dd_mono_ns();
+    double cpu0 = cpu_secs();
     struct dd_ingest_stats st;
     for (;;) {
         dd_ingest_get_stats(in, &st);
@@ -282,6 +293,7 @@ int main(int argc, char **argv)
     dd_ingest_get_stats(in, &st);
     if (st.messages_durable < plays) die("ingest", "plays written but not made durable");
     double el = secs(dd_mono_ns() - t0);
+    double cpu = cpu_secs() - cpu0;
     dd_history_get_stats(h, &hs1);
     uint64_t bw = hs1.bytes_written - hs0.bytes_written, wal = hs1.wal_bytes - hs0.wal_bytes;
     printf("ingest: %" PRIu64 " plays durable in %.2f s = %.0f plays/s (goal >= 300000); "
@@ -291,6 +303,8 @@ int main(int argc, char **argv)
            st.durable_flushes, st.pauses);
     printf("rocksdb bytes written: %.1f per play (goal <= 24), of which WAL %.1f\n",
            (double)bw / (double)plays, (double)wal / (double)plays);
+    printf("cpu: %.2f s user+sys for the whole process (broker included) = %.2f us per play, "
+           "%.2f cores busy\n", cpu, cpu * 1e6 / (double)plays, cpu / el);
 
     /* 3. Latency at a steady rate. */
     struct latency L = {.producer = prod, .rate = rate, .seconds = seconds,

@@ -954,8 +954,17 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     rocksdb_options_increase_parallelism(base, 2);
     rocksdb_options_set_level_compaction_dynamic_level_bytes(base, 1);
     rocksdb_options_set_max_successive_merges(base, cfg->history.max_successive_merges);
-    /* Values are Golomb-coded and do not compress; keys are delta-encoded. */
-    rocksdb_options_set_compression(base, rocksdb_no_compression);
+    /* LZ4: the filters themselves do not compress (RocksDB then stores the
+     * block as it is), but blocks of small operands and their keys do -
+     * the 8-byte sequence/type trailers and the key tails - and LZ4 is
+     * cheap: bench_ingest wrote 24.9 bytes per play without it, 15.8
+     * with it. */
+    rocksdb_options_set_compression(base, rocksdb_lz4_compression);
+    /* 16 MiB memtables (RocksDB: 64): ingest inserts each window as a
+     * sorted run, and a skiplist not much larger than the run is walked
+     * mostly in cache. bench_ingest: 197,000 -> 326,000 plays/s, at the
+     * cost of more, smaller L0 files. */
+    rocksdb_options_set_write_buffer_size(base, 16u << 20);
     rocksdb_options_set_keep_log_file_num(base, 5);
     rocksdb_options_set_max_log_file_size(base, 16u << 20);
 

@@ -9,8 +9,9 @@
  *   - JSON: an object with user_id|userId, item_id|itemId (strings, or
  *     integers taken as their decimal text), played_at_ms|playedAtMs (an
  *     integer, or a string of digits as proto3 JSON writes int64), scene
- *     (string; missing = ""). Other fields are ignored. Parsed with json-c
- *     in strict mode; trailing bytes other than white space are an error.
+ *     (string; missing = ""). Other fields are ignored. Parsed with yajl
+ *     (no comments, UTF-8 checked, at most 16 levels deep); trailing bytes
+ *     other than white space are an error.
  *   - protobuf: dedup.v1.PlayEvent (proto/dedup.proto).
  *   - user: the payload's user id when not empty, else the message key (the
  *     producer's partitioning key is the user id). When both are present

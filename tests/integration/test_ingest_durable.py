@@ -43,8 +43,10 @@ def main():
     broker = harness.DevBroker(("plays:4",))
     first = plays_for("a", 20_000)
     il.produce(broker, first)
+    # A short session so that a killed member leaves the group quickly.
     dd = harness.Dedupd(il.ingest_overrides(broker, **{
-        "ingest.durable_interval_ms": "600000"}))
+        "ingest.durable_interval_ms": "600000", "kafka.session.timeout.ms": "3000",
+        "kafka.heartbeat.interval.ms": "300"}))
 
     # 1. Written and filterable, not durable, not committed; kill -9.
     il.wait_flushed(dd, len(first))

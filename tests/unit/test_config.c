@@ -125,7 +125,7 @@ static void test_defaults(void)
     CHECK_EQ_INT(c.history.segment_days, 30);
     CHECK_EQ_INT(c.history.retention_days, 90);
     CHECK(c.history.fp_rate == 0.01);
-    CHECK_EQ_INT(c.history.max_successive_merges, 64);
+    CHECK_EQ_INT(c.history.max_successive_merges, 0);
     CHECK_EQ_INT(c.history.block_cache_mb, 256);
     CHECK(c.history.sync == true);
     CHECK_EQ_INT(c.history.max_future_ms, 3600000);
@@ -133,6 +133,8 @@ static void test_defaults(void)
     CHECK_STR(c.ingest.topic, "plays");
     CHECK_STR(c.ingest.format, "json");
     CHECK_STR(c.ingest.dead_letter_topic, "");
+    CHECK(c.ingest.wal == false);
+    CHECK_EQ_INT(c.ingest.durable_interval_ms, 10000);
     CHECK_EQ_INT(c.ingest.max_id_bytes, 256);
     CHECK_EQ_INT(c.window.flush_ms, 1000);
     CHECK_EQ_INT(c.window.max_bytes, 67108864);
