@@ -301,8 +301,11 @@ int main(int argc, char **argv)
            " ms, %" PRIu64 " durability flushes, %" PRIu64 " pauses\n",
            st.plays_written, el, (double)plays / el, el_written, st.flushes, st.last_flush_ms,
            st.durable_flushes, st.pauses);
-    printf("rocksdb bytes written: %.1f per play (goal <= 24), of which WAL %.1f\n",
-           (double)bw / (double)plays, (double)wal / (double)plays);
+    printf("rocksdb bytes written: %.1f per play (goal <= 24): WAL %.1f, flushes %.1f, "
+           "compactions %.1f\n",
+           (double)bw / (double)plays, (double)wal / (double)plays,
+           (double)(hs1.flush_bytes - hs0.flush_bytes) / (double)plays,
+           (double)(hs1.compaction_bytes - hs0.compaction_bytes) / (double)plays);
     printf("cpu: %.2f s user+sys for the whole process (broker included) = %.2f us per play, "
            "%.2f cores busy\n", cpu, cpu * 1e6 / (double)plays, cpu / el);
 

@@ -3,7 +3,8 @@
 #
 # The whole test suite, as CI runs it: install what is missing, build with
 # warnings as errors, run every test (unit + integration, real servers), then
-# the unit suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# the unit suite and the ingest tests of suite 'sanitize' again under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
 # Ends with one line "N passed, N failed[, N skipped]" counted from meson's
 # testlog.json files, and exits non-zero if any test failed.
 set -uo pipefail
@@ -35,7 +36,8 @@ if ! run_suite "$here/build-ci" --; then
 fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-if ! run_suite "$here/build-asan" -Db_sanitize=address,undefined -Dclients=disabled -- --suite unit; then
+if ! run_suite "$here/build-asan" -Db_sanitize=address,undefined -Dclients=disabled -- \
+        --suite unit --suite sanitize; then
     echo "sanitizer build failed"; status=1
 fi
 

@@ -104,7 +104,7 @@ static const struct key keys[] = {
     ROW_BOOL("ingest.wal", ingest.wal, "false"),
     ROW_U32("ingest.durable_interval_ms", ingest.durable_interval_ms, "10000", 1, UINT32_MAX),
 
-    ROW_U32("window.flush_ms", window.flush_ms, "1000", 1, UINT32_MAX),
+    ROW_U32("window.flush_ms", window.flush_ms, "500", 1, UINT32_MAX),
     /* ingest splits it between two windows of at least 64 KiB (window.h) */
     ROW_U64("window.max_bytes", window.max_bytes, "67108864", 131072, UINT64_MAX),
 

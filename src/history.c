@@ -1395,8 +1395,9 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
     if (s) {
         /* What the store wrote to disk: WAL, flushes and compactions. */
         out->wal_bytes = ticker(s, "rocksdb.wal.bytes");
-        out->bytes_written = out->wal_bytes + ticker(s, "rocksdb.flush.write.bytes") +
-                             ticker(s, "rocksdb.compact.write.bytes");
+        out->flush_bytes = ticker(s, "rocksdb.flush.write.bytes");
+        out->compaction_bytes = ticker(s, "rocksdb.compact.write.bytes");
+        out->bytes_written = out->wal_bytes + out->flush_bytes + out->compaction_bytes;
         out->block_cache_hits = ticker(s, "rocksdb.block.cache.hit");
         out->block_cache_misses = ticker(s, "rocksdb.block.cache.miss");
         rocksdb_free(s);

@@ -149,6 +149,8 @@ struct dd_history_stats {
     uint64_t operands_written;
     uint64_t bytes_written;      /* RocksDB's bytes written, WAL included */
     uint64_t wal_bytes;
+    uint64_t flush_bytes;        /* of them: memtable flushes */
+    uint64_t compaction_bytes;   /* of them: compactions */
     uint64_t live_sst_bytes;
     uint64_t block_cache_hits;
     uint64_t block_cache_misses;

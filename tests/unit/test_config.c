@@ -136,7 +136,7 @@ static void test_defaults(void)
     CHECK(c.ingest.wal == false);
     CHECK_EQ_INT(c.ingest.durable_interval_ms, 10000);
     CHECK_EQ_INT(c.ingest.max_id_bytes, 256);
-    CHECK_EQ_INT(c.window.flush_ms, 1000);
+    CHECK_EQ_INT(c.window.flush_ms, 500);
     CHECK_EQ_INT(c.window.max_bytes, 67108864);
     CHECK_STR(c.recent.redis, "127.0.0.1:6379");
     CHECK_STR(c.recent.password, "");
