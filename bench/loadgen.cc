@@ -25,7 +25,13 @@
 //
 // usage: loadgen --addr HOST:PORT --redis HOST:PORT [--seconds S]
 //                [--inflight N] [--mode ids|indexes] [--user ID] [--server-pid PID]
-//                [--phase all|setup|run]
+//                [--phase all|setup|run] [--window BYTES]
+//
+// Each Filter phase prints dedupd's CPU per call (from /proc, with
+// --server-pid) and the load generator's own (getrusage), so that the
+// split of the two shared cores between client and server is visible.
+// --window sets the channels' HTTP/2 stream window and max frame size
+// (for experiments; dedupd's side is set in src/rpc.c).
 //
 // --phase setup writes the user and the legacy ZSet and exits; --phase run
 // measures what is there. run_loadgen.sh restarts dedupd between the two so
@@ -48,6 +54,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_set>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
@@ -64,6 +71,7 @@ struct Options {
     std::string user = "loadgen-heavy";
     int server_pid = 0;  // dedupd's pid: report its CPU time per call
     std::string phase = "all";  // setup: write the user only; run: measure only
+    int window = 0;  // --window: HTTP/2 lookahead and max frame bytes of the channels (0 = grpc's)
 };
 
 struct Result {
@@ -87,7 +95,7 @@ double pct(const std::vector<double> &sorted, double p)
     return sorted[i];
 }
 
-void print(const char *label, Result &r, double server_cpu_s = -1)
+void print(const char *label, Result &r, double server_cpu_s = -1, double client_cpu_s = -1)
 {
     std::sort(r.lat_ms.begin(), r.lat_ms.end());
     double cps = r.elapsed_s > 0 ? static_cast<double>(r.lat_ms.size()) / r.elapsed_s : 0;
@@ -101,6 +109,9 @@ void print(const char *label, Result &r, double server_cpu_s = -1)
         std::printf("%-44s dedupd CPU %.3f ms per call (%.0f calls/s per core)\n", "",
                     server_cpu_s * 1000 / static_cast<double>(r.lat_ms.size()),
                     static_cast<double>(r.lat_ms.size()) / server_cpu_s);
+    if (client_cpu_s > 0 && !r.lat_ms.empty())
+        std::printf("%-44s loadgen CPU %.3f ms per call\n", "",
+                    client_cpu_s * 1000 / static_cast<double>(r.lat_ms.size()));
     std::fflush(stdout);
 }
 
@@ -125,11 +136,26 @@ double cpu_seconds(int pid)
     return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// CPU seconds (user + system) this process has used so far.
+double self_cpu_seconds()
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+int g_window = 0;  // Options::window, for channel()
+
 std::shared_ptr<grpc::Channel> channel(const std::string &addr, int id)
 {
     grpc::ChannelArguments args;
     args.SetInt("dedupd.loadgen.channel", id);  // distinct args: a connection of its own
     args.SetMaxReceiveMessageSize(64 << 20);
+    if (g_window > 0) {
+        args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, g_window);
+        args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, g_window);
+    }
     auto ch = grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args);
     if (!ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(20)))
         die("cannot connect to " + addr);
@@ -273,6 +299,7 @@ Result run_filter(const Options &o, const grpc::ByteBuffer &req, size_t want_kep
     for (auto &p : parts) {
         all.lat_ms.insert(all.lat_ms.end(), p.lat_ms.begin(), p.lat_ms.end());
         all.errors += p.errors;
+        all.degraded += p.degraded;
         all.elapsed_s = std::max(all.elapsed_s, p.elapsed_s);
     }
     return all;
@@ -327,10 +354,11 @@ Options parse(int argc, char **argv)
         else if (a == "--user") o.user = val();
         else if (a == "--server-pid") o.server_pid = std::atoi(val().c_str());
         else if (a == "--phase") o.phase = val();
+        else if (a == "--window") o.window = std::atoi(val().c_str());
         else die("unknown option " + a +
                  " (usage: loadgen --addr H:P --redis H:P [--seconds S] [--inflight N]"
                  " [--mode ids|indexes] [--user ID] [--server-pid PID]"
-                 " [--phase all|setup|run])");
+                 " [--phase all|setup|run] [--window BYTES])");
     }
     if (o.seconds <= 0 || o.inflight < 1) die("--seconds and --inflight must be positive");
     if (o.phase != "all" && o.phase != "setup" && o.phase != "run")
@@ -343,6 +371,7 @@ Options parse(int argc, char **argv)
 int main(int argc, char **argv)
 {
     Options o = parse(argc, argv);
+    g_window = o.window;
     const size_t n_plays = 10000, n_cands = 10000;
 
     std::vector<std::string> plays(n_plays);
@@ -416,14 +445,14 @@ int main(int argc, char **argv)
     }
 
     run_filter(o, req_buf, want_kept, 1, std::min(1.0, o.seconds));  // warm-up
-    double cpu0 = cpu_seconds(o.server_pid);
+    double cpu0 = cpu_seconds(o.server_pid), self0 = self_cpu_seconds();
     Result low = run_filter(o, req_buf, want_kept, 1, o.seconds);
-    double cpu1 = cpu_seconds(o.server_pid);
-    print("dedupd Filter, 1 in flight", low, cpu1 - cpu0);
+    double cpu1 = cpu_seconds(o.server_pid), self1 = self_cpu_seconds();
+    print("dedupd Filter, 1 in flight", low, cpu1 - cpu0, self1 - self0);
     Result sat = run_filter(o, req_buf, want_kept, o.inflight, o.seconds);
-    double cpu2 = cpu_seconds(o.server_pid);
+    double cpu2 = cpu_seconds(o.server_pid), self2 = self_cpu_seconds();
     std::string sat_label = "dedupd Filter, " + std::to_string(o.inflight) + " in flight";
-    print(sat_label.c_str(), sat, cpu2 - cpu1);
+    print(sat_label.c_str(), sat, cpu2 - cpu1, self2 - self1);
     Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds);
     print("legacy ZRANGE 10000 + hash set, 1 in flight", legacy);
     redisFree(rc);

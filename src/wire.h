@@ -11,9 +11,11 @@
  * protobuf_c_message_unpack of a 10,000-candidate request makes 10,000
  * NUL-terminated copies of the ids (12 % of dedupd's CPU at saturation);
  * the filter only needs to hash each id and, in ids mode, send some back.
- * So the decoder walks the bytes twice: the first pass checks the framing
- * of every field and reads the scalars, the second records (pointer,
- * length) of each candidate in one arena array; nothing else is allocated.
+ * So the decoder walks the bytes once, checking the framing of every
+ * field, reading the scalars and recording (pointer, length) of each
+ * candidate in one arena array sized for the most the bytes can hold
+ * (len / 2, at most max_ids; a second counting pass cost as much as this
+ * one); nothing else is allocated.
  *
  * What it accepts and how it reads fields is protobuf-c 1.4's unpack,
  * which it replaces (tests/unit/test_wire.c checks both on the same bytes,
@@ -31,8 +33,10 @@
  *
  * The response is the bytes protobuf_c_message_pack gives for the same
  * FilterResponse (fields in number order, packed kept_indexes, zero
- * scalars and an index 0 omitted), sized first so it goes into one
- * buffer of exactly its length.
+ * scalars and an index 0 omitted), written in one pass into a buffer of
+ * a bound's size (exact in ids mode, O(1) in indexes mode): the caller
+ * trims the buffer to the length written. Sizing exactly first took a
+ * pass over the reasons of its own (two for the packed indexes).
  */
 #ifndef DD_WIRE_H
 #define DD_WIRE_H
@@ -59,9 +63,16 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
 size_t dd_wire_filter_response_size(const struct dd_filter_query *q,
                                     const struct dd_filter_result *r);
 
-/* Encode that response into OUT, which has room for exactly
- * dd_wire_filter_response_size(Q, R) bytes; returns the bytes written (that
- * size). Cannot fail. */
+/* Bytes OUT needs for dd_wire_filter_response_write(Q, R, OUT): at least
+ * the response's size plus what the writer may store past its end. One
+ * pass over the kept ids in ids mode, O(1) otherwise. Cannot fail. */
+size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
+                                     const struct dd_filter_result *r);
+
+/* Encode that response into OUT, which has room for
+ * dd_wire_filter_response_bound(Q, R) bytes (contents past the returned
+ * length are unspecified); returns the bytes of the response, which are
+ * dd_wire_filter_response_size(Q, R). Cannot fail. */
 size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
                                      const struct dd_filter_result *r, uint8_t *out);
 

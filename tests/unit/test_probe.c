@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * test_probe.c - dd_bloom_probe_sorted on each of its three paths (a
+ * filter much smaller than the batch, somewhat smaller, as large or
+ * larger: bloom.c), at the full range and a reduced one, across the
+ * decoded-chunk boundaries of the third: every answer must be
+ * dd_bloom_contains's, so no added item is missed (no false negative) and
+ * no hit is invented. Also repeated candidates (equal fingerprints),
+ * candidates past the filter's last fingerprint or before its first, and
+ * a stream shorter than its count (DD_ERR_CORRUPT, no read past its end:
+ * run under ASan in CI).
+ */
+#include "bloom.h"
+#include "dd.h"
+#include "testlib.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void)
+{
+    /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A filter of M random items at RANGE, probed with N sorted candidates:
+ * a third members, some of them repeated, the rest random; every answer
+ * is compared with dd_bloom_contains. */
+static void probe_case(size_t m, size_t n, uint64_t range)
+{
+    uint64_t *h = malloc((m ? m : 1) * sizeof *h), *q = malloc(n * sizeof *q),
+             *t = malloc(n * sizeof *t);
+    uint8_t *hit = calloc(n, 1), *member = calloc(n, 1);
+    REQUIRE(h && q && t && hit && member);
+    for (size_t i = 0; i < m; i++) h[i] = rnd();
+    struct dd_buf buf = {0};
+    REQUIRE(dd_bloom_build(&buf, h, m, range, NULL) == DD_OK);
+    struct dd_bloom_view v;
+    REQUIRE(dd_bloom_parse(buf.data, buf.len, &v) == DD_OK);
+    for (size_t i = 0; i < n; i++) {
+        if (m && i % 3 == 0)
+            q[i] = h[rnd() % m];
+        else if (m && i % 7 == 1 && i > 1)
+            q[i] = q[i - 1]; /* a repeat: equal fingerprints side by side */
+        else
+            q[i] = rnd();
+    }
+    dd_bloom_sort_hashes(q, NULL, n, t, NULL);
+    /* membership by the sorted values, after the sort */
+    size_t members = 0;
+    if (m) {
+        uint64_t *hs = malloc(m * sizeof *hs), *ht = malloc(m * sizeof *ht);
+        REQUIRE(hs && ht);
+        memcpy(hs, h, m * sizeof *h);
+        dd_bloom_sort_hashes(hs, NULL, m, ht, NULL);
+        for (size_t i = 0; i < n; i++) {
+            size_t lo = 0, hi = m;
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if ((hs[mid] >> 32) < (q[i] >> 32)) lo = mid + 1;
+                else hi = mid;
+            }
+            for (size_t j = lo; j < m && (hs[j] >> 32) == (q[i] >> 32); j++)
+                if (hs[j] == q[i]) member[i] = 1;
+            members += member[i];
+        }
+        free(hs);
+        free(ht);
+    }
+    CHECK_EQ_INT(dd_bloom_probe_sorted(&v, q, n, hit), DD_OK);
+    size_t disagree = 0, missed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((hit[i] != 0) != dd_bloom_contains(&v, q[i])) disagree++;
+        if (member[i] && !hit[i]) missed++;
+    }
+    CHECK_MSG(disagree == 0, "m=%zu n=%zu range=%llu: %zu answers differ from contains", m, n,
+              (unsigned long long)range, disagree);
+    CHECK_MSG(missed == 0, "m=%zu n=%zu range=%llu: %zu of %zu members missed", m, n,
+              (unsigned long long)range, missed, members);
+    CHECK(m == 0 || members >= n / 3);
+    dd_buf_free(&buf);
+    free(h); free(q); free(t); free(hit); free(member);
+}
+
+static void test_paths(void)
+{
+    static const size_t ms[] = {0, 1, 3, 500, 1249, 1250, 2000, 4999, 5000, 4096, 4097,
+                                10000, 12289, 50000};
+    static const uint64_t ranges[] = {DD_BLOOM_FULL_RANGE, 0 /* m / 0.01 */};
+    for (size_t r = 0; r < DD_ARRAY_LEN(ranges); r++)
+        for (size_t i = 0; i < DD_ARRAY_LEN(ms); i++) {
+            uint64_t range = ranges[r] ? ranges[r] : dd_bloom_range_for(ms[i] ? ms[i] : 1, 0.01);
+            probe_case(ms[i], 10000, range);
+        }
+    /* tiny batches against big filters, and a batch of one */
+    probe_case(10000, 1, DD_BLOOM_FULL_RANGE);
+    probe_case(10000, 63, DD_BLOOM_FULL_RANGE);
+    probe_case(10000, 65, dd_bloom_range_for(10000, 0.01));
+    probe_case(100, 200, 1000); /* a crowded range: many equal fingerprints */
+}
+
+/* Candidates all above the filter's last fingerprint, and all below its
+ * first: nothing is hit, nothing is read past the stream. */
+static void test_outside(void)
+{
+    enum { M = 6000, N = 8000 };
+    uint64_t *h = malloc(M * sizeof *h), *q = malloc(N * sizeof *q);
+    uint8_t *hit = calloc(N, 1);
+    REQUIRE(h && q && hit);
+    for (size_t i = 0; i < M; i++) h[i] = (rnd() >> 2) + (UINT64_C(1) << 62); /* [2^62, 2^63) */
+    struct dd_buf buf = {0};
+    REQUIRE(dd_bloom_build(&buf, h, M, DD_BLOOM_FULL_RANGE, NULL) == DD_OK);
+    struct dd_bloom_view v;
+    REQUIRE(dd_bloom_parse(buf.data, buf.len, &v) == DD_OK);
+    for (size_t i = 0; i < N; i++) q[i] = (UINT64_C(1) << 63) + ((uint64_t)i << 32); /* above */
+    CHECK_EQ_INT(dd_bloom_probe_sorted(&v, q, N, hit), DD_OK);
+    size_t hits = 0;
+    for (size_t i = 0; i < N; i++) hits += hit[i];
+    CHECK_EQ_INT(hits, 0);
+    for (size_t i = 0; i < N; i++) q[i] = (uint64_t)i << 32; /* below */
+    CHECK_EQ_INT(dd_bloom_probe_sorted(&v, q, N, hit), DD_OK);
+    for (size_t i = 0; i < N; i++) hits += hit[i];
+    CHECK_EQ_INT(hits, 0);
+    dd_buf_free(&buf);
+    free(h); free(q); free(hit);
+}
+
+/* A view whose count claims more gaps than its bits hold (dd_bloom_parse
+ * refuses such a value; the probe must not trust it either): every path
+ * returns DD_ERR_CORRUPT and reads only the stream's bytes, which sit in
+ * a buffer of exactly their size. */
+static void test_short_stream(void)
+{
+    enum { M = 9000, N = 10000 };
+    uint64_t *h = malloc(M * sizeof *h), *q = malloc(N * sizeof *q), *t = malloc(N * sizeof *t);
+    uint8_t *hit = calloc(N, 1);
+    REQUIRE(h && q && t && hit);
+    for (size_t i = 0; i < M; i++) h[i] = rnd();
+    for (size_t i = 0; i < N; i++) q[i] = rnd();
+    dd_bloom_sort_hashes(q, NULL, N, t, NULL);
+    static const uint64_t ranges[] = {DD_BLOOM_FULL_RANGE, 900000};
+    for (size_t r = 0; r < DD_ARRAY_LEN(ranges); r++) {
+        struct dd_buf buf = {0};
+        REQUIRE(dd_bloom_build(&buf, h, M, ranges[r], NULL) == DD_OK);
+        struct dd_bloom_view v;
+        REQUIRE(dd_bloom_parse(buf.data, buf.len, &v) == DD_OK);
+        uint8_t *bits = malloc(v.nbits_bytes);
+        REQUIRE(bits);
+        memcpy(bits, v.bits, v.nbits_bytes);
+        struct dd_bloom_view lie = v;
+        lie.bits = bits;
+        lie.count = v.count + 1000; /* merge paths: the stream runs out */
+        CHECK_EQ_INT(dd_bloom_probe_sorted(&lie, q, N, hit), DD_ERR_CORRUPT);
+        lie.count = v.count + 2000; /* the highest 1,000: decoded to the end */
+        CHECK_EQ_INT(dd_bloom_probe_sorted(&lie, q + N - 1000, 1000, hit), DD_ERR_CORRUPT);
+        lie.count = 3 * N; /* the chunked path for sure */
+        CHECK_EQ_INT(dd_bloom_probe_sorted(&lie, q, N, hit), DD_ERR_CORRUPT);
+        lie.nbits_bytes = v.nbits_bytes / 2; /* half the stream, the true count */
+        lie.count = v.count;
+        CHECK_EQ_INT(dd_bloom_probe_sorted(&lie, q, N, hit), DD_ERR_CORRUPT);
+        free(bits);
+        dd_buf_free(&buf);
+    }
+    free(h); free(q); free(t); free(hit);
+}
+
+int main(void)
+{
+    test_paths();
+    test_outside();
+    test_short_stream();
+    TEST_MAIN_END();
+}
