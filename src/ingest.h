@@ -39,7 +39,8 @@ typedef struct dd_ingest dd_ingest;
  * which is passed to librdkafka as is. Defaults that differ from
  * librdkafka's unless set: partition.assignment.strategy=cooperative-sticky,
  * enable.auto.commit=false (commits are explicit, after each durable write),
- * auto.offset.reset=earliest, statistics.interval.ms=5000.
+ * auto.offset.reset=earliest, statistics.interval.ms=5000,
+ * queued.min.messages=1000000 (see ingest.c).
  * enable.auto.offset.store is always false (setting it true is an error).
  * Nothing connects yet. HISTORY is borrowed and must outlive the ingest;
  * CFG is only read during the call. Returns 0, DD_ERR_INVALID (a bad
