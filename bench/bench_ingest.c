@@ -13,7 +13,8 @@
  *      ingest.durable_interval_ms); with ingest.wal=true, every window
  *      written through the WAL (fsync'd when history.sync). plays/s.
  *   2. RocksDB bytes written per play during that ingest (history stats:
- *      WAL + flush + compaction writes), and the WAL alone.
+ *      WAL + flush + compaction writes), and each of the three; and the
+ *      process's CPU time per play (broker and producer threads included).
  *   3. produce-to-filterable latency: a producer thread sends RATE plays/s
  *      (default 50,000) for SECONDS (default 10) to new users; every 100th
  *      play is sampled and probed with dd_history_probe until it is seen;
@@ -21,6 +22,9 @@
  *
  *   bench_ingest [--plays N] [--users N] [--partitions N] [--rate N]
  *                [--seconds N] [--dir PATH] [-o section.key=value]...
+ *
+ * BENCH_DEBUG=1 in the environment logs at debug level (every window
+ * written and every durability flush, with their durations).
  *
  * Goals (issue 3): >= 300,000 plays/s on 2 cores, <= 24 bytes written per
  * play, p99 <= 3 s. Not a test: it prints figures; it exits non-zero only if
