@@ -216,10 +216,10 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                       rd_kafka_topic_partition_list_t *offsets, void *opaque)
 {
     (void)rk;
-    (void)offsets;
     dd_ingest *in = opaque;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         INC(commits);
+        dd_debug(MOD, "msg=committed partitions=%d", offsets ? offsets->cnt : 0);
     } else if (err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
         INC(commit_errors);
         dd_log_limited(&in->lim_commit, 5000, DD_LOG_WARN, MOD,

@@ -70,7 +70,8 @@ void dd_ingest_free(dd_ingest *in);
  * ingest.durable_interval_ms, and wait for it. Windows still being filled
  * are not included. A no-op with ingest.wal=true or when not running.
  * Failures are counted (write_errors) and logged; the offsets then wait
- * for the next try. Safe from any thread. */
+ * for the next try. Waits for a window being written first, so it blocks
+ * as long as a failing write is retried. Safe from any thread. */
 void dd_ingest_sync(dd_ingest *in);
 
 /* True while at least one partition of ingest.topic is assigned to this

@@ -98,7 +98,16 @@ def main():
     else:
         harness.fail("no durability flush covered the %d messages: %s" % (len(third),
                                                                         durable_lines(dd)))
-    time.sleep(1.0)  # the asynchronous commit after it
+    # ... and the asynchronous commit that follows it.
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        log = dd.run_log()
+        last = log.rfind("module=ingest msg=durable ")
+        if "module=ingest msg=committed " in log[last:]:
+            break
+        time.sleep(0.1)
+    else:
+        harness.fail("no offset commit after the last durability flush")
     harness.log("durability flushes: %d; kill -9" % len(durable_lines(dd)))
     dd.kill9()
     dd.start()
