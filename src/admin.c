@@ -352,6 +352,16 @@ static void collect_ingest(dd_prom *p, void *ud)
                    "Duration of window writes to the history store", DD_PROM_HISTOGRAM);
     dd_prom_histogram(p, "dedupd_flush_duration_seconds", NULL, 0, &fh);
     counter(p, "dedupd_ingest_flushes_total", "Windows written", s.flushes);
+    counter(p, "dedupd_ingest_durable_flushes_total",
+            "Memtable flushes that made written windows durable (ingest.wal=false)",
+            s.durable_flushes);
+    dd_prom_family(p, "dedupd_ingest_undurable_messages",
+                   "Messages written (filterable) but not yet durable: their offsets are "
+                   "not committed, a crash now would consume them again",
+                   DD_PROM_GAUGE);
+    dd_prom_sample_u64(p, "dedupd_ingest_undurable_messages", NULL, 0,
+                       s.messages_flushed >= s.messages_durable
+                           ? s.messages_flushed - s.messages_durable : 0);
     counter(p, "dedupd_ingest_write_errors_total", "Window writes that failed (retried)",
             s.write_errors);
     counter(p, "dedupd_ingest_commits_total", "Offset commits that succeeded", s.commits);

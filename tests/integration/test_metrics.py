@@ -343,6 +343,7 @@ def main():
                 "dedupd_filter_candidates", "dedupd_filter_removed_total",
                 "dedupd_filter_degraded_total", "dedupd_recent_errors_total",
                 "dedupd_ingest_messages_total", "dedupd_ingest_consumer_lag",
+                "dedupd_ingest_undurable_messages", "dedupd_ingest_durable_flushes_total",
                 "dedupd_window_pending_users", "dedupd_window_pending_bytes",
                 "dedupd_flush_duration_seconds", "dedupd_plays_written_total",
                 "dedupd_plays_expired_total", "dedupd_history_bytes_written_total",
@@ -423,6 +424,12 @@ def main():
     expect(s0, s2, "dedupd_ingest_messages_total", total)
     expect(s0, s2, "dedupd_plays_written_total", 100, source="kafka")
     expect(s0, s2, "dedupd_plays_expired_total", 1, source="kafka")
+    # Written plays become durable at the next durability flush (at most
+    # ingest.durable_interval_ms later), and the gauge of what a crash would
+    # replay drops to 0.
+    wait_until("written messages durable", lambda: (lambda s: s if (
+        s.get("dedupd_ingest_undurable_messages") == 0 and
+        delta(s0, s, "dedupd_ingest_durable_flushes_total") >= 1) else None)(Scrape(admin)))
     if delta(s0, s2, "dedupd_flush_duration_seconds_count") < 1:
         fail("no flush counted in dedupd_flush_duration_seconds")
     if delta(s0, s2, "dedupd_history_bytes_written_total") <= 0:
