@@ -788,17 +788,10 @@ uint64_t dd_bloom_operand_at(const uint8_t *hashes, uint32_t i)
 int dd_bloom_fps_encode(struct dd_buf *out, const uint64_t *hashes, size_t n)
 {
     if (n > DD_BLOOM_FPS_MAX) return DD_ERR_INVALID;
-    uint32_t f[DD_BLOOM_FPS_MAX];
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) { /* insertion sort, dropping duplicates */
-        uint32_t x = (uint32_t)(hashes[i] >> 32);
-        size_t j = m;
-        while (j > 0 && f[j - 1] > x) j--;
-        if (j > 0 && f[j - 1] == x) continue;
-        memmove(f + j + 1, f + j, (m - j) * sizeof *f);
-        f[j] = x;
-        m++;
-    }
+    uint32_t f[DD_BLOOM_FPS_MAX], tmp[DD_BLOOM_FPS_MAX];
+    for (size_t i = 0; i < n; i++) f[i] = (uint32_t)(hashes[i] >> 32);
+    sort_u32(f, n, tmp);
+    size_t m = unique_u32(f, n);
     size_t total = 1 + m * 4 + TRAILER;
     int rc = dd_buf_reserve(out, total);
     if (rc) return rc;
