@@ -274,18 +274,24 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 
 /* ---- slots and the flusher -------------------------------------------- */
 
+/* Room in S for partitions [0, N) (at least 16), new ones set to -1.
+ * 0 or DD_ERR_NOMEM (S unchanged). */
+static int slot_reserve(struct slot *s, size_t n)
+{
+    if (n <= s->nparts) return DD_OK;
+    if (n < 16) n = 16;
+    int64_t *next = realloc(s->next, n * sizeof *next);
+    if (!next) return DD_ERR_NOMEM;
+    for (size_t i = s->nparts; i < n; i++) next[i] = -1;
+    s->next = next;
+    s->nparts = n;
+    return DD_OK;
+}
+
 static int slot_mark(struct slot *s, int32_t partition, int64_t offset)
 {
     if (partition < 0) return DD_ERR_INVALID;
-    if ((size_t)partition >= s->nparts) {
-        size_t n = (size_t)partition + 1;
-        if (n < 16) n = 16;
-        int64_t *next = realloc(s->next, n * sizeof *next);
-        if (!next) return DD_ERR_NOMEM;
-        for (size_t i = s->nparts; i < n; i++) next[i] = -1;
-        s->next = next;
-        s->nparts = n;
-    }
+    if (slot_reserve(s, (size_t)partition + 1) != DD_OK) return DD_ERR_NOMEM;
     s->next[partition] = offset + 1;
     if (s->messages++ == 0) s->since_ns = dd_mono_ns();
     return DD_OK;
@@ -355,17 +361,9 @@ static void commit_async(dd_ingest *in)
 static void slot_defer(dd_ingest *in, struct slot *s)
 {
     struct slot *d = &in->written;
-    if (s->nparts > d->nparts) {
-        int64_t *next = realloc(d->next, s->nparts * sizeof *next);
-        if (next) {
-            for (size_t i = d->nparts; i < s->nparts; i++) next[i] = -1;
-            d->next = next;
-            d->nparts = s->nparts;
-        } else {
-            dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
-                           "msg=\"out of memory keeping offsets; they are stored later\"");
-        }
-    }
+    if (slot_reserve(d, s->nparts) != DD_OK)
+        dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
+                       "msg=\"out of memory keeping offsets; they are stored later\"");
     for (size_t i = 0; i < s->nparts && i < d->nparts; i++)
         if (s->next[i] >= 0) d->next[i] = s->next[i];
     for (size_t i = 0; i < s->nparts; i++) s->next[i] = -1;
