@@ -484,6 +484,16 @@ static int parse_operand(const char *p, size_t len, struct operand *o)
     return DD_ERR_CORRUPT;
 }
 
+/* Append the N hashes to OUT as one operand (see DESIGN, "Operands"): a
+ * fingerprint list up to DD_BLOOM_FPS_MAX items, else a full-range filter
+ * (SCRATCH as for dd_bloom_build). 0 or DD_ERR_NOMEM. */
+static int encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
+                          uint32_t *scratch)
+{
+    if (n <= DD_BLOOM_FPS_MAX) return dd_bloom_fps_encode(out, hashes, n);
+    return dd_bloom_build(out, hashes, n, DD_BLOOM_FULL_RANGE, scratch);
+}
+
 /* Parse the NOPS operands into a malloc'd array (*out, *nout valid ones).
  * Corrupt operands are counted and skipped. 0 or DD_ERR_NOMEM. */
 static int load_operands(dd_history *h, const char *key, size_t klen, const char *const *ops,
@@ -750,8 +760,7 @@ static char *partial_merge(void *st, const char *key, size_t klen, const char *c
     *new_len = 0;
     if (load_operands(h, key, klen, ops, lens, nops, &op, &nop) == 0 &&
         operands_hashes(h, key, klen, op, nop, &hv) == 0 &&
-        (hv.n <= DD_BLOOM_FPS_MAX ? dd_bloom_fps_encode(&out, hv.h, hv.n)
-                                  : dd_bloom_build(&out, hv.h, hv.n, DD_BLOOM_FULL_RANGE, NULL)) == 0) {
+        encode_operand(&out, hv.h, hv.n, NULL) == 0) {
         free(hv.h);
         free(op);
         char *p = give(&out, new_len);
@@ -958,8 +967,9 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
      * whose blocks compress well (keys, 8-byte sequence/type trailers):
      * bench_ingest wrote 24.9 bytes per play without it, 15.8 with it.
      * None at the bottom, which holds the folded filters: they do not
-     * compress, and there LZ4 cost reads (bench_history: 45 -> 75 ns per
-     * candidate) and space (1.61 -> 1.71 bytes per play). */
+     * compress, and there LZ4 cost reads (bench_history: 48-51 -> 70-78 ns
+     * per candidate; bytes on disk were the same within run-to-run
+     * variation). */
     rocksdb_options_set_compression(base, rocksdb_lz4_compression);
     rocksdb_options_set_bottommost_compression(base, rocksdb_no_compression);
     /* 16 MiB memtables (RocksDB: 64): ingest inserts each window as a
@@ -1151,9 +1161,7 @@ int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_le
     /* The operand is a fingerprint list when small, else a full-range
      * filter (see DESIGN, "Operands"). */
     b->val.len = 0;
-    if (n <= DD_BLOOM_FPS_MAX ? dd_bloom_fps_encode(&b->val, hashes, n) != 0
-                              : dd_bloom_build(&b->val, hashes, n, DD_BLOOM_FULL_RANGE, b->fp) != 0)
-        return DD_ERR_NOMEM;
+    if (encode_operand(&b->val, hashes, n, b->fp) != 0) return DD_ERR_NOMEM;
     rocksdb_writebatch_merge(b->wb, (const char *)b->key.data, klen,
                              (const char *)b->val.data, b->val.len);
     b->operands++;
@@ -1179,9 +1187,6 @@ size_t dd_history_batch_bytes(const dd_history_batch *b)
 int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errlen)
 {
     if (b->operands == 0) return 0;
-    /* RocksDB's per-thread perf counters (on by default) cost a TLS lookup
-     * in every memtable key comparison; nothing here reads them. */
-    rocksdb_set_perf_level(rocksdb_disable);
     char *e = NULL;
     rocksdb_write(h->db, b->unlogged ? h->wopts_unlogged : h->wopts, b->wb, &e);
     if (e) {
