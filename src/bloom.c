@@ -458,6 +458,51 @@ int dd_bloom_decode(const struct dd_bloom_view *v, uint32_t *out)
     return DD_OK;
 }
 
+/* Buckets for COUNT fingerprints: about two each (see bloom.h). */
+static uint32_t index_buckets(uint32_t count)
+{
+    return 2 * count + 1;
+}
+
+size_t dd_bloom_index_bytes(const struct dd_bloom_view *v)
+{
+    if (v->count > DD_BLOOM_INDEX_MAX_COUNT) return 0;
+    return ((size_t)v->count + 2 + (size_t)index_buckets(v->count) + 1) * sizeof(uint32_t);
+}
+
+int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_bloom_index *ix)
+{
+    if (v->count > DD_BLOOM_INDEX_MAX_COUNT) return DD_ERR_INVALID;
+    const uint32_t count = v->count, nb = index_buckets(count);
+    const uint64_t range = v->range;
+    /* nb * 2^32 / range: f < range, so (f * mul) >> 32 < nb, and
+     * f * mul < nb * 2^32 <= 2^58 does not overflow. */
+    const uint64_t mul = ((uint64_t)nb << 32) / range;
+    uint32_t *fp = mem, *start = fp + count + 2;
+    memset(start, 0, ((size_t)nb + 1) * sizeof *start);
+    struct bitr r;
+    reader_init(&r, v);
+    uint64_t cur = 0, gap;
+    /* The bucket counts ride along the decode: they do not depend on the
+     * next gap, so they overlap its serial chain. */
+    for (uint32_t i = 0; i < count; i++) {
+        if (br_gap(&r, v->rice_k, &gap) != 0) return DD_ERR_CORRUPT;
+        cur += gap;
+        if (cur >= range || (i > 0 && gap == 0)) return DD_ERR_CORRUPT;
+        fp[i] = (uint32_t)cur;
+        start[((cur * mul) >> 32) + 1]++;
+    }
+    fp[count] = fp[count + 1] = 0;
+    for (uint32_t b = 1; b <= nb; b++) start[b] += start[b - 1];
+    ix->range = range;
+    ix->mul = mul;
+    ix->count = count;
+    ix->nbuckets = nb;
+    ix->fp = fp;
+    ix->start = start;
+    return DD_OK;
+}
+
 bool dd_bloom_contains(const struct dd_bloom_view *v, uint64_t h)
 {
     uint32_t want = dd_bloom_fingerprint(h, v->range);

@@ -115,6 +115,54 @@ bool dd_bloom_contains(const struct dd_bloom_view *v, uint64_t h);
 int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted, size_t n,
                           uint8_t *hit);
 
+/* A filter decoded for lookups in any order (dd_bloom_index_has): its
+ * fingerprints, ascending, and a bucket index over them. Bucket b holds the
+ * fingerprints f with (f * mul) >> 32 == b, where mul = nbuckets * 2^32 /
+ * range (rounded down; monotonic in f, so each bucket is a run of FP), and
+ * there are about two buckets per fingerprint, so a lookup reads two
+ * adjacent START entries and the one or two fingerprints they point at.
+ * Lives in caller memory of dd_bloom_index_bytes(); valid while it is. */
+struct dd_bloom_index {
+    uint64_t range;
+    uint64_t mul;
+    uint32_t count;
+    uint32_t nbuckets;
+    const uint32_t *fp;    /* count fingerprints + 2 padding entries */
+    const uint32_t *start; /* nbuckets + 1: bucket b is fp[start[b] .. start[b+1]) */
+};
+
+/* Largest count an index is built for (larger filters: probe sorted). */
+#define DD_BLOOM_INDEX_MAX_COUNT (UINT32_C(1) << 24)
+
+/* Bytes of caller memory dd_bloom_index_build needs for V (4-byte
+ * aligned), or 0 if V->count exceeds DD_BLOOM_INDEX_MAX_COUNT. Cannot fail. */
+size_t dd_bloom_index_bytes(const struct dd_bloom_view *v);
+
+/* Decode V into MEM (dd_bloom_index_bytes(V) bytes, 4-byte aligned) and
+ * fill IX. Returns 0, DD_ERR_INVALID (count too large) or DD_ERR_CORRUPT
+ * (the bitstream ends early, repeats or passes the range): IX is then
+ * unusable. Allocates nothing. */
+int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_bloom_index *ix);
+
+/* Whether hash H's fingerprint is in the indexed filter. Cannot fail.
+ * Takes IX by value: a copy the caller keeps in registers over a loop
+ * (through a pointer, every store to a hit array would reload it). */
+static inline bool dd_bloom_index_has(struct dd_bloom_index ix, uint64_t h)
+{
+    uint32_t f = dd_bloom_fingerprint(h, ix.range);
+    uint32_t b = (uint32_t)(((uint64_t)f * ix.mul) >> 32);
+    uint32_t s = ix.start[b], d = ix.start[b + 1] - s;
+    /* Buckets hold 0.5 fingerprints on average, more than two in about
+     * 1.4 % of them: two compares combined without branches (a branch on
+     * an occupancy this random mispredicts, and a misprediction stops the
+     * next candidates' loads from overlapping), a loop for the rest. */
+    uint32_t hit = ((uint32_t)(ix.fp[s] == f) & (uint32_t)(d >= 1)) |
+                   ((uint32_t)(ix.fp[s + 1] == f) & (uint32_t)(d >= 2));
+    if (__builtin_expect(d > 2, 0))
+        for (uint32_t j = s + 2; j < s + d; j++) hit |= ix.fp[j] == f;
+    return hit != 0;
+}
+
 /* Decode the fingerprints, ascending, into OUT (room for v->count).
  * Returns 0 or DD_ERR_CORRUPT. */
 int dd_bloom_decode(const struct dd_bloom_view *v, uint32_t *out);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define SCENE_MAX_BYTES 255 /* history key: u8 length prefix */
 
@@ -31,6 +32,13 @@ struct dd_filter {
     dd_history_batch *batch;   /* reused by RecordPlays */
     uint64_t *recent_hashes;   /* room for recent_cap */
     size_t recent_cap;
+    struct seen_slot {         /* duplicate detection, see dd_filter_decide */
+        uint32_t gen;          /* the call that filled it (0: never) */
+        uint32_t pos;          /* candidate position of a first occurrence */
+    } *seen;
+    uint32_t seen_mask;        /* slots - 1 (of the allocated table) */
+    uint64_t seen_salt;        /* odd, random: slot = (hash * salt) >> 32 & mask */
+    uint32_t gen;              /* this call's generation */
     uint32_t max_candidates;
     uint32_t max_id_bytes;
     int64_t max_future_ms;
@@ -50,6 +58,39 @@ static struct dd_histogram candidates_hist = {.bounds = dd_metrics_count_bounds,
 static struct dd_log_limit recent_limit, history_limit;
 
 
+/* Step 2 (filter.h): the per-call generation of the seen table; a new one
+ * empties it. On wrap-around the table is cleared once. */
+static uint32_t next_gen(dd_filter *f)
+{
+    if (++f->gen == 0) {
+        memset(f->seen, 0, ((size_t)f->seen_mask + 1) * sizeof *f->seen);
+        f->gen = 1;
+    }
+    return f->gen;
+}
+
+/* The seen table's slot mask for N candidates: at least 2N slots (a power
+ * of two, 1,024 at least), so a lookup meets an occupied slot less than
+ * half the time. The table grows to the largest call seen (16 bytes per
+ * candidate of it, 512 KiB at the default rpc.max_candidates) and is
+ * reused. Returns 0 and sets *MASK, or DD_ERR_NOMEM. */
+static int seen_mask(dd_filter *f, size_t n, uint32_t *mask)
+{
+    size_t slots = 1024;
+    while (slots < 2 * n) slots *= 2;
+    if (slots > (size_t)f->seen_mask + 1 || !f->seen) {
+        if (slots > ((size_t)1 << 32)) return DD_ERR_NOMEM;
+        struct seen_slot *t = calloc(slots, sizeof *t);
+        if (!t) return DD_ERR_NOMEM;
+        free(f->seen);
+        f->seen = t;
+        f->seen_mask = (uint32_t)(slots - 1);
+        f->gen = 0;
+    }
+    *mask = (uint32_t)(slots - 1);
+    return DD_OK;
+}
+
 int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *history,
                   dd_recent *recent, char *err, size_t errlen)
 {
@@ -66,6 +107,13 @@ int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *hist
     f->recent_cap = (size_t)cfg->recent.size + 16;
     f->recent_hashes = calloc(f->recent_cap, sizeof *f->recent_hashes);
     if (!f->recent_hashes) goto nomem;
+    /* Not secret forever, but not in the source: getrandom, else the clock. */
+    if (getrandom(&f->seen_salt, sizeof f->seen_salt, 0) != (ssize_t)sizeof f->seen_salt)
+        f->seen_salt = (uint64_t)dd_mono_ns() * UINT64_C(0x9e3779b97f4a7c15);
+    f->seen_salt |= 1;
+    uint32_t mask;
+    if (seen_mask(f, f->max_candidates < 20000 ? f->max_candidates : 20000, &mask) != DD_OK)
+        goto nomem;
     f->batch = dd_history_batch_new();
     if (!f->batch) goto nomem;
     *out = f;
@@ -79,6 +127,7 @@ void dd_filter_free(dd_filter *f)
 {
     if (!f) return;
     dd_history_batch_free(f->batch);
+    free(f->seen);
     free(f->recent_hashes);
     free(f);
 }
@@ -109,48 +158,17 @@ static int check_user_scene(const dd_filter *f, const char *user, size_t *user_l
 
 static bool past(int64_t deadline_ns) { return deadline_ns && dd_mono_ns() >= deadline_ns; }
 
-#define HI_MASK UINT64_C(0xffffffff00000000)
-
-/* Step 3 (filter.h) for the run KEY[lo..hi) of equal high halves, in
- * request order: a member equal (hash, length, bytes) to an earlier first
- * occurrence is a duplicate. Runs are one key but for a 32-bit collision
- * or a repeated id, so the quadratic worst case needs many ids crafted to
- * collide, and costs the caller only its own call. */
-static uint32_t mark_run(const struct dd_filter_query *q, const uint64_t *h, const uint64_t *key,
-                         size_t lo, size_t hi, uint8_t *reason)
+/* A candidate's home slot. Multiplying by a random odd salt first keeps
+ * the slots of ids crafted to share low hash bits (the hash's seed is
+ * public) from piling into one probe run. */
+static inline uint32_t seen_slot(const dd_filter *f, uint64_t h, uint32_t mask)
 {
-    uint32_t dup = 0;
-    for (size_t a = lo + 1; a < hi; a++) {
-        uint32_t i = (uint32_t)key[a];
-        const struct dd_filter_id *x = &q->ids[i];
-        for (size_t b = lo; b < a; b++) {
-            uint32_t j = (uint32_t)key[b];
-            if (reason[j]) continue; /* only first occurrences are compared */
-            const struct dd_filter_id *y = &q->ids[j];
-            if (h[j] == h[i] && y->len == x->len && memcmp(y->p, x->p, x->len) == 0) {
-                reason[i] = DEDUP__V1__REASON__REASON_DUPLICATE;
-                dup++;
-                break;
-            }
-        }
-    }
-    return dup;
+    return (uint32_t)((h * f->seen_salt) >> 32) & mask;
 }
 
-/* First position in the sorted KEY[0..n) whose high half is >= HI. */
-static size_t lower_bound_hi(const uint64_t *key, size_t n, uint64_t hi)
+static inline bool same_id(const struct dd_filter_id *a, const struct dd_filter_id *b)
 {
-    size_t lo = 0, len = n;
-    while (len > 0) {
-        size_t half = len / 2;
-        if ((key[lo + half] & HI_MASK) < hi) {
-            lo += half + 1;
-            len -= half + 1;
-        } else {
-            len = half;
-        }
-    }
-    return lo;
+    return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
 }
 
 int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query *q,
@@ -173,13 +191,11 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
 
     /* Per-call arrays: O(1) arena allocations, none per candidate. */
     uint64_t *h = dd_arena_alloc(arena, n * sizeof *h);
-    uint64_t *key = dd_arena_alloc(arena, n * sizeof *key);
-    uint64_t *tmp = dd_arena_alloc(arena, n * sizeof *tmp);
     uint8_t *reason = dd_arena_calloc(arena, n, 1);
-    if (!h || !key || !tmp || !reason) goto nomem;
+    if (!h || !reason) goto nomem;
     r->reason = reason;
 
-    /* 1: validate, hash once; keys carry the index in their low half. */
+    /* 1: validate, hash once. */
     const struct dd_filter_id *ids = q->ids;
     const uint32_t max_len = f->max_id_bytes;
     for (size_t i = 0; i < n; i++) {
@@ -188,23 +204,34 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
             return dd_fail(DD_ERR_INVALID, err, errlen,
                         "candidate_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
                         i, l, max_len);
-        uint64_t x = dd_hash(ids[i].p, l);
-        h[i] = x;
-        key[i] = (x & HI_MASK) | (uint32_t)i;
+        h[i] = dd_hash(ids[i].p, l);
     }
 
-    /* 2 + 3: one stable sort; duplicates are neighbours. */
-    dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+    /* 2: in-request duplicates. The table holds first occurrences, by
+     * position; a slot is in use when its generation is this call's. */
+    uint32_t mask;
+    if (seen_mask(f, n, &mask) != DD_OK) goto nomem;
+    struct seen_slot *seen = f->seen;
+    const uint32_t gen = next_gen(f);
     uint32_t dup = 0;
-    for (size_t a = 1; a < n; a++) {
-        if (((key[a] ^ key[a - 1]) & HI_MASK) != 0) continue;
-        size_t lo = a - 1, hi = a + 1;
-        while (hi < n && ((key[hi] ^ key[lo]) & HI_MASK) == 0) hi++;
-        dup += mark_run(q, h, key, lo, hi, reason);
-        a = hi - 1;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = h[i];
+        for (uint32_t s = seen_slot(f, x, mask);; s = (s + 1) & mask) {
+            if (seen[s].gen != gen) {
+                seen[s].gen = gen;
+                seen[s].pos = (uint32_t)i;
+                break;
+            }
+            uint32_t j = seen[s].pos;
+            if (h[j] == x && same_id(&ids[j], &ids[i])) {
+                reason[i] = DEDUP__V1__REASON__REASON_DUPLICATE;
+                dup++;
+                break;
+            }
+        }
     }
 
-    /* 4: recent deliveries, if Redis answers. */
+    /* 3: recent deliveries, if Redis answers. */
     uint32_t delivered = 0;
     size_t nrecent = 0;
     int rrc = dd_recent_fetch(f->recent, q->scene, q->scene_len, q->user_id, q->user_len,
@@ -219,12 +246,11 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
                        dd_strerror(rrc), dd_recent_errstr(f->recent));
     }
     for (size_t x = 0; x < nrecent; x++) {
-        /* Distinct ids with the same hash all match: the hash is what is
-         * compared, as for plays. */
+        /* Every first occurrence with this hash matches: the hash is what
+         * is compared, as for plays. */
         uint64_t rh = f->recent_hashes[x];
-        for (size_t a = lower_bound_hi(key, n, rh & HI_MASK);
-             a < n && (key[a] & HI_MASK) == (rh & HI_MASK); a++) {
-            uint32_t i = (uint32_t)key[a];
+        for (uint32_t s = seen_slot(f, rh, mask); seen[s].gen == gen; s = (s + 1) & mask) {
+            uint32_t i = seen[s].pos;
             if (h[i] == rh && reason[i] == 0) {
                 reason[i] = DEDUP__V1__REASON__REASON_DELIVERED;
                 delivered++;
@@ -232,39 +258,29 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
         }
     }
 
-    /* 5: history, for what is left, in sorted order. */
-    size_t k = 0;
+    /* 4: history. Every candidate is probed, removed ones too: a few
+     * percent more lookups cost less than compacting the list. */
     uint32_t played = 0;
-    if (dup || delivered) {
-        /* Without a branch on the reason: a few percent are removed, at
-         * random places, and a branch on them mispredicted. */
-        for (size_t a = 0; a < n; a++) {
-            uint64_t x = key[a];
-            key[k] = x;
-            k += reason[(uint32_t)x] == 0;
-        }
-    } else {
-        k = n;
-    }
-    if (k) {
+    if (n) {
         if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
-        uint8_t *hit = (uint8_t *)tmp; /* the sort's scratch is free again: k <= 8 * n bytes */
-        memset(hit, 0, k);
+        uint8_t *hit = dd_arena_calloc(arena, n, 1);
+        if (!hit) goto nomem;
         char herr[256];
-        int hrc = dd_history_probe(f->history, q->scene, q->scene_len, q->user_id, q->user_len,
-                                   q->lookback_days, key, k, hit, herr, sizeof herr);
+        int hrc = dd_history_probe_any(f->history, q->scene, q->scene_len, q->user_id,
+                                       q->user_len, q->lookback_days, h, n, hit, arena, herr,
+                                       sizeof herr);
+        if (hrc == DD_ERR_NOMEM) goto nomem;
         if (hrc != DD_OK) {
             STAT_ADD(history_errors, 1);
             dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
                            "msg=\"history read failed\" error=\"%s\"", herr);
             return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
         }
-        /* Probed candidates have reason 0, and hits are 0 or 1: stored
-         * for every candidate rather than branched on (20 % hits in random
-         * places mispredicted; the loop was 40 % of this function). */
-        for (size_t x = 0; x < k; x++) {
-            uint8_t y = hit[x] != 0;
-            reason[(uint32_t)key[x]] = (uint8_t)(y * DEDUP__V1__REASON__REASON_PLAYED);
+        /* Stored for every candidate rather than branched on: hits are at
+         * random places and a branch on them mispredicts. */
+        for (size_t i = 0; i < n; i++) {
+            uint8_t y = (uint8_t)((hit[i] != 0) & (reason[i] == 0));
+            reason[i] |= (uint8_t)(y * DEDUP__V1__REASON__REASON_PLAYED);
             played += y;
         }
     }

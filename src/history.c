@@ -115,6 +115,7 @@
 
 #include <rocksdb/c.h>
 
+#include "arena.h"
 #include "bloom.h"
 #include "config.h"
 #include "dd.h"
@@ -127,6 +128,10 @@
 /* Probe fast path: keys this long and this many segments use the stack. */
 #define PROBE_STACK_KEY 512
 #define PROBE_STACK_SEGS 32
+/* dd_history_probe_any looks every candidate up in each filter up to this
+ * many filters; past it (only with a small history.segment_days), one sort
+ * of the candidates and a merge per filter cost less. */
+#define PROBE_INDEX_VIEWS 8
 
 /* Days a closed segment stays at the full range before re-encoding. */
 #define REDUCE_GRACE_DAYS 3
@@ -1201,16 +1206,30 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
 
 /* ---- read ----------------------------------------------------------------- */
 
-int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
-                     size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
-                     size_t n, uint8_t *hit, char *err, size_t errlen)
-{
-    if (scene_len > 255 || user_len > 65535) {
-        dd_set_err(err, errlen, "scene or user id too long");
-        return DD_ERR_INVALID;
-    }
-    if (n == 0) return 0;
+/* The filters of one probe: every view parsed out of the values read, with
+ * the segment key each came from (for logging a corrupt one). */
+struct probe_views {
+    struct dd_bloom_view *v;
+    size_t *seg; /* v[i] came from key kp[seg[i]] */
+    size_t n;
+    const char *const *kp;
+    const size_t *ks;
+};
 
+/* What a probe does with the views it read (CTX is the caller's). Returns
+ * 0 or DD_ERR_NOMEM (message in err). */
+typedef int (*probe_fn)(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
+                        size_t errlen);
+
+/* Read (SCENE, USER)'s live segments within LOOKBACK_DAYS in one
+ * MultiGet, parse their views and hand them all to FN at once (the values
+ * stay pinned until it returns). Corrupt values are counted and left out.
+ * Returns 0, DD_ERR_IO if a read failed (FN is then not called) or FN's
+ * error. */
+static int probe_read(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                      size_t user_len, uint32_t lookback_days, probe_fn fn, void *ctx, char *err,
+                      size_t errlen)
+{
     int64_t now = now_ms(h);
     int64_t day = floor_div(now, DD_MS_PER_DAY);
     uint32_t span = lookback_days == 0 || lookback_days > h->retention_days
@@ -1235,20 +1254,29 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
     size_t ks_stack[PROBE_STACK_SEGS];
     rocksdb_pinnableslice_t *v_stack[PROBE_STACK_SEGS];
     char *e_stack[PROBE_STACK_SEGS];
+    struct dd_bloom_view view_stack[2 * PROBE_STACK_SEGS];
+    size_t seg_stack[2 * PROBE_STACK_SEGS];
     char *kbuf = kstack;
     const char **kp = kp_stack;
     size_t *ks = ks_stack;
     rocksdb_pinnableslice_t **vals = v_stack;
     char **errs = e_stack;
+    struct dd_bloom_view *views = view_stack;
+    size_t *vseg = seg_stack;
     void *heap = NULL;
     if (nseg > PROBE_STACK_SEGS || klen > PROBE_STACK_KEY) {
-        size_t per = sizeof(char *) + sizeof(size_t) + sizeof(void *) + sizeof(char *);
+        size_t per = 2 * sizeof(struct dd_bloom_view) + 2 * sizeof(size_t) + sizeof(char *) +
+                     sizeof(size_t) + sizeof(void *) + sizeof(char *);
         if (nseg <= SIZE_MAX / (per + klen)) heap = malloc(nseg * (per + klen));
         if (!heap) {
             dd_set_err(err, errlen, "out of memory");
             return DD_ERR_NOMEM;
         }
         char *p = heap;
+        views = (struct dd_bloom_view *)(void *)p;
+        p += 2 * nseg * sizeof *views;
+        vseg = (size_t *)(void *)p;
+        p += 2 * nseg * sizeof *vseg;
         kp = (const char **)(void *)p;
         p += nseg * sizeof *kp;
         ks = (size_t *)(void *)p;
@@ -1273,34 +1301,137 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
     in_probe = false;
 
     int rc = 0;
+    size_t nv = 0;
     for (size_t i = 0; i < nseg; i++) {
         if (errs[i]) {
             if (rc == 0) dd_set_err(err, errlen, "read: %s", errs[i]);
             rc = DD_ERR_IO;
             rocksdb_free(errs[i]);
         }
-        if (!vals[i]) continue;
-        if (rc == 0) {
-            size_t vlen;
-            const char *v = rocksdb_pinnableslice_value(vals[i], &vlen);
-            struct dd_bloom_view view[2];
-            int nv;
-            const char *a;
-            size_t alen;
-            if (parse_value(v, vlen, view, &nv, &a, &alen) != 0) {
-                note_corrupt(h, "value", kp[i], ks[i]);
-            } else {
-                for (int j = 0; j < nv; j++)
-                    if (dd_bloom_probe_sorted(&view[j], sorted, n, hit) != 0) {
-                        note_corrupt(h, "value", kp[i], ks[i]);
-                        break;
-                    }
-            }
+        if (!vals[i] || rc != 0) continue;
+        size_t vlen;
+        const char *v = rocksdb_pinnableslice_value(vals[i], &vlen);
+        int k;
+        const char *a;
+        size_t alen;
+        if (parse_value(v, vlen, views + nv, &k, &a, &alen) != 0) {
+            note_corrupt(h, "value", kp[i], ks[i]);
+            continue;
         }
-        rocksdb_pinnableslice_destroy(vals[i]);
+        for (int j = 0; j < k; j++) {
+            if (views[nv].count == 0) continue;
+            vseg[nv++] = i;
+        }
     }
+    if (rc == 0 && nv > 0) {
+        struct probe_views pv = {views, vseg, nv, kp, ks};
+        rc = fn(h, &pv, ctx, err, errlen);
+    }
+    for (size_t i = 0; i < nseg; i++) rocksdb_pinnableslice_destroy(vals[i]);
     free(heap);
     return rc;
+}
+
+struct probe_sorted_ctx {
+    const uint64_t *sorted;
+    size_t n;
+    uint8_t *hit;
+};
+
+/* Each view merged with the sorted candidates (dd_bloom_probe_sorted). */
+static int probe_sorted(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
+                        size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    const struct probe_sorted_ctx *c = ctx;
+    for (size_t j = 0; j < pv->n; j++)
+        if (dd_bloom_probe_sorted(&pv->v[j], c->sorted, c->n, c->hit) != 0)
+            note_corrupt(h, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
+    return 0;
+}
+
+int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                     size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
+                     size_t n, uint8_t *hit, char *err, size_t errlen)
+{
+    if (scene_len > 255 || user_len > 65535) {
+        dd_set_err(err, errlen, "scene or user id too long");
+        return DD_ERR_INVALID;
+    }
+    if (n == 0) return 0;
+    struct probe_sorted_ctx c = {sorted, n, hit};
+    return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_sorted, &c, err,
+                      errlen);
+}
+
+struct probe_any_ctx {
+    const uint64_t *hashes;
+    size_t n;
+    uint8_t *hit;
+    dd_arena *arena;
+};
+
+/* See dd_history_probe_any: each view decoded into an index and every
+ * candidate looked up in it, or, past PROBE_INDEX_VIEWS views, one sort of
+ * the candidates and a sorted merge per view. */
+static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
+                     size_t errlen)
+{
+    const struct probe_any_ctx *c = ctx;
+    const size_t n = c->n;
+    bool index = pv->n <= PROBE_INDEX_VIEWS;
+    for (size_t j = 0; j < pv->n && index; j++)
+        index = dd_bloom_index_bytes(&pv->v[j]) != 0;
+    if (index) {
+        for (size_t j = 0; j < pv->n; j++) {
+            void *mem = dd_arena_alloc(c->arena, dd_bloom_index_bytes(&pv->v[j]));
+            if (!mem) goto nomem;
+            struct dd_bloom_index ix;
+            if (dd_bloom_index_build(&pv->v[j], mem, &ix) != 0) {
+                note_corrupt(h, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
+                continue;
+            }
+            const struct dd_bloom_index cix = ix;
+            const uint64_t *x = c->hashes;
+            uint8_t *hit = c->hit;
+            for (size_t i = 0; i < n; i++) hit[i] |= (uint8_t)dd_bloom_index_has(cix, x[i]);
+        }
+        return 0;
+    }
+    /* Keys: the high half (all a fingerprint uses) and the candidate's
+     * position, so hits in sorted order map back. */
+    uint64_t *key = dd_arena_alloc(c->arena, n * sizeof *key);
+    uint64_t *tmp = dd_arena_alloc(c->arena, n * sizeof *tmp);
+    uint8_t *shit = dd_arena_calloc(c->arena, n, 1);
+    if (!key || !tmp || !shit) goto nomem;
+    for (size_t i = 0; i < n; i++) key[i] = (c->hashes[i] & UINT64_C(0xffffffff00000000)) | i;
+    dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+    struct probe_sorted_ctx sc = {key, n, shit};
+    probe_sorted(h, pv, &sc, err, errlen);
+    for (size_t a = 0; a < n; a++) c->hit[(uint32_t)key[a]] |= shit[a];
+    return 0;
+nomem:
+    dd_set_err(err, errlen, "out of memory probing %zu candidates", n);
+    return DD_ERR_NOMEM;
+}
+
+int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                         size_t user_len, uint32_t lookback_days, const uint64_t *hashes,
+                         size_t n, uint8_t *hit, dd_arena *arena, char *err, size_t errlen)
+{
+    if (scene_len > 255 || user_len > 65535) {
+        dd_set_err(err, errlen, "scene or user id too long");
+        return DD_ERR_INVALID;
+    }
+    if (n > UINT32_MAX) {
+        dd_set_err(err, errlen, "%zu candidates: too many", n);
+        return DD_ERR_INVALID;
+    }
+    if (n == 0) return 0;
+    struct probe_any_ctx c = {hashes, n, hit, arena};
+    return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_any, &c, err,
+                      errlen);
 }
 
 /* ---- forget, flush, compact ----------------------------------------------- */

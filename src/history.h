@@ -35,7 +35,12 @@
  *        <= fp_rate; late plays into it go to a full-range B. The merge
  *        operator and the compaction filter both re-encode closed segments.
  * Read:  one batched MultiGet of the user's live segments (within
- *        lookback), then one sorted pass per segment (dd_bloom_probe_sorted).
+ *        lookback), then either one sorted pass per filter over sorted
+ *        candidates (dd_history_probe: dd_bloom_probe_sorted) or, for
+ *        candidates in any order (dd_history_probe_any, what Filter uses),
+ *        each filter decoded once into an index and every candidate looked
+ *        up in it (dd_bloom_index); past 8 filters (only with a small
+ *        segment_days) that sorts the candidates once and merges instead.
  * Integrity: a value or operand that fails version or checksum is counted
  *        (stats.corrupt_values), logged once per key, and read as empty;
  *        the next fold replaces it.
@@ -126,6 +131,18 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
 int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
                      size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
                      size_t n, uint8_t *hit, char *err, size_t errlen);
+
+/* The same for N hashes in any order (N < 2^32), as Filter has them:
+ * each live filter is decoded once into an index (dd_bloom_index) and
+ * every hash looked up in it, so the candidates need no sort. Scratch (the
+ * indexes: about 12 bytes per stored play of the user) comes from ARENA and
+ * stays there until its reset. Returns 0, DD_ERR_IO (as above),
+ * DD_ERR_INVALID (lengths) or DD_ERR_NOMEM (the arena could not grow;
+ * message in err). */
+typedef struct dd_arena dd_arena;
+int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                         size_t user_len, uint32_t lookback_days, const uint64_t *hashes,
+                         size_t n, uint8_t *hit, dd_arena *arena, char *err, size_t errlen);
 
 /* Delete all of (SCENE, USER)'s segments. Durable like dd_history_write.
  * Returns 0 or DD_ERR_IO. */

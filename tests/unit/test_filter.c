@@ -511,6 +511,49 @@ static void test_large(void)
     CHECK_EQ_INT(bad, 0);
 }
 
+/* A call larger than any before grows the duplicate table (sized at
+ * creation for 20,000 candidates): 50,000 candidates, 25,000 ids each
+ * twice, the second occurrences DUPLICATE at their own indexes; then a
+ * small call and the large one again on the grown table. */
+static void test_table_growth(void)
+{
+    enum { N = 50000, D = N / 2 };
+    REQUIRE(dd_config_set(&cfg, "rpc.max_candidates", "60000", err, sizeof err) == DD_OK);
+    dd_filter *big;
+    REQUIRE_MSG_OK(dd_filter_new(&big, &cfg, hist, rec, err, sizeof err));
+    REQUIRE(dd_config_set(&cfg, "rpc.max_candidates", "12000", err, sizeof err) == DD_OK);
+    static char idbuf[D][16];
+    static char *ids[N];
+    for (int i = 0; i < D; i++) snprintf(idbuf[i], sizeof idbuf[i], "grow-%d", i);
+    for (int i = 0; i < N; i++) ids[i] = idbuf[i < D ? i : (i - D) * 7 % D];
+    for (int round = 0; round < 3; round++) {
+        Dedup__V1__FilterRequest req = DEDUP__V1__FILTER_REQUEST__INIT;
+        req.user_id = "grower";
+        req.candidate_ids = ids;
+        req.n_candidate_ids = round == 1 ? 100 : N;
+        req.mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES;
+        req.explain = 1;
+        Dedup__V1__FilterResponse r;
+        dd_arena_reset(arena);
+        CHECK_EQ_INT(dd_filter_run(big, arena, &req, &r, 0, err, sizeof err), DD_OK);
+        if (round == 1) {
+            CHECK_EQ_INT(r.n_kept_indexes, 100);
+            CHECK_EQ_INT(r.removed_duplicate, 0);
+            continue;
+        }
+        CHECK_EQ_INT(r.n_kept_indexes, D);
+        CHECK_EQ_INT(r.removed_duplicate, D);
+        REQUIRE(r.n_removed == D);
+        int bad = 0;
+        for (size_t k = 0; k < r.n_kept_indexes; k++) bad += r.kept_indexes[k] != k;
+        for (size_t k = 0; k < r.n_removed; k++)
+            bad += r.removed[k]->index != D + k ||
+                   r.removed[k]->reason != DEDUP__V1__REASON__REASON_DUPLICATE;
+        CHECK_EQ_INT(bad, 0);
+    }
+    dd_filter_free(big);
+}
+
 static void test_stats(void)
 {
     struct dd_filter_stats s;
@@ -590,6 +633,7 @@ int main(void)
     test_redis_down_writes();
     test_deadline();
     test_large();
+    test_table_growth();
     test_stats();
     test_history_unreadable();
     teardown();

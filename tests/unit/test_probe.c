@@ -9,6 +9,10 @@
  * candidates past the filter's last fingerprint or before its first, and
  * a stream shorter than its count (DD_ERR_CORRUPT, no read past its end:
  * run under ASan in CI).
+ * And the decoded index (dd_bloom_index_build / dd_bloom_index_has) on the
+ * same filters: every answer is dd_bloom_contains's, crowded buckets (more
+ * than the two compared without a loop) included, and a short stream is
+ * DD_ERR_CORRUPT.
  */
 #include "bloom.h"
 #include "dd.h"
@@ -74,6 +78,19 @@ static void probe_case(size_t m, size_t n, uint64_t range)
         free(ht);
     }
     CHECK_EQ_INT(dd_bloom_probe_sorted(&v, q, n, hit), DD_OK);
+    /* the index, on the same candidates */
+    size_t ibytes = dd_bloom_index_bytes(&v);
+    CHECK(ibytes >= ((size_t)v.count + 2) * sizeof(uint32_t));
+    uint32_t *mem = malloc(ibytes);
+    REQUIRE(mem);
+    struct dd_bloom_index ix;
+    CHECK_EQ_INT(dd_bloom_index_build(&v, mem, &ix), DD_OK);
+    size_t idisagree = 0;
+    for (size_t i = 0; i < n; i++)
+        if (dd_bloom_index_has(ix, q[i]) != (hit[i] != 0)) idisagree++;
+    CHECK_MSG(idisagree == 0, "m=%zu n=%zu range=%llu: %zu index answers differ", m, n,
+              (unsigned long long)range, idisagree);
+    free(mem);
     size_t disagree = 0, missed = 0;
     for (size_t i = 0; i < n; i++) {
         if ((hit[i] != 0) != dd_bloom_contains(&v, q[i])) disagree++;
@@ -164,14 +181,47 @@ static void test_short_stream(void)
         lie.nbits_bytes = v.nbits_bytes / 2; /* half the stream, the true count */
         lie.count = v.count;
         CHECK_EQ_INT(dd_bloom_probe_sorted(&lie, q, N, hit), DD_ERR_CORRUPT);
+        /* the index: too many gaps claimed, then half the stream */
+        struct dd_bloom_index ix;
+        lie.count = v.count + 1000;
+        lie.nbits_bytes = v.nbits_bytes;
+        uint32_t *mem = malloc(dd_bloom_index_bytes(&lie));
+        REQUIRE(mem);
+        CHECK_EQ_INT(dd_bloom_index_build(&lie, mem, &ix), DD_ERR_CORRUPT);
+        lie.count = v.count;
+        lie.nbits_bytes = v.nbits_bytes / 2;
+        CHECK_EQ_INT(dd_bloom_index_build(&lie, mem, &ix), DD_ERR_CORRUPT);
+        free(mem);
         free(bits);
         dd_buf_free(&buf);
     }
     free(h); free(q); free(t); free(hit);
 }
 
+/* Index limits: a count past DD_BLOOM_INDEX_MAX_COUNT needs 0 bytes and
+ * is refused (the caller probes sorted instead); an empty filter indexes
+ * and finds nothing. */
+static void test_index_limits(void)
+{
+    struct dd_bloom_view v = {.range = DD_BLOOM_FULL_RANGE, .count = DD_BLOOM_INDEX_MAX_COUNT + 1};
+    struct dd_bloom_index ix;
+    uint32_t mem[8];
+    CHECK_EQ_INT(dd_bloom_index_bytes(&v), 0);
+    CHECK_EQ_INT(dd_bloom_index_build(&v, mem, &ix), DD_ERR_INVALID);
+    struct dd_buf buf = {0};
+    REQUIRE(dd_bloom_build(&buf, NULL, 0, 1000, NULL) == DD_OK);
+    REQUIRE(dd_bloom_parse(buf.data, buf.len, &v) == DD_OK);
+    REQUIRE(dd_bloom_index_bytes(&v) <= sizeof mem);
+    CHECK_EQ_INT(dd_bloom_index_build(&v, mem, &ix), DD_OK);
+    size_t hits = 0;
+    for (int i = 0; i < 1000; i++) hits += dd_bloom_index_has(ix, rnd());
+    CHECK_EQ_INT(hits, 0);
+    dd_buf_free(&buf);
+}
+
 int main(void)
 {
+    test_index_limits();
     test_paths();
     test_outside();
     test_short_stream();
