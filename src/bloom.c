@@ -480,17 +480,55 @@ int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_blo
     const uint64_t mul = ((uint64_t)nb << 32) / range;
     uint32_t *fp = mem, *start = fp + count + 2;
     memset(start, 0, ((size_t)nb + 1) * sizeof *start);
-    struct bitr r;
-    reader_init(&r, v);
-    uint64_t cur = 0, gap;
-    /* The bucket counts ride along the decode: they do not depend on the
-     * next gap, so they overlap its serial chain. */
-    for (uint32_t i = 0; i < count; i++) {
-        if (br_gap(&r, v->rice_k, &gap) != 0) return DD_ERR_CORRUPT;
+    /* The decode is one serial chain (window, count zeros, shift), so its
+     * state lives in locals, not in a struct bitr whose address escapes to
+     * the slow path (that kept it in memory: a store and a reload on every
+     * gap). W holds the stream's next AVAIL bits (higher bits zero); a gap
+     * that does not fit refills it with one unaligned load. The bucket
+     * counts ride along: they do not feed the next gap, so they overlap the
+     * chain. The last 8 bytes of the stream, and a gap longer than a
+     * window, go through br_gap from where this stopped. */
+    const uint8_t *bits = v->bits;
+    const size_t fast_end = v->nbits_bytes >= 8 ? v->nbits_bytes - 7 : 0;
+    const int k = v->rice_k;
+    const uint64_t kmask = (UINT64_C(1) << k) - 1;
+    uint64_t pos = 0, w = 0, cur = 0, gap;
+    int avail = 0;
+    uint32_t i = 0;
+    for (; i < count; i++) {
+        int tz = __builtin_ctzll(w | (UINT64_C(1) << 63));
+        int need = tz + 1 + k;
+        if (need > avail) {
+            size_t byte = (size_t)(pos >> 3);
+            if (byte >= fast_end) break;
+            uint64_t x;
+            memcpy(&x, bits + byte, 8);
+            w = le64toh(x) >> (pos & 7);
+            avail = 64 - (int)(pos & 7);
+            tz = __builtin_ctzll(w | (UINT64_C(1) << 63));
+            need = tz + 1 + k;
+            if (need > avail) break;
+        }
+        gap = ((uint64_t)tz << k) | ((w >> tz >> 1) & kmask);
+        w = w >> (need - 1) >> 1; /* need may be 64 */
+        avail -= need;
+        pos += (uint64_t)need;
         cur += gap;
         if (cur >= range || (i > 0 && gap == 0)) return DD_ERR_CORRUPT;
         fp[i] = (uint32_t)cur;
         start[((cur * mul) >> 32) + 1]++;
+    }
+    if (i < count) {
+        struct bitr r;
+        reader_init(&r, v);
+        r.pos = pos;
+        for (; i < count; i++) {
+            if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
+            cur += gap;
+            if (cur >= range || (i > 0 && gap == 0)) return DD_ERR_CORRUPT;
+            fp[i] = (uint32_t)cur;
+            start[((cur * mul) >> 32) + 1]++;
+        }
     }
     fp[count] = fp[count + 1] = 0;
     for (uint32_t b = 1; b <= nb; b++) start[b] += start[b - 1];

@@ -24,6 +24,9 @@
 #include <string.h>
 #include <sys/random.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #define SCENE_MAX_BYTES 255 /* history key: u8 length prefix */
 
 struct dd_filter {
@@ -166,6 +169,13 @@ static inline uint32_t seen_slot(const dd_filter *f, uint64_t h, uint32_t mask)
     return (uint32_t)((h * f->seen_salt) >> 32) & mask;
 }
 
+/* dd_hash, inlined into the candidate loop (the same function: the hash
+ * is part of the stored format, dd.h). */
+static inline uint64_t hash_id(const char *p, size_t len)
+{
+    return XXH3_64bits_withSeed(p, len, DD_HASH_SEED);
+}
+
 static inline bool same_id(const struct dd_filter_id *a, const struct dd_filter_id *b)
 {
     return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
@@ -192,30 +202,36 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     /* Per-call arrays: O(1) arena allocations, none per candidate. */
     uint64_t *h = dd_arena_alloc(arena, n * sizeof *h);
     uint8_t *reason = dd_arena_calloc(arena, n, 1);
-    if (!h || !reason) goto nomem;
+    uint8_t *hit = dd_arena_calloc(arena, n, 1);
+    uint32_t mask;
+    if (!h || !reason || !hit || seen_mask(f, n, &mask) != DD_OK)
+        return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
     r->reason = reason;
 
-    /* 1: validate, hash once. */
-    const struct dd_filter_id *ids = q->ids;
-    const uint32_t max_len = f->max_id_bytes;
-    for (size_t i = 0; i < n; i++) {
-        size_t l = ids[i].len;
-        if (l > max_len)
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "candidate_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
-                        i, l, max_len);
-        h[i] = dd_hash(ids[i].p, l);
-    }
+    /* 3 (begun): the recent deliveries are asked for first; the reply is
+     * read after the history probe, so the round trip overlaps them. */
+    int rrc = dd_recent_fetch_begin(f->recent, q->scene, q->scene_len, q->user_id, q->user_len,
+                                    f->recent_cap);
+    const bool asked = rrc == DD_OK;
 
-    /* 2: in-request duplicates. The table holds first occurrences, by
-     * position; a slot is in use when its generation is this call's. */
-    uint32_t mask;
-    if (seen_mask(f, n, &mask) != DD_OK) goto nomem;
+    /* 1 + 2 in one pass: validate, hash once, and look for an earlier
+     * occurrence. The table holds first occurrences, by position; a slot
+     * is in use when its generation is this call's. */
     struct seen_slot *seen = f->seen;
     const uint32_t gen = next_gen(f);
+    const struct dd_filter_id *ids = q->ids;
+    const uint32_t max_len = f->max_id_bytes;
     uint32_t dup = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t x = h[i];
+        size_t l = ids[i].len;
+        if (l > max_len) {
+            rc = dd_fail(DD_ERR_INVALID, err, errlen,
+                         "candidate_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
+                         i, l, max_len);
+            goto out;
+        }
+        uint64_t x = hash_id(ids[i].p, l);
+        h[i] = x;
         for (uint32_t s = seen_slot(f, x, mask);; s = (s + 1) & mask) {
             if (seen[s].gen != gen) {
                 seen[s].gen = gen;
@@ -231,11 +247,43 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
         }
     }
 
-    /* 3: recent deliveries, if Redis answers. */
+    /* 4: history. Every candidate is probed, duplicates too: a few percent
+     * more lookups cost less than compacting the list. */
+    uint32_t played = 0;
+    if (n) {
+        if (past(deadline_ns)) {
+            rc = dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
+            goto out;
+        }
+        char herr[256];
+        int hrc = dd_history_probe_any(f->history, q->scene, q->scene_len, q->user_id,
+                                       q->user_len, q->lookback_days, h, n, hit, arena, herr,
+                                       sizeof herr);
+        if (hrc == DD_ERR_NOMEM) {
+            rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
+            goto out;
+        }
+        if (hrc != DD_OK) {
+            STAT_ADD(history_errors, 1);
+            dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
+                           "msg=\"history read failed\" error=\"%s\"", herr);
+            rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
+            goto out;
+        }
+        /* Stored for every candidate rather than branched on: hits are at
+         * random places and a branch on them mispredicts. */
+        for (size_t i = 0; i < n; i++) {
+            uint8_t y = (uint8_t)((hit[i] != 0) & (reason[i] == 0));
+            reason[i] |= (uint8_t)(y * DEDUP__V1__REASON__REASON_PLAYED);
+            played += y;
+        }
+    }
+
+    /* 3 (ended): recent deliveries, if Redis answered. A first occurrence
+     * with a delivered hash is DELIVERED, also when it was found played. */
     uint32_t delivered = 0;
     size_t nrecent = 0;
-    int rrc = dd_recent_fetch(f->recent, q->scene, q->scene_len, q->user_id, q->user_len,
-                              f->recent_hashes, f->recent_cap, &nrecent);
+    if (asked) rrc = dd_recent_fetch_end(f->recent, f->recent_hashes, f->recent_cap, &nrecent);
     if (rrc != DD_OK) {
         r->degraded = 1;
         nrecent = 0;
@@ -251,37 +299,10 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
         uint64_t rh = f->recent_hashes[x];
         for (uint32_t s = seen_slot(f, rh, mask); seen[s].gen == gen; s = (s + 1) & mask) {
             uint32_t i = seen[s].pos;
-            if (h[i] == rh && reason[i] == 0) {
-                reason[i] = DEDUP__V1__REASON__REASON_DELIVERED;
-                delivered++;
-            }
-        }
-    }
-
-    /* 4: history. Every candidate is probed, removed ones too: a few
-     * percent more lookups cost less than compacting the list. */
-    uint32_t played = 0;
-    if (n) {
-        if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
-        uint8_t *hit = dd_arena_calloc(arena, n, 1);
-        if (!hit) goto nomem;
-        char herr[256];
-        int hrc = dd_history_probe_any(f->history, q->scene, q->scene_len, q->user_id,
-                                       q->user_len, q->lookback_days, h, n, hit, arena, herr,
-                                       sizeof herr);
-        if (hrc == DD_ERR_NOMEM) goto nomem;
-        if (hrc != DD_OK) {
-            STAT_ADD(history_errors, 1);
-            dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
-                           "msg=\"history read failed\" error=\"%s\"", herr);
-            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
-        }
-        /* Stored for every candidate rather than branched on: hits are at
-         * random places and a branch on them mispredicts. */
-        for (size_t i = 0; i < n; i++) {
-            uint8_t y = (uint8_t)((hit[i] != 0) & (reason[i] == 0));
-            reason[i] |= (uint8_t)(y * DEDUP__V1__REASON__REASON_PLAYED);
-            played += y;
+            if (h[i] != rh || reason[i] == DEDUP__V1__REASON__REASON_DELIVERED) continue;
+            played -= reason[i] == DEDUP__V1__REASON__REASON_PLAYED;
+            reason[i] = DEDUP__V1__REASON__REASON_DELIVERED;
+            delivered++;
         }
     }
 
@@ -298,8 +319,9 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     STAT_ADD(removed_duplicate, dup);
     return DD_OK;
 
-nomem:
-    return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
+out:
+    if (asked) dd_recent_fetch_cancel(f->recent);
+    return rc;
 }
 
 int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,

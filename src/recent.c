@@ -78,6 +78,9 @@ struct dd_recent {
 
     redisContext *c;      /* NULL while disconnected */
     int used;             /* c has completed at least one call */
+    int pending;          /* a fetch's reply is due on c (fetch_begin sent it) */
+    size_t pending_keylen;/* its key (in key) and cap, for a retry */
+    size_t pending_cap;
     int64_t retry_at_ns;  /* monotonic; no connect attempt before this */
     uint32_t backoff_ms;  /* next backoff to apply after a failure */
 
@@ -302,6 +305,24 @@ static int stale(const dd_recent *r, int saved_errno)
            (saved_errno == ECONNRESET || saved_errno == EPIPE || saved_errno == ECONNABORTED);
 }
 
+/* A reply left pending by a fetch_begin without its fetch_end: read and
+ * dropped, so it is never taken for the next command's. */
+static void settle(dd_recent *r)
+{
+    if (!r->pending) return;
+    r->pending = 0;
+    void *rep = NULL;
+    if (r->c && redisGetReply(r->c, &rep) == REDIS_OK) {
+        freeReplyObject(rep);
+        return;
+    }
+    if (r->c) {
+        redisFree(r->c);
+        r->c = NULL;
+        r->used = 0;
+    }
+}
+
 /* Build the key for (scene, user) in r->key; returns its length or 0 on
  * allocation failure (the message is set). */
 static size_t make_key(dd_recent *r, const char *scene, size_t scene_len, const char *user,
@@ -447,6 +468,7 @@ int dd_recent_record(dd_recent *r, const char *scene, size_t scene_len, const ch
                      size_t user_len, const char *const *items, const size_t *lens, size_t n,
                      int64_t at_ms, uint32_t *size_after)
 {
+    settle(r);
     r->errstr[0] = '\0';
     if (size_after) *size_after = 0;
     if (at_ms == 0) at_ms = dd_now_ms();
@@ -500,40 +522,110 @@ int dd_recent_record(dd_recent *r, const char *scene, size_t scene_len, const ch
     }
 }
 
-int dd_recent_fetch(dd_recent *r, const char *scene, size_t scene_len, const char *user,
-                    size_t user_len, uint64_t *hashes, size_t cap, size_t *n)
-{
+/* ZREVRANGE key 0 cap-1: the fetch command for the key in r->key. */
+struct fetch_cmd {
     char stop[24];
-    *n = 0;
-    r->errstr[0] = '\0';
-    if (cap == 0) return DD_OK;
-    size_t keylen = make_key(r, scene, scene_len, user, user_len);
-    if (!keylen) return DD_ERR_NOMEM;
-    int sl = snprintf(stop, sizeof stop, "%zu", cap - 1);
-    const char *argv[4] = {"ZREVRANGE", r->key, "0", stop};
-    size_t lens[4] = {9, keylen, 1, (size_t)sl};
+    const char *argv[4];
+    size_t lens[4];
+};
 
+static void fetch_cmd(const dd_recent *r, size_t keylen, size_t cap, struct fetch_cmd *c)
+{
+    int sl = snprintf(c->stop, sizeof c->stop, "%zu", cap - 1);
+    c->argv[0] = "ZREVRANGE";
+    c->argv[1] = r->key;
+    c->argv[2] = "0";
+    c->argv[3] = c->stop;
+    c->lens[0] = 9;
+    c->lens[1] = keylen;
+    c->lens[2] = 1;
+    c->lens[3] = (size_t)sl;
+}
+
+/* A fetch reply into HASHES; consumes REP. */
+static int fetch_reply(dd_recent *r, redisReply *rep, uint64_t *hashes, size_t cap, size_t *n)
+{
+    int rc = DD_OK;
+    r->used = 1;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    if (rep->type != REDIS_REPLY_ARRAY) {
+        rc = reply_error(r, "ZREVRANGE", rep);
+    } else {
+        size_t k = 0;
+        for (size_t i = 0; i < rep->elements && k < cap; i++) {
+            const redisReply *e = rep->element[i];
+            if (e->type != REDIS_REPLY_STRING) continue;
+            hashes[k++] = dd_hash(e->str, (size_t)e->len);
+        }
+        *n = k;
+    }
+    freeReplyObject(rep);
+    return rc;
+}
+
+/* The whole fetch, waiting for the reply, for the key in r->key. */
+static int fetch_sync(dd_recent *r, size_t keylen, uint64_t *hashes, size_t cap, size_t *n)
+{
+    struct fetch_cmd cmd;
+    fetch_cmd(r, keylen, cap, &cmd);
     for (int attempt = 0;; attempt++) {
         int rc = ensure(r);
         if (rc != DD_OK) return rc;
         errno = 0;
-        redisReply *rep = redisCommandArgv(r->c, 4, argv, lens);
-        if (rep) {
-            r->used = 1;
-            r->backoff_ms = BACKOFF_MIN_MS;
-            if (rep->type != REDIS_REPLY_ARRAY) {
-                rc = reply_error(r, "ZREVRANGE", rep);
-            } else {
-                size_t k = 0;
-                for (size_t i = 0; i < rep->elements && k < cap; i++) {
-                    const redisReply *e = rep->element[i];
-                    if (e->type != REDIS_REPLY_STRING) continue;
-                    hashes[k++] = dd_hash(e->str, (size_t)e->len);
-                }
-                *n = k;
-            }
-            freeReplyObject(rep);
-            return rc;
+        redisReply *rep = redisCommandArgv(r->c, 4, cmd.argv, cmd.lens);
+        if (rep) return fetch_reply(r, rep, hashes, cap, n);
+        int saved_errno = errno;
+        if (attempt == 0 && stale(r, saved_errno)) {
+            redisFree(r->c);
+            r->c = NULL;
+            r->used = 0;
+            continue;
+        }
+        return conn_failed(r, saved_errno, "fetch");
+    }
+}
+
+int dd_recent_fetch(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                    size_t user_len, uint64_t *hashes, size_t cap, size_t *n)
+{
+    *n = 0;
+    settle(r);
+    r->errstr[0] = '\0';
+    if (cap == 0) return DD_OK;
+    size_t keylen = make_key(r, scene, scene_len, user, user_len);
+    if (!keylen) return DD_ERR_NOMEM;
+    return fetch_sync(r, keylen, hashes, cap, n);
+}
+
+int dd_recent_fetch_begin(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                          size_t user_len, size_t cap)
+{
+    settle(r);
+    r->errstr[0] = '\0';
+    size_t keylen = make_key(r, scene, scene_len, user, user_len);
+    if (!keylen) return DD_ERR_NOMEM;
+    r->pending_keylen = keylen;
+    r->pending_cap = cap;
+    if (cap == 0) {
+        r->pending = 1;
+        return DD_OK;
+    }
+    struct fetch_cmd cmd;
+    fetch_cmd(r, keylen, cap, &cmd);
+    for (int attempt = 0;; attempt++) {
+        int rc = ensure(r);
+        if (rc != DD_OK) return rc;
+        if (redisAppendCommandArgv(r->c, 4, cmd.argv, cmd.lens) != REDIS_OK) {
+            set_err(r, "out of memory");
+            return DD_ERR_NOMEM;
+        }
+        int done = 0;
+        errno = 0;
+        while (!done && redisBufferWrite(r->c, &done) == REDIS_OK) {
+        }
+        if (done) {
+            r->pending = 1;
+            return DD_OK;
         }
         int saved_errno = errno;
         if (attempt == 0 && stale(r, saved_errno)) {
@@ -546,9 +638,40 @@ int dd_recent_fetch(dd_recent *r, const char *scene, size_t scene_len, const cha
     }
 }
 
+int dd_recent_fetch_end(dd_recent *r, uint64_t *hashes, size_t cap, size_t *n)
+{
+    *n = 0;
+    if (!r->pending) {
+        set_err(r, "fetch_end without a fetch_begin");
+        return DD_ERR_INVALID;
+    }
+    r->pending = 0;
+    if (r->pending_cap == 0) return DD_OK;
+    if (cap > r->pending_cap) cap = r->pending_cap;
+    void *rep = NULL;
+    errno = 0;
+    if (r->c && redisGetReply(r->c, &rep) == REDIS_OK) return fetch_reply(r, rep, hashes, cap, n);
+    int saved_errno = errno;
+    if (stale(r, saved_errno)) {
+        /* closed while idle before the command reached it: once more, on a
+         * fresh connection, waiting this time */
+        redisFree(r->c);
+        r->c = NULL;
+        r->used = 0;
+        return fetch_sync(r, r->pending_keylen, hashes, cap, n);
+    }
+    return conn_failed(r, saved_errno, "fetch");
+}
+
+void dd_recent_fetch_cancel(dd_recent *r)
+{
+    settle(r);
+}
+
 int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                      size_t user_len)
 {
+    settle(r);
     r->errstr[0] = '\0';
     size_t keylen = make_key(r, scene, scene_len, user, user_len);
     if (!keylen) return DD_ERR_NOMEM;

@@ -44,6 +44,21 @@ int dd_recent_record(dd_recent *r, const char *scene, size_t scene_len, const ch
 int dd_recent_fetch(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                     size_t user_len, uint64_t *hashes, size_t cap, size_t *n);
 
+/* The same fetch in two halves, so the Redis round trip overlaps other
+ * work: dd_recent_fetch_begin sends the command (connecting if needed,
+ * with the same backoff) and returns 0 or an error as above; only after 0,
+ * dd_recent_fetch_end reads the reply into HASHES (at most CAP, and at
+ * most begin's CAP) and returns as dd_recent_fetch (a connection the
+ * server closed while idle is retried once, waiting). recent.timeout_ms
+ * runs from when each half starts waiting. Between the two, no other call
+ * on R; a begun fetch not ended is given up with dd_recent_fetch_cancel
+ * (or by the next call on R), which reads and drops its reply, so it is
+ * never taken for another command's. */
+int dd_recent_fetch_begin(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                          size_t user_len, size_t cap);
+int dd_recent_fetch_end(dd_recent *r, uint64_t *hashes, size_t cap, size_t *n);
+void dd_recent_fetch_cancel(dd_recent *r); /* nothing pending: a no-op; cannot fail */
+
 /* Delete (SCENE, USER)'s deliveries. Errors as dd_recent_record. */
 int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                      size_t user_len);

@@ -4,7 +4,10 @@
  * test starts itself (free loopback port, temporary directory, stopped at
  * exit): record, fetch, trim, TTL, forget, scenes, binary-safe keys, AUTH,
  * an outage and recovery with the same client, and a server that accepts
- * but never answers.
+ * but never answers. The split fetch (fetch_begin / fetch_end) the Filter
+ * path uses: the same answer, a begun fetch given up (cancelled, or by the
+ * next call) never answering a later command, a server restarted while
+ * the client was idle, backoff and a server that never answers.
  *
  * Without redis-server the test skips (exit 77), except in CI (CI set),
  * where it fails.
@@ -533,6 +536,99 @@ static void test_bad_config(void)
     dd_recent_free(NULL);
 }
 
+/* dd_recent_fetch_begin / _end: exactly dd_recent_fetch's answers, never
+ * a stale reply, and the same failures. */
+static int split_is(dd_recent *r, const char *user, const char **want, size_t nwant)
+{
+    uint64_t h[128];
+    size_t n = 99;
+    int rc = dd_recent_fetch_begin(r, "", 0, user, strlen(user), 128);
+    if (rc == DD_OK) rc = dd_recent_fetch_end(r, h, 128, &n);
+    if (rc != DD_OK || n != nwant) {
+        fprintf(stderr, "split fetch %s: rc %d, %zu items, want %zu\n", user, rc, n, nwant);
+        return 0;
+    }
+    for (size_t i = 0; i < nwant; i++) {
+        uint64_t w = dd_hash(want[i], strlen(want[i]));
+        size_t j = 0;
+        while (j < n && h[j] != w) j++;
+        if (j == n) return 0;
+    }
+    return 1;
+}
+
+static void test_split_fetch(struct redis *rs, const char *addr)
+{
+    dd_recent *r = client(addr, NULL, 10, 60, 200);
+    const char *a[] = {"p1", "p2"}, *b[] = {"q1"};
+    uint64_t h[8];
+    size_t n = 5;
+    CHECK_EQ_INT(record_str(r, "", "pat", a, 2, 0, NULL), DD_OK);
+    CHECK_EQ_INT(record_str(r, "", "quinn", b, 1, 0, NULL), DD_OK);
+    CHECK(split_is(r, "pat", a, 2));
+    CHECK(split_is(r, "nobody", NULL, 0));
+    /* room for one: the newest */
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 1), DD_OK);
+    CHECK_EQ_INT(dd_recent_fetch_end(r, h, 8, &n), DD_OK);
+    CHECK(n == 1 && h[0] == dd_hash("p2", 2));
+    /* an end without a begin */
+    CHECK_EQ_INT(dd_recent_fetch_end(r, h, 8, &n), DD_ERR_INVALID);
+    CHECK_EQ_INT(n, 0);
+    /* given up: cancelled, then by the next calls of every kind */
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 8), DD_OK);
+    dd_recent_fetch_cancel(r);
+    dd_recent_fetch_cancel(r); /* nothing pending: a no-op */
+    CHECK(fetch_is(r, "", "quinn", b, 1));
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 8), DD_OK);
+    CHECK(fetch_is(r, "", "quinn", b, 1));
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 8), DD_OK);
+    CHECK(split_is(r, "quinn", b, 1));
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 8), DD_OK);
+    uint32_t sz = 0;
+    CHECK_EQ_INT(record_str(r, "", "quinn", b, 1, 0, &sz), DD_OK);
+    CHECK_EQ_INT(sz, 1);
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 8), DD_OK);
+    CHECK_EQ_INT(dd_recent_forget(r, "", 0, "quinn", 5), DD_OK);
+    CHECK(split_is(r, "quinn", NULL, 0));
+    CHECK(split_is(r, "pat", a, 2));
+    /* restarted while idle: the end retries on a fresh connection */
+    redis_stop(rs);
+    redis_start(rs); /* empty again: no persistence */
+    dd_recent *other = client(addr, NULL, 10, 60, 200);
+    CHECK_EQ_INT(record_str(other, "", "pat", a, 2, 0, NULL), DD_OK);
+    dd_recent_free(other);
+    CHECK(split_is(r, "pat", a, 2));
+    /* down: begin fails at once, then fails fast while backing off */
+    redis_stop(rs);
+    int64_t t0 = dd_mono_ns();
+    int rc = dd_recent_fetch_begin(r, "", 0, "pat", 3, 8);
+    if (rc == DD_OK) rc = dd_recent_fetch_end(r, h, 8, &n); /* the send may still succeed */
+    CHECK_EQ_INT(rc, DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 8), DD_ERR_UNAVAILABLE);
+    CHECK_MSG(ms_since(t0) < 150, "failing took %.1f ms", ms_since(t0));
+    redis_start(rs);
+    dd_recent_free(r);
+
+    /* a listener that never answers: the end times out */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    struct sockaddr_in la = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    REQUIRE(bind(fd, (struct sockaddr *)&la, sizeof la) == 0);
+    REQUIRE(listen(fd, 16) == 0);
+    socklen_t len = sizeof la;
+    REQUIRE(getsockname(fd, (struct sockaddr *)&la, &len) == 0);
+    char haddr[64];
+    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", ntohs(la.sin_port));
+    dd_recent *hr = client(haddr, NULL, 10, 60, 50);
+    CHECK_EQ_INT(dd_recent_fetch_begin(hr, "", 0, "hank", 4, 8), DD_OK);
+    t0 = dd_mono_ns();
+    CHECK_EQ_INT(dd_recent_fetch_end(hr, h, 8, &n), DD_ERR_TIMEOUT);
+    double took = ms_since(t0);
+    CHECK_MSG(took >= 45 && took < 500, "timeout after %.1f ms (timeout_ms 50)", took);
+    dd_recent_free(hr);
+    close(fd);
+}
+
 int main(void)
 {
     static struct redis rs;
@@ -553,5 +649,6 @@ int main(void)
     test_auth();
     test_hang(&rs);
     test_outage(&rs, addr);
+    test_split_fetch(&rs, addr);
     TEST_MAIN_END();
 }

@@ -134,6 +134,15 @@ def main():
     check([(x.index, x.reason) for x in r.removed] == [
         (0, pb.REASON_PLAYED), (2, pb.REASON_PLAYED), (3, pb.REASON_DELIVERED),
         (4, pb.REASON_DUPLICATE)], "explain after plays: %s" % r.removed)
+    # Both played and delivered: DELIVERED, counted once; its repeat DUPLICATE.
+    dedup.RecordPlays(pb.RecordPlaysRequest(user_id="u1", plays=[pb.Play(item_id="pd")]),
+                      timeout=10)
+    dedup.RecordDelivery(pb.RecordDeliveryRequest(user_id="u1", item_ids=["pd"]), timeout=10)
+    r = filt("u1", ["pd", "f1", "pd"], explain=True)
+    check((r.removed_played, r.removed_delivered, r.removed_duplicate) == (0, 1, 1),
+          "played and delivered: counters %s" % r)
+    check([(x.index, x.reason) for x in r.removed] == [
+        (0, pb.REASON_DELIVERED), (2, pb.REASON_DUPLICATE)], "played and delivered: %s" % r.removed)
     r = filt("u1", ["p1", "f1", "p2", "d1", "f1", "f3"], mode=pb.RESPONSE_MODE_INDEXES)
     check(list(r.kept_indexes) == [1, 5] and not r.kept_ids and not r.removed,
           "index mode: %s" % r)
