@@ -11,8 +11,8 @@
 
 #include "dedup.pb-c.h"
 
+#include <assert.h>
 #include <endian.h>
-#include <stdbool.h>
 #include <string.h>
 
 enum {
@@ -137,26 +137,189 @@ static inline uint64_t load64(const uint8_t *p)
     return v;
 }
 
-static inline bool has_zero_byte(uint64_t v)
+static inline uint32_t load32(const uint8_t *p)
 {
-    return ((v - UINT64_C(0x0101010101010101)) & ~v & UINT64_C(0x8080808080808080)) != 0;
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
-/* c_len for an id of 8 to 16 bytes (the usual): two overlapping word
- * tests instead of a call. */
+/* Non-zero when a byte of V is zero (exact: no false positives in
+ * whether, only in which byte, which is not asked). */
+static inline uint64_t zero_bytes64(uint64_t v)
+{
+    return (v - UINT64_C(0x0101010101010101)) & ~v & UINT64_C(0x8080808080808080);
+}
+
+static inline uint32_t zero_bytes32(uint32_t v)
+{
+    return (v - UINT32_C(0x01010101)) & ~v & UINT32_C(0x80808080);
+}
+
+/* c_len for a candidate id: ids of 4 to 16 bytes (the usual) without a
+ * NUL are told by two overlapping word tests, inside the id's bytes; the
+ * rest, or a NUL found, go to memchr. */
 static inline size_t c_len_id(const uint8_t *p, size_t len)
 {
-    if (len >= 8 && len <= 16 && !has_zero_byte(load64(p)) && !has_zero_byte(load64(p + len - 8)))
-        return len;
+    if (len >= 8) {
+        if (len <= 16 && !(zero_bytes64(load64(p)) | zero_bytes64(load64(p + len - 8))))
+            return len;
+    } else if (len >= 4) {
+        if (!(zero_bytes32(load32(p)) | zero_bytes32(load32(p + len - 4)))) return len;
+    } else if (len == 0) {
+        return 0;
+    }
     return c_len(p, len);
+}
+
+/* Any field but a plainly framed candidate id, at P (REM > 0 bytes
+ * left): checks it, reads it into Q, or records a candidate in IDS while
+ * *N < CAP; counts candidates in *N. Returns the bytes it takes, or 0 if
+ * it is malformed. Out of line: the scan's registers would otherwise
+ * crowd the candidate loop's. */
+static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem,
+                                                    struct dd_filter_query *q,
+                                                    struct dd_filter_id *ids, size_t cap,
+                                                    size_t *n)
+{
+    struct field f = {0};
+    size_t used = scan_field(p, rem, &f);
+    if (used == 0) return 0;
+    switch (f.num) {
+    case F_USER_ID:
+    case F_SCENE:
+        if (f.wt != WT_LEN) return 0;
+        if (f.num == F_USER_ID) {
+            q->user_id = (const char *)f.payload;
+            q->user_len = c_len(f.payload, f.payload_len);
+        } else {
+            q->scene = (const char *)f.payload;
+            q->scene_len = c_len(f.payload, f.payload_len);
+        }
+        break;
+    case F_CANDIDATE_IDS:
+        if (f.wt != WT_LEN) return 0;
+        if (*n < cap) {
+            ids[*n].p = (const char *)f.payload;
+            ids[*n].len = c_len(f.payload, f.payload_len);
+        }
+        ++*n;
+        break;
+    case F_LOOKBACK_DAYS:
+    case F_MODE:
+        if (f.wt != WT_VARINT) return 0;
+        if (f.num == F_LOOKBACK_DAYS)
+            q->lookback_days = varint_u32(f.val, f.val_len);
+        else
+            q->mode = (int32_t)varint_u32(f.val, f.val_len);
+        break;
+    case F_EXPLAIN: {
+        int b = 0;
+        for (size_t i = 0; i < f.val_len; i++)
+            if (f.val[i] & 0x7f) b = 1;
+        q->explain = b;
+        break;
+    }
+    default:
+        break; /* unknown: skipped */
+    }
+    return used;
+}
+
+/* A candidate field's first byte when its tag takes one byte. */
+#define CAND_KEY ((F_CANDIDATE_IDS << 3) | WT_LEN)
+/* Bytes from a plain candidate field's start to the end of its id, at
+ * most (one-byte tag, one-byte length, up to 127 bytes). */
+#define PLAIN_MAX (2 + 127)
+/* Spans shorter than this are not worth a second chain. */
+#define SPLIT_MIN 4096
+
+/* Record the plain candidate fields (one-byte tag, one-byte length) from
+ * P on into IDS from index *NP while it is under CAP, as long as each
+ * starts before SAFE: PLAIN_MAX - 1 bytes before a NUL byte or the end, so
+ * that no id needs cutting and none can overrun. Returns where it
+ * stopped, *NP updated. The loop carries P and N only: each field's
+ * position hangs on the previous one's length byte, a load's latency per
+ * id, and the rest runs beside it. */
+static inline const uint8_t *plain_ids(const uint8_t *p, const uint8_t *safe,
+                                       struct dd_filter_id *ids, size_t *np, size_t cap)
+{
+    size_t n = *np;
+    while (p < safe && n < cap) {
+        size_t l = p[1];
+        if (p[0] != CAND_KEY || l >= 0x80) break;
+        ids[n].p = (const char *)(p + 2);
+        ids[n].len = l;
+        n++;
+        p += 2 + l;
+    }
+    *np = n;
+    return p;
+}
+
+/* Where a plain candidate field seems to start at or after FROM (before
+ * SAFE, looking 256 bytes at most): a candidate key and a one-byte length,
+ * with the next fields framed alike. NULL when none is found. Only a
+ * guess: the caller checks it by parsing up to it. */
+static const uint8_t *sync_point(const uint8_t *from, const uint8_t *safe)
+{
+    for (const uint8_t *x = from; x < safe && x < from + 256; x++) {
+        const uint8_t *y = x;
+        int ok = 1;
+        for (int k = 0; ok && k < 4 && y < safe; k++) {
+            if (y[0] != CAND_KEY || y[1] >= 0x80) ok = 0;
+            else y += 2 + y[1];
+        }
+        if (ok) return x;
+    }
+    return NULL;
+}
+
+/* plain_ids over a long span in two chains at once: the span's second
+ * half from a guessed field start S (sync_point), its ids into scratch
+ * from ARENA, interleaved with the first half from P. When the first
+ * chain lands exactly on S, the second one's ids are what a single chain
+ * would have recorded from S, and are moved into place; otherwise (a
+ * wrong guess, a field that is not plain, no room) they are dropped and
+ * the caller goes on from where the first chain stopped. */
+static const uint8_t *plain_ids_split(const uint8_t *p, const uint8_t *safe,
+                                      struct dd_filter_id *ids, size_t *np, size_t cap,
+                                      dd_arena *arena)
+{
+    size_t na = *np, nb = 0;
+    const uint8_t *s = sync_point(p + (safe - p) / 2, safe);
+    if (!s) return plain_ids(p, safe, ids, np, cap);
+    /* Fields starting in [S, SAFE) take two bytes or more each. */
+    size_t bcap = (size_t)(safe - s + 1) / 2;
+    if (bcap > cap - na) bcap = cap - na;
+    struct dd_filter_id *tmp = dd_arena_alloc(arena, bcap * sizeof *tmp);
+    if (!tmp) return plain_ids(p, safe, ids, np, cap);
+    const uint8_t *a = p, *b = s;
+    while (a < s && b < safe && na < cap && nb < bcap) {
+        size_t la = a[1], lb = b[1];
+        if ((a[0] ^ CAND_KEY) | (b[0] ^ CAND_KEY) | ((la | lb) & 0x80)) break;
+        ids[na].p = (const char *)(a + 2);
+        ids[na].len = la;
+        na++;
+        a += 2 + la;
+        tmp[nb].p = (const char *)(b + 2);
+        tmp[nb].len = lb;
+        nb++;
+        b += 2 + lb;
+    }
+    a = plain_ids(a, s, ids, &na, cap); /* S < SAFE: the first half alone */
+    if (a != s || nb > cap - na) {
+        *np = na;
+        return a;
+    }
+    memcpy(ids + na, tmp, nb * sizeof *tmp);
+    *np = na + nb;
+    return plain_ids(b, safe, ids, np, cap); /* where the first chain ended first */
 }
 
 int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena,
                                   size_t max_ids, struct dd_filter_query *q)
 {
-    struct field f = {0};
-    size_t n = 0;
-
     memset(q, 0, sizeof *q);
     q->user_id = "";
     q->scene = "";
@@ -168,60 +331,39 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
     size_t cap = len / 2 < max_ids ? len / 2 : max_ids;
     struct dd_filter_id *ids = dd_arena_alloc(arena, cap * sizeof *ids);
     if (!ids) return DD_ERR_NOMEM;
-    for (size_t off = 0; off < len;) {
-        const uint8_t *p = data + off;
-        if (p[0] == ((F_CANDIDATE_IDS << 3) | WT_LEN) && len - off >= 2 && p[1] < 0x80 &&
-            (size_t)p[1] <= len - off - 2) {
-            /* The common case: a one-byte tag, a one-byte length. */
+    const uint8_t *p = data, *const end = data + len;
+    const uint8_t *zero = NULL; /* the first NUL byte at or after p, or end */
+    size_t n = 0;
+    while (p < end) {
+        /* Ids wholly before the next NUL byte (found by memchr, far faster
+         * per byte than testing each id) are not cut: recorded as they
+         * are, by plain_ids, while there is room and the fields are plain
+         * candidates. */
+        if (!zero || zero < p) {
+            zero = memchr(p, 0, (size_t)(end - p));
+            if (!zero) zero = end;
+        }
+        if ((size_t)(zero - p) >= PLAIN_MAX && n < cap) {
+            const uint8_t *safe = zero - (PLAIN_MAX - 1);
+            if (safe - p >= SPLIT_MIN) p = plain_ids_split(p, safe, ids, &n, cap, arena);
+            else p = plain_ids(p, safe, ids, &n, cap);
+            if (p == end) break;
+        }
+        /* One field, checked in full: near a NUL or the end, past CAP, or
+         * not a plain candidate. */
+        size_t rem = (size_t)(end - p);
+        if (p[0] == CAND_KEY && rem >= 2 && p[1] < 0x80 && (size_t)p[1] <= rem - 2) {
             if (n < cap) {
                 ids[n].p = (const char *)(p + 2);
                 ids[n].len = c_len_id(p + 2, p[1]);
             }
             n++;
-            off += 2 + (size_t)p[1];
+            p += 2 + (size_t)p[1];
             continue;
         }
-        size_t used = scan_field(p, len - off, &f);
+        size_t used = other_field(p, rem, q, ids, cap, &n);
         if (used == 0) return DD_ERR_INVALID;
-        off += used;
-        switch (f.num) {
-        case F_USER_ID:
-        case F_SCENE:
-            if (f.wt != WT_LEN) return DD_ERR_INVALID;
-            if (f.num == F_USER_ID) {
-                q->user_id = (const char *)f.payload;
-                q->user_len = c_len(f.payload, f.payload_len);
-            } else {
-                q->scene = (const char *)f.payload;
-                q->scene_len = c_len(f.payload, f.payload_len);
-            }
-            break;
-        case F_CANDIDATE_IDS:
-            if (f.wt != WT_LEN) return DD_ERR_INVALID;
-            if (n < cap) {
-                ids[n].p = (const char *)f.payload;
-                ids[n].len = c_len_id(f.payload, f.payload_len);
-            }
-            n++;
-            break;
-        case F_LOOKBACK_DAYS:
-        case F_MODE:
-            if (f.wt != WT_VARINT) return DD_ERR_INVALID;
-            if (f.num == F_LOOKBACK_DAYS)
-                q->lookback_days = varint_u32(f.val, f.val_len);
-            else
-                q->mode = (int32_t)varint_u32(f.val, f.val_len);
-            break;
-        case F_EXPLAIN: {
-            int b = 0;
-            for (size_t i = 0; i < f.val_len; i++)
-                if (f.val[i] & 0x7f) b = 1;
-            q->explain = b;
-            break;
-        }
-        default:
-            break; /* unknown: skipped */
-        }
+        p += used;
     }
     q->n = n;
     /* More than MAX_IDS: rejected on the count, ids not needed. */
@@ -298,6 +440,22 @@ static size_t kept_ids_size(const struct dd_filter_query *q, const struct dd_fil
     return s;
 }
 
+/* At least kept_ids_size (exact for ids under 16 KiB: key, length, id),
+ * summed without a branch on the reason (kept at random places would
+ * mispredict it) nor a loop over the length's varint. */
+static size_t kept_ids_bound(const struct dd_filter_query *q, const struct dd_filter_result *r)
+{
+    const uint8_t *reason = r->reason;
+    const struct dd_filter_id *ids = q->ids;
+    size_t n = q->n, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = ids[i].len;
+        size_t f = 2 + l + (size_t)(l >= (1u << 7)) + 8 * (size_t)(l >= (1u << 14));
+        s += f & ((size_t)(reason[i] != 0) - 1); /* all ones when kept */
+    }
+    return s;
+}
+
 size_t dd_wire_filter_response_size(const struct dd_filter_query *q,
                                     const struct dd_filter_result *r)
 {
@@ -332,7 +490,7 @@ size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
 {
     size_t s = SCALARS_MAX + WRITE_SLACK;
     if (q->mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS)
-        s += kept_ids_size(q, r);
+        s += kept_ids_bound(q, r);
     else
         s += 1 + 5 + r->kept * varint_size(q->n);
     if (q->explain) s += (q->n - r->kept) * REMOVED_MAX;
@@ -353,39 +511,99 @@ static inline size_t put_varint28(uint8_t *p, uint32_t v)
     return len;
 }
 
+/* Copy an id of L bytes: 8 to 16 (the usual) as two overlapping words
+ * within the id, instead of a call. */
+static inline void copy_id(uint8_t *d, const uint8_t *s, size_t l)
+{
+    if (l >= 8 && l <= 16) {
+        uint64_t a = load64(s), b = load64(s + l - 8);
+        memcpy(d, &a, 8);
+        memcpy(d + l - 8, &b, 8);
+    } else {
+        memcpy(d, s, l);
+    }
+}
+
+/* The kept ids as kept_ids fields at P; returns the end. */
+static uint8_t *write_kept_ids(const struct dd_filter_query *q, const struct dd_filter_result *r,
+                               uint8_t *p)
+{
+    const uint8_t *reason = r->reason;
+    const struct dd_filter_id *ids = q->ids;
+    size_t n = q->n;
+    for (size_t i = 0; i < n; i++) {
+        if (reason[i]) continue;
+        size_t l = ids[i].len;
+        *p++ = K_KEPT_IDS;
+        if (l < 0x80) *p++ = (uint8_t)l;
+        else p = put_varint(p, l);
+        copy_id(p, (const uint8_t *)ids[i].p, l);
+        p += l;
+    }
+    return p;
+}
+
+/* The packed kept_indexes field (R->kept > 0) at P; returns the end. May
+ * store up to WRITE_SLACK bytes past it.
+ *
+ * The payload's length is known before it is written: indexes under 128
+ * take one byte, under 16,384 two (all of them for the usual n), and only
+ * the few below 128 and those from 16,384 on are counted; the rest are
+ * R->kept less those. Each index is then stored whether kept or not and
+ * kept by advancing (80 % kept at random places mispredicted a branch),
+ * in one loop per varint length. */
+static uint8_t *write_kept_indexes(const struct dd_filter_query *q,
+                                   const struct dd_filter_result *r, uint8_t *p)
+{
+    const uint8_t *reason = r->reason;
+    size_t n = q->n;
+    size_t n1 = n < (1u << 7) ? n : (1u << 7), n2 = n < (1u << 14) ? n : (1u << 14);
+    size_t k1 = 0, k3 = 0, tail = 0; /* kept below n1; from n2 on, and their bytes */
+    for (size_t i = 0; i < n1; i++) k1 += reason[i] == 0;
+    for (size_t i = n2; i < n; i++) {
+        size_t keep = reason[i] == 0;
+        k3 += keep;
+        tail += keep * varint_size(i);
+    }
+    size_t plen = k1 + 2 * (r->kept - k1 - k3) + tail;
+    *p++ = K_KEPT_INDEXES;
+    p = put_varint(p, plen);
+    uint8_t *start = p;
+    for (size_t i = 0; i < n1; i++) {
+        *p = (uint8_t)i;
+        p += reason[i] == 0;
+    }
+    for (size_t i = n1; i < n2;) {
+        /* Per 128 indexes the high byte stays: only the low one counts. */
+        size_t stop = (i | 0x7f) + 1 < n2 ? (i | 0x7f) + 1 : n2;
+        unsigned v = (unsigned)(((i >> 7) << 8) | 0x80 | (i & 0x7f));
+        for (; i < stop; i++, v++) {
+            uint16_t w = htole16((uint16_t)v);
+            memcpy(p, &w, 2);
+            p += reason[i] == 0 ? 2 : 0;
+        }
+    }
+    size_t i = n2;
+    for (; i < n && i < (1u << 28); i++) {
+        size_t l = put_varint28(p, (uint32_t)i);
+        p += reason[i] == 0 ? l : 0;
+    }
+    for (; i < n; i++)
+        if (reason[i] == 0) p = put_varint(p, i);
+    /* R->kept is the count of zero reasons (filter.h). */
+    assert((size_t)(p - start) == plen);
+    (void)start;
+    return p;
+}
+
 size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
                                      const struct dd_filter_result *r, uint8_t *out)
 {
     uint8_t *p = out;
-    if (q->mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS) {
-        for (size_t i = 0; i < q->n; i++) {
-            if (r->reason[i]) continue;
-            *p++ = K_KEPT_IDS;
-            p = put_varint(p, q->ids[i].len);
-            memcpy(p, q->ids[i].p, q->ids[i].len);
-            p += q->ids[i].len;
-        }
-    } else if (r->kept) {
-        /* One pass: the indexes go 5 bytes after the key (room for any
-         * length prefix), each written whether kept or not and kept by
-         * advancing (80 % kept at random places mispredicted a branch);
-         * then the payload moves back to just after its real prefix. */
-        *p++ = K_KEPT_INDEXES;
-        uint8_t *start = p + 5, *w = start;
-        if (q->n <= (1u << 28)) {
-            for (size_t i = 0; i < q->n; i++) {
-                size_t l = put_varint28(w, (uint32_t)i);
-                w += r->reason[i] == 0 ? l : 0;
-            }
-        } else {
-            for (size_t i = 0; i < q->n; i++)
-                if (r->reason[i] == 0) w = put_varint(w, i);
-        }
-        size_t plen = (size_t)(w - start);
-        p = put_varint(p, plen);
-        memmove(p, start, plen);
-        p += plen;
-    }
+    if (q->mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS)
+        p = write_kept_ids(q, r, p);
+    else if (r->kept)
+        p = write_kept_indexes(q, r, p);
     if (q->explain) {
         for (size_t i = 0; i < q->n; i++) {
             uint8_t why = r->reason[i];

@@ -15,7 +15,17 @@
  * field, reading the scalars and recording (pointer, length) of each
  * candidate in one arena array sized for the most the bytes can hold
  * (len / 2, at most max_ids; a second counting pass cost as much as this
- * one); nothing else is allocated.
+ * one).
+ *
+ * Each field's place hangs on the previous one's length byte, so a walk
+ * costs a load's latency per candidate whatever else it does. The usual
+ * candidate fields (one-byte tag and length, 10,000 in a row) therefore
+ * take a loop that does nothing else: memchr finds the next NUL byte
+ * first (ids wholly before it need no cutting), and a long run is walked
+ * as two chains at once, the second from a field start guessed in the
+ * middle and kept only if the first chain lands exactly on it (its ids go
+ * through an arena scratch array, then into place). Everything else (a
+ * NUL near, other fields, past max_ids) is checked field by field.
  *
  * What it accepts and how it reads fields is protobuf-c 1.4's unpack,
  * which it replaces (tests/unit/test_wire.c checks both on the same bytes,
@@ -34,9 +44,13 @@
  * The response is the bytes protobuf_c_message_pack gives for the same
  * FilterResponse (fields in number order, packed kept_indexes, zero
  * scalars and an index 0 omitted), written in one pass into a buffer of
- * a bound's size (exact in ids mode, O(1) in indexes mode): the caller
- * trims the buffer to the length written. Sizing exactly first took a
- * pass over the reasons of its own (two for the packed indexes).
+ * a bound's size (one branch-free pass over the ids in ids mode, O(1) in
+ * indexes mode): the caller trims the buffer to the length written.
+ * Sizing exactly first took a pass over the reasons of its own. The
+ * packed indexes' length is known up front without one: below 16,384
+ * candidates every index takes one byte under 128 and two above, so only
+ * the first 128 reasons are counted; the indexes are stored whether kept
+ * or not and kept by advancing (no branch to mispredict).
  */
 #ifndef DD_WIRE_H
 #define DD_WIRE_H
@@ -50,7 +64,8 @@ typedef struct dd_arena dd_arena;
 
 /* Decode a dedup.v1.FilterRequest from DATA (LEN bytes, borrowed: the
  * query points into it, so it must outlive Q). The candidate array comes
- * from ARENA, only when there are at most MAX_IDS candidates; with more,
+ * from ARENA (with, for long requests, a scratch array of at most as many
+ * entries), only when there are at most MAX_IDS candidates; with more,
  * q->ids is NULL and q->n says how many there were (the filter rejects
  * the request on its count before reading ids). Returns 0,
  * DD_ERR_INVALID (not a valid FilterRequest; Q is unspecified) or
@@ -65,14 +80,16 @@ size_t dd_wire_filter_response_size(const struct dd_filter_query *q,
 
 /* Bytes OUT needs for dd_wire_filter_response_write(Q, R, OUT): at least
  * the response's size plus what the writer may store past its end. One
- * pass over the kept ids in ids mode, O(1) otherwise. Cannot fail. */
+ * pass over the ids in ids mode, O(1) otherwise. R->kept must be the
+ * number of zero reasons (filter.h). Cannot fail. */
 size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
                                      const struct dd_filter_result *r);
 
 /* Encode that response into OUT, which has room for
  * dd_wire_filter_response_bound(Q, R) bytes (contents past the returned
  * length are unspecified); returns the bytes of the response, which are
- * dd_wire_filter_response_size(Q, R). Cannot fail. */
+ * dd_wire_filter_response_size(Q, R). R->kept as for the bound (checked
+ * by an assert in indexes mode). Cannot fail. */
 size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
                                      const struct dd_filter_result *r, uint8_t *out);
 

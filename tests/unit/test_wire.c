@@ -32,14 +32,15 @@ static uint64_t next(void)
     return rng;
 }
 
-/* Decode BUF both ways; 1 if they agree (both reject, or both accept
- * with the same content). */
-static int agree(const uint8_t *buf, size_t len, int verbose)
+/* Decode BUF both ways, the in-place decoder with MAX_IDS; 1 if they
+ * agree (both reject, or both accept with the same content; over MAX_IDS,
+ * the same count and no ids). */
+static int agree_max(const uint8_t *buf, size_t len, size_t max_ids, int verbose)
 {
     dd_arena_reset(arena);
     Dedup__V1__FilterRequest *pb = dedup__v1__filter_request__unpack(NULL, len, buf);
     struct dd_filter_query q;
-    int rc = dd_wire_filter_request_decode(buf, len, arena, SIZE_MAX, &q);
+    int rc = dd_wire_filter_request_decode(buf, len, arena, max_ids, &q);
     int ok = 1;
     if (!pb) {
         ok = rc == DD_ERR_INVALID;
@@ -57,13 +58,64 @@ static int agree(const uint8_t *buf, size_t len, int verbose)
     if (q.lookback_days != pb->lookback_days || q.mode != (int32_t)pb->mode ||
         !q.explain != !pb->explain || q.n != pb->n_candidate_ids)
         ok = 0;
-    for (size_t i = 0; ok && i < q.n; i++) {
+    if (ok && q.n > max_ids) ok = q.ids == NULL;
+    for (size_t i = 0; ok && q.n <= max_ids && i < q.n; i++) {
         const char *id = pb->candidate_ids[i];
         if (q.ids[i].len != strlen(id) || memcmp(q.ids[i].p, id, q.ids[i].len) != 0) ok = 0;
     }
     if (!ok && verbose) fprintf(stderr, "decoded contents differ\n");
     dedup__v1__filter_request__free_unpacked(pb, NULL);
     return ok;
+}
+
+static int agree(const uint8_t *buf, size_t len, int verbose)
+{
+    return agree_max(buf, len, SIZE_MAX, verbose);
+}
+
+/* A request written field by field, for ids protobuf-c cannot pack (a
+ * NUL inside) and fields in any order. */
+struct wbuf {
+    uint8_t *b;
+    size_t len, cap;
+};
+
+static void w_bytes(struct wbuf *w, const void *p, size_t n)
+{
+    if (w->len + n > w->cap) {
+        w->cap = (w->len + n) * 2 + 64;
+        w->b = realloc(w->b, w->cap);
+        REQUIRE(w->b);
+    }
+    memcpy(w->b + w->len, p, n);
+    w->len += n;
+}
+
+static void w_varint(struct wbuf *w, uint64_t v)
+{
+    uint8_t t[10];
+    size_t n = 0;
+    while (v >= 0x80) {
+        t[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    t[n++] = (uint8_t)v;
+    w_bytes(w, t, n);
+}
+
+/* A length-delimited field NUM. */
+static void w_field(struct wbuf *w, unsigned num, const void *p, size_t n)
+{
+    w_varint(w, (uint64_t)num << 3 | 2);
+    w_varint(w, n);
+    w_bytes(w, p, n);
+}
+
+static void w_filler(struct wbuf *w, size_t i)
+{
+    char id[32];
+    int l = snprintf(id, sizeof id, i % 5 == 1 ? "delivered-%zu" : "video-%zu", 1000000 + i * 13);
+    w_field(w, 2, id, (size_t)l);
 }
 
 static uint8_t *pack_request(const Dedup__V1__FilterRequest *r, size_t *len)
@@ -222,6 +274,119 @@ static void test_unknown_and_odd_fields(void)
     free_ids(ids, 3);
 }
 
+/* Ids of every length from 0 to 40, without a NUL and with one at every
+ * place (and all NULs), first, in the middle and last of requests long
+ * enough for every decoding path (plain runs, two chains, checked
+ * fields): cut at the NUL as protobuf-c cuts them. */
+static void test_id_lengths_and_nuls(void)
+{
+    static const size_t where[] = {0, 150, 300, 599};
+    static const uint8_t fill[] = {'a', 0x01, 0x80, 0xff, 0x12, 0x7f};
+    int bad = 0, n_req = 0;
+    for (size_t l = 0; l <= 40; l++) {
+        for (size_t k = 0; k <= l + 1; k++) { /* NUL at k - 1; 0: none; l + 1: all */
+            for (size_t wi = 0; wi < DD_ARRAY_LEN(where); wi++) {
+                uint8_t id[40];
+                for (size_t j = 0; j < l; j++) id[j] = fill[(j + k + wi) % DD_ARRAY_LEN(fill)];
+                if (k == l + 1) memset(id, 0, l);
+                else if (k > 0) id[k - 1] = 0;
+                struct wbuf w = {0};
+                w_field(&w, 1, "user-7", 6);
+                for (size_t i = 0; i < 600; i++) {
+                    if (i == where[wi]) w_field(&w, 2, id, l);
+                    else w_filler(&w, i);
+                }
+                w_field(&w, 3, "feed", 4);
+                if (!agree(w.b, w.len, bad == 0)) {
+                    if (bad++ == 0) fprintf(stderr, "id length %zu, NUL case %zu, at %zu\n", l, k,
+                                            where[wi]);
+                }
+                /* The NUL cut checked by value too. */
+                dd_arena_reset(arena);
+                struct dd_filter_query q;
+                CHECK_EQ_INT(dd_wire_filter_request_decode(w.b, w.len, arena, SIZE_MAX, &q),
+                             DD_OK);
+                size_t want = k == 0 ? l : k == l + 1 ? 0 : k - 1;
+                CHECK(q.n == 600 && q.ids[where[wi]].len == want);
+                free(w.b);
+                n_req++;
+            }
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(n_req > 3000);
+}
+
+/* Random large requests whose ids hold bytes that look like candidate
+ * framing (0x12 and a small byte: a second chain guessing its start in
+ * the middle of the request can land inside an id), NULs now and then,
+ * lengths over 127 (two-byte prefixes), other fields between candidates,
+ * and limits on the count below, at and above it. */
+static void test_large_random(void)
+{
+    static const uint8_t alphabet[] = {0x12, 0x01, 0x05, 'a', 'b', 0x12, 0x03};
+    int bad = 0;
+    for (int it = 0; it < 300; it++) {
+        size_t n = 200 + next() % 3000;
+        unsigned nul_per_10k = (unsigned)(next() % 3 == 0 ? 0 : next() % 200);
+        unsigned long_per_100 = (unsigned)(next() % 3);
+        unsigned other_per_1k = (unsigned)(next() % 2 == 0 ? 0 : 1 + next() % 5);
+        struct wbuf w = {0};
+        if (next() % 2) w_field(&w, 1, "user-1", 6);
+        for (size_t i = 0; i < n; i++) {
+            uint8_t id[200];
+            size_t l = next() % 100 < long_per_100 ? 120 + next() % 80 : next() % 24;
+            for (size_t j = 0; j < l; j++) {
+                id[j] = alphabet[next() % DD_ARRAY_LEN(alphabet)];
+                if (next() % 10000 < nul_per_10k) id[j] = 0;
+            }
+            w_field(&w, 2, id, l);
+            if (next() % 1000 < other_per_1k) {
+                switch (next() % 4) {
+                case 0: w_field(&w, 3, "s\x12\x01", 3); break;
+                case 1: w_bytes(&w, "\x20\x1e", 2); break;   /* lookback_days 30 */
+                case 2: w_bytes(&w, "\x48\x00", 2); break;   /* unknown varint 0 */
+                default: w_field(&w, 9, "\x12\x02zz", 4); break;
+                }
+            }
+        }
+        size_t limits[] = {SIZE_MAX, n, n - 1, n / 2};
+        for (size_t m = 0; m < DD_ARRAY_LEN(limits); m++)
+            if (!agree_max(w.b, w.len, limits[m], bad == 0)) {
+                if (bad++ == 0) fprintf(stderr, "large request %d, limit %zu\n", it, limits[m]);
+            }
+        free(w.b);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* A large plain request (two chains), mutated and truncated. */
+static void test_large_garbage(void)
+{
+    struct wbuf w = {0};
+    w_field(&w, 1, "user-9", 6);
+    for (size_t i = 0; i < 1500; i++) w_filler(&w, i);
+    w_bytes(&w, "\x28\x01", 2);
+    CHECK(agree(w.b, w.len, 1));
+    uint8_t *m = malloc(w.len);
+    REQUIRE(m);
+    int bad = 0, rejected = 0;
+    for (int it = 0; it < 3000; it++) {
+        memcpy(m, w.b, w.len);
+        int flips = 1 + (int)(next() % 4);
+        for (int f = 0; f < flips; f++) m[next() % w.len] = (uint8_t)next();
+        size_t l = next() % 4 == 0 ? next() % (w.len + 1) : w.len;
+        Dedup__V1__FilterRequest *pb = dedup__v1__filter_request__unpack(NULL, l, m);
+        if (!pb) rejected++;
+        else dedup__v1__filter_request__free_unpacked(pb, NULL);
+        if (!agree(m, l, bad == 0)) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(rejected > 100);
+    free(m);
+    free(w.b);
+}
+
 /* The response dd_filter_run would build for Q and R. */
 static void build_response(const struct dd_filter_query *q, const struct dd_filter_result *r,
                            char **idstr, Dedup__V1__FilterResponse *resp,
@@ -352,6 +517,145 @@ static void test_response_large(void)
     }
 }
 
+/* 1 if the hand-encoded response for Q and R (IDSTR: Q's ids as C
+ * strings) is protobuf-c's, byte for byte, with size and write agreeing,
+ * written into a buffer of exactly the bound (ASan catches a write past
+ * it). */
+static int response_matches(const struct dd_filter_query *q, const struct dd_filter_result *r,
+                            char **idstr)
+{
+    size_t n = q->n ? q->n : 1;
+    Dedup__V1__Removed *rm = malloc(n * sizeof *rm);
+    Dedup__V1__Removed **rmp = malloc(n * sizeof *rmp);
+    uint32_t *idx = malloc(n * sizeof *idx);
+    char **kept = malloc(n * sizeof *kept);
+    REQUIRE(rm && rmp && idx && kept);
+    Dedup__V1__FilterResponse resp;
+    build_response(q, r, idstr, &resp, rm, rmp, idx, kept);
+    size_t want = dedup__v1__filter_response__get_packed_size(&resp);
+    size_t bound = dd_wire_filter_response_bound(q, r);
+    uint8_t *a = malloc(want + 1), *b = malloc(bound ? bound : 1);
+    REQUIRE(a && b);
+    dedup__v1__filter_response__pack(&resp, a);
+    size_t size = dd_wire_filter_response_size(q, r);
+    size_t wrote = bound >= want ? dd_wire_filter_response_write(q, r, b) : 0;
+    int ok = size == want && wrote == want && memcmp(a, b, want) == 0;
+    if (!ok)
+        fprintf(stderr, "response differs: n %zu kept %zu mode %d explain %d: size %zu bound %zu "
+                "wrote %zu want %zu\n", q->n, r->kept, q->mode, q->explain, size, bound, wrote,
+                want);
+    free(a);
+    free(b);
+    free(rm);
+    free(rmp);
+    free(idx);
+    free(kept);
+    return ok;
+}
+
+/* Kept indexes around where their varints grow (1 byte below 128, 2 below
+ * 16,384, 3 below 2^21, 4 from there): every count and kept pattern that
+ * puts the first or last kept index, or the end, on either side of one. */
+static void test_response_index_boundaries(void)
+{
+    static const size_t counts[] = {1, 2, 127, 128, 129, 130, 255, 256, 16383, 16384, 16385,
+                                    16386, 20000, (1u << 21) + 2};
+    enum { PATTERNS = 8 };
+    size_t nmax = counts[DD_ARRAY_LEN(counts) - 1];
+    uint8_t *reason = malloc(nmax);
+    char **idstr = malloc(nmax * sizeof *idstr);
+    struct dd_filter_id *ids = malloc(nmax * sizeof *ids);
+    static char one[] = "x";
+    REQUIRE(reason && idstr && ids);
+    for (size_t i = 0; i < nmax; i++) {
+        idstr[i] = one;
+        ids[i].p = one;
+        ids[i].len = 1;
+    }
+    int bad = 0;
+    for (size_t c = 0; c < DD_ARRAY_LEN(counts); c++) {
+        size_t n = counts[c];
+        for (int pat = 0; pat < PATTERNS; pat++) {
+            struct dd_filter_result r = {.reason = reason, .degraded = pat & 1};
+            for (size_t i = 0; i < n; i++) {
+                int keep;
+                switch (pat) {
+                case 0: keep = 1; break;                                  /* all */
+                case 1: keep = 0; break;                                  /* none */
+                case 2: keep = next() % 5 != 0; break;                    /* 80 % */
+                case 3: keep = i == 0; break;                             /* index 0 only */
+                case 4: keep = i == n - 1; break;                         /* the last only */
+                case 5: keep = i % 2 == 1; break;                         /* odd ones */
+                case 6: keep = (i >= 126 && i <= 129) || (i >= 16382 && i <= 16385) ||
+                               (i >= (1u << 21) - 1); break;              /* around each edge */
+                default: keep = next() % 50 == 0; break;                  /* 2 % */
+                }
+                reason[i] = keep ? 0 : (uint8_t)(1 + next() % 3);
+                if (reason[i] == 1) r.played++;
+                else if (reason[i] == 2) r.delivered++;
+                else if (reason[i] == 3) r.duplicate++;
+                else r.kept++;
+            }
+            for (int explain = 0; explain < 2; explain++) {
+                if (explain && n > 20000) continue; /* protobuf-c's side gets slow */
+                struct dd_filter_query q = {.user_id = "u", .user_len = 1, .scene = "", .n = n,
+                                            .ids = ids, .explain = explain,
+                                            .mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES};
+                if (!response_matches(&q, &r, idstr) && bad++ == 0)
+                    fprintf(stderr, "indexes: n %zu pattern %d explain %d\n", n, pat, explain);
+                /* ids mode on the same decision, for the counts that stay quick */
+                q.mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS;
+                if (n <= 20000 && !response_matches(&q, &r, idstr) && bad++ == 0)
+                    fprintf(stderr, "ids: n %zu pattern %d explain %d\n", n, pat, explain);
+            }
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(reason);
+    free(idstr);
+    free(ids);
+}
+
+/* Kept ids of every length from 0 to 40 and around the length prefix's
+ * growth (127, 128, 16,383, 16,384, and 40 more past it, more than the
+ * bound's fixed slack could hide), in ids mode: copied whole, their length
+ * prefixes right, the bound enough. */
+static void test_response_id_lengths(void)
+{
+    enum { LONG = 40 };
+    static const size_t extra[] = {127, 128, 129, 16383, 16384, 16385};
+    enum { N = 41 + DD_ARRAY_LEN(extra) + LONG };
+    static char *idstr[N];
+    static struct dd_filter_id ids[N];
+    static uint8_t reason[N];
+    for (size_t i = 0; i < N; i++) {
+        size_t l = i < 41 ? i : i < 41 + DD_ARRAY_LEN(extra) ? extra[i - 41] : 16384 + i;
+        idstr[i] = malloc(l + 1);
+        REQUIRE(idstr[i]);
+        for (size_t j = 0; j < l; j++) idstr[i][j] = (char)('A' + (i * 7 + j) % 50);
+        idstr[i][l] = '\0';
+        ids[i].p = idstr[i];
+        ids[i].len = l;
+    }
+    int bad = 0;
+    for (int it = 0; it < 200; it++) {
+        struct dd_filter_query q = {.user_id = "u", .user_len = 1, .scene = "", .n = N,
+                                    .ids = ids, .explain = it % 2,
+                                    .mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS};
+        struct dd_filter_result r = {.reason = reason};
+        for (size_t i = 0; i < N; i++) {
+            reason[i] = it == 0 || next() % 4 ? 0 : (uint8_t)(1 + next() % 3);
+            if (reason[i] == 1) r.played++;
+            else if (reason[i] == 2) r.delivered++;
+            else if (reason[i] == 3) r.duplicate++;
+            else r.kept++;
+        }
+        if (!response_matches(&q, &r, idstr)) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    for (size_t i = 0; i < N; i++) free(idstr[i]);
+}
+
 int main(void)
 {
     arena = dd_arena_new(0, 0);
@@ -361,6 +665,11 @@ int main(void)
     test_unknown_and_odd_fields();
     test_response_bytes();
     test_response_large();
+    test_id_lengths_and_nuls();
+    test_large_random();
+    test_large_garbage();
+    test_response_index_boundaries();
+    test_response_id_lengths();
     dd_arena_free(arena);
     TEST_MAIN_END();
 }
