@@ -226,6 +226,15 @@ static void drop(dd_recent *r)
     r->backoff_ms = r->backoff_ms >= BACKOFF_MAX_MS / 2 ? BACKOFF_MAX_MS : r->backoff_ms * 2;
 }
 
+/* Close the connection without a backoff: it went stale while idle (or
+ * holds a half-sent pipeline), and a fresh one may be opened at once. */
+static void close_now(dd_recent *r)
+{
+    if (r->c) redisFree(r->c);
+    r->c = NULL;
+    r->used = 0;
+}
+
 /* Translate a failed hiredis call on r->c (errno as saved right after it) into
  * a dd_err, count it, log it (rate limited) and drop the connection. */
 static int conn_failed(dd_recent *r, int saved_errno, const char *what)
@@ -316,11 +325,7 @@ static void settle(dd_recent *r)
         freeReplyObject(rep);
         return;
     }
-    if (r->c) {
-        redisFree(r->c);
-        r->c = NULL;
-        r->used = 0;
-    }
+    close_now(r);
 }
 
 /* Build the key for (scene, user) in r->key; returns its length or 0 on
@@ -458,9 +463,7 @@ io:
     /* Only allocation fails while appending; the context is then in error
      * with part of the pipeline queued, so it cannot be reused. */
     set_err(r, "out of memory");
-    redisFree(r->c);
-    r->c = NULL;
-    r->used = 0;
+    close_now(r);
     return DD_ERR_NOMEM;
 }
 
@@ -513,9 +516,7 @@ int dd_recent_record(dd_recent *r, const char *scene, size_t scene_len, const ch
             }
         }
         if (attempt == 0 && stale(r, saved_errno)) {
-            redisFree(r->c);
-            r->c = NULL;
-            r->used = 0;
+            close_now(r);
             continue;
         }
         return conn_failed(r, saved_errno, "record");
@@ -576,9 +577,7 @@ static int fetch_sync(dd_recent *r, size_t keylen, uint64_t *hashes, size_t cap,
         if (rep) return fetch_reply(r, rep, hashes, cap, n);
         int saved_errno = errno;
         if (attempt == 0 && stale(r, saved_errno)) {
-            redisFree(r->c);
-            r->c = NULL;
-            r->used = 0;
+            close_now(r);
             continue;
         }
         return conn_failed(r, saved_errno, "fetch");
@@ -629,9 +628,7 @@ int dd_recent_fetch_begin(dd_recent *r, const char *scene, size_t scene_len, con
         }
         int saved_errno = errno;
         if (attempt == 0 && stale(r, saved_errno)) {
-            redisFree(r->c);
-            r->c = NULL;
-            r->used = 0;
+            close_now(r);
             continue;
         }
         return conn_failed(r, saved_errno, "fetch");
@@ -655,9 +652,7 @@ int dd_recent_fetch_end(dd_recent *r, uint64_t *hashes, size_t cap, size_t *n)
     if (stale(r, saved_errno)) {
         /* closed while idle before the command reached it: once more, on a
          * fresh connection, waiting this time */
-        redisFree(r->c);
-        r->c = NULL;
-        r->used = 0;
+        close_now(r);
         return fetch_sync(r, r->pending_keylen, hashes, cap, n);
     }
     return conn_failed(r, saved_errno, "fetch");
@@ -692,9 +687,7 @@ int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const ch
         }
         int saved_errno = errno;
         if (attempt == 0 && stale(r, saved_errno)) {
-            redisFree(r->c);
-            r->c = NULL;
-            r->used = 0;
+            close_now(r);
             continue;
         }
         return conn_failed(r, saved_errno, "forget");

@@ -444,10 +444,11 @@ static void test_outage(struct redis *rs, const char *addr)
     dd_recent_free(r);
 }
 
-static void test_hang(const struct redis *rs)
+/* A loopback listener that never accepts: the kernel completes the
+ * handshake, so connect succeeds and every read hangs. Its address goes
+ * to ADDR; returns the socket (close it when done). */
+static int mute_listener(char *addr, size_t addrlen)
 {
-    /* A listener that never accepts: the kernel completes the handshake,
-     * so connect succeeds and the first read hangs. */
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -455,8 +456,14 @@ static void test_hang(const struct redis *rs)
     REQUIRE(listen(fd, 16) == 0);
     socklen_t len = sizeof a;
     REQUIRE(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    snprintf(addr, addrlen, "127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
+static void test_hang(const struct redis *rs)
+{
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    int fd = mute_listener(addr, sizeof addr);
 
     dd_recent *r = client(addr, NULL, 10, 60, 50);
     struct dd_recent_stats st0, st1;
@@ -610,15 +617,8 @@ static void test_split_fetch(struct redis *rs, const char *addr)
     dd_recent_free(r);
 
     /* a listener that never answers: the end times out */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    struct sockaddr_in la = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    REQUIRE(bind(fd, (struct sockaddr *)&la, sizeof la) == 0);
-    REQUIRE(listen(fd, 16) == 0);
-    socklen_t len = sizeof la;
-    REQUIRE(getsockname(fd, (struct sockaddr *)&la, &len) == 0);
     char haddr[64];
-    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", ntohs(la.sin_port));
+    int fd = mute_listener(haddr, sizeof haddr);
     dd_recent *hr = client(haddr, NULL, 10, 60, 50);
     CHECK_EQ_INT(dd_recent_fetch_begin(hr, "", 0, "hank", 4, 8), DD_OK);
     t0 = dd_mono_ns();
