@@ -442,6 +442,7 @@ int main(int argc, char **argv)
                     "%zu played, %zu delivered; kept %zu (%zu bloom false positives)\n",
                     o.user.c_str(), n_plays, n_cands, req.ByteSizeLong(), n_played, n_delivered,
                     want_kept, fresh - want_kept);
+        std::fflush(stdout);  // phases are watched from outside (perf, /proc)
     }
 
     run_filter(o, req_buf, want_kept, 1, std::min(1.0, o.seconds));  // warm-up
