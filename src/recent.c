@@ -320,6 +320,7 @@ static void settle(dd_recent *r)
 {
     if (!r->pending) return;
     r->pending = 0;
+    if (r->pending_cap == 0) return; /* nothing was sent */
     void *rep = NULL;
     if (r->c && redisGetReply(r->c, &rep) == REDIS_OK) {
         freeReplyObject(rep);

@@ -578,6 +578,15 @@ static void test_split_fetch(struct redis *rs, const char *addr)
     CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 1), DD_OK);
     CHECK_EQ_INT(dd_recent_fetch_end(r, h, 8, &n), DD_OK);
     CHECK(n == 1 && h[0] == dd_hash("p2", 2));
+    /* room for none: nothing sent, nothing read, the next call not held up */
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 0), DD_OK);
+    CHECK_EQ_INT(dd_recent_fetch_end(r, h, 8, &n), DD_OK);
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "pat", 3, 0), DD_OK);
+    int64_t t_none = dd_mono_ns();
+    CHECK(fetch_is(r, "", "quinn", b, 1));
+    CHECK_MSG(ms_since(t_none) < 150, "a fetch after an empty begin took %.1f ms",
+              ms_since(t_none));
     /* an end without a begin */
     CHECK_EQ_INT(dd_recent_fetch_end(r, h, 8, &n), DD_ERR_INVALID);
     CHECK_EQ_INT(n, 0);
