@@ -195,20 +195,29 @@ static int record_str(dd_recent *r, const char *scene, const char *user, const c
                             size_after);
 }
 
-/* Whether fetch of (scene, user) gives exactly the hashes of WANT (any order). */
-static int fetch_is(dd_recent *r, const char *scene, const char *user, const char **want,
-                    size_t nwant)
+/* Whether fetching (scene, user) gives exactly the hashes of WANT (any
+ * order): with dd_recent_fetch, or SPLIT, with dd_recent_fetch_begin and
+ * dd_recent_fetch_end (the Filter path's two halves). */
+static int fetched_is(dd_recent *r, const char *scene, const char *user, const char **want,
+                      size_t nwant, int split)
 {
     uint64_t h[128];
     size_t n = 99;
-    int rc = dd_recent_fetch(r, scene, strlen(scene), user, strlen(user), h, 128, &n);
+    int rc;
+    if (split) {
+        rc = dd_recent_fetch_begin(r, scene, strlen(scene), user, strlen(user), 128);
+        if (rc == DD_OK) rc = dd_recent_fetch_end(r, h, 128, &n);
+    } else {
+        rc = dd_recent_fetch(r, scene, strlen(scene), user, strlen(user), h, 128, &n);
+    }
+    const char *how = split ? "split fetch" : "fetch";
     if (rc != DD_OK) {
-        fprintf(stderr, "fetch %s/%s: %s (%s)\n", scene, user, dd_strerror(rc),
+        fprintf(stderr, "%s %s/%s: %s (%s)\n", how, scene, user, dd_strerror(rc),
                 dd_recent_errstr(r));
         return 0;
     }
     if (n != nwant) {
-        fprintf(stderr, "fetch %s/%s: %zu items, want %zu\n", scene, user, n, nwant);
+        fprintf(stderr, "%s %s/%s: %zu items, want %zu\n", how, scene, user, n, nwant);
         return 0;
     }
     for (size_t i = 0; i < nwant; i++) {
@@ -216,11 +225,17 @@ static int fetch_is(dd_recent *r, const char *scene, const char *user, const cha
         size_t j = 0;
         while (j < n && h[j] != w) j++;
         if (j == n) {
-            fprintf(stderr, "fetch %s/%s: %s missing\n", scene, user, want[i]);
+            fprintf(stderr, "%s %s/%s: %s missing\n", how, scene, user, want[i]);
             return 0;
         }
     }
     return 1;
+}
+
+static int fetch_is(dd_recent *r, const char *scene, const char *user, const char **want,
+                    size_t nwant)
+{
+    return fetched_is(r, scene, user, want, nwant, 0);
 }
 
 static redisContext *raw(const struct redis *rs)
@@ -547,21 +562,7 @@ static void test_bad_config(void)
  * a stale reply, and the same failures. */
 static int split_is(dd_recent *r, const char *user, const char **want, size_t nwant)
 {
-    uint64_t h[128];
-    size_t n = 99;
-    int rc = dd_recent_fetch_begin(r, "", 0, user, strlen(user), 128);
-    if (rc == DD_OK) rc = dd_recent_fetch_end(r, h, 128, &n);
-    if (rc != DD_OK || n != nwant) {
-        fprintf(stderr, "split fetch %s: rc %d, %zu items, want %zu\n", user, rc, n, nwant);
-        return 0;
-    }
-    for (size_t i = 0; i < nwant; i++) {
-        uint64_t w = dd_hash(want[i], strlen(want[i]));
-        size_t j = 0;
-        while (j < n && h[j] != w) j++;
-        if (j == n) return 0;
-    }
-    return 1;
+    return fetched_is(r, "", user, want, nwant, 1);
 }
 
 static void test_split_fetch(struct redis *rs, const char *addr)
