@@ -556,8 +556,9 @@ bool dd_bloom_contains(const struct dd_bloom_view *v, uint64_t h)
     return false;
 }
 
-/* First index >= LO whose fingerprint is >= F: gallop, then bisect. */
-static size_t lower_bound_fp(const uint64_t *s, size_t lo, size_t n, uint64_t range, uint32_t f)
+/* First index >= LO whose fingerprint is >= F: gallop, then bisect. F is
+ * 64-bit so that "above X" can be asked as ">= X + 1" for any u32 X. */
+static size_t lower_bound_fp(const uint64_t *s, size_t lo, size_t n, uint64_t range, uint64_t f)
 {
     size_t hi = lo, step = 1;
     while (hi < n && dd_bloom_fingerprint(s[hi], range) < f) {
@@ -669,28 +670,6 @@ static inline __attribute__((always_inline)) void merge4(const uint64_t *sorted,
     merge1(sorted, i3, e3, f, j3, range, full, hit);
 }
 
-/* First candidate at or after I whose fingerprint is above X: gallop,
- * then bisect. */
-static size_t upper_bound_fp(const uint64_t *sorted, size_t i, size_t n, uint64_t range, bool full,
-                             uint32_t x)
-{
-    size_t lo = i, hi = i, step = 1;
-    while (hi < n && CAND_FP(hi) <= x) {
-        lo = hi + 1;
-        hi += step;
-        step *= 2;
-    }
-    if (hi > n) hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (CAND_FP(mid) <= x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* The third way (above): decode a chunk, merge the candidates it covers. */
 static inline __attribute__((always_inline)) int probe_chunked(struct bitr *r, uint32_t count,
                                                                const uint64_t *sorted, size_t n,
@@ -712,7 +691,8 @@ static inline __attribute__((always_inline)) int probe_chunked(struct bitr *r, u
          * before any of the chunk is used. */
         if (cur >= range) return DD_ERR_CORRUPT;
         left -= (uint32_t)c;
-        size_t e = upper_bound_fp(sorted, i, n, range, full, f[c - 1]);
+        /* first candidate above the chunk's last fingerprint (once a chunk) */
+        size_t e = lower_bound_fp(sorted, i, n, range, (uint64_t)f[c - 1] + 1);
         merge4(sorted, i, e, f, c, range, full, hit);
         i = e;
     }
