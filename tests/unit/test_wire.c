@@ -415,105 +415,14 @@ static void build_response(const struct dd_filter_query *q, const struct dd_filt
     resp->removed_duplicate = r->duplicate;
 }
 
-static void test_response_bytes(void)
+/* R's counters from REASON[0..n) (R->reason must already point there). */
+static void tally(struct dd_filter_result *r, const uint8_t *reason, size_t n)
 {
-    enum { N = 300 };
-    static char *idstr[N];
-    static struct dd_filter_id ids[N];
-    static uint8_t reason[N];
-    static Dedup__V1__Removed rm[N];
-    static Dedup__V1__Removed *rmp[N];
-    static uint32_t idx[N];
-    static char *kept[N];
-    for (size_t i = 0; i < N; i++) {
-        size_t l = i % 5 == 0 ? 200 : i % 13;
-        idstr[i] = malloc(l + 1);
-        REQUIRE(idstr[i]);
-        memset(idstr[i], 'a' + (int)(i % 26), l);
-        idstr[i][l] = '\0';
-        ids[i].p = idstr[i];
-        ids[i].len = l;
-    }
-    int bad = 0;
-    for (int it = 0; it < 400; it++) {
-        struct dd_filter_query q = {.user_id = "u", .user_len = 1, .scene = "", .n = next() % (N + 1),
-                                    .ids = ids};
-        q.mode = (int32_t)(next() % 2);
-        q.explain = (int)(next() % 2);
-        struct dd_filter_result r = {.reason = reason};
-        int density = (int)(next() % 5); /* 0: nothing removed ... 4: everything */
-        for (size_t i = 0; i < q.n; i++) {
-            reason[i] = (int)(next() % 4) < density ? (uint8_t)(1 + next() % 3) : 0;
-            if (reason[i] == 1) r.played++;
-            else if (reason[i] == 2) r.delivered++;
-            else if (reason[i] == 3) r.duplicate++;
-            else r.kept++;
-        }
-        r.degraded = (int)(next() % 2);
-        Dedup__V1__FilterResponse resp;
-        build_response(&q, &r, idstr, &resp, rm, rmp, idx, kept);
-        size_t want = dedup__v1__filter_response__get_packed_size(&resp);
-        size_t bound = dd_wire_filter_response_bound(&q, &r);
-        /* Exactly the bound: ASan catches a write past it. */
-        uint8_t *a = malloc(want + 1), *b = malloc(bound);
-        REQUIRE(a && b);
-        dedup__v1__filter_response__pack(&resp, a);
-        size_t size = dd_wire_filter_response_size(&q, &r);
-        size_t wrote = bound >= want ? dd_wire_filter_response_write(&q, &r, b) : 0;
-        if (size != want || wrote != want || memcmp(a, b, want) != 0) {
-            if (bad++ == 0)
-                fprintf(stderr, "response differs: n %zu mode %d explain %d: size %zu bound %zu "
-                        "wrote %zu want %zu\n", q.n, q.mode, q.explain, size, bound, wrote, want);
-        }
-        free(a);
-        free(b);
-    }
-    CHECK_EQ_INT(bad, 0);
-    for (size_t i = 0; i < N; i++) free(idstr[i]);
-}
-
-/* Indexes past 16,383 take three varint bytes: a 20,000-candidate answer
- * in indexes mode, with explain, is still byte for byte protobuf-c's, in
- * a buffer of exactly the bound. */
-static void test_response_large(void)
-{
-    enum { N = 20000 };
-    static char *idstr[N];
-    static struct dd_filter_id ids[N];
-    static uint8_t reason[N];
-    static Dedup__V1__Removed rm[N];
-    static Dedup__V1__Removed *rmp[N];
-    static uint32_t idx[N];
-    static char *kept[N];
-    static char one[] = "x";
-    for (size_t i = 0; i < N; i++) {
-        idstr[i] = one;
-        ids[i].p = one;
-        ids[i].len = 1;
-    }
-    for (int explain = 0; explain < 2; explain++) {
-        struct dd_filter_query q = {.user_id = "u", .user_len = 1, .scene = "", .n = N,
-                                    .ids = ids, .explain = explain,
-                                    .mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES};
-        struct dd_filter_result r = {.reason = reason};
-        for (size_t i = 0; i < N; i++) {
-            reason[i] = (uint8_t)(next() % 5 == 0 ? 1 + next() % 3 : 0);
-            if (reason[i] == 1) r.played++;
-            else if (reason[i] == 2) r.delivered++;
-            else if (reason[i] == 3) r.duplicate++;
-            else r.kept++;
-        }
-        Dedup__V1__FilterResponse resp;
-        build_response(&q, &r, idstr, &resp, rm, rmp, idx, kept);
-        size_t want = dedup__v1__filter_response__get_packed_size(&resp);
-        size_t bound = dd_wire_filter_response_bound(&q, &r);
-        uint8_t *a = malloc(want), *b = malloc(bound);
-        REQUIRE(a && b && bound >= want);
-        dedup__v1__filter_response__pack(&resp, a);
-        CHECK_EQ_INT(dd_wire_filter_response_write(&q, &r, b), want);
-        CHECK(memcmp(a, b, want) == 0);
-        free(a);
-        free(b);
+    for (size_t i = 0; i < n; i++) {
+        if (reason[i] == 1) r->played++;
+        else if (reason[i] == 2) r->delivered++;
+        else if (reason[i] == 3) r->duplicate++;
+        else r->kept++;
     }
 }
 
@@ -551,6 +460,66 @@ static int response_matches(const struct dd_filter_query *q, const struct dd_fil
     free(idx);
     free(kept);
     return ok;
+}
+
+static void test_response_bytes(void)
+{
+    enum { N = 300 };
+    static char *idstr[N];
+    static struct dd_filter_id ids[N];
+    static uint8_t reason[N];
+    for (size_t i = 0; i < N; i++) {
+        size_t l = i % 5 == 0 ? 200 : i % 13;
+        idstr[i] = malloc(l + 1);
+        REQUIRE(idstr[i]);
+        memset(idstr[i], 'a' + (int)(i % 26), l);
+        idstr[i][l] = '\0';
+        ids[i].p = idstr[i];
+        ids[i].len = l;
+    }
+    int bad = 0;
+    for (int it = 0; it < 400; it++) {
+        struct dd_filter_query q = {.user_id = "u", .user_len = 1, .scene = "", .n = next() % (N + 1),
+                                    .ids = ids};
+        q.mode = (int32_t)(next() % 2);
+        q.explain = (int)(next() % 2);
+        struct dd_filter_result r = {.reason = reason};
+        int density = (int)(next() % 5); /* 0: nothing removed ... 4: everything */
+        for (size_t i = 0; i < q.n; i++)
+            reason[i] = (int)(next() % 4) < density ? (uint8_t)(1 + next() % 3) : 0;
+        tally(&r, reason, q.n);
+        r.degraded = (int)(next() % 2);
+        if (!response_matches(&q, &r, idstr)) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    for (size_t i = 0; i < N; i++) free(idstr[i]);
+}
+
+/* Indexes past 16,383 take three varint bytes: a 20,000-candidate answer
+ * in indexes mode, with explain, is still byte for byte protobuf-c's, in
+ * a buffer of exactly the bound. */
+static void test_response_large(void)
+{
+    enum { N = 20000 };
+    static char *idstr[N];
+    static struct dd_filter_id ids[N];
+    static uint8_t reason[N];
+    static char one[] = "x";
+    for (size_t i = 0; i < N; i++) {
+        idstr[i] = one;
+        ids[i].p = one;
+        ids[i].len = 1;
+    }
+    for (int explain = 0; explain < 2; explain++) {
+        struct dd_filter_query q = {.user_id = "u", .user_len = 1, .scene = "", .n = N,
+                                    .ids = ids, .explain = explain,
+                                    .mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES};
+        struct dd_filter_result r = {.reason = reason};
+        for (size_t i = 0; i < N; i++)
+            reason[i] = (uint8_t)(next() % 5 == 0 ? 1 + next() % 3 : 0);
+        tally(&r, reason, N);
+        CHECK(response_matches(&q, &r, idstr));
+    }
 }
 
 /* Kept indexes around where their varints grow (1 byte below 128, 2 below
@@ -591,11 +560,8 @@ static void test_response_index_boundaries(void)
                 default: keep = next() % 50 == 0; break;                  /* 2 % */
                 }
                 reason[i] = keep ? 0 : (uint8_t)(1 + next() % 3);
-                if (reason[i] == 1) r.played++;
-                else if (reason[i] == 2) r.delivered++;
-                else if (reason[i] == 3) r.duplicate++;
-                else r.kept++;
             }
+            tally(&r, reason, n);
             for (int explain = 0; explain < 2; explain++) {
                 if (explain && n > 20000) continue; /* protobuf-c's side gets slow */
                 struct dd_filter_query q = {.user_id = "u", .user_len = 1, .scene = "", .n = n,
@@ -643,13 +609,9 @@ static void test_response_id_lengths(void)
                                     .ids = ids, .explain = it % 2,
                                     .mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS};
         struct dd_filter_result r = {.reason = reason};
-        for (size_t i = 0; i < N; i++) {
+        for (size_t i = 0; i < N; i++)
             reason[i] = it == 0 || next() % 4 ? 0 : (uint8_t)(1 + next() % 3);
-            if (reason[i] == 1) r.played++;
-            else if (reason[i] == 2) r.delivered++;
-            else if (reason[i] == 3) r.duplicate++;
-            else r.kept++;
-        }
+        tally(&r, reason, N);
         if (!response_matches(&q, &r, idstr)) bad++;
     }
     CHECK_EQ_INT(bad, 0);
