@@ -21,6 +21,15 @@
  * Kafka log would. Tests that hold many messages unconsumed use enough
  * partitions and compressed batches (ddproduce compresses with lz4).
  *
+ * Consumer groups: the mock (librdkafka 2.0.2) answers the first JoinGroup
+ * of an empty group only after a fixed 3 s, and meanwhile expires members
+ * on their session timeout (checked once a second), dropping the JoinGroup
+ * response it holds: the client then waits max.poll.interval.ms (5 min)
+ * for it, without a word. Give consumers session.timeout.ms >= 6000 (the
+ * least a Kafka broker accepts by default, group.min.session.timeout.ms):
+ * with 3000, joining a group that has been empty for a while hangs now and
+ * then, when the broker's thread runs late.
+ *
  * A development tool only: dedupd talks to any Kafka cluster.
  */
 #include <librdkafka/rdkafka.h>

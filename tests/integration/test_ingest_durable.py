@@ -43,9 +43,15 @@ def main():
     broker = harness.DevBroker(("plays:4",))
     first = plays_for("a", 20_000)
     il.produce(broker, first)
-    # A short session so that a killed member leaves the group quickly.
+    # A short session so that a killed member leaves the group quickly, but
+    # not under 6 s (also the least a Kafka broker accepts by default,
+    # group.min.session.timeout.ms): the mock cluster (librdkafka 2.0.2)
+    # holds the first JoinGroup of an empty group for a fixed 3 s while the
+    # member's session runs, so with a 3 s session a late broker thread
+    # expires the member it holds, drops its JoinGroup response, and dedupd
+    # waits max.poll.interval.ms (5 min) for it, silently.
     dd = harness.Dedupd(il.ingest_overrides(broker, **{
-        "ingest.durable_interval_ms": "600000", "kafka.session.timeout.ms": "3000",
+        "ingest.durable_interval_ms": "600000", "kafka.session.timeout.ms": "6000",
         "kafka.heartbeat.interval.ms": "300"}))
 
     # 1. Written and filterable, not durable, not committed; kill -9.
