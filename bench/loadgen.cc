@@ -29,7 +29,10 @@
 //
 // Each Filter phase prints dedupd's CPU per call (from /proc, with
 // --server-pid) and the load generator's own (getrusage), so that the
-// split of the two shared cores between client and server is visible.
+// split of the two shared cores between client and server is visible, and
+// every phase the steal time of the machine (/proc/stat): on a VM whose
+// host is busy the same build measures up to 1.5x slower, and a run with
+// steal well above 1 % should not be read as the code's figures.
 // --window sets the channels' HTTP/2 stream window and max frame size
 // (for experiments; dedupd's side is set in src/rpc.c).
 //
@@ -134,6 +137,38 @@ double cpu_seconds(int pid)
                     &stime) != 2)
         return 0;
     return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The machine's CPU time so far, in jiffies: all of it, and the part the
+// hypervisor gave to other guests while this one wanted to run (steal).
+struct MachineCpu {
+    unsigned long long total = 0, steal = 0;
+};
+
+MachineCpu machine_cpu()
+{
+    MachineCpu m;
+    FILE *f = std::fopen("/proc/stat", "r");
+    if (!f) return m;
+    unsigned long long v[8] = {0};
+    int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                          &v[3], &v[4], &v[5], &v[6], &v[7]);
+    std::fclose(f);
+    if (got != 8) return m;
+    for (unsigned long long x : v) m.total += x;
+    m.steal = v[7];
+    return m;
+}
+
+// Steal between two readings, in % of the machine's CPU time: on a VM
+// whose host is busy, every figure of the phase is slower than the code.
+void print_steal(const MachineCpu &a, const MachineCpu &b)
+{
+    if (b.total <= a.total) return;
+    std::printf("%-44s steal %.1f %% of the machine's CPU time (host contention)\n", "",
+                100.0 * static_cast<double>(b.steal - a.steal) /
+                    static_cast<double>(b.total - a.total));
+    std::fflush(stdout);
 }
 
 // CPU seconds (user + system) this process has used so far.
@@ -447,15 +482,21 @@ int main(int argc, char **argv)
 
     run_filter(o, req_buf, want_kept, 1, std::min(1.0, o.seconds));  // warm-up
     double cpu0 = cpu_seconds(o.server_pid), self0 = self_cpu_seconds();
+    MachineCpu m0 = machine_cpu();
     Result low = run_filter(o, req_buf, want_kept, 1, o.seconds);
     double cpu1 = cpu_seconds(o.server_pid), self1 = self_cpu_seconds();
+    MachineCpu m1 = machine_cpu();
     print("dedupd Filter, 1 in flight", low, cpu1 - cpu0, self1 - self0);
+    print_steal(m0, m1);
     Result sat = run_filter(o, req_buf, want_kept, o.inflight, o.seconds);
     double cpu2 = cpu_seconds(o.server_pid), self2 = self_cpu_seconds();
+    MachineCpu m2 = machine_cpu();
     std::string sat_label = "dedupd Filter, " + std::to_string(o.inflight) + " in flight";
     print(sat_label.c_str(), sat, cpu2 - cpu1, self2 - self1);
+    print_steal(m1, m2);
     Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds);
     print("legacy ZRANGE 10000 + hash set, 1 in flight", legacy);
+    print_steal(m2, machine_cpu());
     redisFree(rc);
 
     double r50 = pct(legacy.lat_ms, 0.5) / pct(low.lat_ms, 0.5);
