@@ -363,8 +363,15 @@ static void test_basic(const struct redis *rs, const char *addr)
     CHECK(strstr(dd_recent_errstr(r), "WRONGTYPE") != NULL);
     CHECK_EQ_INT(dd_recent_fetch(r, "", 0, "gina", 4, h, 2, &n), DD_ERR_IO);
     CHECK_EQ_INT(n, 0);
+    CHECK(strstr(dd_recent_errstr(r), "ZREVRANGE: WRONGTYPE") != NULL);
+    /* ... the same through the split fetch, whose reply is parsed by the
+     * same reply functions */
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "gina", 4, 2), DD_OK);
+    CHECK_EQ_INT(dd_recent_fetch_end(r, h, 2, &n), DD_ERR_IO);
+    CHECK_EQ_INT(n, 0);
+    CHECK(strstr(dd_recent_errstr(r), "ZREVRANGE: WRONGTYPE") != NULL);
     dd_recent_get_stats(&st1);
-    CHECK_EQ_INT(st1.reply_errors - st0.reply_errors, 2);
+    CHECK_EQ_INT(st1.reply_errors - st0.reply_errors, 3);
     CHECK_EQ_INT(st1.reconnects, st0.reconnects);
     CHECK(fetch_is(r, "b}", "a", k2, 1));
 
@@ -497,6 +504,35 @@ static void test_hang(const struct redis *rs)
     CHECK_EQ_INT(dd_recent_fetch(r, "", 0, "hank", 4, h, 4, &n), DD_ERR_UNAVAILABLE);
     CHECK_MSG(ms_since(t0) < 5, "call while backing off took %.1f ms", ms_since(t0));
     dd_recent_free(r);
+    close(fd);
+
+    /* A server that sends the first member of a three-member reply and
+     * then nothing: the call times out with the reply half parsed (by the
+     * fetch's own reply functions), which must be dropped with the
+     * connection, never handed to hiredis' free (ASan watches). */
+    fd = mute_listener(addr, sizeof addr); /* a fresh one: no old connection queued */
+    pid_t half = fork();
+    REQUIRE(half >= 0);
+    if (half == 0) {
+        int cfd = accept(fd, NULL, NULL);
+        char buf[512];
+        if (cfd < 0 || read(cfd, buf, sizeof buf) <= 0) _exit(1);
+        static const char part[] = "*3\r\n$2\r\nv1\r\n$2\r\nv";
+        if (write(cfd, part, sizeof part - 1) != (ssize_t)(sizeof part - 1)) _exit(2);
+        sleep_ms(1000);
+        _exit(0);
+    }
+    r = client(addr, NULL, 10, 60, 50);
+    n = 3;
+    t0 = dd_mono_ns();
+    CHECK_EQ_INT(dd_recent_fetch_begin(r, "", 0, "hank", 4, 4), DD_OK);
+    CHECK_EQ_INT(dd_recent_fetch_end(r, h, 4, &n), DD_ERR_TIMEOUT);
+    took = ms_since(t0);
+    CHECK_MSG(took >= 45 && took < 500, "timeout after %.1f ms (timeout_ms 50)", took);
+    CHECK_EQ_INT(n, 0);
+    dd_recent_free(r);
+    kill(half, SIGKILL);
+    waitpid(half, NULL, 0);
     close(fd);
 
     /* A real Redis that stalls (DEBUG SLEEP from another connection). */
