@@ -1311,15 +1311,18 @@ static int probe_read(dd_history *h, const char *scene, size_t scene_len, const 
         if (!vals[i] || rc != 0) continue;
         size_t vlen;
         const char *v = rocksdb_pinnableslice_value(vals[i], &vlen);
+        struct dd_bloom_view pair[2];
         int k;
         const char *a;
         size_t alen;
-        if (parse_value(v, vlen, views + nv, &k, &a, &alen) != 0) {
+        if (parse_value(v, vlen, pair, &k, &a, &alen) != 0) {
             note_corrupt(h, "value", kp[i], ks[i]);
             continue;
         }
+        /* Empty filters are left out; the other one of a split still counts. */
         for (int j = 0; j < k; j++) {
-            if (views[nv].count == 0) continue;
+            if (pair[j].count == 0) continue;
+            views[nv] = pair[j];
             vseg[nv++] = i;
         }
     }

@@ -996,6 +996,22 @@ static void test_split_corrupt(void)
         raw_put(db, user, seg, m, ml, 0);
     }
     raw_put(db, "copy", seg, v, vl, 0);
+    /* a valid split value whose A is empty: B's plays must still be found
+     * (a probe once dropped the view after an empty one) */
+    struct dd_buf ea = {0};
+    REQUIRE(dd_bloom_build(&ea, NULL, 0, f[0].range, NULL) == DD_OK);
+    size_t lb = vl - 8 - la, el = 8 + ea.len + lb;
+    char *e = malloc(el);
+    REQUIRE(e);
+    memcpy(e, v, 4);
+    e[4] = (char)ea.len;
+    e[5] = (char)(ea.len >> 8);
+    e[6] = e[7] = 0;
+    memcpy(e + 8, ea.data, ea.len);
+    memcpy(e + 8 + ea.len, v + 8 + la, lb);
+    raw_put(db, "emptya", seg, e, el, 0);
+    free(e);
+    dd_buf_free(&ea);
     /* a raw-hash operand, the format written before filter operands */
     struct dd_buf op = {0};
     REQUIRE(dd_bloom_operand_encode(&op, hs, 50) == DD_OK);
@@ -1009,6 +1025,7 @@ static void test_split_corrupt(void)
     struct dd_history_stats st;
     CHECK_EQ_INT(count_hits(h, "", "copy", 0, hs, 1200), 1200);   /* round trip */
     CHECK_EQ_INT(count_hits(h, "", "legacy", 0, hs, 50), 50);
+    CHECK_EQ_INT(count_hits(h, "", "emptya", 0, hs + 1000, 200), 200);
     for (int c = 0; c < NBAD; c++) {
         snprintf(user, sizeof user, "bad%d", c);
         dd_history_get_stats(h, &st);
