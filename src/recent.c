@@ -645,8 +645,12 @@ static int fetch_done(dd_recent *r, const struct fetch_sink *k, size_t *n)
     return DD_ERR_IO;
 }
 
-/* The whole fetch, waiting for the reply, for the key in r->key. */
-static int fetch_sync(dd_recent *r, size_t keylen, uint64_t *hashes, size_t cap, size_t *n)
+/* Send the fetch of CAP (> 0) members for the key in r->key, all of it
+ * written: one immediate retry on a fresh connection if the old one was
+ * found closed while idle. Returns 0 or an error (the connection dropped
+ * as conn_failed does; on out of memory closed, hiredis having marked it
+ * unusable). */
+static int fetch_send(dd_recent *r, size_t keylen, size_t cap)
 {
     struct fetch_cmd cmd;
     fetch_cmd(r, keylen, cap, &cmd);
@@ -655,9 +659,31 @@ static int fetch_sync(dd_recent *r, size_t keylen, uint64_t *hashes, size_t cap,
         if (rc != DD_OK) return rc;
         if (redisAppendCommandArgv(r->c, 4, cmd.argv, cmd.lens) != REDIS_OK) {
             set_err(r, "out of memory");
-            close_now(r); /* the command may be half in its output buffer */
+            close_now(r);
             return DD_ERR_NOMEM;
         }
+        int done = 0;
+        errno = 0;
+        while (!done && redisBufferWrite(r->c, &done) == REDIS_OK) {
+        }
+        if (done) return DD_OK;
+        int saved_errno = errno;
+        if (attempt == 0 && stale(r, saved_errno)) {
+            close_now(r);
+            continue;
+        }
+        return conn_failed(r, saved_errno, "fetch");
+    }
+}
+
+/* The whole fetch, waiting for the reply, for the key in r->key. A reply
+ * that fails on a connection found closed while idle is asked for once
+ * more on a fresh one. */
+static int fetch_sync(dd_recent *r, size_t keylen, uint64_t *hashes, size_t cap, size_t *n)
+{
+    for (int attempt = 0;; attempt++) {
+        int rc = fetch_send(r, keylen, cap);
+        if (rc != DD_OK) return rc;
         struct fetch_sink k = {.hashes = hashes, .cap = cap};
         errno = 0;
         if (read_fetch_reply(r, &k) == REDIS_OK) return fetch_done(r, &k, n);
@@ -695,30 +721,9 @@ int dd_recent_fetch_begin(dd_recent *r, const char *scene, size_t scene_len, con
         r->pending = 1;
         return DD_OK;
     }
-    struct fetch_cmd cmd;
-    fetch_cmd(r, keylen, cap, &cmd);
-    for (int attempt = 0;; attempt++) {
-        int rc = ensure(r);
-        if (rc != DD_OK) return rc;
-        if (redisAppendCommandArgv(r->c, 4, cmd.argv, cmd.lens) != REDIS_OK) {
-            set_err(r, "out of memory");
-            return DD_ERR_NOMEM;
-        }
-        int done = 0;
-        errno = 0;
-        while (!done && redisBufferWrite(r->c, &done) == REDIS_OK) {
-        }
-        if (done) {
-            r->pending = 1;
-            return DD_OK;
-        }
-        int saved_errno = errno;
-        if (attempt == 0 && stale(r, saved_errno)) {
-            close_now(r);
-            continue;
-        }
-        return conn_failed(r, saved_errno, "fetch");
-    }
+    int rc = fetch_send(r, keylen, cap);
+    if (rc == DD_OK) r->pending = 1;
+    return rc;
 }
 
 int dd_recent_fetch_end(dd_recent *r, uint64_t *hashes, size_t cap, size_t *n)
