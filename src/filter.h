@@ -31,10 +31,14 @@
  *      runs after all hashes are known and prefetches the home slot of the
  *      candidate 16 ahead (bench_filter --evict 4: decide 265-278 ->
  *      225-243 us a call; warm, 210-245 -> 210-218).
- *   3. Recent deliveries: one dd_recent_fetch (<= recent.size hashes),
- *      each looked up in the same table: DELIVERED for first occurrences
- *      (later ones are DUPLICATE already). If Redis fails or times out, go
- *      on without it: degraded = true.
+ *   3. Recent deliveries (<= recent.size hashes): asked for with
+ *      dd_recent_fetch_begin before step 1 and read with
+ *      dd_recent_fetch_end after step 4, so the Redis round trip overlaps
+ *      the work; each hash is looked up in the same table: DELIVERED for
+ *      first occurrences (later ones are DUPLICATE already), also over
+ *      PLAYED. If Redis fails or times out, go on without it:
+ *      degraded = true. A call that fails in between gives the fetch up
+ *      (dd_recent_fetch_cancel).
  *   4. History: every candidate's hash, removed ones included (fewer
  *      passes), in one dd_history_probe_any within lookback_days, which
  *      decodes each live filter once and looks each hash up in it. Hits on
