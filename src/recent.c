@@ -318,6 +318,88 @@ static int stale(const dd_recent *r, int saved_errno)
            (saved_errno == ECONNRESET || saved_errno == EPIPE || saved_errno == ECONNABORTED);
 }
 
+/* What a fetch reply's parse leaves: the hashes of its members and the
+ * type of the reply (an error's text). The reply functions below return
+ * the sink itself for every object, so hiredis sees no NULL (its "out of
+ * memory") and nothing is ever freed. */
+struct fetch_sink {
+    uint64_t *hashes;
+    size_t cap, n;
+    int type;      /* REDIS_REPLY_* of the top-level reply, 0 before it */
+    char err[128]; /* its text when it is an error */
+};
+
+static void *sink_string(const redisReadTask *t, char *str, size_t len)
+{
+    struct fetch_sink *k = t->privdata;
+    if (t->parent) {
+        if (t->type == REDIS_REPLY_STRING && k->n < k->cap) k->hashes[k->n++] = dd_hash(str, len);
+    } else {
+        k->type = t->type;
+        if (t->type == REDIS_REPLY_ERROR)
+            snprintf(k->err, sizeof k->err, "%.*s", len > 127 ? 127 : (int)len, str);
+    }
+    return k;
+}
+
+static void *sink_other(const redisReadTask *t, int type)
+{
+    struct fetch_sink *k = t->privdata;
+    if (!t->parent) k->type = type;
+    return k;
+}
+
+static void *sink_array(const redisReadTask *t, int elements)
+{
+    (void)elements;
+    return sink_other(t, REDIS_REPLY_ARRAY);
+}
+
+static void *sink_integer(const redisReadTask *t, long long v)
+{
+    (void)v;
+    return sink_other(t, REDIS_REPLY_INTEGER);
+}
+
+static void *sink_nil(const redisReadTask *t)
+{
+    return sink_other(t, REDIS_REPLY_NIL);
+}
+
+static void sink_free(void *obj)
+{
+    (void)obj; /* the sink belongs to the caller */
+}
+
+static redisReplyObjectFunctions sink_functions = {
+    .createString = sink_string,
+    .createArray = sink_array,
+    .createInteger = sink_integer,
+    .createNil = sink_nil,
+    .freeObject = sink_free,
+};
+
+/* Read the next reply on r->c, a fetch's, into K. Returns REDIS_OK, or
+ * REDIS_ERR (errno as hiredis left it) after which the connection must be
+ * dropped. The reader gets its own functions back either way; a reply
+ * half-parsed into the sink is forgotten, not given to hiredis' free. */
+static int read_fetch_reply(dd_recent *r, struct fetch_sink *k)
+{
+    redisReader *rd = r->c->reader;
+    redisReplyObjectFunctions *fn = rd->fn;
+    void *privdata = rd->privdata;
+    rd->fn = &sink_functions;
+    rd->privdata = k;
+    void *rep = NULL;
+    int rc = redisGetReply(r->c, &rep);
+    int saved_errno = errno;
+    rd->reply = NULL;
+    rd->fn = fn;
+    rd->privdata = privdata;
+    errno = saved_errno;
+    return rc == REDIS_OK && rep ? REDIS_OK : REDIS_ERR;
+}
+
 /* A reply left pending by a fetch_begin without its fetch_end: read and
  * dropped, so it is never taken for the next command's. */
 static void settle(dd_recent *r)
@@ -325,11 +407,8 @@ static void settle(dd_recent *r)
     if (!r->pending) return;
     r->pending = 0;
     if (r->pending_cap == 0) return; /* nothing was sent */
-    void *rep = NULL;
-    if (r->c && redisGetReply(r->c, &rep) == REDIS_OK) {
-        freeReplyObject(rep);
-        return;
-    }
+    struct fetch_sink k = {0}; /* room for nothing: the reply is only read */
+    if (r->c && read_fetch_reply(r, &k) == REDIS_OK) return;
     close_now(r);
 }
 
@@ -546,88 +625,6 @@ static void fetch_cmd(const dd_recent *r, size_t keylen, size_t cap, struct fetc
     c->lens[1] = keylen;
     c->lens[2] = 1;
     c->lens[3] = (size_t)sl;
-}
-
-/* What a fetch reply's parse leaves: the hashes of its members and the
- * type of the reply (an error's text). The reply functions below return
- * the sink itself for every object, so hiredis sees no NULL (its "out of
- * memory") and nothing is ever freed. */
-struct fetch_sink {
-    uint64_t *hashes;
-    size_t cap, n;
-    int type;      /* REDIS_REPLY_* of the top-level reply, 0 before it */
-    char err[128]; /* its text when it is an error */
-};
-
-static void *sink_string(const redisReadTask *t, char *str, size_t len)
-{
-    struct fetch_sink *k = t->privdata;
-    if (t->parent) {
-        if (t->type == REDIS_REPLY_STRING && k->n < k->cap) k->hashes[k->n++] = dd_hash(str, len);
-    } else {
-        k->type = t->type;
-        if (t->type == REDIS_REPLY_ERROR)
-            snprintf(k->err, sizeof k->err, "%.*s", len > 127 ? 127 : (int)len, str);
-    }
-    return k;
-}
-
-static void *sink_other(const redisReadTask *t, int type)
-{
-    struct fetch_sink *k = t->privdata;
-    if (!t->parent) k->type = type;
-    return k;
-}
-
-static void *sink_array(const redisReadTask *t, int elements)
-{
-    (void)elements;
-    return sink_other(t, REDIS_REPLY_ARRAY);
-}
-
-static void *sink_integer(const redisReadTask *t, long long v)
-{
-    (void)v;
-    return sink_other(t, REDIS_REPLY_INTEGER);
-}
-
-static void *sink_nil(const redisReadTask *t)
-{
-    return sink_other(t, REDIS_REPLY_NIL);
-}
-
-static void sink_free(void *obj)
-{
-    (void)obj; /* the sink belongs to the caller */
-}
-
-static redisReplyObjectFunctions sink_functions = {
-    .createString = sink_string,
-    .createArray = sink_array,
-    .createInteger = sink_integer,
-    .createNil = sink_nil,
-    .freeObject = sink_free,
-};
-
-/* Read the next reply on r->c, a fetch's, into K. Returns REDIS_OK, or
- * REDIS_ERR (errno as hiredis left it) after which the connection must be
- * dropped. The reader gets its own functions back either way; a reply
- * half-parsed into the sink is forgotten, not given to hiredis' free. */
-static int read_fetch_reply(dd_recent *r, struct fetch_sink *k)
-{
-    redisReader *rd = r->c->reader;
-    redisReplyObjectFunctions *fn = rd->fn;
-    void *privdata = rd->privdata;
-    rd->fn = &sink_functions;
-    rd->privdata = k;
-    void *rep = NULL;
-    int rc = redisGetReply(r->c, &rep);
-    int saved_errno = errno;
-    rd->reply = NULL;
-    rd->fn = fn;
-    rd->privdata = privdata;
-    errno = saved_errno;
-    return rc == REDIS_OK && rep ? REDIS_OK : REDIS_ERR;
 }
 
 /* A fetch reply read into K: its hashes are in the caller's array. */
