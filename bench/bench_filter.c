@@ -5,7 +5,8 @@
  * dd_filter_decide, response encode) on loadgen's request against
  * loadgen's heavy user, in one thread.
  *
- * Load (the same as bench/loadgen.cc): a user with 10,000 plays written by
+ * Load (the same as bench/loadgen.cc): a user with 10,000 plays (--plays N:
+ * the first N of them, a lighter user) written by
  * RecordPlays, dated over the last 30 days (so in one or two segments of
  * history.segment_days' default 30), then the store is closed and reopened
  * (the plays are read from an L0 file, as after run_loadgen.sh's restart;
@@ -13,10 +14,11 @@
  * every 5th played, 50 never-recorded "delivered-" ids (Redis is not used
  * here: recent deliveries are pointed at a closed port, so each call takes
  * the degraded path after one failed connect; --redis HOST:PORT uses a real
- * one), the rest new; mode INDEXES.
+ * one), the rest new; mode INDEXES. With --plays N, candidate i is played
+ * if i is a multiple of 5 below N.
  *
  *   bench_filter [--calls N] [--no-reopen] [--redis HOST:PORT] [--dir PATH]
- *                [--evict MIB]
+ *                [--evict MIB] [--plays N]
  *
  * --evict MIB writes over MIB MiB of other memory before each call (not
  * timed), as the daemon's transport and other calls do between two calls
@@ -95,7 +97,7 @@ int main(int argc, char **argv)
     size_t calls = 2000;
     int reopen = 1;
     const char *redis = NULL, *dir_opt = NULL;
-    size_t evict_mib = 0;
+    size_t evict_mib = 0, nplays = N_PLAYS;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc) calls = (size_t)atol(argv[++i]);
         else if (strcmp(argv[i], "--no-reopen") == 0) reopen = 0;
@@ -103,11 +105,17 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir_opt = argv[++i];
         else if (strcmp(argv[i], "--evict") == 0 && i + 1 < argc)
             evict_mib = (size_t)atol(argv[++i]);
+        else if (strcmp(argv[i], "--plays") == 0 && i + 1 < argc)
+            nplays = (size_t)atol(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_filter [--calls N] [--no-reopen] [--redis HOST:PORT]"
-                            " [--dir PATH] [--evict MIB]\n");
+                            " [--dir PATH] [--evict MIB] [--plays N]\n");
             return 2;
         }
+    }
+    if (nplays < 1 || nplays > N_PLAYS) {
+        fprintf(stderr, "bench_filter: --plays is 1 .. %d\n", N_PLAYS);
+        return 2;
     }
     if (calls < 10) calls = 10;
 
@@ -139,7 +147,7 @@ int main(int argc, char **argv)
     static Dedup__V1__Play play_msgs[N_PLAYS];
     static Dedup__V1__Play *play_ptrs[N_PLAYS];
     int64_t now = dd_now_ms();
-    for (size_t i = 0; i < N_PLAYS; i++) {
+    for (size_t i = 0; i < nplays; i++) {
         snprintf(play_ids[i], ID_MAX, "video-%zu", 1000000 + i * 7);
         dedup__v1__play__init(&play_msgs[i]);
         play_msgs[i].item_id = play_ids[i];
@@ -149,11 +157,11 @@ int main(int argc, char **argv)
     Dedup__V1__RecordPlaysRequest pr = DEDUP__V1__RECORD_PLAYS_REQUEST__INIT;
     pr.user_id = "loadgen-heavy";
     pr.plays = play_ptrs;
-    pr.n_plays = N_PLAYS;
+    pr.n_plays = nplays;
     Dedup__V1__RecordPlaysResponse prr;
     if (dd_filter_record_plays(flt, arena, &pr, &prr, err, sizeof err) != DD_OK)
         die("RecordPlays", err);
-    if (prr.accepted != N_PLAYS) die("RecordPlays", "not every play accepted");
+    if (prr.accepted != nplays) die("RecordPlays", "not every play accepted");
     dd_arena_reset(arena);
     if (reopen) {
         dd_filter_free(flt);
@@ -167,8 +175,8 @@ int main(int argc, char **argv)
     static char *cand_ptrs[N_CANDS];
     size_t want_played = 0;
     for (size_t i = 0, delivered = 0; i < N_CANDS; i++) {
-        if (i % 5 == 0) {
-            snprintf(cand_ids[i], ID_MAX, "%s", play_ids[(i / 5) * 5 % N_PLAYS]);
+        if (i % 5 == 0 && i < nplays) {
+            snprintf(cand_ids[i], ID_MAX, "%s", play_ids[i]);
             want_played++;
         } else if (i % 5 == 1 && delivered < 50) {
             snprintf(cand_ids[i], ID_MAX, "delivered-%zu", delivered * 2);
@@ -215,7 +223,7 @@ int main(int argc, char **argv)
         if (bound > req_len + 1024) die("encode", "response bound larger than expected");
         bytes_out = dd_wire_filter_response_write(&q, &r, out);
         int64_t t3 = dd_mono_ns();
-        for (size_t i = 0; i < N_CANDS; i += 5) bad += r.reason[i] == 0;
+        for (size_t i = 0; i < N_CANDS && i < nplays; i += 5) bad += r.reason[i] == 0;
         played = r.played;
         if (c < 20) continue;
         t_decode[c - 20] = t1 - t0;
@@ -224,8 +232,9 @@ int main(int argc, char **argv)
         t_total[c - 20] = t3 - t0;
     }
     printf("bench_filter: %zu calls, %d candidates (%zu request bytes, %zu response bytes), "
-           "%zu played removed (%zu played), plays %s, %zu MiB evicted before each call\n",
-           calls, N_CANDS, req_len, bytes_out, (size_t)played, want_played,
+           "user with %zu plays, %zu played removed (%zu played), plays %s, "
+           "%zu MiB evicted before each call\n",
+           calls, N_CANDS, req_len, bytes_out, nplays, (size_t)played, want_played,
            reopen ? "in an L0 file (reopened)" : "in the memtable", evict_mib);
     report("wire decode", t_decode, calls);
     report("filter decide", t_decide, calls);

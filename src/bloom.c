@@ -9,6 +9,7 @@
  * finds the end of the unary part with one count-trailing-zeros.
  */
 #include "bloom.h"
+#include "candset.h"
 #include "dd.h"
 
 #include <endian.h>
@@ -470,24 +471,25 @@ size_t dd_bloom_index_bytes(const struct dd_bloom_view *v)
     return ((size_t)v->count + 2 + (size_t)index_buckets(v->count) + 1) * sizeof(uint32_t);
 }
 
-int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_bloom_index *ix)
+/* Decode V's fingerprints in order and call EACH(CTX, I, F) on the I-th,
+ * F. Returns 0, or DD_ERR_CORRUPT when the stream ends early, repeats a
+ * fingerprint or passes the range (EACH has then seen the ones before).
+ * Always inlined with a constant EACH, which is inlined in turn: each
+ * user gets its own loop.
+ *
+ * The decode is one serial chain (window, count zeros, shift), so its
+ * state lives in locals, not in a struct bitr whose address escapes to
+ * the slow path (that kept it in memory: a store and a reload on every
+ * gap). W holds the stream's next AVAIL bits (higher bits zero); a gap
+ * that does not fit refills it with one unaligned load. EACH's work does
+ * not feed the next gap, so it overlaps the chain. The last 8 bytes of
+ * the stream, and a gap longer than a window, go through br_gap from
+ * where this stopped. */
+static inline __attribute__((always_inline)) int
+gcs_walk(const struct dd_bloom_view *v, void (*each)(void *ctx, uint32_t i, uint32_t f), void *ctx)
 {
-    if (v->count > DD_BLOOM_INDEX_MAX_COUNT) return DD_ERR_INVALID;
-    const uint32_t count = v->count, nb = index_buckets(count);
+    const uint32_t count = v->count;
     const uint64_t range = v->range;
-    /* nb * 2^32 / range: f < range, so (f * mul) >> 32 < nb, and
-     * f * mul < nb * 2^32 <= 2^58 does not overflow. */
-    const uint64_t mul = ((uint64_t)nb << 32) / range;
-    uint32_t *fp = mem, *start = fp + count + 2;
-    memset(start, 0, ((size_t)nb + 1) * sizeof *start);
-    /* The decode is one serial chain (window, count zeros, shift), so its
-     * state lives in locals, not in a struct bitr whose address escapes to
-     * the slow path (that kept it in memory: a store and a reload on every
-     * gap). W holds the stream's next AVAIL bits (higher bits zero); a gap
-     * that does not fit refills it with one unaligned load. The bucket
-     * counts ride along: they do not feed the next gap, so they overlap the
-     * chain. The last 8 bytes of the stream, and a gap longer than a
-     * window, go through br_gap from where this stopped. */
     const uint8_t *bits = v->bits;
     const size_t fast_end = v->nbits_bytes >= 8 ? v->nbits_bytes - 7 : 0;
     const int k = v->rice_k;
@@ -515,8 +517,7 @@ int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_blo
         pos += (uint64_t)need;
         cur += gap;
         if (cur >= range || (i > 0 && gap == 0)) return DD_ERR_CORRUPT;
-        fp[i] = (uint32_t)cur;
-        start[((cur * mul) >> 32) + 1]++;
+        each(ctx, i, (uint32_t)cur);
     }
     if (i < count) {
         struct bitr r;
@@ -526,10 +527,38 @@ int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_blo
             if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
             cur += gap;
             if (cur >= range || (i > 0 && gap == 0)) return DD_ERR_CORRUPT;
-            fp[i] = (uint32_t)cur;
-            start[((cur * mul) >> 32) + 1]++;
+            each(ctx, i, (uint32_t)cur);
         }
     }
+    return DD_OK;
+}
+
+struct index_ctx {
+    uint32_t *fp, *start;
+    uint64_t mul;
+};
+
+/* The bucket counts ride along with the decode. */
+static inline __attribute__((always_inline)) void index_put(void *ctx, uint32_t i, uint32_t f)
+{
+    struct index_ctx *c = ctx;
+    c->fp[i] = f;
+    c->start[(((uint64_t)f * c->mul) >> 32) + 1]++;
+}
+
+int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_bloom_index *ix)
+{
+    if (v->count > DD_BLOOM_INDEX_MAX_COUNT) return DD_ERR_INVALID;
+    const uint32_t count = v->count, nb = index_buckets(count);
+    const uint64_t range = v->range;
+    /* nb * 2^32 / range: f < range, so (f * mul) >> 32 < nb, and
+     * f * mul < nb * 2^32 <= 2^58 does not overflow. */
+    const uint64_t mul = ((uint64_t)nb << 32) / range;
+    uint32_t *fp = mem, *start = fp + count + 2;
+    memset(start, 0, ((size_t)nb + 1) * sizeof *start);
+    struct index_ctx c = {fp, start, mul};
+    int rc = gcs_walk(v, index_put, &c);
+    if (rc != DD_OK) return rc;
     fp[count] = fp[count + 1] = 0;
     for (uint32_t b = 1; b <= nb; b++) start[b] += start[b - 1];
     ix->range = range;
@@ -539,6 +568,86 @@ int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_blo
     ix->fp = fp;
     ix->start = start;
     return DD_OK;
+}
+
+/* Fingerprints decoded before a round of lookups: 4 KiB, in L1. */
+#define CANDSET_CHUNK 1024
+
+struct candset_ctx {
+    const struct dd_candset_slot *slot;
+    uint8_t *hit;
+    uint64_t salt;
+    uint32_t mask, gen;
+    uint32_t nf;
+    uint32_t f[CANDSET_CHUNK];
+};
+
+/* A if C (0 or 1), else B, without a branch. */
+static inline uint8_t *select_ptr(uint32_t c, uint8_t *a, uint8_t *b)
+{
+    const uintptr_t m = (uintptr_t)0 - (uintptr_t)c;
+    return (uint8_t *)(((uintptr_t)a & m) | ((uintptr_t)b & ~m));
+}
+
+/* Mark the members of the candidate set whose hash's high half is one of
+ * the NF fingerprints in C->F. The home slot and the next one are read
+ * and compared without branches (a branch on an occupancy this random
+ * mispredicts); a slot not in use, or another high half, matches nothing.
+ * A run past two slots (rare at two slots per candidate) is walked with a
+ * loop. */
+static __attribute__((noinline)) void candset_mark(struct candset_ctx *c)
+{
+    const struct dd_candset_slot *t = c->slot;
+    uint8_t *hit = c->hit;
+    const uint64_t salt = c->salt;
+    const uint32_t m = c->mask, gen = c->gen, nf = c->nf;
+    uint8_t sink;
+    for (uint32_t j = 0; j < nf; j++) {
+        const uint32_t f = c->f[j];
+        uint32_t s = (uint32_t)(((uint64_t)f * salt) >> 32) & m;
+        const struct dd_candset_slot a = t[s], b = t[(s + 1) & m];
+        const uint32_t ua = a.gen == gen, ub = ua & (b.gen == gen);
+        const uint32_t ma = ua & (a.hi == f), mb = ub & (b.hi == f);
+        const uint32_t pa = a.pos & (0u - ma), pb = b.pos & (0u - mb);
+        /* A store of 1 through a selected pointer, not hit[p] |= match:
+         * most lookups match nothing, and their read-modify-writes of one
+         * shared byte chained every lookup to the one before. Selected
+         * with masks: as ternaries they were compiled to branches. */
+        *select_ptr(ma, hit + pa, &sink) = 1;
+        *select_ptr(mb, hit + pb, &sink) = 1;
+        if (__builtin_expect(ub, 0))
+            for (s = (s + 2) & m; t[s].gen == gen; s = (s + 1) & m)
+                if (t[s].hi == f) hit[t[s].pos] = 1;
+    }
+    c->nf = 0;
+}
+
+/* The decode fills a chunk; the lookups run over it apart from the
+ * decode's serial chain (interleaved, each misprediction of the decode's
+ * refill branch also threw away the lookups in flight). */
+static inline __attribute__((always_inline)) void candset_put(void *ctx, uint32_t i, uint32_t f)
+{
+    (void)i;
+    struct candset_ctx *c = ctx;
+    c->f[c->nf++] = f;
+    if (__builtin_expect(c->nf == CANDSET_CHUNK, 0)) candset_mark(c);
+}
+
+int dd_bloom_probe_candset(const struct dd_bloom_view *v, const struct dd_candset *cs,
+                           uint8_t *hit)
+{
+    if (v->range != DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
+    if (cs->n == 0) return DD_OK;
+    struct candset_ctx c;
+    c.slot = cs->slot;
+    c.hit = hit;
+    c.salt = cs->salt;
+    c.mask = cs->mask;
+    c.gen = cs->gen;
+    c.nf = 0;
+    int rc = gcs_walk(v, candset_put, &c);
+    candset_mark(&c); /* the hits of a damaged stream's good part stand */
+    return rc;
 }
 
 bool dd_bloom_contains(const struct dd_bloom_view *v, uint64_t h)

@@ -163,6 +163,19 @@ static inline bool dd_bloom_index_has(struct dd_bloom_index ix, uint64_t h)
     return hit != 0;
 }
 
+/* Full-range filters only (V->range 2^32, so a fingerprint is a hash's
+ * high half): decode V once and, for each fingerprint, look the members
+ * of CS (candset.h) with that high half up in CS's table, setting HIT[pos]
+ * = 1 for each (leaving the others as they are). Its cost follows V's
+ * count, not CS's size: one decode step and one table read per
+ * fingerprint, and a light user's filter costs a few lookups however many
+ * candidates there are. Allocates nothing. Returns 0, DD_ERR_INVALID (V is
+ * not full-range) or DD_ERR_CORRUPT (as dd_bloom_index_build; the hits set
+ * before the damage stand). */
+struct dd_candset;
+int dd_bloom_probe_candset(const struct dd_bloom_view *v, const struct dd_candset *cs,
+                           uint8_t *hit);
+
 /* Decode the fingerprints, ascending, into OUT (room for v->count).
  * Returns 0 or DD_ERR_CORRUPT. */
 int dd_bloom_decode(const struct dd_bloom_view *v, uint32_t *out);

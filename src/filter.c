@@ -8,6 +8,7 @@
 
 #include "arena.h"
 #include "bloom.h"
+#include "candset.h"
 #include "config.h"
 #include "dd.h"
 #include "history.h"
@@ -22,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -35,13 +35,7 @@ struct dd_filter {
     dd_history_batch *batch;   /* reused by RecordPlays */
     uint64_t *recent_hashes;   /* room for recent_cap */
     size_t recent_cap;
-    struct seen_slot {         /* duplicate detection, see dd_filter_decide */
-        uint32_t gen;          /* the call that filled it (0: never) */
-        uint32_t pos;          /* candidate position of a first occurrence */
-    } *seen;
-    uint32_t seen_mask;        /* slots - 1 (of the allocated table) */
-    uint64_t seen_salt;        /* odd, random: slot = (hash * salt) >> 32 & mask */
-    uint32_t gen;              /* this call's generation */
+    struct dd_candset cands;   /* first occurrences, see dd_filter_decide */
     uint32_t max_candidates;
     uint32_t max_id_bytes;
     int64_t max_future_ms;
@@ -61,39 +55,6 @@ static struct dd_histogram candidates_hist = {.bounds = dd_metrics_count_bounds,
 static struct dd_log_limit recent_limit, history_limit;
 
 
-/* Step 2 (filter.h): the per-call generation of the seen table; a new one
- * empties it. On wrap-around the table is cleared once. */
-static uint32_t next_gen(dd_filter *f)
-{
-    if (++f->gen == 0) {
-        memset(f->seen, 0, ((size_t)f->seen_mask + 1) * sizeof *f->seen);
-        f->gen = 1;
-    }
-    return f->gen;
-}
-
-/* The seen table's slot mask for N candidates: at least 2N slots (a power
- * of two, 1,024 at least), so a lookup meets an occupied slot less than
- * half the time. The table grows to the largest call seen (16 bytes per
- * candidate of it, 512 KiB at the default rpc.max_candidates) and is
- * reused. Returns 0 and sets *MASK, or DD_ERR_NOMEM. */
-static int seen_mask(dd_filter *f, size_t n, uint32_t *mask)
-{
-    size_t slots = 1024;
-    while (slots < 2 * n) slots *= 2;
-    if (slots > (size_t)f->seen_mask + 1 || !f->seen) {
-        if (slots > ((size_t)1 << 32)) return DD_ERR_NOMEM;
-        struct seen_slot *t = calloc(slots, sizeof *t);
-        if (!t) return DD_ERR_NOMEM;
-        free(f->seen);
-        f->seen = t;
-        f->seen_mask = (uint32_t)(slots - 1);
-        f->gen = 0;
-    }
-    *mask = (uint32_t)(slots - 1);
-    return DD_OK;
-}
-
 int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *history,
                   dd_recent *recent, char *err, size_t errlen)
 {
@@ -110,12 +71,8 @@ int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *hist
     f->recent_cap = (size_t)cfg->recent.size + 16;
     f->recent_hashes = calloc(f->recent_cap, sizeof *f->recent_hashes);
     if (!f->recent_hashes) goto nomem;
-    /* Not secret forever, but not in the source: getrandom, else the clock. */
-    if (getrandom(&f->seen_salt, sizeof f->seen_salt, 0) != (ssize_t)sizeof f->seen_salt)
-        f->seen_salt = (uint64_t)dd_mono_ns() * UINT64_C(0x9e3779b97f4a7c15);
-    f->seen_salt |= 1;
-    uint32_t mask;
-    if (seen_mask(f, f->max_candidates < 20000 ? f->max_candidates : 20000, &mask) != DD_OK)
+    if (dd_candset_init(&f->cands, f->max_candidates < 20000 ? f->max_candidates : 20000) !=
+        DD_OK)
         goto nomem;
     f->batch = dd_history_batch_new();
     if (!f->batch) goto nomem;
@@ -130,7 +87,7 @@ void dd_filter_free(dd_filter *f)
 {
     if (!f) return;
     dd_history_batch_free(f->batch);
-    free(f->seen);
+    dd_candset_free(&f->cands);
     free(f->recent_hashes);
     free(f);
 }
@@ -160,14 +117,6 @@ static int check_user_scene(const dd_filter *f, const char *user, size_t *user_l
 }
 
 static bool past(int64_t deadline_ns) { return deadline_ns && dd_mono_ns() >= deadline_ns; }
-
-/* A candidate's home slot. Multiplying by a random odd salt first keeps
- * the slots of ids crafted to share low hash bits (the hash's seed is
- * public) from piling into one probe run. */
-static inline uint32_t seen_slot(const dd_filter *f, uint64_t h, uint32_t mask)
-{
-    return (uint32_t)((h * f->seen_salt) >> 32) & mask;
-}
 
 /* dd_hash, inlined into the candidate loop (the same function: the hash
  * is part of the stored format, dd.h). */
@@ -208,8 +157,8 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     uint64_t *h = dd_arena_alloc(arena, n * sizeof *h);
     uint8_t *reason = dd_arena_calloc(arena, n, 1);
     uint8_t *hit = dd_arena_calloc(arena, n, 1);
-    uint32_t mask;
-    if (!h || !reason || !hit || seen_mask(f, n, &mask) != DD_OK)
+    struct dd_candset *cs = &f->cands;
+    if (!h || !reason || !hit || dd_candset_begin(cs, h, n) != DD_OK)
         return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
     r->reason = reason;
 
@@ -239,20 +188,21 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
      * candidate, which the transport and the previous call have usually
      * pushed out of this core's caches: each home slot is prefetched
      * SEEN_AHEAD candidates early, so the misses overlap. */
-    struct seen_slot *seen = f->seen;
-    const uint32_t gen = next_gen(f);
+    struct dd_candset_slot *seen = cs->slot;
+    const uint32_t gen = cs->gen, mask = cs->mask;
     uint32_t dup = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i + SEEN_AHEAD < n) __builtin_prefetch(&seen[seen_slot(f, h[i + SEEN_AHEAD], mask)], 1);
+        if (i + SEEN_AHEAD < n) __builtin_prefetch(&seen[dd_candset_home(cs, h[i + SEEN_AHEAD])], 1);
         const uint64_t x = h[i];
-        for (uint32_t s = seen_slot(f, x, mask);; s = (s + 1) & mask) {
+        for (uint32_t s = dd_candset_home(cs, x);; s = (s + 1) & mask) {
             if (seen[s].gen != gen) {
                 seen[s].gen = gen;
                 seen[s].pos = (uint32_t)i;
+                seen[s].hi = (uint32_t)(x >> 32);
                 break;
             }
             uint32_t j = seen[s].pos;
-            if (h[j] == x && same_id(&ids[j], &ids[i])) {
+            if (seen[s].hi == (uint32_t)(x >> 32) && h[j] == x && same_id(&ids[j], &ids[i])) {
                 reason[i] = DEDUP__V1__REASON__REASON_DUPLICATE;
                 dup++;
                 break;
@@ -270,7 +220,7 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
         }
         char herr[256];
         int hrc = dd_history_probe_any(f->history, q->scene, q->scene_len, q->user_id,
-                                       q->user_len, q->lookback_days, h, n, hit, arena, herr,
+                                       q->user_len, q->lookback_days, cs, hit, arena, herr,
                                        sizeof herr);
         if (hrc == DD_ERR_NOMEM) {
             rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
@@ -310,7 +260,7 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
         /* Every first occurrence with this hash matches: the hash is what
          * is compared, as for plays. */
         uint64_t rh = f->recent_hashes[x];
-        for (uint32_t s = seen_slot(f, rh, mask); seen[s].gen == gen; s = (s + 1) & mask) {
+        for (uint32_t s = dd_candset_home(cs, rh); seen[s].gen == gen; s = (s + 1) & mask) {
             uint32_t i = seen[s].pos;
             if (h[i] != rh || reason[i] == DEDUP__V1__REASON__REASON_DELIVERED) continue;
             played -= reason[i] == DEDUP__V1__REASON__REASON_PLAYED;

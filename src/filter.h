@@ -17,10 +17,11 @@
  * after the first call is one retained chunk, so a call touches no malloc.
  * Nothing is sorted:
  *   1. Validate and hash every id once (dd_hash).
- *   2. In-request duplicates: a per-worker open-addressing table of first
- *      occurrences (slot = hash times a random odd salt, linear probing,
- *      at least two slots per candidate). A slot belongs to this call when
- *      it carries this call's generation number, so the table is never
+ *   2. In-request duplicates: the candidates' hash set (candset.h), a
+ *      per-worker open-addressing table of first occurrences (slot = the
+ *      hash's high half times a random odd salt, linear probing, at least
+ *      two slots per candidate). A slot belongs to this call when it
+ *      carries this call's generation number, so the table is never
  *      cleared (but once per 2^32 calls) and only grows, to the largest
  *      call seen. An equal hash is confirmed on the bytes; the first
  *      occurrence stays, later ones are REASON_DUPLICATE. The salt keeps
@@ -39,12 +40,14 @@
  *      PLAYED. If Redis fails or times out, go on without it:
  *      degraded = true. A call that fails in between gives the fetch up
  *      (dd_recent_fetch_cancel).
- *   4. History: every candidate's hash, removed ones included (fewer
- *      passes), in one dd_history_probe_any within lookback_days, which
- *      decodes each live filter once and looks each hash up in it. Hits on
- *      candidates still kept become PLAYED. A read error fails the whole
- *      call (UNAVAILABLE): a seen item is never reported unseen because the
- *      store could not be read.
+ *   4. History, in one dd_history_probe_any within lookback_days. A
+ *      full-range filter (an open segment) is decoded once and each of its
+ *      fingerprints looked up in the table of step 2, so it costs its own
+ *      size: a light user's few plays are a few lookups, not 10,000. Any
+ *      other filter is decoded once into an index that every candidate's
+ *      hash is looked up in. Hits on candidates still kept become PLAYED.
+ *      A read error fails the whole call (UNAVAILABLE): a seen item is
+ *      never reported unseen because the store could not be read.
  *   5. The result is one reason byte per candidate, in request order; the
  *      caller encodes it (wire.h, or dd_filter_run's protobuf-c struct).
  * The pass writing PLAYED stores on every candidate instead of branching

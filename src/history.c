@@ -117,6 +117,7 @@
 
 #include "arena.h"
 #include "bloom.h"
+#include "candset.h"
 #include "config.h"
 #include "dd.h"
 #include "log.h"
@@ -1216,7 +1217,8 @@ struct probe_views {
     const size_t *ks;
 };
 
-/* What a probe does with the views it read (CTX is the caller's). Returns
+/* What a probe does with the views it read (CTX is the caller's; it may
+ * reorder V and SEG together, which are probe_read's own). Returns
  * 0 or DD_ERR_NOMEM (message in err). */
 typedef int (*probe_fn)(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
                         size_t errlen);
@@ -1369,36 +1371,48 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
 }
 
 struct probe_any_ctx {
-    const uint64_t *hashes;
-    size_t n;
+    const struct dd_candset *cs;
     uint8_t *hit;
     dd_arena *arena;
 };
 
-/* See dd_history_probe_any: each view decoded into an index and every
- * candidate looked up in it, or, past PROBE_INDEX_VIEWS views, one sort of
- * the candidates and a sorted merge per view. */
+/* See dd_history_probe_any. Full-range views (open segments and closed
+ * ones not yet re-encoded): each fingerprint looked up in the candidate
+ * set, so they cost their count. The others: up to PROBE_INDEX_VIEWS of
+ * them each decoded into an index and every candidate looked up in it;
+ * past that, one sort of the candidates and a sorted merge per view. */
 static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
                      size_t errlen)
 {
     const struct probe_any_ctx *c = ctx;
-    const size_t n = c->n;
-    bool index = pv->n <= PROBE_INDEX_VIEWS;
-    for (size_t j = 0; j < pv->n && index; j++)
-        index = dd_bloom_index_bytes(&pv->v[j]) != 0;
-    if (index) {
-        for (size_t j = 0; j < pv->n; j++) {
-            void *mem = dd_arena_alloc(c->arena, dd_bloom_index_bytes(&pv->v[j]));
+    const size_t n = c->cs->n;
+    const uint64_t *hashes = c->cs->hash;
+    size_t left = 0; /* views not at the full range, moved to the front */
+    bool index = true;
+    struct dd_bloom_view *v = pv->v;
+    for (size_t j = 0; j < pv->n; j++) {
+        if (v[j].range == DD_BLOOM_FULL_RANGE) {
+            if (dd_bloom_probe_candset(&v[j], c->cs, c->hit) != 0)
+                note_corrupt(h, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
+            continue;
+        }
+        index = index && dd_bloom_index_bytes(&v[j]) != 0;
+        v[left] = v[j];
+        pv->seg[left++] = pv->seg[j];
+    }
+    if (left == 0) return 0;
+    if (index && left <= PROBE_INDEX_VIEWS) {
+        for (size_t j = 0; j < left; j++) {
+            void *mem = dd_arena_alloc(c->arena, dd_bloom_index_bytes(&v[j]));
             if (!mem) goto nomem;
             struct dd_bloom_index ix;
-            if (dd_bloom_index_build(&pv->v[j], mem, &ix) != 0) {
+            if (dd_bloom_index_build(&v[j], mem, &ix) != 0) {
                 note_corrupt(h, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
                 continue;
             }
             const struct dd_bloom_index cix = ix;
-            const uint64_t *x = c->hashes;
             uint8_t *hit = c->hit;
-            for (size_t i = 0; i < n; i++) hit[i] |= (uint8_t)dd_bloom_index_has(cix, x[i]);
+            for (size_t i = 0; i < n; i++) hit[i] |= (uint8_t)dd_bloom_index_has(cix, hashes[i]);
         }
         return 0;
     }
@@ -1408,10 +1422,11 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     uint64_t *tmp = dd_arena_alloc(c->arena, n * sizeof *tmp);
     uint8_t *shit = dd_arena_calloc(c->arena, n, 1);
     if (!key || !tmp || !shit) goto nomem;
-    for (size_t i = 0; i < n; i++) key[i] = (c->hashes[i] & UINT64_C(0xffffffff00000000)) | i;
+    for (size_t i = 0; i < n; i++) key[i] = (hashes[i] & UINT64_C(0xffffffff00000000)) | i;
     dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+    struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks};
     struct probe_sorted_ctx sc = {key, n, shit};
-    probe_sorted(h, pv, &sc, err, errlen);
+    probe_sorted(h, &rest, &sc, err, errlen);
     for (size_t a = 0; a < n; a++) c->hit[(uint32_t)key[a]] |= shit[a];
     return 0;
 nomem:
@@ -1420,19 +1435,19 @@ nomem:
 }
 
 int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, const char *user,
-                         size_t user_len, uint32_t lookback_days, const uint64_t *hashes,
-                         size_t n, uint8_t *hit, dd_arena *arena, char *err, size_t errlen)
+                         size_t user_len, uint32_t lookback_days, const struct dd_candset *cands,
+                         uint8_t *hit, dd_arena *arena, char *err, size_t errlen)
 {
     if (scene_len > 255 || user_len > 65535) {
         dd_set_err(err, errlen, "scene or user id too long");
         return DD_ERR_INVALID;
     }
-    if (n > UINT32_MAX) {
-        dd_set_err(err, errlen, "%zu candidates: too many", n);
+    if (cands->n > UINT32_MAX) {
+        dd_set_err(err, errlen, "%zu candidates: too many", cands->n);
         return DD_ERR_INVALID;
     }
-    if (n == 0) return 0;
-    struct probe_any_ctx c = {hashes, n, hit, arena};
+    if (cands->n == 0) return 0;
+    struct probe_any_ctx c = {cands, hit, arena};
     return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_any, &c, err,
                       errlen);
 }

@@ -38,9 +38,11 @@
  *        lookback), then either one sorted pass per filter over sorted
  *        candidates (dd_history_probe: dd_bloom_probe_sorted) or, for
  *        candidates in any order (dd_history_probe_any, what Filter uses),
- *        each filter decoded once into an index and every candidate looked
- *        up in it (dd_bloom_index); past 8 filters (only with a small
- *        segment_days) that sorts the candidates once and merges instead.
+ *        a full-range filter walked once against the candidates' hash set
+ *        (dd_bloom_probe_candset), any other decoded once into an index
+ *        that every candidate is looked up in (dd_bloom_index); past 8 of
+ *        those (only with a small segment_days), one sort of the
+ *        candidates and a merge each instead.
  * Integrity: a value or operand that fails version or checksum is counted
  *        (stats.corrupt_values), logged once per key, and read as empty;
  *        the next fold replaces it.
@@ -132,17 +134,22 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
                      size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
                      size_t n, uint8_t *hit, char *err, size_t errlen);
 
-/* The same for N hashes in any order (N < 2^32), as Filter has them:
- * each live filter is decoded once into an index (dd_bloom_index) and
- * every hash looked up in it, so the candidates need no sort. Scratch (the
- * indexes: about 12 bytes per stored play of the user) comes from ARENA and
- * stays there until its reset. Returns 0, DD_ERR_IO (as above),
- * DD_ERR_INVALID (lengths) or DD_ERR_NOMEM (the arena could not grow;
- * message in err). */
+/* The same for the candidates in CANDS (candset.h), in any order, as
+ * Filter has them: sets HIT[pos] = 1 for each member found; positions
+ * that are not members (Filter's repeats) may be set or not. Full-range
+ * filters (open segments) are walked once, each fingerprint looked up in
+ * CANDS (dd_bloom_probe_candset), so they cost their own count whatever
+ * the batch; the others are each decoded into an index (dd_bloom_index)
+ * and every hash looked up in it, or, past 8 of them, merged with the
+ * hashes sorted once. Scratch (an index: about 12 bytes per stored play
+ * of the user) comes from ARENA and stays there until its reset. Returns
+ * 0, DD_ERR_IO (as above), DD_ERR_INVALID (lengths, or more than 2^32 - 1
+ * candidates) or DD_ERR_NOMEM (the arena could not grow; message in err). */
 typedef struct dd_arena dd_arena;
+struct dd_candset;
 int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, const char *user,
-                         size_t user_len, uint32_t lookback_days, const uint64_t *hashes,
-                         size_t n, uint8_t *hit, dd_arena *arena, char *err, size_t errlen);
+                         size_t user_len, uint32_t lookback_days, const struct dd_candset *cands,
+                         uint8_t *hit, dd_arena *arena, char *err, size_t errlen);
 
 /* Delete all of (SCENE, USER)'s segments. Durable like dd_history_write.
  * Returns 0 or DD_ERR_IO. */

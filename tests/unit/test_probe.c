@@ -13,8 +13,15 @@
  * same filters: every answer is dd_bloom_contains's, crowded buckets (more
  * than the two compared without a loop) included, and a short stream is
  * DD_ERR_CORRUPT.
+ * And the candidate-set probe of full-range filters (candset.h,
+ * dd_bloom_probe_candset) on the same filters and candidates: a member is
+ * hit exactly when dd_bloom_contains says so, a repeat (not a member) is
+ * never touched, runs of candidates sharing a high half (longer than the
+ * two slots compared without a loop) included; a short stream is
+ * DD_ERR_CORRUPT; the set's generations wrap and its table grows.
  */
 #include "bloom.h"
+#include "candset.h"
 #include "dd.h"
 #include "testlib.h"
 
@@ -52,6 +59,9 @@ static void probe_case(size_t m, size_t n, uint64_t range)
             q[i] = h[rnd() % m];
         else if (m && i % 7 == 1 && i > 1)
             q[i] = q[i - 1]; /* a repeat: equal fingerprints side by side */
+        else if (i % 11 >= 2 && i % 11 <= 5 && i > 0)
+            /* another hash with the same high half: a run in the set */
+            q[i] = (q[i - 1] & UINT64_C(0xffffffff00000000)) | (rnd() & 0xffffffffu);
         else
             q[i] = rnd();
     }
@@ -91,6 +101,29 @@ static void probe_case(size_t m, size_t n, uint64_t range)
     CHECK_MSG(idisagree == 0, "m=%zu n=%zu range=%llu: %zu index answers differ", m, n,
               (unsigned long long)range, idisagree);
     free(mem);
+    /* the candidate set, full range only: members as hit, repeats untouched */
+    struct dd_candset cs;
+    REQUIRE(dd_candset_init(&cs, 16) == DD_OK);
+    REQUIRE(dd_candset_begin(&cs, q, n) == DD_OK);
+    uint8_t *in = calloc(n, 1), *chit = calloc(n, 1);
+    REQUIRE(in && chit);
+    for (size_t i = 0; i < n; i++) in[i] = (uint8_t)dd_candset_add(&cs, (uint32_t)i);
+    if (range == DD_BLOOM_FULL_RANGE) {
+        CHECK_EQ_INT(dd_bloom_probe_candset(&v, &cs, chit), DD_OK);
+        size_t cdisagree = 0, touched = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (in[i]) cdisagree += (chit[i] != 0) != (hit[i] != 0);
+            else touched += chit[i] != 0;
+        }
+        CHECK_MSG(cdisagree == 0, "m=%zu n=%zu: %zu candidate-set answers differ", m, n,
+                  cdisagree);
+        CHECK_EQ_INT(touched, 0);
+    } else {
+        CHECK_EQ_INT(dd_bloom_probe_candset(&v, &cs, chit), DD_ERR_INVALID);
+    }
+    dd_candset_free(&cs);
+    free(in);
+    free(chit);
     size_t disagree = 0, missed = 0;
     for (size_t i = 0; i < n; i++) {
         if ((hit[i] != 0) != dd_bloom_contains(&v, q[i])) disagree++;
@@ -192,6 +225,18 @@ static void test_short_stream(void)
         lie.nbits_bytes = v.nbits_bytes / 2;
         CHECK_EQ_INT(dd_bloom_index_build(&lie, mem, &ix), DD_ERR_CORRUPT);
         free(mem);
+        /* the candidate set: half the stream, then too many gaps claimed */
+        if (ranges[r] == DD_BLOOM_FULL_RANGE) {
+            struct dd_candset cs;
+            REQUIRE(dd_candset_init(&cs, N) == DD_OK);
+            REQUIRE(dd_candset_begin(&cs, q, N) == DD_OK);
+            for (uint32_t i = 0; i < N; i++) dd_candset_add(&cs, i);
+            CHECK_EQ_INT(dd_bloom_probe_candset(&lie, &cs, hit), DD_ERR_CORRUPT);
+            lie.count = v.count + 1000;
+            lie.nbits_bytes = v.nbits_bytes;
+            CHECK_EQ_INT(dd_bloom_probe_candset(&lie, &cs, hit), DD_ERR_CORRUPT);
+            dd_candset_free(&cs);
+        }
         free(bits);
         dd_buf_free(&buf);
     }
@@ -219,8 +264,45 @@ static void test_index_limits(void)
     dd_buf_free(&buf);
 }
 
+/* The set itself: repeats are not added, it grows past its first size,
+ * a new call forgets the last one's members, and when the generation
+ * wraps the table is cleared (a slot of generation 1 from long ago must
+ * not read as a member). */
+static void test_candset(void)
+{
+    enum { N = 5000 };
+    uint64_t *h = malloc(N * sizeof *h);
+    REQUIRE(h);
+    for (size_t i = 0; i < N; i++) h[i] = (i % 10 == 9) ? h[i - 3] : rnd();
+    struct dd_candset cs;
+    REQUIRE(dd_candset_init(&cs, 10) == DD_OK);
+    CHECK_EQ_INT(cs.mask + 1, 1024);
+    REQUIRE(dd_candset_begin(&cs, h, N) == DD_OK);
+    CHECK(cs.mask + 1 >= 2 * N);
+    size_t added = 0;
+    for (uint32_t i = 0; i < N; i++) added += (size_t)dd_candset_add(&cs, i);
+    CHECK_EQ_INT(added, N - N / 10);
+    /* the next call: the same hashes are new again */
+    REQUIRE(dd_candset_begin(&cs, h, 100) == DD_OK);
+    CHECK_EQ_INT(cs.mask + 1, 1024);
+    CHECK_EQ_INT(dd_candset_add(&cs, 0), 1);
+    CHECK_EQ_INT(dd_candset_add(&cs, 0), 0);
+    /* wrap: a slot left at generation 1 would match the first call after */
+    cs.slot[dd_candset_home(&cs, h[1])].gen = 1;
+    cs.slot[dd_candset_home(&cs, h[1])].pos = 1;
+    cs.slot[dd_candset_home(&cs, h[1])].hi = (uint32_t)(h[1] >> 32);
+    cs.gen = UINT32_MAX;
+    REQUIRE(dd_candset_begin(&cs, h, 100) == DD_OK);
+    CHECK_EQ_INT(cs.gen, 1);
+    CHECK_EQ_INT(dd_candset_add(&cs, 1), 1);
+    dd_candset_free(&cs);
+    dd_candset_free(&cs); /* zeroed: a no-op */
+    free(h);
+}
+
 int main(void)
 {
+    test_candset();
     test_index_limits();
     test_paths();
     test_outside();
