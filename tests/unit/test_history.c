@@ -1156,9 +1156,10 @@ static void test_open_errors(void)
     dd_config_free(&cfg);
 }
 
-/* dd_history_probe_any's two ways: up to 8 filters, each indexed; more
- * (one-day segments), one sort and a sorted merge per filter. count_hits
- * checks both against dd_history_probe; here every played item is found
+/* dd_history_probe_any's three ways: full-range filters no larger than
+ * the batch through the candidate set; other filters, up to 8, each
+ * indexed; more (one-day segments), one sort and a sorted merge each.
+ * count_hits checks them against dd_history_probe; here every played item is found
  * and the never-played ones mostly are not, for 5 and for 20 segments,
  * before and after compaction (closed segments re-encoded at a reduced
  * range). */
@@ -1187,6 +1188,9 @@ static void test_probe_any_ways(void)
             size_t fp = count_hits(h, "", "u", 0, hs + n, NEVER);
             CHECK_MSG(fp < NEVER / 20, "%zu of %d never-played items hit", fp, NEVER);
             CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, n + NEVER) - fp, n);
+            /* fewer candidates than a segment's plays: open segments
+             * indexed too */
+            CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, 50), 50);
             if (round == 0) {
                 atomic_store(&clock_now, T0 + 4 * DAY); /* past REDUCE_GRACE_DAYS */
                 flush_compact(h);
