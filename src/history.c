@@ -1377,14 +1377,19 @@ struct probe_any_ctx {
 };
 
 /* See dd_history_probe_any. Full-range views (open segments and closed
- * ones not yet re-encoded) holding no more fingerprints than there are
- * candidates: each fingerprint looked up in the candidate set, so they
- * cost their count. The others: up to PROBE_INDEX_VIEWS of them each
- * decoded into an index and every candidate looked up in it (a larger
- * view costs fewer lookups that way: bench_history's 50,000-play user,
- * whose open segment outnumbers the 10,000 candidates, probed 1.17-1.48x
- * the sorted merge's time through the set against 1.07-1.10x indexed);
- * past that, one sort of the candidates and a sorted merge per view. */
+ * ones not yet re-encoded) holding at most 2/5 as many fingerprints as
+ * there are candidates: each fingerprint looked up in the candidate set,
+ * so they cost their count. The others: up to PROBE_INDEX_VIEWS of them
+ * each decoded into an index and every candidate looked up in it; past
+ * that, one sort of the candidates and a sorted merge per view.
+ * A lookup in the set (a random slot in 12 bytes times 3.3 per
+ * candidate) costs about twice one in an index (two adjacent u32 in 12
+ * bytes per fingerprint), so a view pays for the index's n lookups once
+ * it holds more than about 0.4 n fingerprints: two 5,000-fingerprint
+ * views against 10,000 candidates, the two ways alternated call by call
+ * in one process with 4 MiB evicted before each, probed in 151-157 us
+ * indexed and 157-167 us through the set; two of 3,500, 193 and 181; two
+ * of 1,500, 73 and 35; two of 500, 60 and 13. */
 static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
                      size_t errlen)
 {
@@ -1395,7 +1400,7 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     bool index = true;
     struct dd_bloom_view *v = pv->v;
     for (size_t j = 0; j < pv->n; j++) {
-        if (v[j].range == DD_BLOOM_FULL_RANGE && v[j].count <= n) {
+        if (v[j].range == DD_BLOOM_FULL_RANGE && (uint64_t)v[j].count * 5 <= (uint64_t)n * 2) {
             if (dd_bloom_probe_candset(&v[j], c->cs, c->hit) != 0)
                 note_corrupt(h, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
             continue;

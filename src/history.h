@@ -38,7 +38,7 @@
  *        lookback), then either one sorted pass per filter over sorted
  *        candidates (dd_history_probe: dd_bloom_probe_sorted) or, for
  *        candidates in any order (dd_history_probe_any, what Filter uses),
- *        a full-range filter no larger than the batch walked once against
+ *        a full-range filter of at most 2/5 the batch walked once against
  *        the candidates' hash set (dd_bloom_probe_candset), any other
  *        decoded once into an index that every candidate is looked up in
  *        (dd_bloom_index); past 8 of those (only with a small
@@ -137,11 +137,11 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
 /* The same for the candidates in CANDS (candset.h), in any order, as
  * Filter has them: sets HIT[pos] = 1 for each member found; positions
  * that are not members (Filter's repeats) may be set or not. Full-range
- * filters (open segments) no larger than the batch are walked once, each
- * fingerprint looked up in CANDS (dd_bloom_probe_candset), so they cost
- * their own count; the others are each decoded into an index (dd_bloom_index)
- * and every hash looked up in it, or, past 8 of them, merged with the
- * hashes sorted once. Scratch (an index: about 12 bytes per stored play
+ * filters (open segments) of at most 2/5 the batch's size are walked
+ * once, each fingerprint looked up in CANDS (dd_bloom_probe_candset), so
+ * they cost their own count; the others are each decoded into an index
+ * (dd_bloom_index) and every hash looked up in it, or, past 8 of them,
+ * merged with the hashes sorted once. Scratch (an index: about 12 bytes per stored play
  * of the user) comes from ARENA and stays there until its reset. Returns
  * 0, DD_ERR_IO (as above), DD_ERR_INVALID (lengths, or more than 2^32 - 1
  * candidates) or DD_ERR_NOMEM (the arena could not grow; message in err). */
