@@ -622,9 +622,10 @@ static __attribute__((noinline)) void candset_mark(struct candset_ctx *c)
     c->nf = 0;
 }
 
-/* The decode fills a chunk; the lookups run over it apart from the
- * decode's serial chain (interleaved, each misprediction of the decode's
- * refill branch also threw away the lookups in flight). */
+/* The decode fills a chunk, then the lookups run over it: a loop of
+ * independent loads, kept apart from the decode's serial chain and its
+ * refill branch, whose mispredictions would also discard the lookups in
+ * flight. */
 static inline __attribute__((always_inline)) void candset_put(void *ctx, uint32_t i, uint32_t f)
 {
     (void)i;
