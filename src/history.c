@@ -1387,9 +1387,10 @@ struct probe_any_ctx {
  * bytes per fingerprint), so a view pays for the index's n lookups once
  * it holds more than about 0.4 n fingerprints: two 5,000-fingerprint
  * views against 10,000 candidates, the two ways alternated call by call
- * in one process with 4 MiB evicted before each, probed in 151-157 us
- * indexed and 157-167 us through the set; two of 3,500, 193 and 181; two
- * of 1,500, 73 and 35; two of 500, 60 and 13. */
+ * in one process with 4 MiB evicted before each, probed (after the
+ * duplicate pass) in 124-151 us indexed and 129-157 us through the set
+ * (3 runs); two of 3,500, 120-193 and 107-181 (2 runs); two of 1,500, 73
+ * and 35; two of 500, 60 and 13. */
 static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
                      size_t errlen)
 {
