@@ -1385,7 +1385,8 @@ struct probe_any_ctx {
  * A lookup in the set (a random slot in 12 bytes times 3.3 per
  * candidate) costs about twice one in an index (two adjacent u32 in 12
  * bytes per fingerprint), so a view pays for the index's n lookups once
- * it holds more than about 0.4 n fingerprints: two 5,000-fingerprint
+ * it holds more than about 0.4 n fingerprints (build/bench/bench_probe
+ * prints where the two cross): two 5,000-fingerprint
  * views against 10,000 candidates, the two ways alternated call by call
  * in one process with 4 MiB evicted before each, probed (after the
  * duplicate pass) in 124-151 us indexed and 129-157 us through the set
