@@ -574,10 +574,8 @@ int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_blo
 #define CANDSET_CHUNK 1024
 
 struct candset_ctx {
-    const struct dd_candset_slot *slot;
+    struct dd_candset cs;
     uint8_t *hit;
-    uint64_t salt;
-    uint32_t mask, gen;
     uint32_t nf;
     uint32_t f[CANDSET_CHUNK];
 };
@@ -597,14 +595,16 @@ static inline uint8_t *select_ptr(uint32_t c, uint8_t *a, uint8_t *b)
  * loop. */
 static __attribute__((noinline)) void candset_mark(struct candset_ctx *c)
 {
-    const struct dd_candset_slot *t = c->slot;
+    /* Locals: a store through HIT may alias anything behind C, which
+     * would reload the set's fields on every lookup. */
+    const struct dd_candset cs = c->cs;
+    const struct dd_candset_slot *t = cs.slot;
     uint8_t *hit = c->hit;
-    const uint64_t salt = c->salt;
-    const uint32_t m = c->mask, gen = c->gen, nf = c->nf;
+    const uint32_t m = cs.mask, gen = cs.gen, nf = c->nf;
     uint8_t sink;
     for (uint32_t j = 0; j < nf; j++) {
         const uint32_t f = c->f[j];
-        uint32_t s = (uint32_t)(((uint64_t)f * salt) >> 32) & m;
+        uint32_t s = dd_candset_home(&cs, (uint64_t)f << 32);
         const struct dd_candset_slot a = t[s], b = t[(s + 1) & m];
         const uint32_t ua = a.gen == gen, ub = ua & (b.gen == gen);
         const uint32_t ma = ua & (a.hi == f), mb = ub & (b.hi == f);
@@ -640,11 +640,8 @@ int dd_bloom_probe_candset(const struct dd_bloom_view *v, const struct dd_candse
     if (v->range != DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
     if (cs->n == 0) return DD_OK;
     struct candset_ctx c;
-    c.slot = cs->slot;
+    c.cs = *cs;
     c.hit = hit;
-    c.salt = cs->salt;
-    c.mask = cs->mask;
-    c.gen = cs->gen;
     c.nf = 0;
     int rc = gcs_walk(v, candset_put, &c);
     candset_mark(&c); /* the hits of a damaged stream's good part stand */

@@ -184,10 +184,11 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
 
     /* 2: look for an earlier occurrence. The table holds first
      * occurrences, by position; a slot is in use when its generation is
-     * this call's. Its slots are random accesses into up to 16 bytes per
-     * candidate, which the transport and the previous call have usually
-     * pushed out of this core's caches: each home slot is prefetched
-     * SEEN_AHEAD candidates early, so the misses overlap. */
+     * this call's. Its slots are random accesses into a table of 12-byte
+     * slots, two to four per candidate, which the transport and the
+     * previous call have usually pushed out of this core's caches: each
+     * home slot is prefetched SEEN_AHEAD candidates early, so the misses
+     * overlap. */
     struct dd_candset_slot *seen = cs->slot;
     const uint32_t gen = cs->gen, mask = cs->mask;
     uint32_t dup = 0;
