@@ -26,6 +26,7 @@
 // usage: loadgen --addr HOST:PORT --redis HOST:PORT [--seconds S]
 //                [--inflight N] [--mode ids|indexes] [--user ID] [--server-pid PID]
 //                [--phase all|setup|run] [--window BYTES]
+//                [--compare HOST:PORT [--compare-pid PID]]
 //
 // Each Filter phase prints dedupd's CPU per call (from /proc, with
 // --server-pid) and the load generator's own (getrusage), so that the
@@ -35,6 +36,16 @@
 // steal well above 1 % should not be read as the code's figures.
 // --window sets the channels' HTTP/2 stream window and max frame size
 // (for experiments; dedupd's side is set in src/rpc.c).
+//
+// Context switches per call (every thread of dedupd, voluntary and not,
+// from /proc) show handoffs between threads that CPU time does not: on a
+// VM each wake of an idle vCPU costs time that shows in the latency.
+//
+// --compare HOST:PORT measures a second dedupd (another build or other
+// settings, holding the same user) against --addr on this noisy host: the
+// Filter phases run in 0.5 s slices, A B A B ..., --seconds per server, so
+// both see the same host; each slice pair is compared, and the legacy
+// phase and goals are left out. run_loadgen.sh does it with DEDUPD_B set.
 //
 // --phase setup writes the user and the legacy ZSet and exits; --phase run
 // measures what is there. run_loadgen.sh restarts dedupd between the two so
@@ -57,6 +68,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_set>
+#include <dirent.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
@@ -75,6 +87,8 @@ struct Options {
     int server_pid = 0;  // dedupd's pid: report its CPU time per call
     std::string phase = "all";  // setup: write the user only; run: measure only
     int window = 0;  // --window: HTTP/2 lookahead and max frame bytes of the channels (0 = grpc's)
+    std::string compare;     // --compare: a second dedupd, measured alternately with --addr
+    int compare_pid = 0;     // its pid
 };
 
 struct Result {
@@ -98,7 +112,8 @@ double pct(const std::vector<double> &sorted, double p)
     return sorted[i];
 }
 
-void print(const char *label, Result &r, double server_cpu_s = -1, double client_cpu_s = -1)
+void print(const char *label, Result &r, double server_cpu_s = -1, double client_cpu_s = -1,
+           double server_cs = -1)
 {
     std::sort(r.lat_ms.begin(), r.lat_ms.end());
     double cps = r.elapsed_s > 0 ? static_cast<double>(r.lat_ms.size()) / r.elapsed_s : 0;
@@ -112,6 +127,9 @@ void print(const char *label, Result &r, double server_cpu_s = -1, double client
         std::printf("%-44s dedupd CPU %.3f ms per call (%.0f calls/s per core)\n", "",
                     server_cpu_s * 1000 / static_cast<double>(r.lat_ms.size()),
                     static_cast<double>(r.lat_ms.size()) / server_cpu_s);
+    if (server_cs >= 0 && !r.lat_ms.empty())
+        std::printf("%-44s dedupd context switches %.1f per call\n", "",
+                    server_cs / static_cast<double>(r.lat_ms.size()));
     if (client_cpu_s > 0 && !r.lat_ms.empty())
         std::printf("%-44s loadgen CPU %.3f ms per call\n", "",
                     client_cpu_s * 1000 / static_cast<double>(r.lat_ms.size()));
@@ -137,6 +155,32 @@ double cpu_seconds(int pid)
                     &stime) != 2)
         return 0;
     return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Context switches so far of every thread of process PID (voluntary and
+// not, /proc/PID/task/*/status); 0 if unknown. Threads that have exited
+// are not counted, so read it across a phase in which none exit.
+unsigned long long ctx_switches(int pid)
+{
+    if (pid <= 0) return 0;
+    std::string dir = "/proc/" + std::to_string(pid) + "/task";
+    DIR *d = opendir(dir.c_str());
+    if (!d) return 0;
+    unsigned long long sum = 0;
+    while (struct dirent *e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        FILE *f = std::fopen((dir + "/" + e->d_name + "/status").c_str(), "r");
+        if (!f) continue;
+        char line[256];
+        unsigned long long v;
+        while (std::fgets(line, sizeof line, f))
+            if (std::sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1 ||
+                std::sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+                sum += v;
+        std::fclose(f);
+    }
+    closedir(d);
+    return sum;
 }
 
 // The machine's CPU time so far, in jiffies: all of it, and the part the
@@ -319,15 +363,15 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
     }
 }
 
-Result run_filter(const Options &o, const grpc::ByteBuffer &req, size_t want_kept, int inflight,
-                  double seconds)
+Result run_filter(const Options &o, const std::string &addr, const grpc::ByteBuffer &req,
+                  size_t want_kept, int inflight, double seconds)
 {
     std::vector<Result> parts(static_cast<size_t>(inflight));
     std::vector<std::thread> threads;
     auto stop = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(seconds));
     for (int i = 0; i < inflight; i++)
-        threads.emplace_back(filter_loop, std::cref(o.addr), i, std::cref(req), want_kept,
+        threads.emplace_back(filter_loop, std::cref(addr), i, std::cref(req), want_kept,
                              o.indexes, stop, &parts[static_cast<size_t>(i)]);
     for (auto &t : threads) t.join();
     Result all;
@@ -372,6 +416,83 @@ Result run_legacy(redisContext *c, const std::string &key, const std::vector<std
     return r;
 }
 
+// One server of a --compare run: everything its slices gave.
+struct Side {
+    const char *name = "";
+    std::string addr;
+    int pid = 0;
+    size_t want_kept = 0;
+    Result all;
+    double cpu_s = 0, cs = 0;
+    std::vector<double> p50, p99, cps;  // per slice
+};
+
+// --compare: the Filter phases alternated between the two servers in
+// 0.5 s slices (the order swapped every slice), so a host that slows
+// down or speeds up affects both alike; then the slices compared in pairs.
+int compare(const Options &o, const grpc::ByteBuffer &req, size_t want_a, size_t want_b)
+{
+    const double slice_s = 0.5;
+    const int slices = std::max(2, static_cast<int>(o.seconds / slice_s + 0.5));
+    run_filter(o, o.addr, req, want_a, 1, std::min(1.0, o.seconds));  // warm-up
+    run_filter(o, o.compare, req, want_b, 1, std::min(1.0, o.seconds));
+    uint64_t errors = 0;
+    for (int inflight : {1, o.inflight}) {
+        Side sides[2];
+        sides[0].name = "A", sides[0].addr = o.addr, sides[0].pid = o.server_pid;
+        sides[0].want_kept = want_a;
+        sides[1].name = "B", sides[1].addr = o.compare, sides[1].pid = o.compare_pid;
+        sides[1].want_kept = want_b;
+        MachineCpu m0 = machine_cpu();
+        for (int k = 0; k < slices; k++) {
+            for (int j = 0; j < 2; j++) {
+                Side &sd = sides[(j + k) % 2];
+                double c0 = cpu_seconds(sd.pid);
+                unsigned long long x0 = ctx_switches(sd.pid);
+                Result r = run_filter(o, sd.addr, req, sd.want_kept, inflight, slice_s);
+                sd.cpu_s += cpu_seconds(sd.pid) - c0;
+                sd.cs += static_cast<double>(ctx_switches(sd.pid) - x0);
+                std::vector<double> lat = r.lat_ms;
+                std::sort(lat.begin(), lat.end());
+                sd.p50.push_back(pct(lat, 0.5));
+                sd.p99.push_back(pct(lat, 0.99));
+                sd.cps.push_back(r.elapsed_s > 0 ? static_cast<double>(lat.size()) / r.elapsed_s : 0);
+                sd.all.lat_ms.insert(sd.all.lat_ms.end(), r.lat_ms.begin(), r.lat_ms.end());
+                sd.all.elapsed_s += r.elapsed_s;
+                sd.all.errors += r.errors;
+                sd.all.degraded += r.degraded;
+            }
+        }
+        for (Side &sd : sides) {
+            std::string label = std::string(sd.name) + " " + sd.addr + ", " +
+                                std::to_string(inflight) + " in flight";
+            print(label.c_str(), sd.all, sd.pid > 0 ? sd.cpu_s : -1, -1, sd.pid > 0 ? sd.cs : -1);
+            errors += sd.all.errors;
+        }
+        print_steal(m0, machine_cpu());
+        // Paired: slice k of B against slice k of A.
+        int p50_lower = 0, p99_lower = 0, cps_higher = 0;
+        std::vector<double> r50, r99, rcps;
+        for (int k = 0; k < slices; k++) {
+            p50_lower += sides[1].p50[k] < sides[0].p50[k];
+            p99_lower += sides[1].p99[k] < sides[0].p99[k];
+            cps_higher += sides[1].cps[k] > sides[0].cps[k];
+            r50.push_back(sides[1].p50[k] / sides[0].p50[k]);
+            r99.push_back(sides[1].p99[k] / sides[0].p99[k]);
+            rcps.push_back(sides[1].cps[k] / sides[0].cps[k]);
+        }
+        std::sort(r50.begin(), r50.end());
+        std::sort(r99.begin(), r99.end());
+        std::sort(rcps.begin(), rcps.end());
+        std::printf("%-44s B/A in %d slice pairs (median): p50 %.3f (B lower in %d), p99 %.3f (B "
+                    "lower in %d), calls/s %.3f (B higher in %d)\n",
+                    "", slices, pct(r50, 0.5), p50_lower, pct(r99, 0.5), p99_lower, pct(rcps, 0.5),
+                    cps_higher);
+        std::fflush(stdout);
+    }
+    return errors ? 1 : 0;
+}
+
 Options parse(int argc, char **argv)
 {
     Options o;
@@ -390,10 +511,13 @@ Options parse(int argc, char **argv)
         else if (a == "--server-pid") o.server_pid = std::atoi(val().c_str());
         else if (a == "--phase") o.phase = val();
         else if (a == "--window") o.window = std::atoi(val().c_str());
+        else if (a == "--compare") o.compare = val();
+        else if (a == "--compare-pid") o.compare_pid = std::atoi(val().c_str());
         else die("unknown option " + a +
                  " (usage: loadgen --addr H:P --redis H:P [--seconds S] [--inflight N]"
                  " [--mode ids|indexes] [--user ID] [--server-pid PID]"
-                 " [--phase all|setup|run] [--window BYTES])");
+                 " [--phase all|setup|run] [--window BYTES]"
+                 " [--compare HOST:PORT [--compare-pid PID]])");
     }
     if (o.seconds <= 0 || o.inflight < 1) die("--seconds and --inflight must be positive");
     if (o.phase != "all" && o.phase != "setup" && o.phase != "run")
@@ -458,41 +582,52 @@ int main(int argc, char **argv)
     // (bloom false positives may remove a few more); every later call must
     // give the same.
     size_t fresh = n_cands - n_played - n_delivered;
-    size_t want_kept;
-    {
-        auto stub = dedup::v1::Dedup::NewStub(channel(o.addr, -2));
+    auto checked_call = [&](const std::string &addr) -> size_t {
+        auto stub = dedup::v1::Dedup::NewStub(channel(addr, -2));
         grpc::ClientContext ctx;
         dedup::v1::FilterResponse resp;
         auto s = stub->Filter(&ctx, req, &resp);
-        if (!s.ok()) die("Filter: " + s.error_message());
-        if (resp.degraded()) die("Filter answered degraded: is Redis reachable from dedupd?");
-        want_kept = static_cast<size_t>(o.indexes ? resp.kept_indexes_size() : resp.kept_ids_size());
-        if (want_kept > fresh || want_kept < fresh * 95 / 100 ||
-            resp.removed_delivered() != n_delivered)
-            die("unexpected answer: kept " + std::to_string(want_kept) + " of " +
+        if (!s.ok()) die(addr + ": Filter: " + s.error_message());
+        if (resp.degraded()) die(addr + ": Filter answered degraded: is Redis reachable from dedupd?");
+        size_t kept = static_cast<size_t>(o.indexes ? resp.kept_indexes_size() : resp.kept_ids_size());
+        if (kept > fresh || kept < fresh * 95 / 100 || resp.removed_delivered() != n_delivered)
+            die(addr + ": unexpected answer: kept " + std::to_string(kept) + " of " +
                 std::to_string(fresh) + " fresh, removed_delivered " +
                 std::to_string(resp.removed_delivered()) + " removed_played " +
                 std::to_string(resp.removed_played()));
         std::printf("request: user %s, %zu plays, 100 deliveries; request %zu candidates (%zu bytes), "
-                    "%zu played, %zu delivered; kept %zu (%zu bloom false positives)\n",
+                    "%zu played, %zu delivered; %s kept %zu (%zu bloom false positives)\n",
                     o.user.c_str(), n_plays, n_cands, req.ByteSizeLong(), n_played, n_delivered,
-                    want_kept, fresh - want_kept);
+                    addr.c_str(), kept, fresh - kept);
         std::fflush(stdout);  // phases are watched from outside (perf, /proc)
+        return kept;
+    };
+    size_t want_kept = checked_call(o.addr);
+    if (!o.compare.empty()) {
+        size_t want_b = checked_call(o.compare);
+        redisFree(rc);
+        return compare(o, req_buf, want_kept, want_b);
     }
 
-    run_filter(o, req_buf, want_kept, 1, std::min(1.0, o.seconds));  // warm-up
+    run_filter(o, o.addr, req_buf, want_kept, 1, std::min(1.0, o.seconds));  // warm-up
+    const bool cs_known = o.server_pid > 0;
     double cpu0 = cpu_seconds(o.server_pid), self0 = self_cpu_seconds();
+    unsigned long long cs0 = ctx_switches(o.server_pid);
     MachineCpu m0 = machine_cpu();
-    Result low = run_filter(o, req_buf, want_kept, 1, o.seconds);
+    Result low = run_filter(o, o.addr, req_buf, want_kept, 1, o.seconds);
     double cpu1 = cpu_seconds(o.server_pid), self1 = self_cpu_seconds();
+    unsigned long long cs1 = ctx_switches(o.server_pid);
     MachineCpu m1 = machine_cpu();
-    print("dedupd Filter, 1 in flight", low, cpu1 - cpu0, self1 - self0);
+    print("dedupd Filter, 1 in flight", low, cpu1 - cpu0, self1 - self0,
+          cs_known ? static_cast<double>(cs1 - cs0) : -1);
     print_steal(m0, m1);
-    Result sat = run_filter(o, req_buf, want_kept, o.inflight, o.seconds);
+    Result sat = run_filter(o, o.addr, req_buf, want_kept, o.inflight, o.seconds);
     double cpu2 = cpu_seconds(o.server_pid), self2 = self_cpu_seconds();
+    unsigned long long cs2 = ctx_switches(o.server_pid);
     MachineCpu m2 = machine_cpu();
     std::string sat_label = "dedupd Filter, " + std::to_string(o.inflight) + " in flight";
-    print(sat_label.c_str(), sat, cpu2 - cpu1, self2 - self1);
+    print(sat_label.c_str(), sat, cpu2 - cpu1, self2 - self1,
+          cs_known ? static_cast<double>(cs2 - cs1) : -1);
     print_steal(m1, m2);
     Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds);
     print("legacy ZRANGE 10000 + hash set, 1 in flight", legacy);

@@ -15,6 +15,12 @@
 # still merge operands in the memtable). Extra dedupd settings:
 # DEDUPD_OPTS="-o rpc.threads=4 ...". Loadgen options, e.g. --seconds 10
 # --inflight 16, go after "--".
+#
+# A/B: DEDUPD_B=path/to/another/dedupd (and/or DEDUPD_B_OPTS="-o ...")
+# starts a second dedupd, B, with its own history and the same Redis; both
+# get the heavy user, and loadgen --compare alternates the Filter phases
+# between them in 0.5 s slices (see bench/loadgen.cc). DEDUPD_B_OPTS alone
+# compares settings of one build: DEDUPD_B defaults to DEDUPD when it is set.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 loadgen=$here/../build/bench/loadgen
@@ -28,9 +34,10 @@ done
 command -v redis-server >/dev/null || { echo "run_loadgen: redis-server is not installed" >&2; exit 1; }
 
 dir=$(mktemp -d /tmp/dedupd-loadgen-XXXXXX)
-redis_pid= dedupd_pid=
+redis_pid= dedupd_pid= b_pid=
 cleanup() {
     [ -n "$dedupd_pid" ] && kill "$dedupd_pid" 2>/dev/null && wait "$dedupd_pid" 2>/dev/null
+    [ -n "$b_pid" ] && kill "$b_pid" 2>/dev/null && wait "$b_pid" 2>/dev/null
     [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
     [ -n "${DD_KEEP_TMP:-}" ] || rm -rf "$dir"
 }
@@ -56,6 +63,13 @@ redis_pid=$!
 wait_port "$redis_port" "$redis_pid"
 
 rpc_port=$(free_port)
+compare=
+if [ -n "${DEDUPD_B:-}${DEDUPD_B_OPTS:-}" ]; then
+    compare=1
+    dedupd_b=${DEDUPD_B:-$dedupd}
+    [ -x "$dedupd_b" ] || { echo "run_loadgen: $dedupd_b is missing (build first)" >&2; exit 1; }
+    b_port=$(free_port)
+fi
 start_dedupd() {
     # shellcheck disable=SC2086
     "$dedupd" -o history.path="$dir/history" -o ingest.enabled=false \
@@ -63,12 +77,28 @@ start_dedupd() {
         -o admin.listen= -o log.level=warn ${DEDUPD_OPTS:-} >>"$dir/dedupd.log" 2>&1 &
     dedupd_pid=$!
     wait_port "$rpc_port" "$dedupd_pid"
+    [ -n "$compare" ] || return 0
+    # shellcheck disable=SC2086
+    "$dedupd_b" -o history.path="$dir/history-b" -o ingest.enabled=false \
+        -o recent.redis=127.0.0.1:"$redis_port" -o rpc.listen=127.0.0.1:"$b_port" \
+        -o admin.listen= -o log.level=warn ${DEDUPD_B_OPTS:-} >>"$dir/dedupd-b.log" 2>&1 &
+    b_pid=$!
+    wait_port "$b_port" "$b_pid"
+}
+stop_dedupd() {
+    kill "$dedupd_pid"
+    wait "$dedupd_pid" || { echo "run_loadgen: dedupd did not stop cleanly" >&2; exit 1; }
+    [ -n "$compare" ] || return 0
+    kill "$b_pid"
+    wait "$b_pid" || { echo "run_loadgen: dedupd B did not stop cleanly" >&2; exit 1; }
 }
 start_dedupd
 echo "run_loadgen: dedupd 127.0.0.1:$rpc_port, redis 127.0.0.1:$redis_port, $(nproc) cores"
+[ -z "$compare" ] || echo "run_loadgen: B: $dedupd_b ${DEDUPD_B_OPTS:-} at 127.0.0.1:$b_port; A: $dedupd ${DEDUPD_OPTS:-}"
 
 rc=0
 if [ -n "${LOADGEN_NO_RESTART:-}" ]; then
+    [ -z "$compare" ] || { echo "run_loadgen: LOADGEN_NO_RESTART and DEDUPD_B do not go together" >&2; exit 1; }
     # Plays stay in the memtable: every read folds their merge operands.
     "$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" \
         --server-pid "$dedupd_pid" "$@" || rc=$?
@@ -77,9 +107,17 @@ fi
 # Steady state: write the heavy user, restart dedupd (RocksDB flushes the
 # recovered WAL to an SST, folding the merge operands), then measure.
 "$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" --phase setup "$@" || exit $?
-kill "$dedupd_pid"
-wait "$dedupd_pid" || { echo "run_loadgen: dedupd did not stop cleanly" >&2; exit 1; }
+if [ -n "$compare" ]; then
+    "$loadgen" --addr 127.0.0.1:"$b_port" --redis 127.0.0.1:"$redis_port" --phase setup "$@" || exit $?
+fi
+stop_dedupd
 start_dedupd
+if [ -n "$compare" ]; then
+    "$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" \
+        --server-pid "$dedupd_pid" --compare 127.0.0.1:"$b_port" --compare-pid "$b_pid" \
+        --phase run "$@" || rc=$?
+    exit $rc
+fi
 "$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" \
     --server-pid "$dedupd_pid" --phase run "$@" || rc=$?
 exit $rc
