@@ -73,6 +73,7 @@ struct dd_config {
         char *tls_cert;             /* PEM file; "" = plaintext */
         char *tls_key;
         uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
+        char *poller;               /* grpc poll strategy: poll or epoll1 (dd_rpc_process_init) */
     } rpc;
     struct {
         char *listen;               /* host:port for /metrics, /healthz, /readyz; "" = off */

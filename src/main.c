@@ -114,6 +114,11 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    if (dd_rpc_process_init(&cfg, err, sizeof err) != DD_OK) {
+        fprintf(stderr, "dedupd: %s\n", err);
+        goto out;
+    }
+
     /* Block the signals we handle before any thread exists, so every thread
      * inherits the mask and only sigwait below sees them. */
     sigset_t sigs;

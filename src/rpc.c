@@ -27,7 +27,10 @@
  *   the next call. Per call there is one grpc_slice for the response;
  *   nothing per candidate.
  * Transport: grpc's HTTP/2 defaults (see dd_rpc_new: larger windows and
- *   frames were measured and cost CPU without saving time).
+ *   frames were measured and cost CPU without saving time). Sockets are
+ *   polled by grpc's "poll" engine unless rpc.poller says epoll1 (rpc.h,
+ *   dd_rpc_process_init): a connection is then read by the worker its
+ *   calls are matched to, with no second thread woken per call.
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.
@@ -254,6 +257,14 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id, const struct 
     w->cq = grpc_completion_queue_create_for_next(NULL);
     if (!w->cq) return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
     grpc_server_register_completion_queue(rpc->server, w->cq, NULL);
+    return DD_OK;
+}
+
+int dd_rpc_process_init(const struct dd_config *cfg, char *err, size_t errlen)
+{
+    if (setenv("GRPC_POLL_STRATEGY", cfg->rpc.poller, 1) != 0)
+        return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot set GRPC_POLL_STRATEGY: %s",
+                       strerror(errno));
     return DD_OK;
 }
 

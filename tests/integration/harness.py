@@ -206,12 +206,15 @@ class Dedupd:
     """src/dedupd from the build tree on a temporary data directory, with
     -o overrides (history.path, rpc.listen=127.0.0.1:0 and admin.listen=""
     unless given). The log file is kept across restarts; start() waits for
-    "msg=ready" in the part written by this run."""
+    "msg=ready" in the part written by this run. ENV: the environment it
+    runs with (None: this process's)."""
 
-    def __init__(self, overrides=None, name="dedupd", data_dir=None, conf=None, start=True):
+    def __init__(self, overrides=None, name="dedupd", data_dir=None, conf=None, start=True,
+                 env=None):
         self.dir = data_dir or tmpdir("dedupd-data-")
         self.name = name
         self.conf = conf
+        self.env = env
         self.overrides = {
             "history.path": os.path.join(self.dir, "db"),
             "rpc.listen": "127.0.0.1:0",
@@ -234,7 +237,7 @@ class Dedupd:
     def start(self, timeout=30.0):
         self._log_from = os.path.getsize(self.logpath) if os.path.exists(self.logpath) else 0
         self.proc = Proc([build_path("src", "dedupd")] + self.option_args(), self.name,
-                         logfile=self.logpath)
+                         logfile=self.logpath, env=self.env)
         self.wait_log("msg=ready", timeout)
 
     def run_log(self):

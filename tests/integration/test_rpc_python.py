@@ -289,6 +289,7 @@ def main():
 
     # ---- TLS -------------------------------------------------------------
     tls_test(redis, SERVING)
+    poller_test(redis)
 
     # ---- SIGTERM with calls in flight --------------------------------------
     stop = threading.Event()
@@ -400,6 +401,33 @@ def grace_test():
     for c in held:
         c.close()
     harness.log("grace ok")
+
+
+def poller_test(redis):
+    """rpc.poller decides grpc's polling engine whatever GRPC_POLL_STRATEGY
+    the environment has, and Filter answers on each. grpc names the engine
+    it picked in its debug log."""
+    for poller, env_value in (("poll", "epoll1"), ("epoll1", "poll")):
+        env = dict(os.environ, GRPC_VERBOSITY="debug", GRPC_POLL_STRATEGY=env_value)
+        d = harness.Dedupd({"ingest.enabled": "false", "recent.redis": redis.addr,
+                            "rpc.poller": poller}, name="dedupd-" + poller, env=env)
+        out = d.run_log()
+        check("Using polling engine: %s\n" % poller in out,
+              "rpc.poller=%s with GRPC_POLL_STRATEGY=%s: grpc's log names another engine:\n%s"
+              % (poller, env_value, "\n".join(l for l in out.splitlines() if "polling" in l)))
+        ch = grpc.insecure_channel(d.rpc_addr)
+        grpc.channel_ready_future(ch).result(timeout=20)
+        stub = pbg.DedupStub(ch)
+        stub.RecordPlays(pb.RecordPlaysRequest(user_id="p", plays=[
+            pb.Play(item_id="seen", played_at_ms=int(time.time() * 1000))]), timeout=10)
+        for _ in range(20):  # several calls on the one connection
+            r = stub.Filter(pb.FilterRequest(user_id="p", candidate_ids=["seen", "new", "new"]),
+                            timeout=10)
+            check(list(r.kept_ids) == ["new"], "rpc.poller=%s: Filter kept %s"
+                  % (poller, list(r.kept_ids)))
+        ch.close()
+        d.stop()
+    harness.log("pollers ok")
 
 
 def tls_test(redis, SERVING):
