@@ -28,9 +28,9 @@
  *   nothing per candidate.
  * Transport: grpc's HTTP/2 defaults (see dd_rpc_new: larger windows and
  *   frames were measured and cost CPU without saving time). Sockets are
- *   polled by grpc's "poll" engine unless rpc.poller says epoll1 (rpc.h,
- *   dd_rpc_process_init): a connection is then read by the worker its
- *   calls are matched to, with no second thread woken per call.
+ *   polled by grpc's epoll1 engine, or with rpc.poller = poll by each
+ *   connection's own worker (rpc.h, dd_rpc_process_init, has the
+ *   measured trade-off).
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.

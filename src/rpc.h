@@ -29,20 +29,19 @@ typedef struct dd_rpc dd_rpc;
  * (setenv is not safe against other threads' getenv). Returns 0 or
  * DD_ERR_NOMEM (message in err).
  *
- * Why "poll" by default: with grpc's epoll1 one thread at a time polls
- * every socket for all completion queues, so at low load the thread that
- * reads a call's bytes is usually not the worker whose queue the call is
- * matched to, and every call wakes a second thread (about 7 context
- * switches a call in dedupd at one call in flight, against about 1 with
- * poll: bench/loadgen prints them). With poll, a connection is polled by
- * the worker whose queue accepted it, and its calls are matched to that
- * queue first, so one thread reads and answers each call. Connections
- * spread over the workers as they are accepted. The price: a worker reads
- * its connections only between calls. bench/run_loadgen.sh, epoll1 (A)
- * against poll (B) in alternating slices, 3 runs of 20 slice pairs on a
- * host with 1-23 % steal, B/A medians: at one call in flight 6.1-6.8 ->
- * 1.1-1.4 context switches a call, p50 0.95-1.05, p99 0.80-0.97; at 8 in
- * flight calls/s 1.02-1.05 but p99 1.12-1.19. */
+ * The two engines: with epoll1 (grpc's default, and ours) one thread at a
+ * time polls every socket for all completion queues, so at low load the
+ * thread that reads a call's bytes is usually not the worker whose queue
+ * the call is matched to, and every call wakes a second thread. With poll
+ * a connection is polled by the worker whose queue accepted it, and its
+ * calls are matched to that queue first, so one thread reads and answers
+ * each call; but a worker reads its connections only between calls.
+ * bench/run_loadgen.sh, epoll1 (A) against poll (B) in alternating 0.5 s
+ * slices, 5 runs of 20-50 slice pairs on a host with 1-48 % steal, B/A
+ * medians: at one call in flight 6.1-7.3 -> 1.1-1.7 context switches a
+ * call, p50 0.95-1.05, p99 0.80-1.01; at 8 in flight calls/s 1.02-1.05
+ * but p99 1.12-1.19. The gain at low load is within the host's noise and
+ * the longer tail under load is not, so epoll1 stays the default. */
 int dd_rpc_process_init(const struct dd_config *cfg, char *err, size_t errlen);
 
 /* Create the server for cfg->rpc.* (and cfg->recent.* for the workers'
