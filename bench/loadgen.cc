@@ -9,7 +9,11 @@
 // of them played, 50 delivered, the rest fresh.
 //
 // Then, for --seconds each:
-//   - Filter at low load: 1 call in flight;
+//   - Filter at low load: 1 call in flight, back to back;
+//   - Filter paced: one call every 1/--rate s (default 200 calls/s; 0
+//     leaves the phase out), each timed from when it was due: low load as
+//     a service sees it, with the machine mostly idle between calls (on a
+//     VM an idle vCPU must be woken for each call);
 //   - Filter at saturation: --inflight threads, each with its own channel and
 //     completion queue, one call in flight each;
 //   - legacy, 1 in flight: ZRANGE key 0 -1 of the 10,000-member ZSet, a hash
@@ -25,7 +29,7 @@
 //
 // usage: loadgen --addr HOST:PORT --redis HOST:PORT [--seconds S]
 //                [--inflight N] [--mode ids|indexes] [--user ID] [--server-pid PID]
-//                [--phase all|setup|run] [--window BYTES]
+//                [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]
 //                [--compare HOST:PORT [--compare-pid PID]]
 //
 // Each Filter phase prints dedupd's CPU per call (from /proc, with
@@ -87,6 +91,7 @@ struct Options {
     int server_pid = 0;  // dedupd's pid: report its CPU time per call
     std::string phase = "all";  // setup: write the user only; run: measure only
     int window = 0;  // --window: HTTP/2 lookahead and max frame bytes of the channels (0 = grpc's)
+    double rate = 200;       // --rate: the paced phase's calls/s (0: no paced phase)
     std::string compare;     // --compare: a second dedupd, measured alternately with --addr
     int compare_pid = 0;     // its pid
 };
@@ -310,9 +315,11 @@ void setup_legacy(const Options &o, redisContext *c, const std::vector<std::stri
     (void)o;
 }
 
-// One thread's loop of Filter calls, one in flight, until STOP.
+// One thread's loop of Filter calls, one in flight, until STOP: back to
+// back, or with RATE > 0 one call every 1/RATE s, each timed from when it
+// was due (so a late start counts against the call that was late).
 void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, size_t want_kept,
-                 bool indexes, Clock::time_point stop, Result *out)
+                 bool indexes, double rate, Clock::time_point stop, Result *out)
 {
     auto ch = channel(addr, id);
     grpc::GenericStub stub(ch);
@@ -320,12 +327,19 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
     out->lat_ms.reserve(200000);
     auto t_start = Clock::now();
     dedup::v1::FilterResponse resp;
+    const auto interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(rate > 0 ? 1.0 / rate : 0.0));
+    auto due = t_start;
     while (Clock::now() < stop) {
+        if (rate > 0) {
+            due += interval;
+            std::this_thread::sleep_until(due);
+        }
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
         grpc::ByteBuffer rbuf;
         grpc::Status status;
-        auto t0 = Clock::now();
+        auto t0 = rate > 0 ? due : Clock::now();
         auto call = stub.PrepareUnaryCall(&ctx, "/dedup.v1.Dedup/Filter", req, &cq);
         call->StartCall();
         call->Finish(&rbuf, &status, reinterpret_cast<void *>(1));
@@ -364,7 +378,7 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
 }
 
 Result run_filter(const Options &o, const std::string &addr, const grpc::ByteBuffer &req,
-                  size_t want_kept, int inflight, double seconds)
+                  size_t want_kept, int inflight, double seconds, double rate = 0)
 {
     std::vector<Result> parts(static_cast<size_t>(inflight));
     std::vector<std::thread> threads;
@@ -372,7 +386,7 @@ Result run_filter(const Options &o, const std::string &addr, const grpc::ByteBuf
                                    std::chrono::duration<double>(seconds));
     for (int i = 0; i < inflight; i++)
         threads.emplace_back(filter_loop, std::cref(addr), i, std::cref(req), want_kept,
-                             o.indexes, stop, &parts[static_cast<size_t>(i)]);
+                             o.indexes, rate, stop, &parts[static_cast<size_t>(i)]);
     for (auto &t : threads) t.join();
     Result all;
     for (auto &p : parts) {
@@ -437,7 +451,15 @@ int compare(const Options &o, const grpc::ByteBuffer &req, size_t want_a, size_t
     run_filter(o, o.addr, req, want_a, 1, std::min(1.0, o.seconds));  // warm-up
     run_filter(o, o.compare, req, want_b, 1, std::min(1.0, o.seconds));
     uint64_t errors = 0;
-    for (int inflight : {1, o.inflight}) {
+    struct Phase {
+        int inflight;
+        double rate;
+    };
+    std::vector<Phase> phases{{1, 0}};
+    if (o.rate > 0) phases.push_back({1, o.rate});
+    phases.push_back({o.inflight, 0});
+    for (const Phase &ph : phases) {
+        const int inflight = ph.inflight;
         Side sides[2];
         sides[0].name = "A", sides[0].addr = o.addr, sides[0].pid = o.server_pid;
         sides[0].want_kept = want_a;
@@ -449,7 +471,7 @@ int compare(const Options &o, const grpc::ByteBuffer &req, size_t want_a, size_t
                 Side &sd = sides[(j + k) % 2];
                 double c0 = cpu_seconds(sd.pid);
                 unsigned long long x0 = ctx_switches(sd.pid);
-                Result r = run_filter(o, sd.addr, req, sd.want_kept, inflight, slice_s);
+                Result r = run_filter(o, sd.addr, req, sd.want_kept, inflight, slice_s, ph.rate);
                 sd.cpu_s += cpu_seconds(sd.pid) - c0;
                 sd.cs += static_cast<double>(ctx_switches(sd.pid) - x0);
                 std::vector<double> lat = r.lat_ms;
@@ -465,7 +487,8 @@ int compare(const Options &o, const grpc::ByteBuffer &req, size_t want_a, size_t
         }
         for (Side &sd : sides) {
             std::string label = std::string(sd.name) + " " + sd.addr + ", " +
-                                std::to_string(inflight) + " in flight";
+                                (ph.rate > 0 ? "paced " + std::to_string(static_cast<int>(ph.rate)) + "/s"
+                                             : std::to_string(inflight) + " in flight");
             print(label.c_str(), sd.all, sd.pid > 0 ? sd.cpu_s : -1, -1, sd.pid > 0 ? sd.cs : -1);
             errors += sd.all.errors;
         }
@@ -511,15 +534,17 @@ Options parse(int argc, char **argv)
         else if (a == "--server-pid") o.server_pid = std::atoi(val().c_str());
         else if (a == "--phase") o.phase = val();
         else if (a == "--window") o.window = std::atoi(val().c_str());
+        else if (a == "--rate") o.rate = std::atof(val().c_str());
         else if (a == "--compare") o.compare = val();
         else if (a == "--compare-pid") o.compare_pid = std::atoi(val().c_str());
         else die("unknown option " + a +
                  " (usage: loadgen --addr H:P --redis H:P [--seconds S] [--inflight N]"
                  " [--mode ids|indexes] [--user ID] [--server-pid PID]"
-                 " [--phase all|setup|run] [--window BYTES]"
+                 " [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]"
                  " [--compare HOST:PORT [--compare-pid PID]])");
     }
     if (o.seconds <= 0 || o.inflight < 1) die("--seconds and --inflight must be positive");
+    if (o.rate < 0) die("--rate must be 0 or more");
     if (o.phase != "all" && o.phase != "setup" && o.phase != "run")
         die("--phase is all, setup or run");
     return o;
@@ -621,6 +646,17 @@ int main(int argc, char **argv)
     print("dedupd Filter, 1 in flight", low, cpu1 - cpu0, self1 - self0,
           cs_known ? static_cast<double>(cs1 - cs0) : -1);
     print_steal(m0, m1);
+    if (o.rate > 0) {
+        Result paced = run_filter(o, o.addr, req_buf, want_kept, 1, o.seconds, o.rate);
+        double cpu_p = cpu_seconds(o.server_pid), self_p = self_cpu_seconds();
+        unsigned long long cs_p = ctx_switches(o.server_pid);
+        MachineCpu m_p = machine_cpu();
+        std::string label = "dedupd Filter, paced " + std::to_string(static_cast<int>(o.rate)) + "/s";
+        print(label.c_str(), paced, cpu_p - cpu1, self_p - self1,
+              cs_known ? static_cast<double>(cs_p - cs1) : -1);
+        print_steal(m1, m_p);
+        cpu1 = cpu_p, self1 = self_p, cs1 = cs_p, m1 = m_p;
+    }
     Result sat = run_filter(o, o.addr, req_buf, want_kept, o.inflight, o.seconds);
     double cpu2 = cpu_seconds(o.server_pid), self2 = self_cpu_seconds();
     unsigned long long cs2 = ctx_switches(o.server_pid);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """bench/run_loadgen.sh keeps working: one short run the usual way (every
-phase and goal line printed, dedupd's CPU and context switches per call)
+phase and goal line printed, dedupd's CPU and context switches per call
+for each Filter phase: back to back, paced, saturated)
 and one A/B run (DEDUPD_B_OPTS: a second dedupd, the phases alternated,
 the slice pairs compared). Figures are not checked (that is what the
 benchmark is for), only that each part runs and reports, without errors.
@@ -37,27 +38,28 @@ def main():
         harness.skip("redis-server is not installed")
 
     out = run(script, loadgen, dedupd, {}, 1)
-    for needle in ("dedupd Filter, 1 in flight", "dedupd Filter, 8 in flight",
+    for needle in ("dedupd Filter, 1 in flight", "dedupd Filter, paced 200/s",
+                   "dedupd Filter, 8 in flight",
                    "legacy ZRANGE 10000 + hash set", "ratio legacy/dedupd",
                    "goal p99 <= 1 ms at 1 in flight", "goal >= 2000 calls/s",
                    "goal >= 5x faster than legacy"):
         if needle not in out:
             harness.fail("no %r in:\n%s" % (needle, out))
     for what in ("dedupd CPU", "dedupd context switches"):
-        if len(re.findall(what + r" \d+\.\d+ ", out)) != 2:
-            harness.fail("%s not printed for both Filter phases:\n%s" % (what, out))
+        if len(re.findall(what + r" \d+\.\d+ ", out)) != 3:
+            harness.fail("%s not printed for the three Filter phases:\n%s" % (what, out))
     if re.search(r"errors=[1-9]", out):
         harness.fail("calls failed:\n" + out)
     harness.log("plain run ok")
 
     out = run(script, loadgen, dedupd, {"DEDUPD_B_OPTS": "-o rpc.poller=poll"}, 1)
     for label in ("A 127.0.0.1:", "B 127.0.0.1:"):
-        for phase in ("1 in flight", "8 in flight"):
+        for phase in ("1 in flight", "paced 200/s", "8 in flight"):
             if not re.search(re.escape(label) + r"\d+, " + phase, out):
                 harness.fail("no %s line for %s in:\n%s" % (label, phase, out))
     pairs = re.findall(r"B/A in (\d+) slice pairs", out)
-    if pairs != ["2", "2"]:
-        harness.fail("want two comparisons of 2 slice pairs, got %s:\n%s" % (pairs, out))
+    if pairs != ["2", "2", "2"]:
+        harness.fail("want three comparisons of 2 slice pairs, got %s:\n%s" % (pairs, out))
     if "legacy ZRANGE" in out:
         harness.fail("the A/B run measured the legacy path:\n" + out)
     if re.search(r"errors=[1-9]", out):
