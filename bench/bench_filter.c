@@ -18,12 +18,15 @@
  * if i is a multiple of 5 below N.
  *
  *   bench_filter [--calls N] [--no-reopen] [--redis HOST:PORT] [--dir PATH]
- *                [--evict MIB] [--plays N]
+ *                [--evict MIB] [--plays N] [--gap-us US]
  *
  * --evict MIB writes over MIB MiB of other memory before each call (not
  * timed), as the daemon's transport and other calls do between two calls
  * of a worker: with 4 or more, the call starts with this core's L1 and L2
  * holding none of the previous call's tables, as in dedupd under load.
+ * --gap-us US sleeps that long before each call (not timed), as a worker
+ * idles between calls at low load: on a VM its vCPU halts, and the host
+ * may run other work on the core meanwhile.
  *
  * Prints the median and p99 of each phase over the calls, in microseconds
  * and ns per candidate. Exits non-zero if a call fails or keeps a played
@@ -45,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -98,6 +102,7 @@ int main(int argc, char **argv)
     int reopen = 1;
     const char *redis = NULL, *dir_opt = NULL;
     size_t evict_mib = 0, nplays = N_PLAYS;
+    long gap_us = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc) calls = (size_t)atol(argv[++i]);
         else if (strcmp(argv[i], "--no-reopen") == 0) reopen = 0;
@@ -107,11 +112,17 @@ int main(int argc, char **argv)
             evict_mib = (size_t)atol(argv[++i]);
         else if (strcmp(argv[i], "--plays") == 0 && i + 1 < argc)
             nplays = (size_t)atol(argv[++i]);
+        else if (strcmp(argv[i], "--gap-us") == 0 && i + 1 < argc)
+            gap_us = atol(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_filter [--calls N] [--no-reopen] [--redis HOST:PORT]"
-                            " [--dir PATH] [--evict MIB] [--plays N]\n");
+                            " [--dir PATH] [--evict MIB] [--plays N] [--gap-us US]\n");
             return 2;
         }
+    }
+    if (gap_us < 0 || gap_us > 10000000) {
+        fprintf(stderr, "bench_filter: --gap-us is 0 .. 10000000\n");
+        return 2;
     }
     if (nplays < 1 || nplays > N_PLAYS) {
         fprintf(stderr, "bench_filter: --plays is 1 .. %d\n", N_PLAYS);
@@ -209,6 +220,10 @@ int main(int argc, char **argv)
     for (size_t c = 0; c < calls + 20; c++) { /* 20 warm-up calls */
         dd_arena_reset(arena);
         if (evict) memset(evict, (int)c, evict_mib << 20);
+        if (gap_us) {
+            struct timespec gap = {gap_us / 1000000, (gap_us % 1000000) * 1000};
+            nanosleep(&gap, NULL);
+        }
         int64_t t0 = dd_mono_ns();
         struct dd_filter_query q;
         if (dd_wire_filter_request_decode(req_bytes, req_len, arena, cfg.rpc.max_candidates, &q) !=
@@ -233,9 +248,9 @@ int main(int argc, char **argv)
     }
     printf("bench_filter: %zu calls, %d candidates (%zu request bytes, %zu response bytes), "
            "user with %zu plays, %zu played removed (%zu played), plays %s, "
-           "%zu MiB evicted before each call\n",
+           "%zu MiB evicted and %ld us idle before each call\n",
            calls, N_CANDS, req_len, bytes_out, nplays, (size_t)played, want_played,
-           reopen ? "in an L0 file (reopened)" : "in the memtable", evict_mib);
+           reopen ? "in an L0 file (reopened)" : "in the memtable", evict_mib, gap_us);
     report("wire decode", t_decode, calls);
     report("filter decide", t_decide, calls);
     report("response encode", t_encode, calls);

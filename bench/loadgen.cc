@@ -11,9 +11,10 @@
 // Then, for --seconds each:
 //   - Filter at low load: 1 call in flight, back to back;
 //   - Filter paced: one call every 1/--rate s (default 200 calls/s; 0
-//     leaves the phase out), each timed from when it was due: low load as
-//     a service sees it, with the machine mostly idle between calls (on a
-//     VM an idle vCPU must be woken for each call);
+//     leaves the phase out), timed from when it is sent (or was due, if
+//     the call before made it late): low load as a service sees it, with
+//     the machine mostly idle between calls (on a VM an idle vCPU must be
+//     woken for each call);
 //   - Filter at saturation: --inflight threads, each with its own channel and
 //     completion queue, one call in flight each;
 //   - legacy, 1 in flight: ZRANGE key 0 -1 of the 10,000-member ZSet, a hash
@@ -316,8 +317,7 @@ void setup_legacy(const Options &o, redisContext *c, const std::vector<std::stri
 }
 
 // One thread's loop of Filter calls, one in flight, until STOP: back to
-// back, or with RATE > 0 one call every 1/RATE s, each timed from when it
-// was due (so a late start counts against the call that was late).
+// back, or with RATE > 0 one call every 1/RATE s.
 void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, size_t want_kept,
                  bool indexes, double rate, Clock::time_point stop, Result *out)
 {
@@ -331,15 +331,25 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
         std::chrono::duration<double>(rate > 0 ? 1.0 / rate : 0.0));
     auto due = t_start;
     while (Clock::now() < stop) {
+        // Paced: a call is timed from when it is sent, unless it is sent
+        // late because the one before took past its due time: then from
+        // when it was due, so that the wait behind a slow call counts (the
+        // load generator's own oversleeping does not).
+        Clock::time_point t0;
         if (rate > 0) {
             due += interval;
-            std::this_thread::sleep_until(due);
+            if (Clock::now() < due) {
+                std::this_thread::sleep_until(due);
+                t0 = Clock::now();
+            } else {
+                t0 = due;
+            }
         }
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
         grpc::ByteBuffer rbuf;
         grpc::Status status;
-        auto t0 = rate > 0 ? due : Clock::now();
+        if (rate <= 0) t0 = Clock::now();
         auto call = stub.PrepareUnaryCall(&ctx, "/dedup.v1.Dedup/Filter", req, &cq);
         call->StartCall();
         call->Finish(&rbuf, &status, reinterpret_cast<void *>(1));
