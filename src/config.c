@@ -125,7 +125,8 @@ static const struct key keys[] = {
     ROW_STR("rpc.tls_cert", rpc.tls_cert, ""),
     ROW_STR("rpc.tls_key", rpc.tls_key, ""),
     ROW_U32("rpc.shutdown_grace_ms", rpc.shutdown_grace_ms, "5000", 0, UINT32_MAX),
-    ROW_ENUM("rpc.poller", rpc.poller, "epoll1", poller_words),
+    ROW_ENUM("rpc.poller", rpc.poller, "poll", poller_words),
+    ROW_U32("rpc.spin_us", rpc.spin_us, "500", 0, 1000000),
 
     ROW_ADDR("admin.listen", admin.listen, "127.0.0.1:9464", true),
     ROW_U32("admin.drain_ms", admin.drain_ms, "0", 0, 600000),

@@ -74,6 +74,7 @@ struct dd_config {
         char *tls_key;
         uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
         char *poller;               /* grpc poll strategy: poll or epoll1 (dd_rpc_process_init) */
+        uint32_t spin_us;           /* a worker polls without blocking this long after a call */
     } rpc;
     struct {
         char *listen;               /* host:port for /metrics, /healthz, /readyz; "" = off */

@@ -28,9 +28,10 @@
  *   nothing per candidate.
  * Transport: grpc's HTTP/2 defaults (see dd_rpc_new: larger windows and
  *   frames were measured and cost CPU without saving time). Sockets are
- *   polled by grpc's epoll1 engine, or with rpc.poller = poll by each
- *   connection's own worker (rpc.h, dd_rpc_process_init, has the
- *   measured trade-off).
+ *   polled by each connection's own worker (rpc.poller = poll) or by
+ *   grpc's epoll1 engine; after a call a worker polls without blocking
+ *   for rpc.spin_us (rpc.h, dd_rpc_process_init, has the measured
+ *   trade-off).
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.
@@ -145,6 +146,7 @@ struct dd_rpc {
     unsigned prepost;
     uint32_t max_candidates; /* rpc.max_candidates: Filter ids decoded at most */
     uint32_t grace_ms;
+    int64_t spin_ns;          /* rpc.spin_us */
     int port;
     char *listen;
     int started, shut_down;
@@ -282,6 +284,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     rpc->nworkers = cfg->rpc.threads ? cfg->rpc.threads : 1;
     rpc->prepost = cfg->rpc.prepost ? cfg->rpc.prepost : 1;
     rpc->grace_ms = cfg->rpc.shutdown_grace_ms;
+    rpc->spin_ns = (int64_t)cfg->rpc.spin_us * 1000;
     rpc->max_candidates = cfg->rpc.max_candidates;
     atomic_init(&rpc->serving, false);
     atomic_init(&rpc->stopping, false);
@@ -687,12 +690,20 @@ static void handle(struct worker *w, struct slot *s)
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
+    const int64_t spin_ns = w->rpc->spin_ns;
+    int64_t spin_until = 0;
     for (;;) {
-        gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                          gpr_time_from_millis(WORKER_TICK_MS, GPR_TIMESPAN));
+        /* rpc.spin_us: for a while after a call, poll without blocking,
+         * so that this thread (and its CPU) does not go idle between calls
+         * that follow closely. */
+        gpr_timespec until = spin_ns && dd_mono_ns() < spin_until
+                                 ? gpr_time_0(GPR_CLOCK_MONOTONIC)
+                                 : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                gpr_time_from_millis(WORKER_TICK_MS, GPR_TIMESPAN));
         grpc_event ev = grpc_completion_queue_next(w->cq, until, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type == GRPC_OP_COMPLETE) {
+            if (spin_ns) spin_until = dd_mono_ns() + spin_ns;
             struct slot *s = ev.tag;
             if (s->state == SLOT_REQUESTED && !ev.success) {
                 /* The server is shutting down: never to be matched. */

@@ -29,19 +29,33 @@ typedef struct dd_rpc dd_rpc;
  * (setenv is not safe against other threads' getenv). Returns 0 or
  * DD_ERR_NOMEM (message in err).
  *
- * The two engines: with epoll1 (grpc's default, and ours) one thread at a
- * time polls every socket for all completion queues, so at low load the
+ * The two engines: with epoll1 (grpc's default) one thread at a time
+ * polls every socket for all completion queues, so at low load the
  * thread that reads a call's bytes is usually not the worker whose queue
  * the call is matched to, and every call wakes a second thread. With poll
- * a connection is polled by the worker whose queue accepted it, and its
- * calls are matched to that queue first, so one thread reads and answers
- * each call; but a worker reads its connections only between calls.
- * bench/run_loadgen.sh, epoll1 (A) against poll (B) in alternating 0.5 s
- * slices, 5 runs of 20-50 slice pairs on a host with 1-48 % steal, B/A
- * medians: at one call in flight 6.1-7.3 -> 1.1-1.7 context switches a
- * call, p50 0.95-1.05, p99 0.80-1.01; at 8 in flight calls/s 1.02-1.05
- * but p99 1.12-1.19. The gain at low load is within the host's noise and
- * the longer tail under load is not, so epoll1 stays the default. */
+ * (ours) a connection is polled by the worker whose queue accepted it,
+ * and its calls are matched to that queue first, so one thread reads and
+ * answers each call; but a worker reads its connections only between
+ * calls. Together with rpc.spin_us (the worker keeps polling for a while
+ * after a call, see worker_main) a call that follows closely wakes no
+ * thread at all.
+ *
+ * bench/run_loadgen.sh A/B runs (alternating 0.5 s slices, B/A medians):
+ *   poll alone against epoll1, 5 runs of 20-50 pairs, host steal 1-48 %:
+ *     1 in flight: 6.1-7.3 -> 1.1-1.7 context switches a call, p50
+ *     0.95-1.05, p99 0.80-1.01; 8 in flight: calls/s 1.02-1.05, p99
+ *     1.12-1.19;
+ *   poll with spin_us 500 against epoll1, 3 runs of 30 pairs, quiet host:
+ *     1 in flight: 0.1 context switches a call, p50 0.92-0.95, p99
+ *     0.84-0.90 (B lower in 25-26 of 30), dedupd CPU +0.02-0.08 ms a
+ *     call; paced 200/s: p50 0.92-0.94, p99 0.90-1.02, CPU +0.35-0.4 ms
+ *     a call (the spin); 8 in flight: calls/s 0.99-1.04, p99 1.23-1.24;
+ *   spin_us 500 against 0, both poll, 1 run: 1 in flight p50 0.96, p99
+ *     0.91; 8 in flight calls/s 0.98, p99 1.06.
+ * So poll and a spin are the defaults: the issue's goals are latency at
+ * low load and throughput at saturation, where latency is queueing; an
+ * operator who cares more for the tail under overload sets epoll1 and
+ * spin_us 0. */
 int dd_rpc_process_init(const struct dd_config *cfg, char *err, size_t errlen);
 
 /* Create the server for cfg->rpc.* (and cfg->recent.* for the workers'

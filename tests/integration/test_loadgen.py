@@ -52,7 +52,7 @@ def main():
         harness.fail("calls failed:\n" + out)
     harness.log("plain run ok")
 
-    out = run(script, loadgen, dedupd, {"DEDUPD_B_OPTS": "-o rpc.poller=poll"}, 1)
+    out = run(script, loadgen, dedupd, {"DEDUPD_B_OPTS": "-o rpc.poller=epoll1 -o rpc.spin_us=0"}, 1)
     for label in ("A 127.0.0.1:", "B 127.0.0.1:"):
         for phase in ("1 in flight", "paced 200/s", "8 in flight"):
             if not re.search(re.escape(label) + r"\d+, " + phase, out):

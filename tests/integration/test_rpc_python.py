@@ -405,12 +405,14 @@ def grace_test():
 
 def poller_test(redis):
     """rpc.poller decides grpc's polling engine whatever GRPC_POLL_STRATEGY
-    the environment has, and Filter answers on each. grpc names the engine
-    it picked in its debug log."""
-    for poller, env_value in (("poll", "epoll1"), ("epoll1", "poll")):
+    the environment has, and Filter answers on each, with and without
+    rpc.spin_us, and dedupd stops cleanly. grpc names the engine it picked
+    in its debug log."""
+    for poller, env_value, spin in (("poll", "epoll1", "500"), ("epoll1", "poll", "0")):
         env = dict(os.environ, GRPC_VERBOSITY="debug", GRPC_POLL_STRATEGY=env_value)
         d = harness.Dedupd({"ingest.enabled": "false", "recent.redis": redis.addr,
-                            "rpc.poller": poller}, name="dedupd-" + poller, env=env)
+                            "rpc.poller": poller, "rpc.spin_us": spin},
+                           name="dedupd-" + poller, env=env)
         out = d.run_log()
         check("Using polling engine: %s\n" % poller in out,
               "rpc.poller=%s with GRPC_POLL_STRATEGY=%s: grpc's log names another engine:\n%s"

@@ -152,7 +152,8 @@ static void test_defaults(void)
     CHECK_STR(c.rpc.tls_cert, "");
     CHECK_STR(c.rpc.tls_key, "");
     CHECK_EQ_INT(c.rpc.shutdown_grace_ms, 5000);
-    CHECK_STR(c.rpc.poller, "epoll1");
+    CHECK_STR(c.rpc.poller, "poll");
+    CHECK_EQ_INT(c.rpc.spin_us, 500);
     CHECK_STR(c.admin.listen, "127.0.0.1:9464");
     CHECK_STR(c.log.level, "info");
     CHECK_STR(c.log.file, "");
@@ -211,8 +212,8 @@ static void test_set(void)
     CHECK_STR(c.ingest.format, "json");
     set_ok(&c, "log.level", "debug");
     CHECK_STR(c.log.level, "debug");
-    set_ok(&c, "rpc.poller", "poll");
-    CHECK_STR(c.rpc.poller, "poll");
+    set_ok(&c, "rpc.poller", "epoll1");
+    CHECK_STR(c.rpc.poller, "epoll1");
 
     set_ok(&c, "rpc.listen", "[::1]:0");
     CHECK_STR(c.rpc.listen, "[::1]:0");
