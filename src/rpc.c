@@ -74,9 +74,11 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const method_names[DD_RPC_METHOD_COUNT] = {
     [DD_RPC_FILTER] = "/dedup.v1.Dedup/Filter",
@@ -147,6 +149,8 @@ struct dd_rpc {
     uint32_t max_candidates; /* rpc.max_candidates: Filter ids decoded at most */
     uint32_t grace_ms;
     int64_t spin_ns;          /* rpc.spin_us */
+    unsigned spin_max;        /* workers that may spin at once: cores - 1 */
+    _Atomic unsigned spinning;
     int port;
     char *listen;
     int started, shut_down;
@@ -285,6 +289,13 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     rpc->prepost = cfg->rpc.prepost ? cfg->rpc.prepost : 1;
     rpc->grace_ms = cfg->rpc.shutdown_grace_ms;
     rpc->spin_ns = (int64_t)cfg->rpc.spin_us * 1000;
+    {
+        /* Spinning workers leave a core for the busy ones, the kernel and
+         * whatever shares the machine: at most cores - 1 spin at once. */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        rpc->spin_max = cores > 1 ? (unsigned)(cores - 1) : 0;
+    }
+    atomic_init(&rpc->spinning, 0);
     rpc->max_candidates = cfg->rpc.max_candidates;
     atomic_init(&rpc->serving, false);
     atomic_init(&rpc->stopping, false);
@@ -690,16 +701,26 @@ static void handle(struct worker *w, struct slot *s)
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    const int64_t spin_ns = w->rpc->spin_ns;
+    dd_rpc *rpc = w->rpc;
+    const int64_t spin_ns = rpc->spin_ns;
     int64_t spin_until = 0;
+    bool spinning = false; /* this worker holds one of rpc->spin_max */
     for (;;) {
         /* rpc.spin_us: for a while after a call, poll without blocking,
          * so that this thread (and its CPU) does not go idle between calls
-         * that follow closely. */
-        gpr_timespec until = spin_ns && dd_mono_ns() < spin_until
-                                 ? gpr_time_0(GPR_CLOCK_MONOTONIC)
-                                 : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                                gpr_time_from_millis(WORKER_TICK_MS, GPR_TIMESPAN));
+         * that follow closely; if no more than spin_max workers do. */
+        if (spin_ns && dd_mono_ns() < spin_until) {
+            unsigned n = atomic_load(&rpc->spinning);
+            while (!spinning && n < rpc->spin_max)
+                spinning = atomic_compare_exchange_weak(&rpc->spinning, &n, n + 1);
+        } else if (spinning) {
+            atomic_fetch_sub(&rpc->spinning, 1);
+            spinning = false;
+        }
+        gpr_timespec until = spinning ? gpr_time_0(GPR_CLOCK_MONOTONIC)
+                                      : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                     gpr_time_from_millis(WORKER_TICK_MS,
+                                                                          GPR_TIMESPAN));
         grpc_event ev = grpc_completion_queue_next(w->cq, until, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type == GRPC_OP_COMPLETE) {
@@ -720,6 +741,7 @@ static void *worker_main(void *arg)
             w->cq_shut = 1;
         }
     }
+    if (spinning) atomic_fetch_sub(&rpc->spinning, 1);
     return NULL;
 }
 
