@@ -50,8 +50,13 @@ typedef struct dd_rpc dd_rpc;
  *     0.84-0.90 (B lower in 25-26 of 30), dedupd CPU +0.02-0.08 ms a
  *     call; paced 200/s: p50 0.92-0.94, p99 0.90-1.02, CPU +0.35-0.4 ms
  *     a call (the spin); 8 in flight: calls/s 0.99-1.04, p99 1.23-1.24;
- *   spin_us 500 against 0, both poll, 1 run: 1 in flight p50 0.96, p99
- *     0.91; 8 in flight calls/s 0.98, p99 1.06.
+ *   the same on a fast host, 24 pairs: 1 in flight p99 0.969 -> 0.840
+ *     ms (0.83, B lower in 21 of 24), paced p50 0.85 (24 of 24), 8 in
+ *     flight calls/s 1.01, p99 1.22;
+ *   spin_us 500 against 0, both poll, 2 runs: 1 in flight p50 0.96-1.02,
+ *     p99 0.91-1.02 (the second on a fast host, where poll alone already
+ *     had 1.1 context switches a call); 8 in flight calls/s 0.98-0.99,
+ *     p99 1.06-1.08.
  * So poll and a spin are the defaults: the issue's goals are latency at
  * low load and throughput at saturation, where latency is queueing; an
  * operator who cares more for the tail under overload sets epoll1 and
