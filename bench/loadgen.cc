@@ -230,6 +230,26 @@ double self_cpu_seconds()
            static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+// What the phases are measured by, read before and after each: dedupd's
+// CPU and context switches (PID's), this process's CPU, the machine's.
+struct Snap {
+    double server_cpu, self_cpu;
+    unsigned long long cs;
+    MachineCpu machine;
+};
+
+Snap snap(int pid)
+{
+    return {cpu_seconds(pid), self_cpu_seconds(), ctx_switches(pid), machine_cpu()};
+}
+
+// "1 in flight", "paced 200/s", "8 in flight".
+std::string phase_name(int inflight, double rate)
+{
+    return rate > 0 ? "paced " + std::to_string(static_cast<int>(rate)) + "/s"
+                    : std::to_string(inflight) + " in flight";
+}
+
 int g_window = 0;  // Options::window, for channel()
 
 std::shared_ptr<grpc::Channel> channel(const std::string &addr, int id)
@@ -479,11 +499,11 @@ int compare(const Options &o, const grpc::ByteBuffer &req, size_t want_a, size_t
         for (int k = 0; k < slices; k++) {
             for (int j = 0; j < 2; j++) {
                 Side &sd = sides[(j + k) % 2];
-                double c0 = cpu_seconds(sd.pid);
-                unsigned long long x0 = ctx_switches(sd.pid);
+                Snap a = snap(sd.pid);
                 Result r = run_filter(o, sd.addr, req, sd.want_kept, inflight, slice_s, ph.rate);
-                sd.cpu_s += cpu_seconds(sd.pid) - c0;
-                sd.cs += static_cast<double>(ctx_switches(sd.pid) - x0);
+                Snap b = snap(sd.pid);
+                sd.cpu_s += b.server_cpu - a.server_cpu;
+                sd.cs += static_cast<double>(b.cs - a.cs);
                 std::vector<double> lat = r.lat_ms;
                 std::sort(lat.begin(), lat.end());
                 sd.p50.push_back(pct(lat, 0.5));
@@ -496,9 +516,8 @@ int compare(const Options &o, const grpc::ByteBuffer &req, size_t want_a, size_t
             }
         }
         for (Side &sd : sides) {
-            std::string label = std::string(sd.name) + " " + sd.addr + ", " +
-                                (ph.rate > 0 ? "paced " + std::to_string(static_cast<int>(ph.rate)) + "/s"
-                                             : std::to_string(inflight) + " in flight");
+            std::string label =
+                std::string(sd.name) + " " + sd.addr + ", " + phase_name(inflight, ph.rate);
             print(label.c_str(), sd.all, sd.pid > 0 ? sd.cpu_s : -1, -1, sd.pid > 0 ? sd.cs : -1);
             errors += sd.all.errors;
         }
@@ -645,36 +664,23 @@ int main(int argc, char **argv)
     }
 
     run_filter(o, o.addr, req_buf, want_kept, 1, std::min(1.0, o.seconds));  // warm-up
-    const bool cs_known = o.server_pid > 0;
-    double cpu0 = cpu_seconds(o.server_pid), self0 = self_cpu_seconds();
-    unsigned long long cs0 = ctx_switches(o.server_pid);
-    MachineCpu m0 = machine_cpu();
-    Result low = run_filter(o, o.addr, req_buf, want_kept, 1, o.seconds);
-    double cpu1 = cpu_seconds(o.server_pid), self1 = self_cpu_seconds();
-    unsigned long long cs1 = ctx_switches(o.server_pid);
-    MachineCpu m1 = machine_cpu();
-    print("dedupd Filter, 1 in flight", low, cpu1 - cpu0, self1 - self0,
-          cs_known ? static_cast<double>(cs1 - cs0) : -1);
-    print_steal(m0, m1);
-    if (o.rate > 0) {
-        Result paced = run_filter(o, o.addr, req_buf, want_kept, 1, o.seconds, o.rate);
-        double cpu_p = cpu_seconds(o.server_pid), self_p = self_cpu_seconds();
-        unsigned long long cs_p = ctx_switches(o.server_pid);
-        MachineCpu m_p = machine_cpu();
-        std::string label = "dedupd Filter, paced " + std::to_string(static_cast<int>(o.rate)) + "/s";
-        print(label.c_str(), paced, cpu_p - cpu1, self_p - self1,
-              cs_known ? static_cast<double>(cs_p - cs1) : -1);
-        print_steal(m1, m_p);
-        cpu1 = cpu_p, self1 = self_p, cs1 = cs_p, m1 = m_p;
-    }
-    Result sat = run_filter(o, o.addr, req_buf, want_kept, o.inflight, o.seconds);
-    double cpu2 = cpu_seconds(o.server_pid), self2 = self_cpu_seconds();
-    unsigned long long cs2 = ctx_switches(o.server_pid);
+    // One Filter phase against --addr for --seconds, printed with what it
+    // cost dedupd, this process and the machine; its latencies come back
+    // sorted.
+    auto phase = [&](int inflight, double rate) {
+        Snap a = snap(o.server_pid);
+        Result r = run_filter(o, o.addr, req_buf, want_kept, inflight, o.seconds, rate);
+        Snap b = snap(o.server_pid);
+        std::string label = "dedupd Filter, " + phase_name(inflight, rate);
+        print(label.c_str(), r, b.server_cpu - a.server_cpu, b.self_cpu - a.self_cpu,
+              o.server_pid > 0 ? static_cast<double>(b.cs - a.cs) : -1);
+        print_steal(a.machine, b.machine);
+        return r;
+    };
+    Result low = phase(1, 0);
+    if (o.rate > 0) phase(1, o.rate);
+    Result sat = phase(o.inflight, 0);
     MachineCpu m2 = machine_cpu();
-    std::string sat_label = "dedupd Filter, " + std::to_string(o.inflight) + " in flight";
-    print(sat_label.c_str(), sat, cpu2 - cpu1, self2 - self1,
-          cs_known ? static_cast<double>(cs2 - cs1) : -1);
-    print_steal(m1, m2);
     Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds);
     print("legacy ZRANGE 10000 + hash set, 1 in flight", legacy);
     print_steal(m2, machine_cpu());

@@ -70,19 +70,22 @@ if [ -n "${DEDUPD_B:-}${DEDUPD_B_OPTS:-}" ]; then
     [ -x "$dedupd_b" ] || { echo "run_loadgen: $dedupd_b is missing (build first)" >&2; exit 1; }
     b_port=$(free_port)
 fi
-start_dedupd() {
+# start_one BINARY HISTORY_DIR PORT LOG OPTS: start one dedupd, its pid in
+# $started (recorded by the caller before waiting, so cleanup stops it).
+start_one() {
     # shellcheck disable=SC2086
-    "$dedupd" -o history.path="$dir/history" -o ingest.enabled=false \
-        -o recent.redis=127.0.0.1:"$redis_port" -o rpc.listen=127.0.0.1:"$rpc_port" \
-        -o admin.listen= -o log.level=warn ${DEDUPD_OPTS:-} >>"$dir/dedupd.log" 2>&1 &
-    dedupd_pid=$!
+    "$1" -o history.path="$2" -o ingest.enabled=false \
+        -o recent.redis=127.0.0.1:"$redis_port" -o rpc.listen=127.0.0.1:"$3" \
+        -o admin.listen= -o log.level=warn $5 >>"$4" 2>&1 &
+    started=$!
+}
+start_dedupd() {
+    start_one "$dedupd" "$dir/history" "$rpc_port" "$dir/dedupd.log" "${DEDUPD_OPTS:-}"
+    dedupd_pid=$started
     wait_port "$rpc_port" "$dedupd_pid"
     [ -n "$compare" ] || return 0
-    # shellcheck disable=SC2086
-    "$dedupd_b" -o history.path="$dir/history-b" -o ingest.enabled=false \
-        -o recent.redis=127.0.0.1:"$redis_port" -o rpc.listen=127.0.0.1:"$b_port" \
-        -o admin.listen= -o log.level=warn ${DEDUPD_B_OPTS:-} >>"$dir/dedupd-b.log" 2>&1 &
-    b_pid=$!
+    start_one "$dedupd_b" "$dir/history-b" "$b_port" "$dir/dedupd-b.log" "${DEDUPD_B_OPTS:-}"
+    b_pid=$started
     wait_port "$b_port" "$b_pid"
 }
 stop_dedupd() {
