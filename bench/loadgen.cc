@@ -678,7 +678,7 @@ int main(int argc, char **argv)
         return r;
     };
     Result low = phase(1, 0);
-    if (o.rate > 0) phase(1, o.rate);
+    uint64_t paced_errors = o.rate > 0 ? phase(1, o.rate).errors : 0;
     Result sat = phase(o.inflight, 0);
     MachineCpu m2 = machine_cpu();
     Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds);
@@ -695,5 +695,5 @@ int main(int argc, char **argv)
     std::printf("goal >= 2000 calls/s at saturation: %s (%.0f)\n", sat_cps >= 2000 ? "met" : "MISSED", sat_cps);
     std::printf("goal >= 5x faster than legacy (p50): %s (%.1fx)\n", r50 >= 5 ? "met" : "MISSED", r50);
     std::printf("hardware threads: %u\n", std::thread::hardware_concurrency());
-    return low.errors + sat.errors + legacy.errors ? 1 : 0;
+    return low.errors + paced_errors + sat.errors + legacy.errors ? 1 : 0;
 }
