@@ -72,6 +72,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -149,7 +150,7 @@ struct dd_rpc {
     uint32_t max_candidates; /* rpc.max_candidates: Filter ids decoded at most */
     uint32_t grace_ms;
     int64_t spin_ns;          /* rpc.spin_us */
-    unsigned spin_max;        /* workers that may spin at once: cores - 1 */
+    unsigned spin_max;        /* workers that may spin at once: usable CPUs - 1 */
     _Atomic unsigned spinning;
     int port;
     char *listen;
@@ -274,6 +275,19 @@ int dd_rpc_process_init(const struct dd_config *cfg, char *err, size_t errlen)
     return DD_OK;
 }
 
+/* CPUs this process may run on: its affinity mask, or the online count if
+ * that cannot be read. At least 1. */
+static unsigned usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return (unsigned)n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+
 int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, char *err,
                size_t errlen)
 {
@@ -291,9 +305,11 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     rpc->spin_ns = (int64_t)cfg->rpc.spin_us * 1000;
     {
         /* Spinning workers leave a core for the busy ones, the kernel and
-         * whatever shares the machine: at most cores - 1 spin at once. */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        rpc->spin_max = cores > 1 ? (unsigned)(cores - 1) : 0;
+         * whatever shares the machine: at most cores - 1 spin at once,
+         * counting the CPUs this process may run on (a cpuset or taskset
+         * smaller than the machine), not the machine's. */
+        unsigned cores = usable_cpus();
+        rpc->spin_max = cores > 1 ? cores - 1 : 0;
     }
     atomic_init(&rpc->spinning, 0);
     rpc->max_candidates = cfg->rpc.max_candidates;
@@ -766,8 +782,11 @@ int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
         w->thread_started = 1;
     }
     atomic_store(&rpc->serving, true);
-    dd_info("rpc", "msg=started listen=\"%s\" port=%d threads=%u prepost=%u", rpc->listen,
-            rpc->port, rpc->nworkers, rpc->prepost);
+    dd_info("rpc",
+            "msg=started listen=\"%s\" port=%d threads=%u prepost=%u spin_us=%" PRId64
+            " spin_max=%u",
+            rpc->listen, rpc->port, rpc->nworkers, rpc->prepost, rpc->spin_ns / 1000,
+            rpc->spin_ns ? rpc->spin_max : 0);
     return DD_OK;
 err:
     dd_rpc_shutdown(rpc);

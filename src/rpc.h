@@ -37,7 +37,7 @@ typedef struct dd_rpc dd_rpc;
  * and its calls are matched to that queue first, so one thread reads and
  * answers each call; but a worker reads its connections only between
  * calls. Together with rpc.spin_us (the worker keeps polling for a while
- * after a call, see worker_main; at most cores - 1 workers at once) a
+ * after a call, see worker_main; at most usable CPUs - 1 workers at once) a
  * call that follows closely wakes no thread at all.
  *
  * bench/run_loadgen.sh A/B runs (alternating 0.5 s slices, B/A medians):

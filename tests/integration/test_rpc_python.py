@@ -414,6 +414,11 @@ def poller_test(redis):
                             "rpc.poller": poller, "rpc.spin_us": spin},
                            name="dedupd-" + poller, env=env)
         out = d.run_log()
+        # At most cores - 1 workers spin at once, cores counted from the
+        # CPUs dedupd may run on.
+        want = "spin_max=%d" % (len(os.sched_getaffinity(0)) - 1 if spin != "0" else 0)
+        check(want in out, "rpc.spin_us=%s: the start line lacks %s:\n%s"
+              % (spin, want, "\n".join(l for l in out.splitlines() if "msg=started" in l)))
         check("Using polling engine: %s\n" % poller in out,
               "rpc.poller=%s with GRPC_POLL_STRATEGY=%s: grpc's log names another engine:\n%s"
               % (poller, env_value, "\n".join(l for l in out.splitlines() if "polling" in l)))
@@ -429,6 +434,24 @@ def poller_test(redis):
                   % (poller, list(r.kept_ids)))
         ch.close()
         d.stop()
+    # Confined to one CPU (a cpuset or taskset), no worker spins: a spinning
+    # worker would take the only core from the busy ones.
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mask)})
+    try:
+        d = harness.Dedupd({"ingest.enabled": "false", "recent.redis": redis.addr,
+                            "rpc.spin_us": "500"}, name="dedupd-one-cpu")
+    finally:
+        os.sched_setaffinity(0, mask)
+    out = d.run_log()
+    check("spin_us=500 spin_max=0" in out, "on one CPU: the start line lacks spin_max=0:\n%s"
+          % "\n".join(l for l in out.splitlines() if "msg=started" in l))
+    ch = grpc.insecure_channel(d.rpc_addr)
+    r = pbg.DedupStub(ch).Filter(pb.FilterRequest(user_id="p", candidate_ids=["a", "a"]),
+                                 timeout=10)
+    check(list(r.kept_ids) == ["a"], "on one CPU: Filter kept %s" % list(r.kept_ids))
+    ch.close()
+    d.stop()
     harness.log("pollers ok")
 
 
