@@ -4,7 +4,7 @@
 phase and goal line printed, dedupd's CPU and context switches per call
 for each Filter phase: back to back, paced, saturated)
 and one A/B run (DEDUPD_B_OPTS: a second dedupd, the phases alternated,
-the slice pairs compared). Figures are not checked (that is what the
+the slice pairs compared), whose paced phase waits with --client-spin. Figures are not checked (that is what the
 benchmark is for), only that each part runs and reports, without errors.
 
 usage: test_loadgen.py RUN_LOADGEN LOADGEN DEDUPD
@@ -19,9 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 
-def run(script, loadgen, dedupd, env_extra, seconds):
+def run(script, loadgen, dedupd, env_extra, seconds, *extra):
     env = dict(os.environ, **env_extra)
-    p = subprocess.run(["/bin/sh", script, loadgen, dedupd, "--", "--seconds", str(seconds)],
+    p = subprocess.run(["/bin/sh", script, loadgen, dedupd, "--", "--seconds", str(seconds)]
+                       + list(extra),
                        capture_output=True, text=True, timeout=240, env=env,
                        stdin=subprocess.DEVNULL)
     if p.returncode != 0:
@@ -52,9 +53,10 @@ def main():
         harness.fail("calls failed:\n" + out)
     harness.log("plain run ok")
 
-    out = run(script, loadgen, dedupd, {"DEDUPD_B_OPTS": "-o rpc.poller=epoll1 -o rpc.spin_us=0"}, 1)
+    out = run(script, loadgen, dedupd, {"DEDUPD_B_OPTS": "-o rpc.poller=epoll1 -o rpc.spin_us=0"}, 1,
+              "--client-spin")
     for label in ("A 127.0.0.1:", "B 127.0.0.1:"):
-        for phase in ("1 in flight", "paced 200/s", "8 in flight"):
+        for phase in ("1 in flight", "paced 200/s, client spinning", "8 in flight"):
             if not re.search(re.escape(label) + r"\d+, " + phase, out):
                 harness.fail("no %s line for %s in:\n%s" % (label, phase, out))
     pairs = re.findall(r"B/A in (\d+) slice pairs", out)
