@@ -115,12 +115,8 @@ if [ -n "$compare" ]; then
 fi
 stop_dedupd
 start_dedupd
-if [ -n "$compare" ]; then
-    "$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" \
-        --server-pid "$dedupd_pid" --compare 127.0.0.1:"$b_port" --compare-pid "$b_pid" \
-        --phase run "$@" || rc=$?
-    exit $rc
-fi
+# A alone, or A and B alternated.
+[ -z "$compare" ] || set -- --compare 127.0.0.1:"$b_port" --compare-pid "$b_pid" "$@"
 "$loadgen" --addr 127.0.0.1:"$rpc_port" --redis 127.0.0.1:"$redis_port" \
     --server-pid "$dedupd_pid" --phase run "$@" || rc=$?
 exit $rc

@@ -45,7 +45,8 @@
  *      is decoded once and each of its fingerprints looked up in the table
  *      of step 2, so it costs its own size: a light user's few plays are a
  *      few lookups, not 10,000. Any other filter is decoded once into an
- *      index that every candidate's hash is looked up in. Hits on candidates still kept become PLAYED.
+ *      index that every candidate's hash is looked up in. Hits on
+ *      candidates still kept become PLAYED.
  *      A read error fails the whole call (UNAVAILABLE): a seen item is
  *      never reported unseen because the store could not be read.
  *   5. The result is one reason byte per candidate, in request order; the
