@@ -407,21 +407,30 @@ def poller_test(redis):
     """rpc.poller decides grpc's polling engine whatever GRPC_POLL_STRATEGY
     the environment has, and Filter answers on each, with and without
     rpc.spin_us, and dedupd stops cleanly. grpc names the engine it picked
-    in its debug log."""
-    for poller, env_value, spin in (("poll", "epoll1", "500"), ("epoll1", "poll", "0")):
+    in its debug log. At most usable CPUs - 1 workers spin at once, counted
+    from the CPUs dedupd may run on: confined to one (a cpuset or taskset),
+    none spins, as a spinning worker would take the only core from the
+    busy ones."""
+    mask = os.sched_getaffinity(0)
+    for poller, env_value, spin, cpus in (("poll", "epoll1", "500", mask),
+                                          ("epoll1", "poll", "0", mask),
+                                          ("poll", "epoll1", "500", {min(mask)})):
         env = dict(os.environ, GRPC_VERBOSITY="debug", GRPC_POLL_STRATEGY=env_value)
-        d = harness.Dedupd({"ingest.enabled": "false", "recent.redis": redis.addr,
-                            "rpc.poller": poller, "rpc.spin_us": spin},
-                           name="dedupd-" + poller, env=env)
+        what = "rpc.poller=%s rpc.spin_us=%s on %d CPUs" % (poller, spin, len(cpus))
+        os.sched_setaffinity(0, cpus)  # inherited by dedupd
+        try:
+            d = harness.Dedupd({"ingest.enabled": "false", "recent.redis": redis.addr,
+                                "rpc.poller": poller, "rpc.spin_us": spin},
+                               name="dedupd-%s-%s-%d" % (poller, spin, len(cpus)), env=env)
+        finally:
+            os.sched_setaffinity(0, mask)
         out = d.run_log()
-        # At most cores - 1 workers spin at once, cores counted from the
-        # CPUs dedupd may run on.
-        want = "spin_max=%d" % (len(os.sched_getaffinity(0)) - 1 if spin != "0" else 0)
-        check(want in out, "rpc.spin_us=%s: the start line lacks %s:\n%s"
-              % (spin, want, "\n".join(l for l in out.splitlines() if "msg=started" in l)))
+        want = "spin_us=%s spin_max=%d" % (spin, len(cpus) - 1 if spin != "0" else 0)
+        check(want in out, "%s: the start line lacks %s:\n%s"
+              % (what, want, "\n".join(l for l in out.splitlines() if "msg=started" in l)))
         check("Using polling engine: %s\n" % poller in out,
-              "rpc.poller=%s with GRPC_POLL_STRATEGY=%s: grpc's log names another engine:\n%s"
-              % (poller, env_value, "\n".join(l for l in out.splitlines() if "polling" in l)))
+              "%s with GRPC_POLL_STRATEGY=%s: grpc's log names another engine:\n%s"
+              % (what, env_value, "\n".join(l for l in out.splitlines() if "polling" in l)))
         ch = grpc.insecure_channel(d.rpc_addr)
         grpc.channel_ready_future(ch).result(timeout=20)
         stub = pbg.DedupStub(ch)
@@ -430,28 +439,9 @@ def poller_test(redis):
         for _ in range(20):  # several calls on the one connection
             r = stub.Filter(pb.FilterRequest(user_id="p", candidate_ids=["seen", "new", "new"]),
                             timeout=10)
-            check(list(r.kept_ids) == ["new"], "rpc.poller=%s: Filter kept %s"
-                  % (poller, list(r.kept_ids)))
+            check(list(r.kept_ids) == ["new"], "%s: Filter kept %s" % (what, list(r.kept_ids)))
         ch.close()
         d.stop()
-    # Confined to one CPU (a cpuset or taskset), no worker spins: a spinning
-    # worker would take the only core from the busy ones.
-    mask = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(mask)})
-    try:
-        d = harness.Dedupd({"ingest.enabled": "false", "recent.redis": redis.addr,
-                            "rpc.spin_us": "500"}, name="dedupd-one-cpu")
-    finally:
-        os.sched_setaffinity(0, mask)
-    out = d.run_log()
-    check("spin_us=500 spin_max=0" in out, "on one CPU: the start line lacks spin_max=0:\n%s"
-          % "\n".join(l for l in out.splitlines() if "msg=started" in l))
-    ch = grpc.insecure_channel(d.rpc_addr)
-    r = pbg.DedupStub(ch).Filter(pb.FilterRequest(user_id="p", candidate_ids=["a", "a"]),
-                                 timeout=10)
-    check(list(r.kept_ids) == ["a"], "on one CPU: Filter kept %s" % list(r.kept_ids))
-    ch.close()
-    d.stop()
     harness.log("pollers ok")
 
 
