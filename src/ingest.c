@@ -4,73 +4,40 @@
  *
  * DESIGN
  *
- * Threads
- *   poll thread:  rd_kafka_consume_batch_queue on the consumer queue,
- *                 decode, dd_window_add into the
- *                 active window, timers, pause/resume; librdkafka runs the
- *                 rebalance, offset-commit and statistics callbacks here.
- *   flush thread: takes the other window (the "flushing" slot), writes it
- *                 (dd_window_flush: one WriteBatch), and once it is durable
- *                 (see Durability) stores the offsets that window accounts
- *                 for and commits them asynchronously. A failed write is
- *                 retried with backoff; nothing is stored until it
- *                 succeeds.
- *   librdkafka's own threads (brokers, main), which also call log_cb and
- *                 error_cb (dd_log is thread-safe).
- * Two slots, each a window plus, per partition, the next offset (last
- * message offset + 1) of every message consumed while it was active - good
- * or bad. The poll thread owns the active slot; the flush thread owns the
- * flushing slot while flush_busy is set (mutex + condition variable). A
- * swap happens when the active window is due (window.flush_ms after its
- * first message), full (DD_ERR_LIMIT), must be drained (revoke, stop), or
- * holds early_plays (about a quarter of its memory) while the flusher is
- * idle - under heavy load windows are cut by size, so the flusher does not
- * sit idle until the next one is due (bench_ingest: 1.2 -> 1.6 cores busy)
- * - and only when the flusher is idle, so windows are written - and offsets
- * stored - in consumption order, and stored offsets only ever cover plays
- * that are durable.
+ * Threads. The poll thread consumes batches from the consumer queue,
+ * decodes, adds to the active window, and runs librdkafka's rebalance,
+ * commit and statistics callbacks. The flush thread writes the other
+ * window as one WriteBatch and, once it is durable, stores and commits the
+ * offsets it accounts for. A failed write is retried with backoff; nothing
+ * is stored until it succeeds. librdkafka's own threads only log.
  *
- * Durability (ingest.wal). Kafka already is a durable log of every play,
- * so by default (wal=false) windows are written without RocksDB's WAL:
- * visible to Filter at once, durable once the memtable holding them is
- * flushed to an SST file. The flusher keeps the offsets of written windows
- * (the "written" slot) and, at least every ingest.durable_interval_ms
- * (and on revoke and stop, through drain), flushes the memtables
- * (dd_history_flush, which waits and fsyncs), then stores and commits those
- * offsets. A flush covers every write before it, so a stored offset never
- * runs ahead of what is on disk; a crash loses only memtable contents whose
- * offsets were never committed, and they are consumed again. This takes
- * the WAL (its bytes, and a second copy of every play) off the write
- * path: bench_ingest wrote 56 bytes per play with the WAL and 21 without.
- * The cost is a replay of up to durable_interval_ms of plays after a crash,
- * and a committed offset that lags by as much. wal=true writes every
- * window through the WAL (fsync'd when history.sync) and stores its
- * offsets right after, as RecordPlays does. Durability flushes go first
- * when due, so a stream of windows cannot starve them; the poll thread may
- * swap windows while one runs.
+ * Slots. Two, each a window plus, per partition, the next offset of every
+ * message consumed while it was active, good or bad. The poll thread owns
+ * the active slot; the flush thread owns the other while flush_busy is set
+ * (mutex + condition variable). Slots swap only while the flusher is idle,
+ * so windows are written, and offsets stored, in consumption order. A swap
+ * happens when the window is due, full (DD_ERR_LIMIT), must be drained
+ * (revoke, stop), or holds early_plays while the flusher is idle: under
+ * heavy load windows are cut by size so the flusher never waits for a
+ * timer.
  *
- * Back-pressure: if the active window is full while the flusher is still
- * writing, the message in hand is kept aside, every assigned partition is
- * paused, and the poll thread goes on polling (rebalances, heartbeats,
- * max.poll.interval.ms) until the flusher is idle; then it swaps, adds the
- * kept message and resumes. Memory is bounded by the two windows (each
- * window.max_bytes / 2) plus the batch being written.
+ * Durability (ingest.wal = false, the default): Kafka already is a durable
+ * log, so windows go without RocksDB's WAL and the offsets of written
+ * windows wait in the "written" slot until a memtable flush
+ * (dd_history_flush) at least every durable_interval_ms, on revoke and on
+ * stop. A flush covers every write before it, so a stored offset never
+ * runs ahead of the disk. With wal = true each window's offsets are stored
+ * right after its write. Due durability flushes go before new windows.
  *
- * Commits: enable.auto.commit=false by default and an asynchronous commit
- * of the stored offsets after every written window (one small request per
- * flush, at most one per window.flush_ms), synchronous on revoke and stop.
- * Chosen over auto-commit so the uncommitted tail that a crash replays is
- * about one window, not auto.commit.interval.ms of plays, and so that the
- * revoke path needs no special case. An operator may still set
- * kafka.enable.auto.commit=true: it only ever commits stored offsets.
+ * Back-pressure: a full active window while the flusher is busy pauses
+ * every partition and keeps the message in hand aside; polling goes on
+ * (heartbeats, rebalances) until the swap. Memory: two windows of
+ * window.max_bytes / 2 each plus the batch being written.
  *
- * Rebalances (both protocols): on revoke, drain - wait for the flusher,
- * write the active window (and the kept message, unless its partition is
- * the one leaving) - then commit synchronously, then release
- * (rd_kafka_incremental_unassign for COOPERATIVE, rd_kafka_assign(NULL) for
- * EAGER). When the assignment was lost (session timeout) the plays are
- * still written (harmless, idempotent) but nothing is committed. On assign,
- * partitions are added as they come (paused too if consumption is paused).
+ * Commits are asynchronous after every durable window, synchronous on
+ * revoke and stop, so a crash replays about one window, not an
+ * auto-commit interval. On revoke: drain, commit, then release; a lost
+ * assignment still writes (idempotent) but commits nothing.
  */
 #include "ingest.h"
 
@@ -95,8 +62,7 @@
 #define MOD "ingest"
 #define POLL_MS 100
 /* Messages taken per rd_kafka_consume_batch_queue: one queue lock and one
- * clock read per batch instead of per message (a bare consumer of the
- * mock broker: 460,000 -> 1,300,000 messages/s). */
+ * clock read per batch instead of per message. */
 #define POLL_BATCH 512
 #define DLQ_FLUSH_MS 5000
 #define BACKOFF_MIN_MS 100
@@ -944,9 +910,8 @@ static rd_kafka_t *new_consumer(dd_ingest *in, const struct dd_config *cfg, char
         /* librdkafka checks queued.min.messages (100000) against the one
          * consumer queue every partition forwards to, and a partition found
          * over it is not fetched again for about a second: a consumer faster
-         * than that burst idles most of each second (bench_ingest: fetches
-         * once a second, ~250,000 plays/s; with 1,000,000: 324,000-360,000).
-         * Memory stays bounded by queued.max.messages.kbytes (64 MiB). */
+         * than that burst idles most of each second. Memory stays bounded
+         * by queued.max.messages.kbytes (64 MiB). */
         {"queued.min.messages", "1000000"},
     };
     for (size_t i = 0; i < DD_ARRAY_LEN(defaults); i++)

@@ -7,7 +7,7 @@
  * next memtable flush; true: through the WAL) stores and commits the
  * messages' offsets. Knows nothing of gRPC.
  *
- * Semantics (see design.md "Ingest semantics"): at-least-once from Kafka,
+ * Semantics (docs/design.md, "Ingest semantics"): at-least-once from Kafka,
  * idempotent into the filters. A crash or a partition moving loses no play:
  * whatever was not durable was not committed, and is consumed again.
  * A message that cannot be used (see struct dd_ingest_stats) is counted,

@@ -5,9 +5,9 @@
  * JSON goes through yajl's event (SAX) parser: no object tree, the fields
  * we read are picked out as they stream by and their strings copied into
  * one buffer reused for every message; yajl's handle (yajl 2 cannot reset
- * one) comes from an arena reset per message. Measured on a 90-byte event: 1,280 ns
- * with json-c (a tree per message, and a locale switch inside every parse),
- * 370 ns with yajl - it was most of the ingest poll thread. Protobuf goes
+ * one) comes from an arena reset per message. Not json-c: it builds a tree
+ * per message and switches locale inside every parse, which made it most of
+ * the ingest poll thread's time. Protobuf goes
  * through protobuf-c with an arena allocator reset per message, so that
  * path allocates nothing once the arena has grown to the largest message.
  */

@@ -550,7 +550,8 @@ static uint8_t *write_kept_ids(const struct dd_filter_query *q, const struct dd_
  * take one byte, under 16,384 two (all of them for the usual n), and only
  * the few below 128 and those from 16,384 on are counted; the rest are
  * R->kept less those. Each index is then stored whether kept or not and
- * kept by advancing (80 % kept at random places mispredicted a branch),
+ * kept by advancing (kept indexes sit at random places, so a branch on
+ * each would mispredict),
  * in one loop per varint length. */
 static uint8_t *write_kept_indexes(const struct dd_filter_query *q,
                                    const struct dd_filter_result *r, uint8_t *p)

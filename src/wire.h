@@ -9,13 +9,13 @@
  * DESIGN
  *
  * protobuf_c_message_unpack of a 10,000-candidate request makes 10,000
- * NUL-terminated copies of the ids (12 % of dedupd's CPU at saturation);
+ * NUL-terminated copies of the ids, a large share of dedupd's CPU at
+ * saturation;
  * the filter only needs to hash each id and, in ids mode, send some back.
  * So the decoder walks the bytes once, checking the framing of every
  * field, reading the scalars and recording (pointer, length) of each
  * candidate in one arena array sized for the most the bytes can hold
- * (len / 2, at most max_ids; a second counting pass cost as much as this
- * one).
+ * (len / 2, at most max_ids), so no second counting pass is needed.
  *
  * Each field's place hangs on the previous one's length byte, so a walk
  * costs a load's latency per candidate whatever else it does. The usual
