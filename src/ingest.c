@@ -896,12 +896,21 @@ static int is_true(const char *v)
            strcmp(v, "on") == 0;
 }
 
-static rd_kafka_t *new_consumer(dd_ingest *in, const struct dd_config *cfg, char *err,
-                                size_t errlen)
+/* The consumer and the dead-letter producer, from one pass-through list:
+ * the consumer gets dedupd's defaults under the operator's keys and its
+ * offsets are never stored automatically (they are stored once the plays
+ * are durable); the producer gets the keys that are not consumer-only.
+ * Returns the handle (which owns its conf) or NULL with err set. */
+static rd_kafka_t *kafka_new(dd_ingest *in, rd_kafka_type_t type,
+                             const struct dd_config_list *kafka, char *err, size_t errlen)
 {
+    bool consumer = type == RD_KAFKA_CONSUMER;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char e[256];
-    if (!conf) goto nomem;
+    if (!conf) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     static const char *const defaults[][2] = {
         {"partition.assignment.strategy", "cooperative-sticky"},
         {"enable.auto.commit", "false"},
@@ -914,59 +923,35 @@ static rd_kafka_t *new_consumer(dd_ingest *in, const struct dd_config *cfg, char
          * by queued.max.messages.kbytes (64 MiB). */
         {"queued.min.messages", "1000000"},
     };
-    for (size_t i = 0; i < DD_ARRAY_LEN(defaults); i++)
+    for (size_t i = 0; consumer && i < DD_ARRAY_LEN(defaults); i++)
         if (conf_set(conf, defaults[i][0], defaults[i][1], err, errlen) != DD_OK) goto fail;
-    for (size_t i = 0; i < cfg->kafka.len; i++) {
-        const struct dd_config_kv *kv = &cfg->kafka.items[i];
-        if (strcmp(kv->key, "enable.auto.offset.store") == 0 && is_true(kv->value)) {
+    for (size_t i = 0; i < kafka->len; i++) {
+        const struct dd_config_kv *kv = &kafka->items[i];
+        if (!consumer &&
+            (consumer_only(kv->key) || strcmp(kv->key, "statistics.interval.ms") == 0))
+            continue;
+        if (consumer && strcmp(kv->key, "enable.auto.offset.store") == 0 && is_true(kv->value)) {
             snprintf(err, errlen, "kafka.enable.auto.offset.store: must be false (offsets are "
                                   "stored once the plays are written)");
             goto fail;
         }
         if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
     }
-    if (conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK) goto fail;
-    rd_kafka_conf_set_opaque(conf, in);
-    rd_kafka_conf_set_log_cb(conf, log_cb);
-    rd_kafka_conf_set_error_cb(conf, error_cb);
-    rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
-    rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
-    rd_kafka_conf_set_stats_cb(conf, stats_cb);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, e, sizeof e);
-    if (!rk) {
-        snprintf(err, errlen, "kafka: cannot create the consumer: %s", e);
-        goto fail;
-    }
-    return rk; /* conf is owned by rk now */
-nomem:
-    snprintf(err, errlen, "out of memory");
-fail:
-    rd_kafka_conf_destroy(conf);
-    return NULL;
-}
-
-static rd_kafka_t *new_dlq_producer(dd_ingest *in, const struct dd_config *cfg, char *err,
-                                    size_t errlen)
-{
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    char e[256];
-    if (!conf) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    for (size_t i = 0; i < cfg->kafka.len; i++) {
-        const struct dd_config_kv *kv = &cfg->kafka.items[i];
-        if (consumer_only(kv->key)) continue;
-        if (strcmp(kv->key, "statistics.interval.ms") == 0) continue;
-        if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
+    if (consumer) {
+        if (conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK) goto fail;
+        rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+        rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
+        rd_kafka_conf_set_stats_cb(conf, stats_cb);
+    } else {
+        rd_kafka_conf_set_dr_msg_cb(conf, dlq_delivery_cb);
     }
     rd_kafka_conf_set_opaque(conf, in);
     rd_kafka_conf_set_log_cb(conf, log_cb);
     rd_kafka_conf_set_error_cb(conf, error_cb);
-    rd_kafka_conf_set_dr_msg_cb(conf, dlq_delivery_cb);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof e);
+    rd_kafka_t *rk = rd_kafka_new(type, conf, e, sizeof e);
     if (!rk) {
-        snprintf(err, errlen, "kafka: cannot create the dead-letter producer: %s", e);
+        snprintf(err, errlen, "kafka: cannot create the %s: %s",
+                 consumer ? "consumer" : "dead-letter producer", e);
         goto fail;
     }
     return rk;
@@ -1050,8 +1035,10 @@ int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *hist
     for (int i = 0; i < 2; i++)
         if (dd_window_new(&in->slots[i].w, history, per_window) != DD_OK) goto err;
     rc = DD_ERR_INVALID;
-    if (!(in->rk = new_consumer(in, cfg, err, errlen))) goto err_set;
-    if (in->dlq_topic && !(in->dlq = new_dlq_producer(in, cfg, err, errlen))) goto err_set;
+    if (!(in->rk = kafka_new(in, RD_KAFKA_CONSUMER, &cfg->kafka, err, errlen))) goto err_set;
+    if (in->dlq_topic &&
+        !(in->dlq = kafka_new(in, RD_KAFKA_PRODUCER, &cfg->kafka, err, errlen)))
+        goto err_set;
     /* Every event (rebalance, errors, stats) through the consumer queue,
      * which the poll thread reads in batches. */
     rd_kafka_resp_err_t e = rd_kafka_poll_set_consumer(in->rk);
