@@ -44,28 +44,6 @@ static uint32_t checksum(const uint8_t *p, size_t len)
     return (uint32_t)XXH3_64bits(p, len);
 }
 
-void dd_buf_free(struct dd_buf *b)
-{
-    if (!b) return;
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-}
-
-int dd_buf_reserve(struct dd_buf *b, size_t extra)
-{
-    if (extra > SIZE_MAX - b->len) return DD_ERR_NOMEM;
-    size_t need = b->len + extra;
-    if (need <= b->cap) return DD_OK;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    uint8_t *p = realloc(b->data, cap);
-    if (!p) return DD_ERR_NOMEM;
-    b->data = p;
-    b->cap = cap;
-    return DD_OK;
-}
-
 uint64_t dd_bloom_range_for(uint64_t n, double fp)
 {
     if (n == 0) n = 1;
