@@ -106,11 +106,10 @@ static size_t unique_u32(uint32_t *a, size_t n)
 /* Hashes are uniform, so for a batch without IDX one counting pass on the
  * top log2(n) bits (at most 13: the histogram stays on the stack) leaves
  * each key within a bucket of about one, and an insertion pass finishes:
- * two passes instead of four, and 2-3x faster than the LSD sort on 8,000
- * keys here (7.5-10 ns a key against 22; its 2,048-way scatter misses L1). Keys that are not uniform
- * (crafted, or many equal) would make the insertion quadratic, so it stops
- * after 8 moves per key on average and the LSD sort runs on the untouched
- * input instead. Both are stable. Returns 0, or -1 after giving up. */
+ * two passes instead of four, without the LSD sort's 2,048-way scatter
+ * that misses L1. Keys that are not uniform (crafted, or many equal)
+ * would make the insertion quadratic, so it stops after 8 moves per key
+ * on average and the LSD sort runs on the untouched input instead. Both are stable. Returns 0, or -1 after giving up. */
 #define TOP_MAX_BITS 13
 static int sort_top_bits(uint64_t *h, size_t n, uint64_t *tmp)
 {
@@ -663,23 +662,20 @@ static size_t lower_bound_fp(const uint64_t *s, size_t lo, size_t n, uint64_t ra
 }
 
 /* Three ways through dd_bloom_probe_sorted, by the filter's count m
- * against the batch's n (ns per candidate, 10,000 sorted candidates, this
- * project's 2-core VM, a loop over this function alone, A/B against the
- * previous two-way version in one session):
+ * against the batch's n:
  *   m < n/8:  walk the filter, galloping through the candidates; its cost
- *             follows the filter's size (m = 500: under 1 ns);
+ *             follows the filter's size;
  *   m < n/2:  walk the candidates, decoding a gap whenever the filter is
  *             behind: the "decode another?" branch is mostly not taken
- *             and predicts well (m = 2,000: 2.1 ns);
+ *             and predicts well;
  *   else:     that branch is as random as the gaps (about one
  *             misprediction per candidate), so the filter is decoded
  *             PROBE_CHUNK fingerprints at a time into a stack buffer and
  *             merged with the candidates by merge4: four independent
  *             branch-free merges interleaved, each advancing by comparison
- *             results, so the CPU overlaps their load-compare chains
- *             (m = 10,000: 16-20 -> 7-9 ns; m = 5,000: 7-9 -> 4-4.5). What is
- *             left is mostly the Golomb decode (~5 ns a fingerprint, a
- *             serial chain: position, load, count zeros).
+ *             results, so the CPU overlaps their load-compare chains. What
+ *             is left is mostly the Golomb decode, a serial chain
+ *             (position, load, count zeros).
  */
 #define PROBE_CHUNK 4096
 

@@ -187,33 +187,27 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     rocksdb_options_set_level_compaction_dynamic_level_bytes(base, 1);
     rocksdb_options_set_max_successive_merges(base, cfg->history.max_successive_merges);
     /* LZ4 above the bottom level, where fresh flushes hold small operands
-     * whose blocks compress well (keys, 8-byte sequence/type trailers):
-     * bench_ingest wrote 24.9 bytes per play without it, 15.8 with it.
-     * None at the bottom, which holds the folded filters: they do not
-     * compress, and there LZ4 cost reads (bench_history: 48-51 -> 70-78 ns
-     * per candidate; bytes on disk were the same within run-to-run
-     * variation). */
+     * whose blocks compress well (keys, 8-byte sequence/type trailers).
+     * None at the bottom, which holds the folded filters: Golomb-coded
+     * bits do not compress, so LZ4 there would only add a decompression to
+     * every read. */
     rocksdb_options_set_compression(base, rocksdb_lz4_compression);
     rocksdb_options_set_bottommost_compression(base, rocksdb_no_compression);
     /* 16 MiB memtables (RocksDB: 64): ingest inserts each window as a
      * sorted run, and a skiplist not much larger than the run is walked
-     * mostly in cache. bench_ingest: 197,000 -> 326,000 plays/s, at the
-     * cost of more, smaller L0 files. */
+     * mostly in cache; the price is more, smaller L0 files. */
     rocksdb_options_set_write_buffer_size(base, 16u << 20);
     /* Compact L0 at 8 files (RocksDB: 4): half as many rewrites of the
      * level below, whose uncompressed filters are most of what a
-     * compaction writes (bench_ingest, 6 M plays: 33 -> 23 bytes written
-     * per play, 211,000 -> 316,000 plays/s). A read may meet a few more
-     * L0 files; their whole-key bloom filters are pinned in the cache. */
+     * compaction writes. A read may meet a few more L0 files; their
+     * whole-key bloom filters are pinned in the cache. */
     rocksdb_options_set_level0_file_num_compaction_trigger(base, 8);
     rocksdb_options_set_keep_log_file_num(base, 5);
     rocksdb_options_set_max_log_file_size(base, 16u << 20);
 
     /* Options own these from here on (shared_ptr in c.cc). */
-    rocksdb_options_set_merge_operator(base,
-dd_fold_merge_operator(&h->fold));
-    rocksdb_options_set_compaction_filter_factory(base,
-dd_fold_filter_factory(&h->fold));
+    rocksdb_options_set_merge_operator(base, dd_fold_merge_operator(&h->fold));
+    rocksdb_options_set_compaction_filter_factory(base, dd_fold_filter_factory(&h->fold));
 
     /* Reads are whole-key MultiGets of 4-5 keys: a whole-key bloom filter
      * answers "no such segment" without touching data blocks, and keeps
@@ -327,7 +321,8 @@ enum dd_history_place dd_history_place(const dd_history *h, int64_t at_ms, uint3
     if (at_ms > now + h->max_future_ms) return DD_HISTORY_PLACE_FUTURE;
     int64_t day = dd_day_of_ms(at_ms);
     int64_t tday = dd_day_of_ms(now);
-    if (day < 0 || day < dd_segment_oldest_live_day(&h->fold.seg, tday)) return DD_HISTORY_PLACE_EXPIRED;
+    if (day < 0 || day < dd_segment_oldest_live_day(&h->fold.seg, tday))
+        return DD_HISTORY_PLACE_EXPIRED;
     *segment = dd_segment_of_day(&h->fold.seg, day);
     return DD_HISTORY_PLACE_OK;
 }
@@ -597,16 +592,11 @@ struct probe_any_ctx {
  * so they cost their count. The others: up to PROBE_INDEX_VIEWS of them
  * each decoded into an index and every candidate looked up in it; past
  * that, one sort of the candidates and a sorted merge per view.
- * A lookup in the set (a random slot in 12 bytes times 3.3 per
- * candidate) costs about twice one in an index (two adjacent u32 in 12
- * bytes per fingerprint), so a view pays for the index's n lookups once
- * it holds more than about 0.4 n fingerprints (build/bench/bench_probe
- * prints where the two cross): two 5,000-fingerprint
- * views against 10,000 candidates, the two ways alternated call by call
- * in one process with 4 MiB evicted before each, probed (after the
- * duplicate pass) in 124-151 us indexed and 129-157 us through the set
- * (3 runs); two of 3,500, 120-193 and 107-181 (2 runs); two of 1,500, 73
- * and 35; two of 500, 60 and 13. */
+ * A lookup in the set (a random slot in a table several times the batch)
+ * costs more than one in an index (two adjacent u32), so a view pays for
+ * the index's n lookups only once it holds a sizeable share of n
+ * fingerprints; 2/5 is where build/bench/bench_probe shows the two ways
+ * cross. */
 static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
                      size_t errlen)
 {
