@@ -99,6 +99,37 @@ static int merge(struct dd_fold *f, uint32_t seg, const struct dd_buf *existing,
     return ok;
 }
 
+/* A value parsed by dd_fold_parse_value. */
+struct parsed {
+    struct dd_bloom_view v[2];
+    int nv;
+    const char *a;
+    size_t alen;
+};
+static int parse(const void *val, size_t len, struct parsed *p)
+{
+    p->nv = -1;
+    return dd_fold_parse_value(val, len, p->v, &p->nv, &p->a, &p->alen);
+}
+
+/* One compaction filter call on SEG's key and VAL: returns its verdict (1:
+ * drop); a changed value is in R (valid until the next call on CF). */
+struct cf_out {
+    char *v;
+    size_t len;
+    unsigned char changed;
+};
+static int cfilter_seg(void *cf, uint32_t seg, const struct dd_buf *val, struct cf_out *r)
+{
+    char key[64];
+    size_t klen = make_key(key, seg);
+    r->v = NULL;
+    r->len = 0;
+    r->changed = 9;
+    return dd_fold_cfilter(cf, 1, key, klen, (const char *)val->data, val->len, &r->v, &r->len,
+                           &r->changed);
+}
+
 static void operand(struct dd_buf *b, const uint64_t *h, size_t n)
 {
     b->len = 0;
@@ -119,14 +150,11 @@ static void test_operands_fold(void)
     CHECK(ops[1].data[0] == DD_BLOOM_VERSION);
 
     CHECK(merge(&f, SEG_OPEN, NULL, ops, 2, &out));
-    struct dd_bloom_view v[2];
-    int nv = -1;
-    const char *a;
-    size_t alen;
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out.data, out.len, v, &nv, &a, &alen), 0);
-    CHECK_EQ_INT(nv, 1);
-    CHECK(v[0].range == DD_BLOOM_FULL_RANGE);
-    CHECK_EQ_INT(v[0].count, 103);
+    struct parsed pv;
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    CHECK(pv.v[0].range == DD_BLOOM_FULL_RANGE);
+    CHECK_EQ_INT(pv.v[0].count, 103);
     CHECK(value_has_all((char *)out.data, out.len, h, 103));
     CHECK_EQ_INT(f.merges, 1);
     CHECK_EQ_INT(f.corrupt_values, 0);
@@ -152,40 +180,37 @@ static void test_open_split_and_threshold(void)
     /* 10 new items: A is copied byte for byte, B holds the 10. */
     operand(&op, new_h, 10);
     CHECK(merge(&f, SEG_OPEN, &base, &op, 1, &out));
-    struct dd_bloom_view v[2];
-    int nv = -1;
-    const char *a;
-    size_t alen;
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out.data, out.len, v, &nv, &a, &alen), 0);
-    CHECK_EQ_INT(nv, 2);
+    struct parsed pv;
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 2);
     CHECK_EQ_INT(out.data[0], 0xd5);
-    CHECK(alen == base.len && memcmp(a, base.data, alen) == 0);
-    CHECK_EQ_INT(v[0].count, 1000);
-    CHECK_EQ_INT(v[1].count, 10);
-    CHECK(v[1].range == DD_BLOOM_FULL_RANGE);
+    CHECK(pv.alen == base.len && memcmp(pv.a, base.data, pv.alen) == 0);
+    CHECK_EQ_INT(pv.v[0].count, 1000);
+    CHECK_EQ_INT(pv.v[1].count, 10);
+    CHECK(pv.v[1].range == DD_BLOOM_FULL_RANGE);
     CHECK(value_has_all((char *)out.data, out.len, base_h, 1000));
     CHECK(value_has_all((char *)out.data, out.len, new_h, 10));
 
     /* 290 more: B would hold 300 > max(256, 1000 / 8): folded into one. */
     operand(&op, new_h + 10, 290);
     CHECK(merge(&f, SEG_OPEN, &out, &op, 1, &out2));
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out2.data, out2.len, v, &nv, &a, &alen), 0);
-    CHECK_EQ_INT(nv, 1);
-    CHECK_EQ_INT(v[0].count, 1300);
+    CHECK_EQ_INT(parse(out2.data, out2.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    CHECK_EQ_INT(pv.v[0].count, 1300);
     CHECK(value_has_all((char *)out2.data, out2.len, new_h, 300));
     CHECK(value_has_all((char *)out2.data, out2.len, base_h, 1000));
 
     /* A damaged split header reads as corrupt. */
     out.data[2] = 1;
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out.data, out.len, v, &nv, &a, &alen),
+    CHECK_EQ_INT(parse(out.data, out.len, &pv),
                  DD_ERR_CORRUPT);
     out.data[2] = 0;
     out.data[4] ^= 1;   /* len(A) */
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out.data, out.len, v, &nv, &a, &alen),
+    CHECK_EQ_INT(parse(out.data, out.len, &pv),
                  DD_ERR_CORRUPT);
     /* The empty value (a dead segment's fold) is an empty set. */
-    CHECK_EQ_INT(dd_fold_parse_value("", 0, v, &nv, &a, &alen), 0);
-    CHECK_EQ_INT(nv, 0);
+    CHECK_EQ_INT(parse("", 0, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 0);
     dd_buf_free(&base);
     dd_buf_free(&op);
     dd_buf_free(&out);
@@ -212,25 +237,17 @@ static void test_corrupt_read_as_empty(void)
     bad.data[bad.len - 1] ^= 0x40;
     CHECK(merge(&f, SEG_OPEN, &bad, &ops[0], 1, &out));
     CHECK_EQ_INT(f.corrupt_values, 2);
-    struct dd_bloom_view v[2];
-    int nv;
-    const char *a;
-    size_t alen;
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out.data, out.len, v, &nv, &a, &alen), 0);
-    CHECK_EQ_INT(nv, 1);
-    CHECK_EQ_INT(v[0].count, 5);
+    struct parsed pv;
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    CHECK_EQ_INT(pv.v[0].count, 5);
 
     /* The compaction filter keeps a corrupt value as it is and counts it. */
     void *cf = dd_fold_cfilter_new(&f);
     REQUIRE(cf != NULL);
-    char key[64];
-    size_t klen = make_key(key, SEG_CLOSED);
-    char *nvp = NULL;
-    size_t nl = 0;
-    unsigned char changed = 9;
-    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, key, klen, (char *)bad.data, bad.len, &nvp, &nl,
-                                 &changed), 0);
-    CHECK_EQ_INT(changed, 0);
+    struct cf_out r;
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_CLOSED, &bad, &r), 0);
+    CHECK_EQ_INT(r.changed, 0);
     CHECK_EQ_INT(f.corrupt_values, 3);
     dd_fold_cfilter_destroy(cf);
     dd_buf_free(&ops[0]);
@@ -253,21 +270,14 @@ static void test_dead_segments(void)
 
     void *cf = dd_fold_cfilter_new(&f);
     REQUIRE(cf != NULL);
-    char key[64];
-    size_t klen = make_key(key, SEG_DEAD);
-    char *nv = NULL;
-    size_t nl = 0;
-    unsigned char changed = 0;
-    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, key, klen, (char *)op.data, op.len, &nv, &nl, &changed),
-                 1);
+    struct cf_out r;
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_DEAD, &op, &r), 1);
     CHECK_EQ_INT(f.segments_expired, 1);
     /* Live segments and foreign keys are kept. */
-    klen = make_key(key, SEG_OPEN);
-    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, key, klen, (char *)op.data, op.len, &nv, &nl, &changed),
-                 0);
-    CHECK_EQ_INT(changed, 0);
-    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, "foreign", 7, (char *)op.data, op.len, &nv, &nl,
-                                 &changed), 0);
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_OPEN, &op, &r), 0);
+    CHECK_EQ_INT(r.changed, 0);
+    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, "foreign", 7, (char *)op.data, op.len, &r.v, &r.len,
+                                 &r.changed), 0);
     CHECK_EQ_INT(f.segments_expired, 1);
     dd_fold_cfilter_destroy(cf);
     dd_buf_free(&op);
@@ -282,24 +292,21 @@ static void test_closed_reencoded(void)
     items(h, "closed", 500);
     struct dd_buf op = {0}, out = {0};
     operand(&op, h, 500);
-    struct dd_bloom_view v[2];
-    int nv;
-    const char *a;
-    size_t alen;
+    struct parsed pv;
 
     /* Inside a read a closed segment folds at the full range. */
     dd_fold_reading(true);
     CHECK(merge(&f, SEG_CLOSED, NULL, &op, 1, &out));
     dd_fold_reading(false);
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out.data, out.len, v, &nv, &a, &alen), 0);
-    CHECK(v[0].range == DD_BLOOM_FULL_RANGE);
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK(pv.v[0].range == DD_BLOOM_FULL_RANGE);
     CHECK_EQ_INT(f.segments_reduced, 0);
 
     /* Outside one it is re-encoded at count * S / fp_rate (S = 6). */
     CHECK(merge(&f, SEG_CLOSED, NULL, &op, 1, &out));
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out.data, out.len, v, &nv, &a, &alen), 0);
-    CHECK_EQ_INT(nv, 1);
-    CHECK(v[0].range == dd_bloom_range_for(500, 0.01 / 6));
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    CHECK(pv.v[0].range == dd_bloom_range_for(500, 0.01 / 6));
     CHECK_EQ_INT(f.segments_reduced, 1);
     CHECK(value_has_all((char *)out.data, out.len, h, 500));
 
@@ -309,10 +316,10 @@ static void test_closed_reencoded(void)
     uint64_t mix[3] = {h[0], item("late", 0), item("late", 1)};
     operand(&late, mix, 3);
     CHECK(merge(&f, SEG_CLOSED, &out, &late, 1, &out2));
-    CHECK_EQ_INT(dd_fold_parse_value((char *)out2.data, out2.len, v, &nv, &a, &alen), 0);
-    CHECK_EQ_INT(nv, 2);
-    CHECK(alen == out.len && memcmp(a, out.data, alen) == 0);
-    CHECK_EQ_INT(v[1].count, 2);
+    CHECK_EQ_INT(parse(out2.data, out2.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 2);
+    CHECK(pv.alen == out.len && memcmp(pv.a, out.data, pv.alen) == 0);
+    CHECK_EQ_INT(pv.v[1].count, 2);
     CHECK(value_has_all((char *)out2.data, out2.len, mix, 3));
     operand(&late, h, 1);
     CHECK(merge(&f, SEG_CLOSED, &out, &late, 1, &out2));
@@ -325,18 +332,13 @@ static void test_closed_reencoded(void)
     REQUIRE(dd_bloom_build(&full, h, 500, DD_BLOOM_FULL_RANGE, NULL) == 0);
     void *cf = dd_fold_cfilter_new(&f);
     REQUIRE(cf != NULL);
-    char key[64];
-    size_t klen = make_key(key, SEG_CLOSED);
-    char *nvp = NULL;
-    size_t nl = 0;
-    unsigned char changed = 0;
-    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, key, klen, (char *)full.data, full.len, &nvp, &nl,
-                                 &changed), 0);
-    CHECK_EQ_INT(changed, 1);
-    CHECK(nl < full.len);
-    CHECK_EQ_INT(dd_fold_parse_value(nvp, nl, v, &nv, &a, &alen), 0);
-    CHECK(v[0].range == dd_bloom_range_for(500, 0.01 / 6));
-    CHECK(value_has_all(nvp, nl, h, 500));
+    struct cf_out r;
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_CLOSED, &full, &r), 0);
+    CHECK_EQ_INT(r.changed, 1);
+    CHECK(r.len < full.len);
+    CHECK_EQ_INT(parse(r.v, r.len, &pv), 0);
+    CHECK(pv.v[0].range == dd_bloom_range_for(500, 0.01 / 6));
+    CHECK(value_has_all(r.v, r.len, h, 500));
     CHECK_EQ_INT(f.segments_reduced, 2);
 
     /* ...and folds a split one that closed while open (A u B), then
@@ -345,23 +347,18 @@ static void test_closed_reencoded(void)
     REQUIRE(dd_bloom_build(&base, h, 400, DD_BLOOM_FULL_RANGE, NULL) == 0);
     operand(&op10, h + 400, 100);
     CHECK(merge(&f, SEG_OPEN, &base, &op10, 1, &split));
-    CHECK_EQ_INT(dd_fold_parse_value((char *)split.data, split.len, v, &nv, &a, &alen), 0);
-    REQUIRE(nv == 2);
-    changed = 0;
-    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, key, klen, (char *)split.data, split.len, &nvp, &nl,
-                                 &changed), 0);
-    CHECK_EQ_INT(changed, 1);
-    CHECK_EQ_INT(dd_fold_parse_value(nvp, nl, v, &nv, &a, &alen), 0);
-    CHECK_EQ_INT(nv, 1);
+    CHECK_EQ_INT(parse(split.data, split.len, &pv), 0);
+    REQUIRE(pv.nv == 2);
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_CLOSED, &split, &r), 0);
+    CHECK_EQ_INT(r.changed, 1);
+    CHECK_EQ_INT(parse(r.v, r.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
     /* sized for A u B's 500 (fingerprints may collide at that range) */
-    CHECK(v[0].range == dd_bloom_range_for(500, 0.01 / 6));
-    CHECK(value_has_all(nvp, nl, h, 500));
+    CHECK(pv.v[0].range == dd_bloom_range_for(500, 0.01 / 6));
+    CHECK(value_has_all(r.v, r.len, h, 500));
     CHECK_EQ_INT(f.segments_reduced, 3);
-    klen = make_key(key, SEG_OPEN);
-    changed = 0;
-    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, key, klen, (char *)split.data, split.len, &nvp, &nl,
-                                 &changed), 0);
-    CHECK_EQ_INT(changed, 0);
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_OPEN, &split, &r), 0);
+    CHECK_EQ_INT(r.changed, 0);
     dd_fold_cfilter_destroy(cf);
     dd_buf_free(&base);
     dd_buf_free(&op10);
