@@ -245,7 +245,7 @@ static int parse_operand(const char *p, size_t len, struct operand *o)
     return DD_ERR_CORRUPT;
 }
 
-/* Append the N hashes to OUT as one operand (see DESIGN, "Operands"): a
+/* Append the N hashes to OUT as one operand (fold.h, "Operand"): a
  * fingerprint list up to DD_BLOOM_FPS_MAX items, else a full-range filter
  * (SCRATCH as for dd_bloom_build). 0 or DD_ERR_NOMEM. */
 int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
@@ -379,9 +379,10 @@ static int reduce_into(struct dd_fold *fd, struct dd_buf *out, const struct dd_b
     return buf_copy(out, fbytes, flen);
 }
 
-/* The fold (see DESIGN, "Reads"): the value is kept as a main filter A and
- * a small full-range delta B, so that a read (which runs this on every Get
- * of a key with operands) copies A and re-encodes only B. */
+/* The fold (fold.h, "Value"; the top of this file): the value is kept as
+ * a main filter A and a small full-range delta B, so that a read (which
+ * runs this on every Get of a key with operands) copies A and re-encodes
+ * only B. */
 char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *existing,
                         size_t existing_len, const char *const *ops, const size_t *lens,
                         int nops, unsigned char *success, size_t *new_len)
@@ -423,7 +424,7 @@ char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *exi
     if (load_operands(fd, key, klen, ops, lens, nops, &op, &nop) != 0) goto nomem;
 
     if (nb > 0 && bv[0].range != DD_BLOOM_FULL_RANGE) {
-        /* A is final: late items go to the full-range part (see DESIGN) */
+        /* A is final: late items go to the full-range part (fold.h) */
         if (operands_hashes(fd, key, klen, op, nop, &hv) != 0) goto nomem;
         if (drop_known(&bv[0], hv.h, &hv.n) != 0) goto nomem;
         if (hv.n == 0) {

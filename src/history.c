@@ -375,7 +375,7 @@ int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_le
         b->fp_cap = n;
     }
     /* The operand is a fingerprint list when small, else a full-range
-     * filter (see DESIGN, "Operands"). */
+     * filter (fold.h, "Operand"). */
     b->val.len = 0;
     if (dd_fold_encode_operand(&b->val, hashes, n, b->fp) != 0) return DD_ERR_NOMEM;
     rocksdb_writebatch_merge(b->wb, (const char *)b->key.data, klen,
