@@ -44,28 +44,6 @@ static uint32_t checksum(const uint8_t *p, size_t len)
     return (uint32_t)XXH3_64bits(p, len);
 }
 
-void dd_buf_free(struct dd_buf *b)
-{
-    if (!b) return;
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-}
-
-int dd_buf_reserve(struct dd_buf *b, size_t extra)
-{
-    if (extra > SIZE_MAX - b->len) return DD_ERR_NOMEM;
-    size_t need = b->len + extra;
-    if (need <= b->cap) return DD_OK;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    uint8_t *p = realloc(b->data, cap);
-    if (!p) return DD_ERR_NOMEM;
-    b->data = p;
-    b->cap = cap;
-    return DD_OK;
-}
-
 uint64_t dd_bloom_range_for(uint64_t n, double fp)
 {
     if (n == 0) n = 1;
@@ -128,11 +106,10 @@ static size_t unique_u32(uint32_t *a, size_t n)
 /* Hashes are uniform, so for a batch without IDX one counting pass on the
  * top log2(n) bits (at most 13: the histogram stays on the stack) leaves
  * each key within a bucket of about one, and an insertion pass finishes:
- * two passes instead of four, and 2-3x faster than the LSD sort on 8,000
- * keys here (7.5-10 ns a key against 22; its 2,048-way scatter misses L1). Keys that are not uniform
- * (crafted, or many equal) would make the insertion quadratic, so it stops
- * after 8 moves per key on average and the LSD sort runs on the untouched
- * input instead. Both are stable. Returns 0, or -1 after giving up. */
+ * two passes instead of four, without the LSD sort's 2,048-way scatter
+ * that misses L1. Keys that are not uniform (crafted, or many equal)
+ * would make the insertion quadratic, so it stops after 8 moves per key
+ * on average and the LSD sort runs on the untouched input instead. Both are stable. Returns 0, or -1 after giving up. */
 #define TOP_MAX_BITS 13
 static int sort_top_bits(uint64_t *h, size_t n, uint64_t *tmp)
 {
@@ -685,23 +662,20 @@ static size_t lower_bound_fp(const uint64_t *s, size_t lo, size_t n, uint64_t ra
 }
 
 /* Three ways through dd_bloom_probe_sorted, by the filter's count m
- * against the batch's n (ns per candidate, 10,000 sorted candidates, this
- * project's 2-core VM, a loop over this function alone, A/B against the
- * previous two-way version in one session):
+ * against the batch's n:
  *   m < n/8:  walk the filter, galloping through the candidates; its cost
- *             follows the filter's size (m = 500: under 1 ns);
+ *             follows the filter's size;
  *   m < n/2:  walk the candidates, decoding a gap whenever the filter is
  *             behind: the "decode another?" branch is mostly not taken
- *             and predicts well (m = 2,000: 2.1 ns);
+ *             and predicts well;
  *   else:     that branch is as random as the gaps (about one
  *             misprediction per candidate), so the filter is decoded
  *             PROBE_CHUNK fingerprints at a time into a stack buffer and
  *             merged with the candidates by merge4: four independent
  *             branch-free merges interleaved, each advancing by comparison
- *             results, so the CPU overlaps their load-compare chains
- *             (m = 10,000: 16-20 -> 7-9 ns; m = 5,000: 7-9 -> 4-4.5). What is
- *             left is mostly the Golomb decode (~5 ns a fingerprint, a
- *             serial chain: position, load, count zeros).
+ *             results, so the CPU overlaps their load-compare chains. What
+ *             is left is mostly the Golomb decode, a serial chain
+ *             (position, load, count zeros).
  */
 #define PROBE_CHUNK 4096
 

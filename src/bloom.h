@@ -57,19 +57,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h" /* encoders append to a struct dd_buf */
+
 #define DD_BLOOM_VERSION 1
 #define DD_BLOOM_KIND_GCS 1
 #define DD_BLOOM_KIND_HASHES 2
 #define DD_BLOOM_FULL_RANGE (UINT64_C(1) << 32)
-
-/* A growable byte buffer that encoders append to. Zero-initialise; the
- * owner frees with dd_buf_free. */
-struct dd_buf {
-    uint8_t *data;
-    size_t len, cap;
-};
-void dd_buf_free(struct dd_buf *b);           /* NULL-safe; leaves b empty */
-int dd_buf_reserve(struct dd_buf *b, size_t extra); /* 0 or DD_ERR_NOMEM */
 
 /* A parsed, validated filter. Points into the caller's bytes (borrowed):
  * valid while they are. */

@@ -27,7 +27,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define SCENE_MAX_BYTES 255 /* history key: u8 length prefix */
+#define SCENE_MAX_BYTES DD_SCENE_MAX /* the history key's limit (history.h) */
 
 struct dd_filter {
     dd_history *history;       /* borrowed, shared */

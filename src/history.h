@@ -28,7 +28,7 @@
  *        filter A plus a small full-range delta B: a read-time fold copies A
  *        and re-encodes only B, and B is folded into A once it holds more
  *        than max(256, count(A) / 8) items. Once the segment has been closed
- *        for a few days (history.c, REDUCE_GRACE_DAYS) it is folded and
+ *        for a few days (segment.h, DD_SEGMENT_REDUCE_GRACE_DAYS) it is folded and
  *        re-encoded at range count * S / fp_rate, where S =
  *        ceil(retention_days / segment_days) + 1 is the most segments a user
  *        can have live, so the union fp over a user's live segments stays
@@ -56,6 +56,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Longest ids, in bytes: the key stores a scene's length in one byte and a
+ * user's in two (segment.h), so longer ids cannot be stored. */
+#define DD_SCENE_MAX 255
+#define DD_USER_MAX 65535
 
 struct dd_config;
 
@@ -100,7 +105,8 @@ void dd_history_batch_free(dd_history_batch *b);
 /* Forget everything added, keep the memory for reuse. */
 void dd_history_batch_clear(dd_history_batch *b);
 /* Add the N item hashes of (SCENE, USER) in SEGMENT as one merge operand.
- * Ids are bytes (not NUL-terminated): scene <= 255 bytes, user <= 65535.
+ * Ids are bytes (not NUL-terminated): scene <= DD_SCENE_MAX bytes, user <=
+ * DD_USER_MAX.
  * Returns 0, DD_ERR_INVALID (lengths) or DD_ERR_NOMEM (b unchanged). */
 int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len,
                          const char *user, size_t user_len, uint32_t segment,

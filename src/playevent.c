@@ -14,7 +14,7 @@
 #include "playevent.h"
 
 #include "arena.h"
-#include "bloom.h" /* struct dd_buf */
+#include "buf.h"
 #include "dd.h"
 #include "dedup.pb-c.h"
 

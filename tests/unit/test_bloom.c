@@ -7,6 +7,7 @@
  * corruption detected.
  */
 #include "bloom.h"
+#include "buf.h"
 #include "dd.h"
 #include "testlib.h"
 

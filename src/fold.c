@@ -1,0 +1,660 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * fold.c - the history value codec, merge operator and compaction filter
+ * (fold.h).
+ *
+ * Memory handed to RocksDB (as db/c.cc does it):
+ *  - Merge operator: the merges return a malloc'd buffer; RocksDB copies it
+ *    into its own string and then calls dd_fold_free_value, which frees it.
+ *    No pointer to it is kept.
+ *  - Compaction filter: RocksDB copies *new_value and never frees it, so
+ *    each instance (one per compaction, used by one thread) owns one
+ *    reusable buffer that *new_value points into, freed with the instance.
+ *  - RocksDB calls the full merge on every Get of a key with operands above
+ *    its base and does not keep the result. That is why an open segment is
+ *    a split value (a read copies A and re-encodes only the small B), and
+ *    why a read never re-encodes a closed segment (dd_fold_reading).
+ */
+#include "fold.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dd.h"
+#include "log.h"
+
+#define MODULE "history"
+
+static struct dd_log_limit corrupt_log_limit;
+
+static int64_t today(const struct dd_fold *fd)
+{
+    return dd_day_of_ms(fd->now_ms ? fd->now_ms(fd->clock_ud) : dd_now_ms());
+}
+
+void dd_fold_init(struct dd_fold *f, const struct dd_segments *g, double fp_rate,
+                  int64_t (*now_ms)(void *ud), void *ud)
+{
+    memset(f, 0, sizeof *f);
+    f->seg = *g;
+    /* S: the most segments a user can have live */
+    uint32_t s = (g->retention_days + g->segment_days - 1) / g->segment_days + 1;
+    f->segment_fp = fp_rate / s;
+    f->now_ms = now_ms;
+    f->clock_ud = ud;
+}
+
+void dd_fold_note_corrupt(struct dd_fold *fd, const char *what, const char *key, size_t klen)
+{
+    atomic_fetch_add_explicit(&fd->corrupt_values, 1, memory_order_relaxed);
+    char hex[100];
+    dd_key_hex(hex, sizeof hex, key, klen);
+    dd_log_limited(&corrupt_log_limit, 10000, DD_LOG_WARN, MODULE,
+                   "msg=\"corrupt %s read as empty\" key=%s", what, hex);
+}
+
+/* ---- values --------------------------------------------------------------- */
+
+#define SPLIT_TAG 0xd5
+#define SPLIT_HDR 8
+/* A full-range delta B is folded into a full-range main filter A once it
+ * holds more than max(FOLD_MIN, count(A) / FOLD_DIV) fingerprints. */
+#define FOLD_MIN 256
+#define FOLD_DIV 8
+
+/* A stored value as up to two filters. Parsing is strict, since the split
+ * header has no checksum of its own: the tag, three zero bytes, a len(A)
+ * that fits, A and B each a valid filter (version, kind, checksum) and B at
+ * the full range. A header damaged in any bit therefore fails (a wrong
+ * len(A) moves both checksums). Returns 0 (*nv = 0 for the empty value of a
+ * folded dead segment) or DD_ERR_CORRUPT. A's bytes are returned in A and
+ * ALEN, for re-use by a fold. */
+int dd_fold_parse_value(const char *val, size_t len, struct dd_bloom_view v[2], int *nv,
+                       const char **a, size_t *alen)
+{
+    const uint8_t *p = (const uint8_t *)val;
+    *nv = 0;
+    if (len == 0) return 0;
+    if (p[0] != SPLIT_TAG) {
+        if (dd_bloom_parse(val, len, &v[0]) != 0) return DD_ERR_CORRUPT;
+        *a = val;
+        *alen = len;
+        *nv = 1;
+        return 0;
+    }
+    if (len < SPLIT_HDR || p[1] || p[2] || p[3]) return DD_ERR_CORRUPT;
+    size_t la = (size_t)p[4] | (size_t)p[5] << 8 | (size_t)p[6] << 16 | (size_t)p[7] << 24;
+    if (la > len - SPLIT_HDR) return DD_ERR_CORRUPT;
+    if (dd_bloom_parse(val + SPLIT_HDR, la, &v[0]) != 0 ||
+        dd_bloom_parse(val + SPLIT_HDR + la, len - SPLIT_HDR - la, &v[1]) != 0 ||
+        v[1].range != DD_BLOOM_FULL_RANGE)
+        return DD_ERR_CORRUPT;
+    *a = val + SPLIT_HDR;
+    *alen = la;
+    *nv = 2;
+    return 0;
+}
+
+/* Append a split header and A's bytes to OUT; B must follow. 0 or
+ * DD_ERR_NOMEM (OUT unchanged). */
+static int split_begin(struct dd_buf *out, const char *a, size_t alen)
+{
+    if (alen > UINT32_MAX) return DD_ERR_NOMEM;
+    if (dd_buf_reserve(out, SPLIT_HDR + alen) != 0) return DD_ERR_NOMEM;
+    uint8_t *p = out->data + out->len;
+    p[0] = SPLIT_TAG;
+    p[1] = p[2] = p[3] = 0;
+    p[4] = (uint8_t)alen;
+    p[5] = (uint8_t)(alen >> 8);
+    p[6] = (uint8_t)(alen >> 16);
+    p[7] = (uint8_t)(alen >> 24);
+    memcpy(p + SPLIT_HDR, a, alen);
+    out->len += SPLIT_HDR + alen;
+    return 0;
+}
+
+/* Append a split value (A's bytes, then B = BBASE united with N hashes at
+ * the full range) to OUT. 0, DD_ERR_CORRUPT (BBASE) or DD_ERR_NOMEM; OUT
+ * unchanged on error. */
+static int build_split(struct dd_buf *out, const char *a, size_t alen,
+                       const struct dd_bloom_view *bbase, const uint64_t *hashes, size_t n)
+{
+    size_t keep = out->len;
+    if (split_begin(out, a, alen) != 0) return DD_ERR_NOMEM;
+    int rc = dd_bloom_union(out, bbase, DD_BLOOM_FULL_RANGE, hashes, n);
+    if (rc != 0) out->len = keep;
+    return rc;
+}
+
+/* Drop from HASHES (length *N) those filter V already answers for: they
+ * need no second entry. Returns 0 or DD_ERR_NOMEM. */
+static int drop_known(const struct dd_bloom_view *v, uint64_t *hashes, size_t *n)
+{
+    if (*n == 0) return 0;
+    uint64_t *tmp = malloc(*n * sizeof *tmp);
+    uint8_t *hit = calloc(*n, 1);
+    if (!tmp || !hit) {
+        free(tmp);
+        free(hit);
+        return DD_ERR_NOMEM;
+    }
+    dd_bloom_sort_hashes(hashes, NULL, *n, tmp, NULL);
+    size_t w = 0;
+    if (dd_bloom_probe_sorted(v, hashes, *n, hit) != 0) memset(hit, 0, *n);
+    for (size_t i = 0; i < *n; i++)
+        if (!hit[i]) hashes[w++] = hashes[i];
+    *n = w;
+    free(tmp);
+    free(hit);
+    return 0;
+}
+
+/* A growing array of item hashes. */
+struct hvec {
+    uint64_t *h;
+    size_t n, cap;
+};
+
+static int hvec_reserve(struct hvec *v, size_t extra)
+{
+    if (extra <= v->cap - v->n) return 0;
+    if (extra > SIZE_MAX / sizeof *v->h / 2 - v->n) return DD_ERR_NOMEM;
+    size_t cap = v->cap ? v->cap : 64;
+    while (cap < v->n + extra) cap *= 2;
+    uint64_t *p = realloc(v->h, cap * sizeof *p);
+    if (!p) return DD_ERR_NOMEM;
+    v->h = p;
+    v->cap = cap;
+    return 0;
+}
+
+/* Append the items of full-range filter F as hashes: fingerprint << 32,
+ * which has F's fingerprint at every range (bloom.h), so nothing is lost.
+ * Returns 0, DD_ERR_CORRUPT (bitstream; V unchanged) or DD_ERR_NOMEM. */
+static int hvec_add_filter(struct hvec *v, const struct dd_bloom_view *f)
+{
+    if (f->count == 0) return 0;
+    uint32_t *fp = malloc(f->count * sizeof *fp);
+    if (!fp || hvec_reserve(v, f->count) != 0) {
+        free(fp);
+        return DD_ERR_NOMEM;
+    }
+    int rc = dd_bloom_decode(f, fp);
+    if (rc == 0) {
+        for (uint32_t i = 0; i < f->count; i++) v->h[v->n + i] = (uint64_t)fp[i] << 32;
+        v->n += f->count;
+    }
+    free(fp);
+    return rc;
+}
+
+/* ---- merge operator ------------------------------------------------------ */
+
+static const char *merge_name(void *st)
+{
+    (void)st;
+    return "dedupd.history.v1";
+}
+
+static void merge_state_destroy(void *st)
+{
+    (void)st; /* the dd_fold belongs to the store */
+}
+
+/* Set by dd_history_probe around its MultiGet: the merges RocksDB runs in
+ * this thread meanwhile serve a read (see dd_fold_full_merge). */
+static _Thread_local bool in_probe;
+
+void dd_fold_reading(bool on)
+{
+    in_probe = on;
+}
+
+void dd_fold_free_value(void *st, const char *value, size_t len)
+{
+    (void)st;
+    (void)len;
+    free((void *)value);
+}
+
+/* One merge operand: raw hashes (bloom.h operand), a fingerprint list or a
+ * full-range filter. */
+struct operand {
+    bool is_filter;
+    const uint8_t *raw;           /* raw: N little-endian u64 */
+    const uint8_t *fps;           /* fingerprint list: N little-endian u32 */
+    uint32_t n;
+    struct dd_bloom_view f;       /* filter */
+    const char *bytes;
+    size_t len;
+};
+
+static int parse_operand(const char *p, size_t len, struct operand *o)
+{
+    o->bytes = p;
+    o->len = len;
+    o->is_filter = false;
+    o->raw = o->fps = NULL;
+    if (dd_bloom_fps_parse(p, len, &o->fps, &o->n) == 0) return 0;
+    if (dd_bloom_operand_parse(p, len, &o->raw, &o->n) == 0) return 0;
+    if (dd_bloom_parse(p, len, &o->f) == 0 && o->f.range == DD_BLOOM_FULL_RANGE) {
+        o->is_filter = true;
+        o->n = o->f.count;
+        return 0;
+    }
+    return DD_ERR_CORRUPT;
+}
+
+/* Append the N hashes to OUT as one operand (fold.h, "Operand"): a
+ * fingerprint list up to DD_BLOOM_FPS_MAX items, else a full-range filter
+ * (SCRATCH as for dd_bloom_build). 0 or DD_ERR_NOMEM. */
+int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
+                          uint32_t *scratch)
+{
+    if (n <= DD_BLOOM_FPS_MAX) return dd_bloom_fps_encode(out, hashes, n);
+    return dd_bloom_build(out, hashes, n, DD_BLOOM_FULL_RANGE, scratch);
+}
+
+/* Parse the NOPS operands into a malloc'd array (*out, *nout valid ones).
+ * Corrupt operands are counted and skipped. 0 or DD_ERR_NOMEM. */
+static int load_operands(struct dd_fold *fd, const char *key, size_t klen, const char *const *ops,
+                         const size_t *lens, int nops, struct operand **out, int *nout)
+{
+    struct operand *o = malloc((nops > 0 ? (size_t)nops : 1) * sizeof *o);
+    if (!o) return DD_ERR_NOMEM;
+    int k = 0;
+    for (int i = 0; i < nops; i++) {
+        if (parse_operand(ops[i], lens[i], &o[k]) == 0) k++;
+        else dd_fold_note_corrupt(fd, "operand", key, klen);
+    }
+    *out = o;
+    *nout = k;
+    return 0;
+}
+
+/* Append every item of the N operands to V. An operand whose bitstream
+ * fails (checksum passed) is counted and skipped. 0 or DD_ERR_NOMEM. */
+static int operands_hashes(struct dd_fold *fd, const char *key, size_t klen,
+                           const struct operand *o, int n, struct hvec *v)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += o[i].n;
+    if (hvec_reserve(v, total) != 0) return DD_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        if (o[i].fps) {
+            /* fingerprint << 32 has that fingerprint at every range */
+            for (uint32_t j = 0; j < o[i].n; j++)
+                v->h[v->n++] = (uint64_t)dd_bloom_fps_at(o[i].fps, j) << 32;
+            continue;
+        }
+        if (!o[i].is_filter) {
+            for (uint32_t j = 0; j < o[i].n; j++) v->h[v->n++] = dd_bloom_operand_at(o[i].raw, j);
+            continue;
+        }
+        int rc = hvec_add_filter(v, &o[i].f);
+        if (rc == DD_ERR_NOMEM) return rc;
+        if (rc != 0) dd_fold_note_corrupt(fd, "operand", key, klen);
+    }
+    return 0;
+}
+
+/* Hand BUF's bytes to RocksDB (freed by dd_fold_free_value). A zero-length
+ * result still needs a valid pointer. */
+static char *give(struct dd_buf *buf, size_t *len)
+{
+    if (!buf->data && dd_buf_reserve(buf, 1) != 0) return NULL;
+    char *p = (char *)buf->data;
+    *len = buf->len;
+    buf->data = NULL;
+    buf->len = buf->cap = 0;
+    return p;
+}
+
+static int buf_copy(struct dd_buf *out, const void *p, size_t len)
+{
+    if (dd_buf_reserve(out, len) != 0) return DD_ERR_NOMEM;
+    if (len) memcpy(out->data + out->len, p, len);
+    out->len += len;
+    return 0;
+}
+
+/* OUT = the split value (A, B) where B = B0 (may be NULL) united with the
+ * N hashes; or, once B would exceed the fold threshold, the single filter
+ * A u B. A (a full-range filter whose bytes are ABYTES) is copied as it
+ * is unless folded. 0 or DD_ERR_NOMEM. */
+static int merge_into_delta(struct dd_fold *fd, const char *key, size_t klen, struct dd_buf *out,
+                            const struct dd_bloom_view *a, const char *abytes, size_t alen,
+                            const struct dd_bloom_view *b0, struct hvec *hv)
+{
+    struct dd_buf b = {0};
+    struct dd_bloom_view bv;
+    int rc = dd_bloom_union(&b, b0, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
+    if (rc == DD_ERR_CORRUPT) {
+        dd_fold_note_corrupt(fd, "value", key, klen);
+        rc = dd_bloom_union(&b, NULL, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
+    }
+    if (rc == 0 && dd_bloom_parse(b.data, b.len, &bv) != 0) rc = DD_ERR_CORRUPT;
+    if (rc != 0) {
+        dd_buf_free(&b);
+        return DD_ERR_NOMEM;   /* only out of memory is left: we just encoded B */
+    }
+    uint32_t limit = a->count / FOLD_DIV > FOLD_MIN ? a->count / FOLD_DIV : FOLD_MIN;
+    if (bv.count <= limit) {
+        rc = split_begin(out, abytes, alen);
+        if (rc == 0) rc = buf_copy(out, b.data, b.len);
+        dd_buf_free(&b);
+        return rc;
+    }
+    /* Fold: A u B in one full-range filter. */
+    hv->n = 0;
+    rc = hvec_add_filter(hv, &bv);
+    if (rc == 0) rc = dd_bloom_union(out, a, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
+    if (rc == DD_ERR_CORRUPT) {
+        /* A's checksum held but its bitstream did not: A reads as empty
+         * anyway, so B alone is the value. */
+        dd_fold_note_corrupt(fd, "value", key, klen);
+        rc = buf_copy(out, b.data, b.len);
+    }
+    dd_buf_free(&b);
+    return rc == 0 ? 0 : DD_ERR_NOMEM;
+}
+
+/* Append to OUT filter F (full range; its bytes FBYTES) re-encoded at its
+ * final range, or copied when that is no smaller. 0 or DD_ERR_NOMEM. */
+static int reduce_into(struct dd_fold *fd, struct dd_buf *out, const struct dd_bloom_view *f,
+                       const void *fbytes, size_t flen)
+{
+    uint64_t r = dd_bloom_range_for(f->count, fd->segment_fp);
+    if (r < DD_BLOOM_FULL_RANGE) {
+        size_t keep = out->len;
+        int rc = dd_bloom_reduce(out, f, r);
+        if (rc == 0) {
+            atomic_fetch_add_explicit(&fd->segments_reduced, 1, memory_order_relaxed);
+            return 0;
+        }
+        out->len = keep;
+        if (rc == DD_ERR_NOMEM) return rc;
+        /* a bad bitstream: keep the exact form; reads count it */
+    }
+    return buf_copy(out, fbytes, flen);
+}
+
+/* The fold (fold.h, "Value"; the top of this file): the value is kept as
+ * a main filter A and a small full-range delta B, so that a read (which
+ * runs this on every Get of a key with operands) copies A and re-encodes
+ * only B. */
+char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *existing,
+                        size_t existing_len, const char *const *ops, const size_t *lens,
+                        int nops, unsigned char *success, size_t *new_len)
+{
+    struct dd_fold *fd = st;
+    struct dd_buf out = {0}, one = {0};
+    struct hvec hv = {0};
+    struct operand *op = NULL;
+    int nop = 0, rc;
+    uint32_t seg = 0;
+    bool have_seg = dd_key_segment(key, klen, &seg);
+    int64_t day = today(fd);
+
+    *success = 0;
+    *new_len = 0;
+    atomic_fetch_add_explicit(&fd->merges, 1, memory_order_relaxed);
+
+    if (have_seg && dd_segment_dead(&fd->seg, seg, day)) {
+        atomic_fetch_add_explicit(&fd->merged_dead, 1, memory_order_relaxed);
+        char *p = give(&out, new_len);
+        if (p) *success = 1;
+        return p;
+    }
+    /* A Get's merge result is thrown away after the read, so re-encoding a
+     * closed segment there (a decode and an encode of the whole filter, on
+     * every probe until a compaction keeps the fold) buys nothing: reads
+     * fold it as if open, at the full range, which answers the same items
+     * with fewer false positives. */
+    bool closed = have_seg && dd_segment_closed(&fd->seg, seg, day) && !in_probe;
+
+    struct dd_bloom_view bv[2];
+    int nb = 0;
+    const char *a_bytes = NULL;
+    size_t a_len = 0;
+    if (existing && dd_fold_parse_value(existing, existing_len, bv, &nb, &a_bytes, &a_len) != 0) {
+        dd_fold_note_corrupt(fd, "value", key, klen);
+        nb = 0;
+    }
+    if (load_operands(fd, key, klen, ops, lens, nops, &op, &nop) != 0) goto nomem;
+
+    if (nb > 0 && bv[0].range != DD_BLOOM_FULL_RANGE) {
+        /* A is final: late items go to the full-range part (fold.h) */
+        if (operands_hashes(fd, key, klen, op, nop, &hv) != 0) goto nomem;
+        if (drop_known(&bv[0], hv.h, &hv.n) != 0) goto nomem;
+        if (hv.n == 0) {
+            if (buf_copy(&out, existing, existing_len) != 0) goto nomem;
+        } else {
+            rc = build_split(&out, a_bytes, a_len, nb == 2 ? &bv[1] : NULL, hv.h, hv.n);
+            if (rc == DD_ERR_CORRUPT) {
+                dd_fold_note_corrupt(fd, "value", key, klen);
+                rc = build_split(&out, a_bytes, a_len, NULL, hv.h, hv.n);
+            }
+            if (rc != 0) goto nomem;
+        }
+    } else if (nb > 0 && !closed) {
+        /* Open segment, A at the full range: new items go to B. */
+        if (operands_hashes(fd, key, klen, op, nop, &hv) != 0) goto nomem;
+        if (hv.n == 0) {
+            if (buf_copy(&out, existing, existing_len) != 0) goto nomem;
+        } else if (merge_into_delta(fd, key, klen, &out, &bv[0], a_bytes, a_len,
+                                    nb == 2 ? &bv[1] : NULL, &hv) != 0) {
+            goto nomem;
+        }
+    } else {
+        /* No base, or a full-range base of a closed segment: one filter,
+         * re-encoded at its final range if the segment is closed. A single
+         * filter operand is that filter already. */
+        struct dd_bloom_view fv;
+        const void *fbytes;
+        size_t flen;
+        if (nb == 0 && nop == 1 && op[0].is_filter) {
+            fv = op[0].f;
+            fbytes = op[0].bytes;
+            flen = op[0].len;
+        } else {
+            if (operands_hashes(fd, key, klen, op, nop, &hv) != 0) goto nomem;
+            if (nb == 2) {
+                rc = hvec_add_filter(&hv, &bv[1]);
+                if (rc == DD_ERR_NOMEM) goto nomem;
+                if (rc != 0) dd_fold_note_corrupt(fd, "value", key, klen);
+            }
+            rc = dd_bloom_union(&one, nb ? &bv[0] : NULL, DD_BLOOM_FULL_RANGE, hv.h, hv.n);
+            if (rc == DD_ERR_CORRUPT) {
+                /* Checksum passed but the bitstream did not: still corrupt. */
+                dd_fold_note_corrupt(fd, "value", key, klen);
+                one.len = 0;
+                rc = dd_bloom_union(&one, NULL, DD_BLOOM_FULL_RANGE, hv.h, hv.n);
+            }
+            if (rc != 0 || dd_bloom_parse(one.data, one.len, &fv) != 0) goto nomem;
+            fbytes = one.data;
+            flen = one.len;
+        }
+        if (closed) {
+            if (reduce_into(fd, &out, &fv, fbytes, flen) != 0) goto nomem;
+        } else if (fbytes == one.data) {
+            out = one;
+            one = (struct dd_buf){0};
+        } else if (buf_copy(&out, fbytes, flen) != 0) {
+            goto nomem;
+        }
+    }
+    free(hv.h);
+    free(op);
+    dd_buf_free(&one);
+    char *p = give(&out, new_len);
+    if (p) *success = 1;
+    return p;
+
+nomem:
+    free(hv.h);
+    free(op);
+    dd_buf_free(&out);
+    dd_buf_free(&one);
+    dd_log_limited(&corrupt_log_limit, 10000, DD_LOG_ERROR, MODULE,
+                   "msg=\"merge failed: out of memory\"");
+    /* RocksDB assigns from the returned pointer even on failure. */
+    return malloc(1);
+}
+
+/* Partial merge (flushes and compactions above the base): operands into one
+ * operand, deduplicated: a fingerprint list while there are few items, else
+ * a full-range filter (about a third of the raw size), which a later full
+ * merge with no base takes as it is. Failing here
+ * is harmless (RocksDB keeps the operands), so any problem just says "not
+ * merged". */
+char *dd_fold_partial_merge(void *st, const char *key, size_t klen, const char *const *ops,
+                           const size_t *lens, int nops, unsigned char *success,
+                           size_t *new_len)
+{
+    struct dd_fold *fd = st;
+    struct hvec hv = {0};
+    struct operand *op = NULL;
+    int nop = 0;
+    struct dd_buf out = {0};
+
+    *success = 0;
+    *new_len = 0;
+    if (load_operands(fd, key, klen, ops, lens, nops, &op, &nop) == 0 &&
+        operands_hashes(fd, key, klen, op, nop, &hv) == 0 &&
+        dd_fold_encode_operand(&out, hv.h, hv.n, NULL) == 0) {
+        free(hv.h);
+        free(op);
+        char *p = give(&out, new_len);
+        if (p) *success = 1;
+        return p;
+    }
+    free(hv.h);
+    free(op);
+    dd_buf_free(&out);
+    return malloc(1);
+}
+
+/* ---- compaction filter ---------------------------------------------------- */
+
+struct cfilter {
+    struct dd_fold *fold;
+    struct dd_buf buf;   /* *new_value points here until the next call */
+};
+
+static const char *cfilter_name(void *st)
+{
+    (void)st;
+    return "dedupd.history.expire.v1";
+}
+
+void dd_fold_cfilter_destroy(void *st)
+{
+    struct cfilter *f = st;
+    dd_buf_free(&f->buf);
+    free(f);
+}
+
+unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
+                                    const char *val, size_t vlen, char **new_value,
+                                    size_t *new_len, unsigned char *changed)
+{
+    struct cfilter *f = st;
+    struct dd_fold *fd = f->fold;
+    uint32_t seg;
+    (void)level;
+
+    *changed = 0;
+    if (!dd_key_segment(key, klen, &seg)) return 0;
+    int64_t day = today(fd);
+    if (dd_segment_dead(&fd->seg, seg, day)) {
+        atomic_fetch_add_explicit(&fd->segments_expired, 1, memory_order_relaxed);
+        return 1;
+    }
+    if (!dd_segment_closed(&fd->seg, seg, day) || vlen == 0) return 0;
+
+    struct dd_bloom_view vv[2];
+    int nv;
+    const char *a;
+    size_t alen;
+    if (dd_fold_parse_value(val, vlen, vv, &nv, &a, &alen) != 0) {
+        /* Kept as is: it reads as empty, and the next fold replaces it. A
+         * value from a newer format must not be destroyed by a rollback. */
+        dd_fold_note_corrupt(fd, "value", key, klen);
+        return 0;
+    }
+    if (nv == 0 || vv[0].range != DD_BLOOM_FULL_RANGE) return 0;
+    f->buf.len = 0;
+    bool reduced = true;
+    if (nv == 1) {
+        uint64_t r = dd_bloom_range_for(vv[0].count, fd->segment_fp);
+        if (r >= DD_BLOOM_FULL_RANGE) return 0;
+        if (dd_bloom_reduce(&f->buf, &vv[0], r) != 0) return 0; /* keep the exact form */
+    } else {
+        /* A split value of a segment that closed while open: fold A u B
+         * (exact, both at the full range), then re-encode. On any failure
+         * the value is kept as it is: it still answers every item. */
+        struct hvec hv = {0};
+        struct dd_buf one = {0};
+        struct dd_bloom_view fv;
+        int rc = hvec_add_filter(&hv, &vv[1]);
+        if (rc == 0) rc = dd_bloom_union(&one, &vv[0], DD_BLOOM_FULL_RANGE, hv.h, hv.n);
+        if (rc == 0) rc = dd_bloom_parse(one.data, one.len, &fv);
+        free(hv.h);
+        if (rc == 0) {
+            uint64_t r = dd_bloom_range_for(fv.count, fd->segment_fp);
+            reduced = r < DD_BLOOM_FULL_RANGE;
+            rc = reduced ? dd_bloom_reduce(&f->buf, &fv, r) : buf_copy(&f->buf, one.data, one.len);
+        }
+        dd_buf_free(&one);
+        if (rc != 0) return 0;
+    }
+    *new_value = (char *)f->buf.data;
+    *new_len = f->buf.len;
+    *changed = 1;
+    if (reduced) atomic_fetch_add_explicit(&fd->segments_reduced, 1, memory_order_relaxed);
+    return 0;
+}
+
+static rocksdb_compactionfilter_t *cfilter_create(void *st,
+                                                  rocksdb_compactionfiltercontext_t *ctx)
+{
+    (void)ctx;
+    struct cfilter *f = dd_fold_cfilter_new(st);
+    if (!f) {
+        dd_error(MODULE, "msg=\"out of memory: compaction runs without expiry\"");
+        return NULL;
+    }
+    return rocksdb_compactionfilter_create(f, dd_fold_cfilter_destroy, dd_fold_cfilter,
+                                           cfilter_name);
+}
+
+static const char *cfactory_name(void *st)
+{
+    (void)st;
+    return "dedupd.history.expire.factory.v1";
+}
+
+static void cfactory_destroy(void *st)
+{
+    (void)st;
+}
+
+void *dd_fold_cfilter_new(struct dd_fold *fold)
+{
+    struct cfilter *f = calloc(1, sizeof *f);
+    if (f) f->fold = fold;
+    return f;
+}
+
+rocksdb_mergeoperator_t *dd_fold_merge_operator(struct dd_fold *f)
+{
+    return rocksdb_mergeoperator_create(f, merge_state_destroy, dd_fold_full_merge,
+                                        dd_fold_partial_merge, dd_fold_free_value, merge_name);
+}
+
+rocksdb_compactionfilterfactory_t *dd_fold_filter_factory(struct dd_fold *f)
+{
+    return rocksdb_compactionfilterfactory_create(f, cfactory_destroy, cfilter_create,
+                                                  cfactory_name);
+}

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * fold.h - how a history segment's value is stored and folded: the value
+ * and operand codec, the RocksDB merge operator and the compaction filter.
+ * Pure code over byte strings and a clock: no database is opened, and the
+ * callbacks can be called directly (tests do).
+ *
+ * DESIGN
+ *
+ * Operand: one write's items for one (scene, user, segment): a bloom.h
+ *   fingerprint list up to DD_BLOOM_FPS_MAX items, else a full-range
+ *   filter. Raw-hash operands (bloom.h operand form) are still read. All
+ *   carry the same information as the hashes, since every fingerprint, at
+ *   every range, is a function of h >> 32 only.
+ * Value: empty (a dead segment's fold: reads as an empty set), one bloom.h
+ *   filter, or a split value of two filters
+ *     u8 0xd5 | u8 0 | u16 0 | u32 LE len(A) | A | B
+ *   with B at the full range. Open segment: A is full range and B a small
+ *   delta, so a read-time fold copies A and re-encodes only B; B is folded
+ *   into A once it holds more than max(256, count(A) / 8) items. Closed
+ *   segment (segment.h): A u B is re-encoded at range count * S / fp_rate
+ *   (fp_rate / S per segment keeps a user's union under fp_rate); late plays
+ *   onto a re-encoded A go to a full-range B, since A cannot take more
+ *   items without raising its false-positive rate.
+ * Failure: a RocksDB merge failure is a background error that stops
+ *   compactions, so merges fail only on out of memory. A corrupt value or
+ *   operand is counted, logged (rate limited) and read as empty; the next
+ *   fold replaces it. The compaction filter keeps what it cannot fold.
+ *
+ * Threads: one dd_fold is shared by every RocksDB thread (counters are
+ * atomic); a compaction filter instance belongs to one compaction.
+ */
+#ifndef DD_FOLD_H
+#define DD_FOLD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rocksdb/c.h>
+
+#include "bloom.h"
+#include "buf.h"
+#include "segment.h"
+
+/* The fold's state: geometry, clock and counters. Owned by the store,
+ * which must outlive every RocksDB object made from it. */
+struct dd_fold {
+    struct dd_segments seg;
+    double segment_fp;                  /* fp_rate / S: a closed segment's target */
+    int64_t (*now_ms)(void *ud);        /* NULL: dd_now_ms() */
+    void *clock_ud;
+
+    _Atomic uint64_t corrupt_values;    /* values and operands read as empty */
+    _Atomic uint64_t segments_expired;  /* dropped by the compaction filter */
+    _Atomic uint64_t segments_reduced;  /* re-encoded at their final range */
+    _Atomic uint64_t merges;            /* full merges run */
+    _Atomic uint64_t merged_dead;       /* full merges that emptied a dead segment */
+};
+
+/* Initialise F for geometry G (both fields > 0) and FP_RATE in (0, 1),
+ * with the clock NOW_MS(UD) (NULL: wall clock). Counters start at 0.
+ * Cannot fail. */
+void dd_fold_init(struct dd_fold *f, const struct dd_segments *g, double fp_rate,
+                  int64_t (*now_ms)(void *ud), void *ud);
+
+/* Parse a stored value into up to two filters (see DESIGN). Parsing is
+ * strict, since the split header has no checksum of its own: a header
+ * damaged in any bit fails. Returns 0 with *NV = 0 (empty value), 1 or 2
+ * views in V, A's bytes in *A and *ALEN; or DD_ERR_CORRUPT. V points into
+ * VAL (borrowed). */
+int dd_fold_parse_value(const char *val, size_t len, struct dd_bloom_view v[2], int *nv,
+                        const char **a, size_t *alen);
+
+/* Append the N hashes (any order, duplicates allowed) to OUT as one
+ * operand. SCRATCH is as for dd_bloom_build (NULL: allocated). Returns 0
+ * or DD_ERR_NOMEM. */
+int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
+                           uint32_t *scratch);
+
+/* Count a corrupt WHAT ("value", "operand") of KEY and log it, at most one
+ * line per 10 s. Cannot fail. */
+void dd_fold_note_corrupt(struct dd_fold *f, const char *what, const char *key, size_t klen);
+
+/* Mark the merges this thread runs from now on as serving a read (ON) or
+ * not: a read's merge result is thrown away, so it never re-encodes a
+ * closed segment (a decode and an encode that buy nothing there). */
+void dd_fold_reading(bool on);
+
+/* The merge operator's callbacks (ST is a struct dd_fold), RocksDB's C
+ * signatures. Each returns a malloc'd value for dd_fold_free_value and sets
+ * *SUCCESS; the full merge fails only on out of memory, the partial merge
+ * on any problem (RocksDB then keeps the operands). A full merge of a dead
+ * segment yields an empty value. */
+char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *existing,
+                         size_t existing_len, const char *const *ops, const size_t *lens,
+                         int nops, unsigned char *success, size_t *new_len);
+char *dd_fold_partial_merge(void *st, const char *key, size_t klen, const char *const *ops,
+                            const size_t *lens, int nops, unsigned char *success,
+                            size_t *new_len);
+void dd_fold_free_value(void *st, const char *value, size_t len);
+
+/* A compaction filter instance over F (one per compaction: it owns the
+ * buffer *NEW_VALUE points into). dd_fold_cfilter returns 1 to drop a dead
+ * segment; re-encodes a closed full-range one (*CHANGED = 1, *NEW_VALUE
+ * valid until the next call); keeps anything else, foreign keys and
+ * corrupt values included. dd_fold_cfilter_new returns NULL on out of
+ * memory; dd_fold_cfilter_destroy frees the instance. */
+void *dd_fold_cfilter_new(struct dd_fold *f);
+unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
+                              const char *val, size_t vlen, char **new_value, size_t *new_len,
+                              unsigned char *changed);
+void dd_fold_cfilter_destroy(void *st);
+
+/* RocksDB objects over F, for rocksdb_options_set_merge_operator and
+ * rocksdb_options_set_compaction_filter_factory (the options then own
+ * them). F is borrowed: it must outlive the database. */
+rocksdb_mergeoperator_t *dd_fold_merge_operator(struct dd_fold *f);
+rocksdb_compactionfilterfactory_t *dd_fold_filter_factory(struct dd_fold *f);
+
+#endif

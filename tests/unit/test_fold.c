@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * test_fold.c - the history value codec, merge operator and compaction
+ * filter (fold.h) called directly on byte strings, no RocksDB: operands
+ * fold into one filter; an open segment keeps a base and a delta, folded
+ * past its threshold; closed segments re-encoded (but not inside a read);
+ * late plays onto a re-encoded base go to a split value; dead segments
+ * emptied and dropped; corrupt values and operands read as empty and
+ * counted; the partial merge collapses operands into one.
+ */
+#include "bloom.h"
+#include "buf.h"
+#include "dd.h"
+#include "fold.h"
+#include "segment.h"
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* segment_days 7, retention 30, today day 20000: segment 2857 (days
+ * 19999..20005) is open, 2855 (..19991) closed past the grace, 2851
+ * (..19963) dead. */
+#define TODAY INT64_C(20000)
+#define SEG_OPEN 2857
+#define SEG_CLOSED 2855
+#define SEG_DEAD 2851
+
+static int64_t fixed_clock(void *ud)
+{
+    (void)ud;
+    return TODAY * DD_MS_PER_DAY + DD_MS_PER_DAY / 2;
+}
+
+static void fold_init(struct dd_fold *f)
+{
+    struct dd_segments g = {7, 30};
+    dd_fold_init(f, &g, 0.01, fixed_clock, NULL);
+}
+
+static uint64_t item(const char *tag, uint64_t i)
+{
+    char id[64];
+    int n = snprintf(id, sizeof id, "%s-%llu", tag, (unsigned long long)i);
+    return dd_hash(id, (size_t)n);
+}
+
+static void items(uint64_t *h, const char *tag, size_t n)
+{
+    for (size_t i = 0; i < n; i++) h[i] = item(tag, i);
+}
+
+static size_t make_key(char *k, uint32_t seg)
+{
+    size_t n = dd_key_prefix((uint8_t *)k, "scene", 5, "user-1", 6);
+    dd_key_put_segment((uint8_t *)k + n, seg);
+    return n + 4;
+}
+
+/* Whether every one of the N hashes is in the value (either filter). */
+static int value_has_all(const char *v, size_t len, const uint64_t *h, size_t n)
+{
+    struct dd_bloom_view fv[2];
+    int nv;
+    const char *a;
+    size_t alen;
+    if (dd_fold_parse_value(v, len, fv, &nv, &a, &alen) != 0) return 0;
+    for (size_t i = 0; i < n; i++) {
+        int found = 0;
+        for (int j = 0; j < nv; j++) found |= dd_bloom_contains(&fv[j], h[i]);
+        if (!found) return 0;
+    }
+    return 1;
+}
+
+/* Full merge of (EXISTING, the operands) for SEG; the result in OUT. */
+static int merge(struct dd_fold *f, uint32_t seg, const struct dd_buf *existing,
+                 const struct dd_buf *ops, int nops, struct dd_buf *out)
+{
+    char key[64];
+    size_t klen = make_key(key, seg);
+    const char *p[8];
+    size_t l[8];
+    for (int i = 0; i < nops; i++) {
+        p[i] = (const char *)ops[i].data;
+        l[i] = ops[i].len;
+    }
+    unsigned char ok = 0;
+    size_t len = 0;
+    char *v = dd_fold_full_merge(f, key, klen, existing ? (const char *)existing->data : NULL,
+                                 existing ? existing->len : 0, p, l, nops, &ok, &len);
+    REQUIRE(v != NULL);
+    out->len = 0;
+    REQUIRE(dd_buf_reserve(out, len + 1) == 0);
+    memcpy(out->data, v, len);
+    out->len = len;
+    dd_fold_free_value(f, v, len);
+    return ok;
+}
+
+/* A value parsed by dd_fold_parse_value. */
+struct parsed {
+    struct dd_bloom_view v[2];
+    int nv;
+    const char *a;
+    size_t alen;
+};
+static int parse(const void *val, size_t len, struct parsed *p)
+{
+    p->nv = -1;
+    return dd_fold_parse_value(val, len, p->v, &p->nv, &p->a, &p->alen);
+}
+
+/* One compaction filter call on SEG's key and VAL: returns its verdict (1:
+ * drop); a changed value is in R (valid until the next call on CF). */
+struct cf_out {
+    char *v;
+    size_t len;
+    unsigned char changed;
+};
+static int cfilter_seg(void *cf, uint32_t seg, const struct dd_buf *val, struct cf_out *r)
+{
+    char key[64];
+    size_t klen = make_key(key, seg);
+    r->v = NULL;
+    r->len = 0;
+    r->changed = 9;
+    return dd_fold_cfilter(cf, 1, key, klen, (const char *)val->data, val->len, &r->v, &r->len,
+                           &r->changed);
+}
+
+static void operand(struct dd_buf *b, const uint64_t *h, size_t n)
+{
+    b->len = 0;
+    REQUIRE(dd_fold_encode_operand(b, h, n, NULL) == 0);
+}
+
+static void test_operands_fold(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    uint64_t h[300];
+    items(h, "op", 300);
+    struct dd_buf ops[2] = {{0}}, out = {0};
+    operand(&ops[0], h, 3);          /* a fingerprint list */
+    operand(&ops[1], h + 3, 100);    /* a full-range filter */
+    CHECK_EQ_INT(ops[0].data[0], DD_BLOOM_FPS_TAG);
+    CHECK_EQ_INT(ops[0].len, 1 + 3 * 4 + 4);
+    CHECK(ops[1].data[0] == DD_BLOOM_VERSION);
+
+    CHECK(merge(&f, SEG_OPEN, NULL, ops, 2, &out));
+    struct parsed pv;
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    CHECK(pv.v[0].range == DD_BLOOM_FULL_RANGE);
+    CHECK_EQ_INT(pv.v[0].count, 103);
+    CHECK(value_has_all((char *)out.data, out.len, h, 103));
+    CHECK_EQ_INT(f.merges, 1);
+    CHECK_EQ_INT(f.corrupt_values, 0);
+
+    /* One filter operand and no base: the value is that operand. */
+    CHECK(merge(&f, SEG_OPEN, NULL, &ops[1], 1, &out));
+    CHECK(out.len == ops[1].len && memcmp(out.data, ops[1].data, out.len) == 0);
+    dd_buf_free(&ops[0]);
+    dd_buf_free(&ops[1]);
+    dd_buf_free(&out);
+}
+
+static void test_open_split_and_threshold(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    static uint64_t base_h[1000], new_h[300];
+    items(base_h, "base", 1000);
+    items(new_h, "new", 300);
+    struct dd_buf base = {0}, op = {0}, out = {0}, out2 = {0};
+    REQUIRE(dd_bloom_build(&base, base_h, 1000, DD_BLOOM_FULL_RANGE, NULL) == 0);
+
+    /* 10 new items: A is copied byte for byte, B holds the 10. */
+    operand(&op, new_h, 10);
+    CHECK(merge(&f, SEG_OPEN, &base, &op, 1, &out));
+    struct parsed pv;
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 2);
+    CHECK_EQ_INT(out.data[0], 0xd5);
+    CHECK(pv.alen == base.len && memcmp(pv.a, base.data, pv.alen) == 0);
+    CHECK_EQ_INT(pv.v[0].count, 1000);
+    CHECK_EQ_INT(pv.v[1].count, 10);
+    CHECK(pv.v[1].range == DD_BLOOM_FULL_RANGE);
+    CHECK(value_has_all((char *)out.data, out.len, base_h, 1000));
+    CHECK(value_has_all((char *)out.data, out.len, new_h, 10));
+
+    /* 290 more: B would hold 300 > max(256, 1000 / 8): folded into one. */
+    operand(&op, new_h + 10, 290);
+    CHECK(merge(&f, SEG_OPEN, &out, &op, 1, &out2));
+    CHECK_EQ_INT(parse(out2.data, out2.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    CHECK_EQ_INT(pv.v[0].count, 1300);
+    CHECK(value_has_all((char *)out2.data, out2.len, new_h, 300));
+    CHECK(value_has_all((char *)out2.data, out2.len, base_h, 1000));
+
+    /* A damaged split header reads as corrupt. */
+    out.data[2] = 1;
+    CHECK_EQ_INT(parse(out.data, out.len, &pv),
+                 DD_ERR_CORRUPT);
+    out.data[2] = 0;
+    out.data[4] ^= 1;   /* len(A) */
+    CHECK_EQ_INT(parse(out.data, out.len, &pv),
+                 DD_ERR_CORRUPT);
+    /* The empty value (a dead segment's fold) is an empty set. */
+    CHECK_EQ_INT(parse("", 0, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 0);
+    dd_buf_free(&base);
+    dd_buf_free(&op);
+    dd_buf_free(&out);
+    dd_buf_free(&out2);
+}
+
+static void test_corrupt_read_as_empty(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    uint64_t h[5];
+    items(h, "c", 5);
+    struct dd_buf ops[2] = {{0}}, out = {0}, bad = {0};
+    operand(&ops[0], h, 5);
+    REQUIRE(dd_buf_reserve(&ops[1], 16) == 0);
+    memcpy(ops[1].data, "garbage-operand!", 16);
+    ops[1].len = 16;
+    CHECK(merge(&f, SEG_OPEN, NULL, ops, 2, &out));
+    CHECK_EQ_INT(f.corrupt_values, 1);
+    CHECK(value_has_all((char *)out.data, out.len, h, 5));
+
+    /* A base whose checksum fails: counted, and the operands alone remain. */
+    REQUIRE(dd_bloom_build(&bad, h, 3, DD_BLOOM_FULL_RANGE, NULL) == 0);
+    bad.data[bad.len - 1] ^= 0x40;
+    CHECK(merge(&f, SEG_OPEN, &bad, &ops[0], 1, &out));
+    CHECK_EQ_INT(f.corrupt_values, 2);
+    struct parsed pv;
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    CHECK_EQ_INT(pv.v[0].count, 5);
+
+    /* The compaction filter keeps a corrupt value as it is and counts it. */
+    void *cf = dd_fold_cfilter_new(&f);
+    REQUIRE(cf != NULL);
+    struct cf_out r;
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_CLOSED, &bad, &r), 0);
+    CHECK_EQ_INT(r.changed, 0);
+    CHECK_EQ_INT(f.corrupt_values, 3);
+    dd_fold_cfilter_destroy(cf);
+    dd_buf_free(&ops[0]);
+    dd_buf_free(&ops[1]);
+    dd_buf_free(&out);
+    dd_buf_free(&bad);
+}
+
+static void test_dead_segments(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    uint64_t h[4];
+    items(h, "dead", 4);
+    struct dd_buf op = {0}, out = {0};
+    operand(&op, h, 4);
+    CHECK(merge(&f, SEG_DEAD, NULL, &op, 1, &out));
+    CHECK_EQ_INT(out.len, 0);
+    CHECK_EQ_INT(f.merged_dead, 1);
+
+    void *cf = dd_fold_cfilter_new(&f);
+    REQUIRE(cf != NULL);
+    struct cf_out r;
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_DEAD, &op, &r), 1);
+    CHECK_EQ_INT(f.segments_expired, 1);
+    /* Live segments and foreign keys are kept. */
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_OPEN, &op, &r), 0);
+    CHECK_EQ_INT(r.changed, 0);
+    CHECK_EQ_INT(dd_fold_cfilter(cf, 1, "foreign", 7, (char *)op.data, op.len, &r.v, &r.len,
+                                 &r.changed), 0);
+    CHECK_EQ_INT(f.segments_expired, 1);
+    dd_fold_cfilter_destroy(cf);
+    dd_buf_free(&op);
+    dd_buf_free(&out);
+}
+
+static void test_closed_reencoded(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    static uint64_t h[500];
+    items(h, "closed", 500);
+    struct dd_buf op = {0}, out = {0};
+    operand(&op, h, 500);
+    struct parsed pv;
+
+    /* Inside a read a closed segment folds at the full range. */
+    dd_fold_reading(true);
+    CHECK(merge(&f, SEG_CLOSED, NULL, &op, 1, &out));
+    dd_fold_reading(false);
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK(pv.v[0].range == DD_BLOOM_FULL_RANGE);
+    CHECK_EQ_INT(f.segments_reduced, 0);
+
+    /* Outside one it is re-encoded at count * S / fp_rate (S = 6). */
+    CHECK(merge(&f, SEG_CLOSED, NULL, &op, 1, &out));
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    CHECK(pv.v[0].range == dd_bloom_range_for(500, 0.01 / 6));
+    CHECK_EQ_INT(f.segments_reduced, 1);
+    CHECK(value_has_all((char *)out.data, out.len, h, 500));
+
+    /* Late plays onto the re-encoded A: a split with only the new items in
+     * B; items A already answers for add nothing. */
+    struct dd_buf late = {0}, out2 = {0};
+    uint64_t mix[3] = {h[0], item("late", 0), item("late", 1)};
+    operand(&late, mix, 3);
+    CHECK(merge(&f, SEG_CLOSED, &out, &late, 1, &out2));
+    CHECK_EQ_INT(parse(out2.data, out2.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 2);
+    CHECK(pv.alen == out.len && memcmp(pv.a, out.data, pv.alen) == 0);
+    CHECK_EQ_INT(pv.v[1].count, 2);
+    CHECK(value_has_all((char *)out2.data, out2.len, mix, 3));
+    operand(&late, h, 1);
+    CHECK(merge(&f, SEG_CLOSED, &out, &late, 1, &out2));
+    CHECK(out2.len == out.len && memcmp(out2.data, out.data, out.len) == 0);
+    dd_buf_free(&late);
+    dd_buf_free(&out2);
+
+    /* The compaction filter re-encodes a closed full-range value... */
+    struct dd_buf full = {0};
+    REQUIRE(dd_bloom_build(&full, h, 500, DD_BLOOM_FULL_RANGE, NULL) == 0);
+    void *cf = dd_fold_cfilter_new(&f);
+    REQUIRE(cf != NULL);
+    struct cf_out r;
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_CLOSED, &full, &r), 0);
+    CHECK_EQ_INT(r.changed, 1);
+    CHECK(r.len < full.len);
+    CHECK_EQ_INT(parse(r.v, r.len, &pv), 0);
+    CHECK(pv.v[0].range == dd_bloom_range_for(500, 0.01 / 6));
+    CHECK(value_has_all(r.v, r.len, h, 500));
+    CHECK_EQ_INT(f.segments_reduced, 2);
+
+    /* ...and folds a split one that closed while open (A u B), then
+     * re-encodes it; an open segment's value is left alone. */
+    struct dd_buf base = {0}, op10 = {0}, split = {0};
+    REQUIRE(dd_bloom_build(&base, h, 400, DD_BLOOM_FULL_RANGE, NULL) == 0);
+    operand(&op10, h + 400, 100);
+    CHECK(merge(&f, SEG_OPEN, &base, &op10, 1, &split));
+    CHECK_EQ_INT(parse(split.data, split.len, &pv), 0);
+    REQUIRE(pv.nv == 2);
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_CLOSED, &split, &r), 0);
+    CHECK_EQ_INT(r.changed, 1);
+    CHECK_EQ_INT(parse(r.v, r.len, &pv), 0);
+    CHECK_EQ_INT(pv.nv, 1);
+    /* sized for A u B's 500 (fingerprints may collide at that range) */
+    CHECK(pv.v[0].range == dd_bloom_range_for(500, 0.01 / 6));
+    CHECK(value_has_all(r.v, r.len, h, 500));
+    CHECK_EQ_INT(f.segments_reduced, 3);
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_OPEN, &split, &r), 0);
+    CHECK_EQ_INT(r.changed, 0);
+    dd_fold_cfilter_destroy(cf);
+    dd_buf_free(&base);
+    dd_buf_free(&op10);
+    dd_buf_free(&split);
+    dd_buf_free(&full);
+    dd_buf_free(&op);
+    dd_buf_free(&out);
+}
+
+static void test_partial_merge(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    uint64_t h[40];
+    items(h, "pm", 40);
+    struct dd_buf ops[2] = {{0}};
+    operand(&ops[0], h, 5);
+    operand(&ops[1], h + 3, 5);     /* overlaps 2 */
+    const char *p[2] = {(char *)ops[0].data, (char *)ops[1].data};
+    size_t l[2] = {ops[0].len, ops[1].len};
+    char key[64];
+    size_t klen = make_key(key, SEG_OPEN);
+    unsigned char ok = 0;
+    size_t len = 0;
+    char *v = dd_fold_partial_merge(&f, key, klen, p, l, 2, &ok, &len);
+    REQUIRE(v != NULL);
+    CHECK(ok);
+    const uint8_t *fps;
+    uint32_t n = 0;
+    CHECK_EQ_INT(dd_bloom_fps_parse(v, len, &fps, &n), 0);
+    CHECK_EQ_INT(n, 8);
+    dd_fold_free_value(&f, v, len);
+
+    /* Past DD_BLOOM_FPS_MAX items: a full-range filter. */
+    operand(&ops[0], h, 20);
+    operand(&ops[1], h + 20, 20);
+    p[0] = (char *)ops[0].data;
+    p[1] = (char *)ops[1].data;
+    l[0] = ops[0].len;
+    l[1] = ops[1].len;
+    v = dd_fold_partial_merge(&f, key, klen, p, l, 2, &ok, &len);
+    REQUIRE(v != NULL);
+    CHECK(ok);
+    struct dd_bloom_view fv;
+    CHECK_EQ_INT(dd_bloom_parse(v, len, &fv), 0);
+    CHECK(fv.range == DD_BLOOM_FULL_RANGE);
+    CHECK_EQ_INT(fv.count, 40);
+    dd_fold_free_value(&f, v, len);
+    dd_buf_free(&ops[0]);
+    dd_buf_free(&ops[1]);
+}
+
+int main(void)
+{
+    test_operands_fold();
+    test_open_split_and_threshold();
+    test_corrupt_read_as_empty();
+    test_dead_segments();
+    test_closed_reencoded();
+    test_partial_merge();
+    TEST_MAIN_END();
+}
