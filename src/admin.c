@@ -5,6 +5,7 @@
  * Prometheus families.
  */
 #include "admin.h"
+#include "addr.h"
 #include "config.h"
 #include "dd.h"
 #include "filter.h"
@@ -531,26 +532,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 /* Bind ADDR ourselves so a failure says why (MHD only says it failed). */
 static int listen_on(const char *addr, int *fd_out, bool *v6, char *err, size_t errlen)
 {
-    char host[256], port[16];
-    const char *colon, *h = addr;
-    size_t hn;
-    if (*addr == '[') {
-        const char *rb = strchr(addr, ']');
-        if (!rb || rb[1] != ':') goto bad;
-        h = addr + 1;
-        hn = (size_t)(rb - h);
-        colon = rb + 1;
-    } else {
-        colon = strrchr(addr, ':');
-        if (!colon) goto bad;
-        hn = (size_t)(colon - addr);
+    char host[256], port[8];
+    uint16_t portnum;
+    if (dd_hostport_parse(addr, host, sizeof host, &portnum) != DD_HOSTPORT_OK) {
+        snprintf(err, errlen, "admin.listen: \"%s\" is not host:port", addr);
+        return DD_ERR_INVALID;
     }
-    if (hn == 0 || hn >= sizeof host || strlen(colon + 1) == 0 ||
-        strlen(colon + 1) >= sizeof port)
-        goto bad;
-    memcpy(host, h, hn);
-    host[hn] = '\0';
-    strcpy(port, colon + 1);
+    snprintf(port, sizeof port, "%u", (unsigned)portnum);
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -573,9 +561,6 @@ static int listen_on(const char *addr, int *fd_out, bool *v6, char *err, size_t 
     freeaddrinfo(res);
     *fd_out = fd;
     return DD_OK;
-bad:
-    snprintf(err, errlen, "admin.listen: \"%s\" is not host:port", addr);
-    return DD_ERR_INVALID;
 }
 
 /* ---- watchdog -------------------------------------------------------- */

@@ -4,6 +4,7 @@
  * parser, lookups, a minimal HTTP GET, and the `dedupctl stats` report.
  */
 #include "promtext.h"
+#include "addr.h"
 #include "dd.h"
 
 #include <ctype.h>
@@ -581,30 +582,6 @@ int dd_promtext_histogram(const dd_promtext *t, const char *name, const char *la
 
 /* ---- HTTP ------------------------------------------------------------ */
 
-static int split_addr(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
-{
-    const char *colon;
-    const char *h = addr;
-    size_t hn;
-    if (*addr == '[') {
-        const char *rb = strchr(addr, ']');
-        if (!rb || rb[1] != ':') return DD_ERR_INVALID;
-        h = addr + 1;
-        hn = (size_t)(rb - h);
-        colon = rb + 1;
-    } else {
-        colon = strrchr(addr, ':');
-        if (!colon) return DD_ERR_INVALID;
-        hn = (size_t)(colon - addr);
-    }
-    size_t pn = strlen(colon + 1);
-    if (hn == 0 || hn >= hostlen || pn == 0 || pn >= portlen) return DD_ERR_INVALID;
-    memcpy(host, h, hn);
-    host[hn] = '\0';
-    memcpy(port, colon + 1, pn + 1);
-    return DD_OK;
-}
-
 static int64_t ms_left(int64_t deadline_ns)
 {
     int64_t left = (deadline_ns - dd_mono_ns()) / 1000000;
@@ -627,14 +604,16 @@ static int wait_fd(int fd, short events, int64_t deadline_ns)
 int dd_promtext_http_get(const char *addr, const char *path, int timeout_ms, int *status,
                          char **body, size_t *len, char *err, size_t errlen)
 {
-    char host[256], port[16];
+    char host[256], port[8];
+    uint16_t portnum;
     *body = NULL;
     *len = 0;
     *status = 0;
-    if (split_addr(addr, host, sizeof host, port, sizeof port) != DD_OK) {
+    if (dd_hostport_parse(addr, host, sizeof host, &portnum) != DD_HOSTPORT_OK) {
         snprintf(err, errlen, "bad address \"%s\" (want host:port)", addr);
         return DD_ERR_INVALID;
     }
+    snprintf(port, sizeof port, "%u", (unsigned)portnum);
     int64_t deadline = dd_mono_ns() + (int64_t)timeout_ms * 1000000;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int gai = getaddrinfo(host, port, &hints, &res);
