@@ -3,6 +3,7 @@
  * addr.c - the host:port parser and formatter (see addr.h).
  */
 #include "addr.h"
+#include "dd.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,22 @@ int dd_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *port)
     }
     if (port) *port = (uint16_t)v;
     return DD_HOSTPORT_OK;
+}
+
+int dd_hostport_resolve(const char *s, const struct addrinfo *hints, struct addrinfo **res,
+                        int *gai)
+{
+    char host[256], port[8];
+    uint16_t portnum;
+    *res = NULL;
+    *gai = 0;
+    if (dd_hostport_parse(s, host, sizeof host, &portnum) != DD_HOSTPORT_OK)
+        return DD_ERR_INVALID;
+    snprintf(port, sizeof port, "%u", (unsigned)portnum);
+    struct addrinfo h = *hints;
+    h.ai_flags |= AI_NUMERICSERV;
+    *gai = getaddrinfo(host, port, &h, res);
+    return *gai ? DD_ERR_INVALID : DD_OK;
 }
 
 int dd_hostport_format(char *buf, size_t buflen, const char *host, unsigned port)

@@ -2,11 +2,12 @@
  *
  * addr.h - the one "host:port" parser: every listen and connect address
  * (config check, admin listener, Redis, dedupctl's HTTP GET, the daemon's
- * log lines) goes through it. No allocation, no I/O, no name lookup.
+ * log lines) goes through it. Only dd_hostport_resolve looks names up.
  */
 #ifndef DD_ADDR_H
 #define DD_ADDR_H
 
+#include <netdb.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,13 @@ enum dd_hostport_rc {
  * DD_HOSTPORT_OK or one of the reasons above; HOST and *PORT are then
  * unspecified. */
 int dd_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *port);
+
+/* dd_hostport_parse S, then getaddrinfo(3) on its host and port with HINTS
+ * (AI_NUMERICSERV added). Returns 0 with *RES set (free with freeaddrinfo),
+ * or DD_ERR_INVALID with *GAI = 0 (S is not host:port) or the getaddrinfo
+ * error (the lookup failed). */
+int dd_hostport_resolve(const char *s, const struct addrinfo *hints, struct addrinfo **res,
+                        int *gai);
 
 /* "host:port", with the host in brackets if it has a ':' (IPv6), into BUF
  * (always terminated when BUFLEN > 0). Returns what snprintf returns. */

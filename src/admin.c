@@ -532,20 +532,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 /* Bind ADDR ourselves so a failure says why (MHD only says it failed). */
 static int listen_on(const char *addr, int *fd_out, bool *v6, char *err, size_t errlen)
 {
-    char host[256], port[8];
-    uint16_t portnum;
-    if (dd_hostport_parse(addr, host, sizeof host, &portnum) != DD_HOSTPORT_OK) {
-        snprintf(err, errlen, "admin.listen: \"%s\" is not host:port", addr);
-        return DD_ERR_INVALID;
-    }
-    snprintf(port, sizeof port, "%u", (unsigned)portnum);
-
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    int gai = getaddrinfo(host, port, &hints, &res);
-    if (gai != 0) {
-        snprintf(err, errlen, "admin.listen: %s: %s", addr, gai_strerror(gai));
+    int gai;
+    if (dd_hostport_resolve(addr, &hints, &res, &gai) != DD_OK) {
+        if (gai)
+            snprintf(err, errlen, "admin.listen: %s: %s", addr, gai_strerror(gai));
+        else
+            snprintf(err, errlen, "admin.listen: \"%s\" is not host:port", addr);
         return DD_ERR_INVALID;
     }
     int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);

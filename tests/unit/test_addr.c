@@ -7,7 +7,10 @@
 #include "testlib.h"
 
 #include "addr.h"
+#include "dd.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 
 static void test_good(void)
@@ -94,6 +97,30 @@ static void test_format(void)
     CHECK_EQ_INT(port, 0);
 }
 
+static void test_resolve(void)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    int gai = -1;
+    CHECK_EQ_INT(dd_hostport_resolve("127.0.0.1:9464", &hints, &res, &gai), DD_OK);
+    CHECK_EQ_INT(gai, 0);
+    REQUIRE(res);
+    CHECK_EQ_INT(res->ai_family, AF_INET);
+    CHECK_EQ_INT(ntohs(((struct sockaddr_in *)res->ai_addr)->sin_port), 9464);
+    freeaddrinfo(res);
+    CHECK_EQ_INT(dd_hostport_resolve("[::1]:0", &hints, &res, &gai), DD_OK);
+    REQUIRE(res);
+    CHECK_EQ_INT(res->ai_family, AF_INET6);
+    freeaddrinfo(res);
+    /* Not host:port: *GAI stays 0, nothing to free. */
+    CHECK_EQ_INT(dd_hostport_resolve("localhost", &hints, &res, &gai), DD_ERR_INVALID);
+    CHECK_EQ_INT(gai, 0);
+    CHECK(res == NULL);
+    /* host:port that does not resolve (numeric only, so no DNS is asked). */
+    hints.ai_flags = AI_NUMERICHOST;
+    CHECK_EQ_INT(dd_hostport_resolve("no-such-host:1", &hints, &res, &gai), DD_ERR_INVALID);
+    CHECK(gai != 0);
+}
+
 int main(void)
 {
     test_good();
@@ -102,5 +129,6 @@ int main(void)
     test_bad_host();
     test_too_long();
     test_format();
+    test_resolve();
     TEST_MAIN_END();
 }

@@ -38,21 +38,17 @@ static int wait_fd(int fd, short events, int64_t deadline_ns)
 int dd_http_get(const char *addr, const char *path, int timeout_ms, int *status, char **body,
                 size_t *len, char *err, size_t errlen)
 {
-    char host[256], port[8];
-    uint16_t portnum;
     *body = NULL;
     *len = 0;
     *status = 0;
-    if (dd_hostport_parse(addr, host, sizeof host, &portnum) != DD_HOSTPORT_OK) {
-        snprintf(err, errlen, "bad address \"%s\" (want host:port)", addr);
-        return DD_ERR_INVALID;
-    }
-    snprintf(port, sizeof port, "%u", (unsigned)portnum);
     int64_t deadline = dd_mono_ns() + (int64_t)timeout_ms * 1000000;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int gai = getaddrinfo(host, port, &hints, &res);
-    if (gai != 0) {
-        snprintf(err, errlen, "%s: %s", addr, gai_strerror(gai));
+    int gai;
+    if (dd_hostport_resolve(addr, &hints, &res, &gai) != DD_OK) {
+        if (gai)
+            snprintf(err, errlen, "%s: %s", addr, gai_strerror(gai));
+        else
+            snprintf(err, errlen, "bad address \"%s\" (want host:port)", addr);
         return DD_ERR_INVALID;
     }
     int fd = -1, rc = DD_ERR_UNAVAILABLE;
