@@ -25,6 +25,7 @@
 #include "bloom.h"
 #include "candset.h"
 #include "dd.h"
+#include "testlib.h" /* tl_splitmix64 */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -35,14 +36,7 @@
 #define N_VIEWS 2
 
 static uint64_t rng_state = 0x5851f42d4c957f2dull;
-static uint64_t rnd(void)
-{
-    /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return tl_splitmix64(&rng_state); }
 
 static int cmp_i64(const void *a, const void *b)
 {

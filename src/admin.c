@@ -5,6 +5,7 @@
  * Prometheus families.
  */
 #include "admin.h"
+#include "addr.h"
 #include "config.h"
 #include "dd.h"
 #include "filter.h"
@@ -531,33 +532,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 /* Bind ADDR ourselves so a failure says why (MHD only says it failed). */
 static int listen_on(const char *addr, int *fd_out, bool *v6, char *err, size_t errlen)
 {
-    char host[256], port[16];
-    const char *colon, *h = addr;
-    size_t hn;
-    if (*addr == '[') {
-        const char *rb = strchr(addr, ']');
-        if (!rb || rb[1] != ':') goto bad;
-        h = addr + 1;
-        hn = (size_t)(rb - h);
-        colon = rb + 1;
-    } else {
-        colon = strrchr(addr, ':');
-        if (!colon) goto bad;
-        hn = (size_t)(colon - addr);
-    }
-    if (hn == 0 || hn >= sizeof host || strlen(colon + 1) == 0 ||
-        strlen(colon + 1) >= sizeof port)
-        goto bad;
-    memcpy(host, h, hn);
-    host[hn] = '\0';
-    strcpy(port, colon + 1);
-
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    int gai = getaddrinfo(host, port, &hints, &res);
-    if (gai != 0) {
-        snprintf(err, errlen, "admin.listen: %s: %s", addr, gai_strerror(gai));
+    int gai;
+    if (dd_hostport_resolve(addr, &hints, &res, &gai) != DD_OK) {
+        if (gai)
+            snprintf(err, errlen, "admin.listen: %s: %s", addr, gai_strerror(gai));
+        else
+            snprintf(err, errlen, "admin.listen: \"%s\" is not host:port", addr);
         return DD_ERR_INVALID;
     }
     int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
@@ -573,9 +556,6 @@ static int listen_on(const char *addr, int *fd_out, bool *v6, char *err, size_t 
     freeaddrinfo(res);
     *fd_out = fd;
     return DD_OK;
-bad:
-    snprintf(err, errlen, "admin.listen: \"%s\" is not host:port", addr);
-    return DD_ERR_INVALID;
 }
 
 /* ---- watchdog -------------------------------------------------------- */

@@ -24,6 +24,7 @@
  * dd_config_write can always write them back on one line.
  */
 #include "config.h"
+#include "addr.h"
 #include "dd.h"
 #include "log.h"
 
@@ -318,22 +319,15 @@ static bool has_control(const char *v)
 static int check_addr(const struct key *k, const char *v, char *err, size_t errlen)
 {
     if (v[0] == '\0' && k->empty_ok) return DD_OK;
-    const char *colon = strrchr(v, ':');
     const char *why = NULL;
-    if (!colon) {
-        why = "is not host:port";
-    } else if (colon == v) {
-        why = "has no host (expected host:port)";
-    } else if (v[0] == '[' ? colon[-1] != ']' || colon - v < 3
-                           : memchr(v, ':', (size_t)(colon - v)) != NULL) {
+    switch (dd_hostport_parse(v, NULL, 0, NULL)) {
+    case DD_HOSTPORT_OK: break;
+    case DD_HOSTPORT_NOHOST: why = "has no host (expected host:port)"; break;
+    case DD_HOSTPORT_V6:
         why = "is not host:port (put an IPv6 address in brackets: [::1]:port)";
-    } else {
-        const char *p = colon + 1;
-        unsigned long port = 0;
-        size_t digits = 0;
-        for (; isdigit((unsigned char)*p) && digits < 6; p++, digits++)
-            port = port * 10 + (unsigned long)(*p - '0');
-        if (digits == 0 || *p != '\0' || port > 65535) why = "has no valid port (0..65535)";
+        break;
+    case DD_HOSTPORT_BADPORT: why = "has no valid port (0..65535)"; break;
+    default: why = "is not host:port"; break;
     }
     if (why) {
         dd_set_err(err, errlen, "%s: \"%s\" %s", k->name, v, why);
@@ -733,7 +727,12 @@ static int check_row(const struct dd_config *c, const struct key *k, char *err, 
 }
 
 /* Port of a host:port that check_addr accepted. */
-static unsigned long addr_port(const char *v) { return strtoul(strrchr(v, ':') + 1, NULL, 10); }
+static unsigned long addr_port(const char *v)
+{
+    uint16_t port = 0;
+    dd_hostport_parse(v, NULL, 0, &port);
+    return port;
+}
 
 int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
 {

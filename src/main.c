@@ -8,6 +8,7 @@
  * taken synchronously here with sigwait: SIGTERM/SIGINT stop, SIGHUP
  * reopens the log file.
  */
+#include "addr.h"
 #include "admin.h"
 #include "config.h"
 #include "dd.h"
@@ -34,18 +35,21 @@ static void usage(FILE *f)
             "  -h        this help\n");
 }
 
-/* Length of the host part of a "host:port" setting, to log it with the
- * port actually bound. */
-static int host_len(const char *listen)
+/* A "host:port" setting with the port actually bound (it may have asked
+ * for port 0), for the log. The setting passed config validation. */
+static const char *bound_addr(char *buf, size_t buflen, const char *listen, int port)
 {
-    const char *colon = strrchr(listen, ':');
-    return colon ? (int)(colon - listen) : (int)strlen(listen);
+    char host[256];
+    if (dd_hostport_parse(listen, host, sizeof host, NULL) != DD_HOSTPORT_OK)
+        snprintf(host, sizeof host, "%s", listen);
+    dd_hostport_format(buf, buflen, host, (unsigned)port);
+    return buf;
 }
 
 int main(int argc, char **argv)
 {
     struct dd_config cfg;
-    char err[512];
+    char err[512], addrbuf[300];
     int check_only = 0, print_only = 0, opt, rc = 1;
     dd_history *history = NULL;
     dd_admin *admin = NULL;
@@ -137,8 +141,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (cfg.admin.listen[0])
-        dd_info("main", "msg=\"admin listening\" admin=%.*s:%d", host_len(cfg.admin.listen),
-                cfg.admin.listen, dd_admin_port(admin));
+        dd_info("main", "msg=\"admin listening\" admin=%s",
+                bound_addr(addrbuf, sizeof addrbuf, cfg.admin.listen, dd_admin_port(admin)));
 
     if (dd_history_open(&history, &cfg, NULL, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"",
@@ -176,8 +180,8 @@ int main(int argc, char **argv)
         goto out;
     }
     /* rpc.listen with the real port (it may have asked for port 0). */
-    dd_info("main", "msg=serving rpc=%.*s:%d", host_len(cfg.rpc.listen), cfg.rpc.listen,
-            dd_rpc_port(rpc));
+    dd_info("main", "msg=serving rpc=%s",
+            bound_addr(addrbuf, sizeof addrbuf, cfg.rpc.listen, dd_rpc_port(rpc)));
     if (dd_admin_attach_rpc(admin, rpc) != DD_OK) {
         dd_error("main", "msg=\"out of memory\"");
         goto out;

@@ -51,6 +51,7 @@
  */
 #include "recent.h"
 
+#include "addr.h"
 #include "config.h"
 #include "dd.h"
 #include "log.h"
@@ -124,29 +125,14 @@ static int parse_addr(dd_recent *r, const char *addr, char *err, size_t errlen)
         r->host = strdup(addr);
         return r->host ? DD_OK : DD_ERR_NOMEM;
     }
-    const char *host = addr, *colon;
-    size_t hostlen;
-    if (addr[0] == '[') {
-        const char *close = strchr(addr, ']');
-        if (!close || close[1] != ':') goto bad;
-        host = addr + 1;
-        hostlen = (size_t)(close - host);
-        colon = close + 1;
-    } else {
-        colon = strrchr(addr, ':');
-        if (!colon) goto bad;
-        hostlen = (size_t)(colon - addr);
+    char host[256];
+    uint16_t port;
+    if (dd_hostport_parse(addr, host, sizeof host, &port) == DD_HOSTPORT_OK && port != 0) {
+        r->host = strdup(host);
+        if (!r->host) return DD_ERR_NOMEM;
+        r->port = port;
+        return DD_OK;
     }
-    if (hostlen == 0) goto bad;
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || port <= 0 || port > 65535) goto bad;
-    r->host = strndup(host, hostlen);
-    if (!r->host) return DD_ERR_NOMEM;
-    r->port = (int)port;
-    return DD_OK;
-bad:
     snprintf(err, errlen, "recent.redis: '%s' is not host:port or /socket/path", addr);
     return DD_ERR_INVALID;
 }

@@ -3,17 +3,32 @@
  * testlib.h - the few macros unit tests use. A failed CHECK prints where and
  * why and marks the test failed; the test goes on so one run shows every
  * failure. TEST_MAIN_END returns meson's exit code (0 pass, 1 fail).
+ *
+ * And the helpers tests (and a benchmark) had each copied: a temporary
+ * directory's removal, a settable history clock, a loopback port with
+ * nothing listening, and splitmix64 random numbers.
  */
 #ifndef DD_TESTLIB_H
 #define DD_TESTLIB_H
 
+#include "dd.h"
+#include "history.h"
+
+#include <arpa/inet.h>
 #include <ftw.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-static int tl_failures;
-static int tl_checks;
+#define TL_UNUSED __attribute__((unused))
+
+static int tl_failures TL_UNUSED;
+static int tl_checks TL_UNUSED;
 
 #define CHECK(cond) do { tl_checks++; if (!(cond)) { tl_failures++; \
     fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
@@ -45,6 +60,44 @@ static inline int tl_rm_entry(const char *path, const struct stat *sb, int flag,
 static inline void tl_rm_tree(const char *path)
 {
     nftw(path, tl_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The test clock: history's "now" is CLOCK_NOW (ms), which a test moves;
+ * it starts at T0, day 20000 (2024-10-04) at noon: with 30-day segments,
+ * segment 666 holds days 19980..20009, so "today" is mid-segment. Pass
+ * &tclock to dd_history_open. */
+#define DAY DD_MS_PER_DAY
+#define T0 (INT64_C(20000) * DAY + DAY / 2)
+
+static _Atomic int64_t clock_now TL_UNUSED = T0;
+static inline int64_t test_clock(void *ud)
+{
+    (void)ud;
+    return atomic_load(&clock_now);
+}
+static const struct dd_history_clock tclock TL_UNUSED = {test_clock, NULL};
+
+/* A loopback port with nothing listening: bind, read the port, close. */
+static inline int tl_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    REQUIRE(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* splitmix64: the next number of the sequence in *STATE (each test keeps
+ * its own state and seed). */
+static inline uint64_t tl_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
 }
 
 #define TEST_MAIN_END() do { \

@@ -10,8 +10,8 @@
  */
 #include "client.h"
 #include "dd.h"
+#include "dedupctl_stats.h"
 #include "health.pb-c.h"
-#include "promtext.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -267,7 +267,7 @@ int main(int argc, char **argv)
         }
         char err[256];
         const char *admin = argc - optind == 2 ? argv[optind + 1] : "127.0.0.1:9464";
-        if (dd_promtext_stats(admin, 1000, stdout, err, sizeof err) == DD_OK) return 0;
+        if (dedupctl_stats(admin, 1000, stdout, err, sizeof err) == DD_OK) return 0;
         fprintf(stderr, "dedupctl: stats: %s\n", err);
         return EXIT_RPC;
     }

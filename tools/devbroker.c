@@ -5,6 +5,7 @@
  * (ports picked by the mock), keeps everything in memory, and serves
  * producers, consumers, consumer groups and committed offsets over TCP to
  * other processes (kcat, dedupd, ddproduce).
+ * It stays in tools/ (not tests/tools/): scripts/run-local.sh runs it as the dev broker.
  *
  *   devbroker --topic plays:8 [--topic dlq:1] [--bootstrap-file F] [--brokers N]
  *

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the Kafka ingest tests share: producing plays through the real
-devbroker with tools/ddproduce, waiting for dedupd to write them, and
+devbroker with tests/tools/ddproduce, waiting for dedupd to write them, and
 checking a stopped dedupd's store offline with tools/ddcheck.
 
 Play lists are lists of (user, item, played_at_ms or None, scene or None).
@@ -40,7 +40,7 @@ def write_lines(path, plays):
 
 
 def _produce_argv(broker, path, fmt, topic, rate):
-    argv = [harness.build_path("tools", "ddproduce"), "-b", broker.addr, "-t", topic, "-F", fmt]
+    argv = [harness.build_path("tests", "tools", "ddproduce"), "-b", broker.addr, "-t", topic, "-F", fmt]
     if rate:
         argv += ["-r", str(rate)]
     return argv + [path]

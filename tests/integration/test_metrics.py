@@ -297,7 +297,7 @@ def http_get_ok(port, path):
 # ---- 2-5. traffic, stats, SIGHUP, SIGTERM ---------------------------------------
 
 def produce(broker, lines, fmt="json"):
-    exe = harness.build_path("tools", "ddproduce")
+    exe = harness.build_path("tests", "tools", "ddproduce")
     r = subprocess.run([exe, "-b", broker.addr, "-t", "plays", "-F", fmt],
                        input="".join(l + "\n" for l in lines), capture_output=True, text=True,
                        timeout=60)

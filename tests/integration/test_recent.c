@@ -70,18 +70,6 @@ static const char *find_redis(void)
     return access("/usr/bin/redis-server", X_OK) == 0 ? "/usr/bin/redis-server" : NULL;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    REQUIRE(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static int port_open(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -160,7 +148,7 @@ static void redis_new(struct redis *rs, const char *password)
     memset(rs, 0, sizeof *rs);
     snprintf(rs->dir, sizeof rs->dir, "/tmp/dedupd-recent-XXXXXX");
     REQUIRE(mkdtemp(rs->dir) != NULL);
-    rs->port = free_port();
+    rs->port = tl_free_port();
     rs->password = password;
     started[nstarted++] = rs;
     redis_start(rs);

@@ -21,14 +21,7 @@
 #include <xxhash.h>
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void)
-{
-    /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return tl_splitmix64(&rng_state); }
 
 /* Item ids as users send them, hashed with the real item hash. */
 static uint64_t item_hash(const char *prefix, uint64_t i)

@@ -29,17 +29,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define DAY DD_MS_PER_DAY
-#define T0 (INT64_C(20000) * DAY + DAY / 2)
-
-static _Atomic int64_t clock_now = T0;
-static int64_t test_clock(void *ud)
-{
-    (void)ud;
-    return atomic_load(&clock_now);
-}
-static const struct dd_history_clock tclock = {test_clock, NULL};
-
 static char root[64];
 static struct dd_config cfg;
 static dd_history *hist;
@@ -53,19 +42,6 @@ static char err[512];
     fprintf(stderr, "%s:%d: %s failed: %d %s\n", __FILE__, __LINE__, #expr, rq_rc, err); \
     exit(1); } } while (0)
 
-/* A loopback port with nothing listening: bind, read the port, close. */
-static int closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    REQUIRE(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    socklen_t l = sizeof a;
-    REQUIRE(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void setup(void)
 {
     snprintf(root, sizeof root, "/tmp/dd-test-filter-XXXXXX");
@@ -73,7 +49,7 @@ static void setup(void)
     REQUIRE(dd_config_init(&cfg) == DD_OK);
     char path[128], addr[64];
     snprintf(path, sizeof path, "%s/history", root);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", closed_port());
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", tl_free_port());
     REQUIRE(dd_config_set(&cfg, "history.path", path, err, sizeof err) == DD_OK);
     REQUIRE(dd_config_set(&cfg, "history.segment_days", "1", err, sizeof err) == DD_OK);
     REQUIRE(dd_config_set(&cfg, "history.retention_days", "90", err, sizeof err) == DD_OK);

@@ -28,19 +28,6 @@
 
 #include <rocksdb/c.h>
 
-#define DAY DD_MS_PER_DAY
-/* Day 20000 (2024-10-04) at noon: with 30-day segments, segment 666 holds
- * days 19980..20009, so "today" is mid-segment. */
-#define T0 (INT64_C(20000) * DAY + DAY / 2)
-
-static _Atomic int64_t clock_now = T0;
-static int64_t test_clock(void *ud)
-{
-    (void)ud;
-    return atomic_load(&clock_now);
-}
-static const struct dd_history_clock tclock = {test_clock, NULL};
-
 static char root[64];
 static int dir_seq;
 

@@ -11,6 +11,7 @@
 #include "admin.h"
 #include "config.h"
 #include "dd.h"
+#include "httpget.h"
 #include "log.h"
 #include "metrics.h"
 #include "promtext.h"
@@ -282,7 +283,7 @@ static int get(const char *addr, const char *path, int *status, char **body)
 {
     size_t len;
     char err[200];
-    int rc = dd_promtext_http_get(addr, path, 5000, status, body, &len, err, sizeof err);
+    int rc = dd_http_get(addr, path, 5000, status, body, &len, err, sizeof err);
     if (rc) fprintf(stderr, "GET %s%s: %s\n", addr, path, err);
     return rc;
 }
@@ -341,7 +342,7 @@ static void test_admin(void)
     free(body);
     dd_admin_free(a);
     /* Gone: nothing listens any more. */
-    CHECK(dd_promtext_http_get(addr, "/healthz", 1000, &status, &body, &(size_t){0}, err,
+    CHECK(dd_http_get(addr, "/healthz", 1000, &status, &body, &(size_t){0}, err,
                                sizeof err) == DD_ERR_UNAVAILABLE);
 
     /* A taken port is an error that names the address. */

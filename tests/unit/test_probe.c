@@ -31,14 +31,7 @@
 #include <string.h>
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void)
-{
-    /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return tl_splitmix64(&rng_state); }
 
 /* A filter of M random items at RANGE, probed with N sorted candidates:
  * a third members, some of them repeated, the rest random; every answer

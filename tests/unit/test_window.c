@@ -21,16 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DAY DD_MS_PER_DAY
-#define T0 (INT64_C(20000) * DAY + DAY / 2)
-
-static int64_t test_clock(void *ud)
-{
-    (void)ud;
-    return T0;
-}
-static const struct dd_history_clock tclock = {test_clock, NULL};
-
 static char root[64];
 
 static uint64_t item(const char *tag, uint64_t i)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * ddproduce.c - produce play events to Kafka from lines of text, fast
- * enough for a million plays in a test. A development and test tool.
+ * enough for a million plays in a test. A test tool (tests/tools/), run by
+ * the ingest and metrics integration tests.
  *
  *   ddproduce -b ADDR [-t TOPIC] [-F json|protobuf|raw|hex] [-r PER_SEC]
  *             [-X key=value]... [FILE]

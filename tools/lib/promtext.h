@@ -1,19 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * promtext.h - the reading side of the Prometheus text format 0.0.4: a
- * strict parser (what dedupd's own /metrics must satisfy), lookups over the
- * parsed samples, and `dedupctl stats`, which scrapes an admin listener
- * twice and prints the numbers an operator wants first.
- *
- * The parser does no I/O (hiredis' read.c is the model); the one function
- * that talks HTTP is dd_promtext_http_get, a minimal HTTP/1.0 GET over
- * loopback or any host:port, enough for dedupd's admin listener.
+ * strict parser (what dedupd's own /metrics must satisfy) and lookups over
+ * the parsed samples. It does no I/O (hiredis' read.c is the model);
+ * httpget.h fetches the text, and dedupctl_stats.c (tools/) is the report
+ * built on both.
  */
 #ifndef DD_PROMTEXT_H
 #define DD_PROMTEXT_H
 
 #include <stddef.h>
-#include <stdio.h>
 
 #include "metrics.h"
 
@@ -70,21 +66,5 @@ double dd_promtext_max(const dd_promtext *t, const char *name, const char *label
  * with different bounds, or too many bounds). */
 int dd_promtext_histogram(const dd_promtext *t, const char *name, const char *label,
                           const char *value, double *bounds, struct dd_histogram_snap *out);
-
-/* GET http://ADDR PATH (ADDR = host:port or [v6]:port) with a TIMEOUT_MS
- * for the whole exchange. On success returns 0, *STATUS = the HTTP status
- * and *BODY = the body, NUL-terminated (caller frees with free()), *LEN its
- * length. DD_ERR_INVALID (bad address or reply), DD_ERR_UNAVAILABLE
- * (cannot connect), DD_ERR_TIMEOUT, DD_ERR_IO or DD_ERR_NOMEM otherwise,
- * with a message in ERR; *BODY is NULL then. */
-int dd_promtext_http_get(const char *addr, const char *path, int timeout_ms, int *status,
-                         char **body, size_t *len, char *err, size_t errlen);
-
-/* `dedupctl stats`: scrape ADDR's /metrics twice, INTERVAL_MS apart, and
- * print to OUT requests/s (by method), error responses/s, Filter p99 over
- * the interval, degraded answers, ingest rate, consumer lag, pending
- * window, and /readyz. Returns 0, or an error as dd_promtext_http_get /
- * dd_promtext_parse with a message in ERR. */
-int dd_promtext_stats(const char *addr, int interval_ms, FILE *out, char *err, size_t errlen);
 
 #endif

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * dedupctl_stats.h - `dedupctl stats`, on the client library's HTTP GET
+ * and Prometheus text parser.
+ */
+#ifndef DEDUPCTL_STATS_H
+#define DEDUPCTL_STATS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* Scrape ADDR's /metrics twice, INTERVAL_MS apart, and print to OUT
+ * requests/s (by method), error responses/s, Filter p99 over the interval,
+ * degraded answers, ingest rate, consumer lag, pending window, and /readyz.
+ * Returns 0, or an error as dd_http_get / dd_promtext_parse with a message
+ * in ERR. */
+int dedupctl_stats(const char *addr, int interval_ms, FILE *out, char *err, size_t errlen);
+
+#endif
