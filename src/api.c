@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * api.c - see api.h.
+ */
+#include "api.h"
+
+#include "dd.h"
+
+#include <inttypes.h>
+
+static const struct {
+    const char *name, *path;
+} methods[DD_API_METHOD_COUNT] = {
+    [DD_API_FILTER] = {"Filter", "/dedup.v1.Dedup/Filter"},
+    [DD_API_RECORD_DELIVERY] = {"RecordDelivery", "/dedup.v1.Dedup/RecordDelivery"},
+    [DD_API_RECORD_PLAYS] = {"RecordPlays", "/dedup.v1.Dedup/RecordPlays"},
+    [DD_API_FORGET_USER] = {"ForgetUser", "/dedup.v1.Dedup/ForgetUser"},
+    [DD_API_HEALTH_CHECK] = {"HealthCheck", "/grpc.health.v1.Health/Check"},
+    [DD_API_UNKNOWN] = {"unknown", "unknown"},
+};
+
+const char *dd_api_method_name(enum dd_api_method m)
+{
+    return (unsigned)m < DD_API_METHOD_COUNT ? methods[m].name : NULL;
+}
+
+const char *dd_api_method_path(enum dd_api_method m)
+{
+    return (unsigned)m < DD_API_METHOD_COUNT ? methods[m].path : NULL;
+}
+
+const char *dd_api_status_name(int code)
+{
+    static const char *const names[DD_API_STATUS_COUNT] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+        "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+    };
+    if (code < 0 || code >= DD_API_STATUS_COUNT) return "UNKNOWN_STATUS";
+    return names[code];
+}
+
+int dd_api_check_user_scene(size_t user_len, size_t scene_len, uint32_t max_id_bytes, char *err,
+                            size_t errlen)
+{
+    if (user_len == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "user_id is empty");
+    if (user_len > max_id_bytes)
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                       "user_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, user_len,
+                       max_id_bytes);
+    if (scene_len > DD_API_SCENE_MAX_BYTES)
+        return dd_fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d",
+                       scene_len, DD_API_SCENE_MAX_BYTES);
+    return DD_OK;
+}
