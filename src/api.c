@@ -11,11 +11,11 @@
 static const struct {
     const char *name, *path;
 } methods[DD_API_METHOD_COUNT] = {
-    [DD_API_FILTER] = {"Filter", "/dedup.v1.Dedup/Filter"},
-    [DD_API_RECORD_DELIVERY] = {"RecordDelivery", "/dedup.v1.Dedup/RecordDelivery"},
-    [DD_API_RECORD_PLAYS] = {"RecordPlays", "/dedup.v1.Dedup/RecordPlays"},
-    [DD_API_FORGET_USER] = {"ForgetUser", "/dedup.v1.Dedup/ForgetUser"},
-    [DD_API_HEALTH_CHECK] = {"HealthCheck", "/grpc.health.v1.Health/Check"},
+    [DD_API_FILTER] = {"Filter", DD_API_PATH_FILTER},
+    [DD_API_RECORD_DELIVERY] = {"RecordDelivery", DD_API_PATH_RECORD_DELIVERY},
+    [DD_API_RECORD_PLAYS] = {"RecordPlays", DD_API_PATH_RECORD_PLAYS},
+    [DD_API_FORGET_USER] = {"ForgetUser", DD_API_PATH_FORGET_USER},
+    [DD_API_HEALTH_CHECK] = {"HealthCheck", DD_API_PATH_HEALTH_CHECK},
     [DD_API_UNKNOWN] = {"unknown", "unknown"},
 };
 

@@ -23,6 +23,13 @@ enum dd_api_method {
     DD_API_METHOD_COUNT,
 };
 
+/* The full paths, for tables that need them as constants. */
+#define DD_API_PATH_FILTER "/dedup.v1.Dedup/Filter"
+#define DD_API_PATH_RECORD_DELIVERY "/dedup.v1.Dedup/RecordDelivery"
+#define DD_API_PATH_RECORD_PLAYS "/dedup.v1.Dedup/RecordPlays"
+#define DD_API_PATH_FORGET_USER "/dedup.v1.Dedup/ForgetUser"
+#define DD_API_PATH_HEALTH_CHECK "/grpc.health.v1.Health/Check"
+
 /* The service the Dedup methods belong to, as health checks name it. */
 #define DD_API_SERVICE "dedup.v1.Dedup"
 

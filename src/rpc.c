@@ -27,11 +27,10 @@
  *   the next call. Per call there is one grpc_slice for the response;
  *   nothing per candidate.
  * Transport: grpc's HTTP/2 defaults (see dd_rpc_new: larger windows and
- *   frames were measured and cost CPU without saving time). Sockets are
+ *   frames cost CPU without saving time). Sockets are
  *   polled by each connection's own worker (rpc.poller = poll) or by
  *   grpc's epoll1 engine; after a call a worker polls without blocking
- *   for rpc.spin_us (rpc.h, dd_rpc_process_init, has the measured
- *   trade-off).
+ *   for rpc.spin_us (rpc.h, dd_rpc_process_init, has the trade-off).
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.
@@ -322,11 +321,10 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     }
 
     /* Transport settings are grpc's defaults on purpose: a larger stream
-     * window (grpc.http2.lookahead_bytes), 1 MiB frames, a 256 KiB minimum
-     * TCP read chunk or no BDP probe each made a 10,000-candidate Filter
-     * cost more server CPU (0.75 -> 0.83-1.0 ms a call) and no less time
-     * at one call in flight (bench/loadgen.cc, A/B in one session): BDP
-     * probing already opens the window past the 150 KB request. */
+     * window (grpc.http2.lookahead_bytes), bigger frames, a larger minimum
+     * TCP read chunk or no BDP probe each make a large Filter cost more
+     * server CPU and save no time, because BDP probing already opens the
+     * window past the largest request. */
     grpc_arg args[1];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
