@@ -7,8 +7,9 @@
  * Threads: rpc.threads workers, each blocked in grpc_completion_queue_next
  *   on its own completion queue (GRPC_CQ_NEXT, registered with the server).
  *   A worker owns everything a call needs: a Redis connection (dd_recent),
- *   a dd_filter, a dd_record (with its history write batch) and an arena, so a call
- *   takes no lock of ours; the history (RocksDB) is shared and thread-safe.
+ *   a dd_filter, a dd_record (with its history write batch) and an arena,
+ *   so a call takes no lock of ours; the history (RocksDB) is shared and
+ *   thread-safe.
  * Calls: each worker pre-posts rpc.prepost requests per registered method
  *   (plus as many generic requests, so an unregistered method such as
  *   Health/Watch is answered UNIMPLEMENTED instead of waiting forever).
@@ -27,10 +28,10 @@
  *   the next call. Per call there is one grpc_slice for the response;
  *   nothing per candidate.
  * Transport: grpc's HTTP/2 defaults (see dd_rpc_new: larger windows and
- *   frames cost CPU without saving time). Sockets are
- *   polled by each connection's own worker (rpc.poller = poll) or by
- *   grpc's epoll1 engine; after a call a worker polls without blocking
- *   for rpc.spin_us (rpc.h, dd_rpc_process_init, has the trade-off).
+ *   frames cost CPU without saving time). Sockets are polled by each
+ *   connection's own worker (rpc.poller = poll) or by grpc's epoll1
+ *   engine; after a call a worker polls without blocking for rpc.spin_us
+ *   (rpc.h, dd_rpc_process_init, says why).
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.
@@ -44,8 +45,9 @@
  *   when none of its slots has an op pending it shuts its own queue down
  *   and drains it to GRPC_QUEUE_SHUTDOWN. Main joins the workers, then
  *   destroys the server and the queues.
- * Stats: per method, relaxed atomic counters (status codes, latency
- *   buckets, latency sum, cancellations), read without locks.
+ * Stats: per method, relaxed atomic counters (status codes,
+ *   cancellations) and a metrics.h latency histogram, read without locks;
+ *   dd_rpc_collect renders them.
  */
 #include "rpc.h"
 
