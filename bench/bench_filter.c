@@ -36,6 +36,7 @@
 #include "config.h"
 #include "dd.h"
 #include "filter.h"
+#include "record.h"
 #include "history.h"
 #include "recent.h"
 #include "wire.h"
@@ -147,9 +148,11 @@ int main(int argc, char **argv)
     dd_history *hist;
     dd_recent *rec;
     dd_filter *flt;
+    dd_record *wr;
     if (dd_history_open(&hist, &cfg, NULL, err, sizeof err) != DD_OK) die("history", err);
     if (dd_recent_new(&rec, &cfg, err, sizeof err) != DD_OK) die("recent", err);
     if (dd_filter_new(&flt, &cfg, hist, rec, err, sizeof err) != DD_OK) die("filter", err);
+    if (dd_record_new(&wr, &cfg, hist, rec, err, sizeof err) != DD_OK) die("record", err);
     dd_arena *arena = dd_arena_new(0, 0);
     if (!arena) die("arena", "out of memory");
 
@@ -170,10 +173,11 @@ int main(int argc, char **argv)
     pr.plays = play_ptrs;
     pr.n_plays = nplays;
     Dedup__V1__RecordPlaysResponse prr;
-    if (dd_filter_record_plays(flt, arena, &pr, &prr, err, sizeof err) != DD_OK)
+    if (dd_record_plays(wr, arena, &pr, &prr, err, sizeof err) != DD_OK)
         die("RecordPlays", err);
     if (prr.accepted != nplays) die("RecordPlays", "not every play accepted");
     dd_arena_reset(arena);
+    dd_record_free(wr);
     if (reopen) {
         dd_filter_free(flt);
         dd_history_close(hist);

@@ -1,23 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * admin.c - see admin.h: the admin HTTP listener (libmicrohttpd), readiness,
- * sd_notify, and the collectors that render each module's stats as
- * Prometheus families.
+ * admin.c - see admin.h: the admin HTTP listener (libmicrohttpd), readiness
+ * and its metrics, and sd_notify. The modules' families are their own
+ * collectors'; this file only adds and removes them.
  */
 #include "admin.h"
 #include "addr.h"
 #include "config.h"
 #include "dd.h"
-#include "filter.h"
-#include "history.h"
-#include "ingest.h"
 #include "log.h"
-#include "recent.h"
-#include "rpc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -39,10 +33,14 @@ struct dd_admin {
     atomic_bool ready[DD_ADMIN_COMPONENT_COUNT];
     atomic_bool stopping;
 
-    pthread_mutex_t lock;  /* guards ingest against /readyz asking it */
-    dd_history *history;   /* attached modules: set and cleared by main only */
-    dd_rpc *rpc;
-    dd_ingest *ingest;     /* also read by /readyz and collect_plays: under lock */
+    /* Attached modules, one per component. Set and cleared by main only;
+     * /readyz and scrapes read module and probe under lock. */
+    pthread_mutex_t lock;
+    struct {
+        void *module;
+        dd_metrics_collect_fn collect;
+        dd_admin_probe_fn probe;
+    } attached[DD_ADMIN_COMPONENT_COUNT];
 
     /* the watchdog thread, when WATCHDOG_USEC asked for one */
     pthread_t wd_thread;
@@ -63,12 +61,16 @@ void dd_admin_set_ready(dd_admin *a, enum dd_admin_component c, bool ready)
     if ((unsigned)c < DD_ADMIN_COMPONENT_COUNT) atomic_store(&a->ready[c], ready);
 }
 
+/* Ingest counts only while attached; a component attached with a probe
+ * is ready only while the probe says so (ingest: while it has partitions). */
 static bool component_ready(dd_admin *a, int c)
 {
-    if (c != DD_ADMIN_INGEST) return atomic_load(&a->ready[c]);
-    /* Ingest is ready while it has partitions: ask it. */
+    if (!atomic_load(&a->ready[c])) return false;
+    if (c != DD_ADMIN_INGEST && !a->attached[c].probe) return true;
     pthread_mutex_lock(&a->lock);
-    bool ok = atomic_load(&a->ready[c]) && a->ingest && dd_ingest_assigned(a->ingest);
+    void *m = a->attached[c].module;
+    dd_admin_probe_fn probe = a->attached[c].probe;
+    bool ok = m && (!probe || probe(m));
     pthread_mutex_unlock(&a->lock);
     return ok;
 }
@@ -132,324 +134,40 @@ static void collect_process(dd_prom *p, void *ud)
     }
 }
 
-static void counter(dd_prom *p, const char *name, const char *help, uint64_t v)
-{
-    dd_prom_family(p, name, help, DD_PROM_COUNTER);
-    dd_prom_sample_u64(p, name, NULL, 0, v);
-}
-
-static void collect_history(dd_prom *p, void *ud)
-{
-    struct dd_history_stats s;
-    dd_history_get_stats(ud, &s);
-    counter(p, "dedupd_history_bytes_written_total",
-            "Bytes RocksDB wrote (WAL, flushes and compactions)", s.bytes_written);
-    counter(p, "dedupd_history_wal_bytes_total", "Bytes written to the RocksDB WAL",
-            s.wal_bytes);
-    dd_prom_family(p, "dedupd_history_live_sst_bytes", "Bytes of live SST files",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_history_live_sst_bytes", NULL, 0, s.live_sst_bytes);
-    counter(p, "dedupd_history_block_cache_hits_total", "Block cache hits",
-            s.block_cache_hits);
-    counter(p, "dedupd_history_block_cache_misses_total", "Block cache misses",
-            s.block_cache_misses);
-    uint64_t lookups = s.block_cache_hits + s.block_cache_misses;
-    dd_prom_family(p, "dedupd_history_block_cache_hit_ratio",
-                   "Block cache hits / lookups since start (NaN before any lookup)",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_f64(p, "dedupd_history_block_cache_hit_ratio", NULL, 0,
-                       lookups ? (double)s.block_cache_hits / (double)lookups : NAN);
-    counter(p, "dedupd_history_corrupt_values_total",
-            "Stored values that failed their version or checksum (read as empty)",
-            s.corrupt_values);
-    counter(p, "dedupd_history_segments_expired_total",
-            "Segments dropped by compaction as past the retention", s.segments_expired);
-    counter(p, "dedupd_history_segments_reduced_total",
-            "Closed segments re-encoded at their final size", s.segments_reduced);
-    counter(p, "dedupd_history_merges_total", "Full merges run by the merge operator",
-            s.merges);
-    counter(p, "dedupd_history_writes_total", "Write batches written", s.writes);
-    counter(p, "dedupd_history_operands_written_total", "Merge operands written",
-            s.operands_written);
-}
-
-static const char *const grpc_codes[DD_RPC_STATUS_COUNT] = {
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-    "UNAUTHENTICATED",
-};
-static const char *const rpc_methods[DD_RPC_METHOD_COUNT] = {
-    "Filter", "RecordDelivery", "RecordPlays", "ForgetUser", "HealthCheck", "unknown",
-};
-
-/* rpc.h gives latency bounds in microseconds, the last being +Inf. */
-static double rpc_bounds[DD_RPC_LATENCY_BUCKETS - 1];
-static pthread_once_t rpc_bounds_once = PTHREAD_ONCE_INIT;
-static void init_rpc_bounds(void)
-{
-    for (size_t i = 0; i + 1 < DD_RPC_LATENCY_BUCKETS; i++)
-        rpc_bounds[i] = (double)dd_rpc_latency_bounds_us[i] / 1e6;
-}
-
-static void collect_rpc(dd_prom *p, void *ud)
-{
-    struct dd_rpc_stats s;
-    dd_rpc_get_stats(ud, &s);
-    pthread_once(&rpc_bounds_once, init_rpc_bounds);
-
-    dd_prom_family(p, "dedupd_rpc_requests_total", "gRPC calls answered, by method and status",
-                   DD_PROM_COUNTER);
-    for (int m = 0; m < DD_RPC_METHOD_COUNT; m++) {
-        for (int c = 0; c < DD_RPC_STATUS_COUNT; c++) {
-            uint64_t v = s.method[m].by_status[c];
-            /* OK is always there for the Dedup methods (rates start at 0);
-             * other codes appear once they happen. */
-            if (v == 0 && !(c == 0 && m <= DD_RPC_FORGET_USER)) continue;
-            struct dd_prom_label l[] = {{"method", rpc_methods[m]}, {"code", grpc_codes[c]}};
-            dd_prom_sample_u64(p, "dedupd_rpc_requests_total", l, 2, v);
-        }
-    }
-    dd_prom_family(p, "dedupd_rpc_duration_seconds",
-                   "gRPC call latency, from the call being matched to its status sent",
-                   DD_PROM_HISTOGRAM);
-    for (int m = 0; m < DD_RPC_METHOD_COUNT; m++) {
-        struct dd_histogram_snap h = {.bounds = rpc_bounds, .nbounds = DD_RPC_LATENCY_BUCKETS - 1};
-        uint64_t acc = 0;
-        for (size_t i = 0; i < DD_RPC_LATENCY_BUCKETS; i++) {
-            acc += s.method[m].latency[i];
-            h.buckets[i] = acc;
-        }
-        h.count = acc;
-        h.sum = (double)s.method[m].latency_sum_us / 1e6;
-        if (acc == 0 && m > DD_RPC_FORGET_USER) continue;
-        struct dd_prom_label l = {"method", rpc_methods[m]};
-        dd_prom_histogram(p, "dedupd_rpc_duration_seconds", &l, 1, &h);
-    }
-    dd_prom_family(p, "dedupd_rpc_cancelled_total",
-                   "gRPC calls cancelled by the peer or their deadline", DD_PROM_COUNTER);
-    for (int m = 0; m <= DD_RPC_FORGET_USER; m++) {
-        struct dd_prom_label l = {"method", rpc_methods[m]};
-        dd_prom_sample_u64(p, "dedupd_rpc_cancelled_total", &l, 1, s.method[m].cancelled);
-    }
-    dd_prom_family(p, "dedupd_rpc_in_flight", "gRPC calls being worked on", DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_rpc_in_flight", NULL, 0, s.in_flight);
-
-    struct dd_filter_stats f;
-    dd_filter_get_stats(&f);
-    counter(p, "dedupd_filter_calls_total", "Filter calls answered OK", f.filter_calls);
-    counter(p, "dedupd_filter_candidates_total", "Candidates in Filter calls answered OK",
-            f.candidates);
-    struct dd_histogram_snap ch;
-    dd_filter_get_candidates(&ch);
-    dd_prom_family(p, "dedupd_filter_candidates", "Candidates per Filter call answered OK",
-                   DD_PROM_HISTOGRAM);
-    dd_prom_histogram(p, "dedupd_filter_candidates", NULL, 0, &ch);
-    dd_prom_family(p, "dedupd_filter_removed_total", "Candidates removed by Filter, by reason",
-                   DD_PROM_COUNTER);
-    static const struct dd_prom_label played = {"reason", "played"},
-                                      delivered = {"reason", "delivered"},
-                                      duplicate = {"reason", "duplicate"};
-    dd_prom_sample_u64(p, "dedupd_filter_removed_total", &played, 1, f.removed_played);
-    dd_prom_sample_u64(p, "dedupd_filter_removed_total", &delivered, 1, f.removed_delivered);
-    dd_prom_sample_u64(p, "dedupd_filter_removed_total", &duplicate, 1, f.removed_duplicate);
-    counter(p, "dedupd_filter_degraded_total",
-            "Filter answers given without recent deliveries (Redis unavailable)", f.degraded);
-    counter(p, "dedupd_filter_history_errors_total",
-            "History reads or writes that failed in RPC calls", f.history_errors);
-    counter(p, "dedupd_deliveries_recorded_total", "Item ids recorded by RecordDelivery",
-            f.deliveries);
-
-    struct dd_recent_stats r;
-    dd_recent_get_stats(&r);
-    dd_prom_family(p, "dedupd_recent_errors_total", "Redis errors, by kind", DD_PROM_COUNTER);
-    static const struct dd_prom_label timeout = {"kind", "timeout"},
-                                      connection = {"kind", "connection"},
-                                      reply = {"kind", "reply"};
-    dd_prom_sample_u64(p, "dedupd_recent_errors_total", &timeout, 1, r.timeouts);
-    dd_prom_sample_u64(p, "dedupd_recent_errors_total", &connection, 1, r.connection_errors);
-    dd_prom_sample_u64(p, "dedupd_recent_errors_total", &reply, 1, r.reply_errors);
-    counter(p, "dedupd_recent_reconnects_total", "Redis reconnections", r.reconnects);
-
-}
-
-/* Plays reach the store two ways, RecordPlays and Kafka: one family pair
- * with a "source" label, so one collector, registered for the admin's
- * lifetime (filter stats are process-wide; ingest is read under lock). */
-static void collect_plays(dd_prom *p, void *ud)
-{
-    dd_admin *a = ud;
-    struct dd_filter_stats f;
-    dd_filter_get_stats(&f);
-    struct dd_ingest_stats in;
-    pthread_mutex_lock(&a->lock);
-    bool have_ingest = a->ingest != NULL;
-    if (have_ingest) dd_ingest_get_stats(a->ingest, &in);
-    pthread_mutex_unlock(&a->lock);
-    static const struct dd_prom_label rpc = {"source", "rpc"}, kafka = {"source", "kafka"};
-    dd_prom_family(p, "dedupd_plays_written_total",
-                   "Plays written to the history store (ingest: distinct per window)",
-                   DD_PROM_COUNTER);
-    dd_prom_sample_u64(p, "dedupd_plays_written_total", &rpc, 1, f.plays);
-    if (have_ingest) dd_prom_sample_u64(p, "dedupd_plays_written_total", &kafka, 1,
-                                        in.plays_written);
-    dd_prom_family(p, "dedupd_plays_expired_total",
-                   "Plays dropped as older than the retention", DD_PROM_COUNTER);
-    dd_prom_sample_u64(p, "dedupd_plays_expired_total", &rpc, 1, f.plays_expired);
-    if (have_ingest) dd_prom_sample_u64(p, "dedupd_plays_expired_total", &kafka, 1, in.expired);
-}
-
-#define MAX_LAG_PARTITIONS 4096
-
-static void collect_ingest(dd_prom *p, void *ud)
-{
-    dd_ingest *in = ud;
-    struct dd_ingest_stats s;
-    dd_ingest_get_stats(in, &s);
-    dd_prom_family(p, "dedupd_ingest_messages_total",
-                   "Kafka messages consumed, by result (ok, expired, or why it was bad)",
-                   DD_PROM_COUNTER);
-    uint64_t bad = 0;
-    for (int i = 0; i < DD_INGEST_NBAD; i++) bad += s.bad[i];
-    uint64_t ok = s.messages >= bad + s.expired ? s.messages - bad - s.expired : 0;
-    struct dd_prom_label l = {"result", "ok"};
-    dd_prom_sample_u64(p, "dedupd_ingest_messages_total", &l, 1, ok);
-    l.value = "expired";
-    dd_prom_sample_u64(p, "dedupd_ingest_messages_total", &l, 1, s.expired);
-    for (int i = 0; i < DD_INGEST_NBAD; i++) {
-        l.value = dd_ingest_bad_name(i);
-        dd_prom_sample_u64(p, "dedupd_ingest_messages_total", &l, 1, s.bad[i]);
-    }
-
-    /* Per-partition lag: a scrape-time copy; the arrays are static because
-     * scrapes are serialised by the registry mutex. */
-    static int32_t parts[MAX_LAG_PARTITIONS];
-    static int64_t lags[MAX_LAG_PARTITIONS];
-    size_t n = dd_ingest_get_partition_lags(in, parts, lags, MAX_LAG_PARTITIONS);
-    if (n > MAX_LAG_PARTITIONS) n = MAX_LAG_PARTITIONS;
-    dd_prom_family(p, "dedupd_ingest_consumer_lag",
-                   "Messages behind the partition's end, by assigned partition "
-                   "(librdkafka statistics)", DD_PROM_GAUGE);
-    for (size_t i = 0; i < n; i++) {
-        char num[16];
-        snprintf(num, sizeof num, "%d", (int)parts[i]);
-        struct dd_prom_label pl = {"partition", num};
-        dd_prom_sample_u64(p, "dedupd_ingest_consumer_lag", &pl, 1, (uint64_t)lags[i]);
-    }
-    dd_prom_family(p, "dedupd_ingest_assigned_partitions", "Partitions assigned here",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_ingest_assigned_partitions", NULL, 0,
-                       s.assigned_partitions);
-    dd_prom_family(p, "dedupd_window_pending_users",
-                   "(scene, user, segment) entries pending in the window being filled",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_window_pending_users", NULL, 0, s.pending_entries);
-    dd_prom_family(p, "dedupd_window_pending_bytes", "Bytes held by the window being filled",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_window_pending_bytes", NULL, 0, s.pending_bytes);
-    struct dd_histogram_snap fh;
-    dd_ingest_get_flush_histogram(in, &fh);
-    dd_prom_family(p, "dedupd_flush_duration_seconds",
-                   "Duration of window writes to the history store", DD_PROM_HISTOGRAM);
-    dd_prom_histogram(p, "dedupd_flush_duration_seconds", NULL, 0, &fh);
-    counter(p, "dedupd_ingest_flushes_total", "Windows written", s.flushes);
-    counter(p, "dedupd_ingest_durable_flushes_total",
-            "Memtable flushes that made written windows durable (ingest.wal=false)",
-            s.durable_flushes);
-    dd_prom_family(p, "dedupd_ingest_undurable_messages",
-                   "Messages written (filterable) but not yet durable: their offsets are "
-                   "not committed, a crash now would consume them again",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_ingest_undurable_messages", NULL, 0,
-                       s.messages_flushed >= s.messages_durable
-                           ? s.messages_flushed - s.messages_durable : 0);
-    counter(p, "dedupd_ingest_write_errors_total", "Window writes that failed (retried)",
-            s.write_errors);
-    counter(p, "dedupd_ingest_commits_total", "Offset commits that succeeded", s.commits);
-    counter(p, "dedupd_ingest_commit_errors_total", "Offset commits that failed",
-            s.commit_errors);
-    counter(p, "dedupd_ingest_dead_lettered_total", "Bad messages copied to the dead-letter topic",
-            s.dead_lettered);
-    counter(p, "dedupd_ingest_dead_letter_errors_total",
-            "Bad messages that could not be copied to the dead-letter topic",
-            s.dead_letter_errors);
-    counter(p, "dedupd_ingest_duplicates_total", "Plays already pending in their window",
-            s.duplicates);
-    counter(p, "dedupd_ingest_pauses_total", "Times consumption paused for the store",
-            s.pauses);
-    counter(p, "dedupd_ingest_rebalances_total", "Partition assignment changes", s.rebalances);
-    counter(p, "dedupd_ingest_kafka_errors_total", "Errors reported by librdkafka",
-            s.kafka_errors);
-}
-
 /* ---- attach / detach ------------------------------------------------- */
 
-/* Point *SLOT at M, moving collector FN from the old module to the new
- * one. Only main calls attach and detach, so the slots need no lock; a
- * scrape reaches a module only through the registry, whose mutex makes
- * dd_metrics_remove wait for a running scrape. */
-static int attach(dd_admin *a, void **slot, void *m, dd_metrics_collect_fn fn)
+int dd_admin_attach(dd_admin *a, enum dd_admin_component c, void *module,
+                    dd_metrics_collect_fn collect, dd_admin_probe_fn probe)
 {
-    if (*slot) dd_metrics_remove(a->metrics, fn, *slot);
-    *slot = NULL;
-    if (!m) return DD_OK;
-    int rc = dd_metrics_add(a->metrics, fn, m);
-    if (rc == DD_OK) *slot = m;
-    return rc;
-}
-
-int dd_admin_attach_history(dd_admin *a, dd_history *h)
-{
-    int rc = attach(a, (void **)&a->history, h, collect_history);
-    dd_admin_set_ready(a, DD_ADMIN_STORE, rc == DD_OK && h);
-    return rc;
-}
-
-void dd_admin_detach_history(dd_admin *a)
-{
-    if (!a) return;
-    dd_admin_set_ready(a, DD_ADMIN_STORE, false);
-    attach(a, (void **)&a->history, NULL, collect_history);
-}
-
-int dd_admin_attach_rpc(dd_admin *a, dd_rpc *rpc)
-{
-    int rc = attach(a, (void **)&a->rpc, rpc, collect_rpc);
-    dd_admin_set_ready(a, DD_ADMIN_RPC, rc == DD_OK && rpc);
-    return rc;
-}
-
-void dd_admin_detach_rpc(dd_admin *a)
-{
-    if (!a) return;
-    dd_admin_set_ready(a, DD_ADMIN_RPC, false);
-    attach(a, (void **)&a->rpc, NULL, collect_rpc);
-}
-
-int dd_admin_attach_ingest(dd_admin *a, dd_ingest *in)
-{
-    dd_admin_detach_ingest(a);
-    if (!in) return DD_OK;
-    int rc = dd_metrics_add(a->metrics, collect_ingest, in);
-    if (rc != DD_OK) return rc;
+    dd_admin_detach(a, c);
+    if (!module) return DD_OK;
+    if (collect) {
+        int rc = dd_metrics_add(a->metrics, collect, module);
+        if (rc != DD_OK) return rc;
+    }
     pthread_mutex_lock(&a->lock);
-    a->ingest = in;
+    a->attached[c].module = module;
+    a->attached[c].collect = collect;
+    a->attached[c].probe = probe;
     pthread_mutex_unlock(&a->lock);
-    dd_admin_set_ready(a, DD_ADMIN_INGEST, true);
+    dd_admin_set_ready(a, c, true);
     return DD_OK;
 }
 
-void dd_admin_detach_ingest(dd_admin *a)
+void dd_admin_detach(dd_admin *a, enum dd_admin_component c)
 {
-    if (!a) return;
-    dd_admin_set_ready(a, DD_ADMIN_INGEST, false);
+    if (!a || (unsigned)c >= DD_ADMIN_COMPONENT_COUNT) return;
+    dd_admin_set_ready(a, c, false);
     /* Never hold a->lock while calling into the registry: a scrape holds
-     * the registry mutex and then takes a->lock (collect_plays). */
+     * the registry mutex and then takes a->lock (component_ready). */
     pthread_mutex_lock(&a->lock);
-    dd_ingest *in = a->ingest;
-    a->ingest = NULL;
+    void *m = a->attached[c].module;
+    dd_metrics_collect_fn collect = a->attached[c].collect;
+    a->attached[c].module = NULL;
+    a->attached[c].collect = NULL;
+    a->attached[c].probe = NULL;
     pthread_mutex_unlock(&a->lock);
-    if (in) dd_metrics_remove(a->metrics, collect_ingest, in);
+    if (m && collect) dd_metrics_remove(a->metrics, collect, m);
 }
 
 dd_metrics *dd_admin_metrics(dd_admin *a) { return a->metrics; }
@@ -640,7 +358,6 @@ int dd_admin_new(dd_admin **out, const struct dd_config *cfg, char *err, size_t 
     wd_lock_ok = true;
     if ((rc = dd_metrics_new(&a->metrics)) != DD_OK) goto err;
     if ((rc = dd_metrics_add(a->metrics, collect_process, a)) != DD_OK) goto err;
-    if ((rc = dd_metrics_add(a->metrics, collect_plays, a)) != DD_OK) goto err;
 
     if (cfg->admin.listen[0]) {
         int fd;

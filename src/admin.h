@@ -2,21 +2,26 @@
  *
  * admin.h - dedupd's operational face: the admin HTTP listener
  * (admin.listen: /metrics in Prometheus text format 0.0.4, /healthz,
- * /readyz), readiness as the components come up and go down, the
- * collectors that turn each module's stats getter into metric families,
- * and the service manager protocol (sd_notify READY / STOPPING / WATCHDOG).
+ * /readyz), readiness as the components come up and go down (and its own
+ * families, dedupd_ready and dedupd_component_ready), and the service
+ * manager protocol (sd_notify READY / STOPPING / WATCHDOG). Each module
+ * renders its own families (its dd_<module>_collect); admin only adds a
+ * component's collector to the registry while the component is attached.
  *
  * DESIGN
  *
  * Threads: libmicrohttpd runs one internal polling thread that answers
  * every request; a watchdog thread exists only when systemd asked for one
- * (WATCHDOG_USEC). Readiness flags are atomics. Each attached module's
- * collector is added to and removed from the metrics registry, whose mutex
- * keeps a collector from running after its removal; the ingest pointer,
- * which /readyz also asks whether it has partitions, is guarded by the
- * admin's own mutex (taken after the registry's, never around it). So the
- * order in main is: attach after the module is started, detach before it
- * is freed; neither a scrape nor /readyz ever touches a freed module.
+ * (WATCHDOG_USEC). Readiness flags are atomics. Attaching a module adds
+ * its collector to the metrics registry and detaching removes it; the
+ * registry's mutex keeps a collector from running after its removal. The
+ * attached module and its readiness probe, which /readyz calls, are
+ * guarded by the admin's own mutex (taken after the registry's, never
+ * around it). So the one rule for main is: attach after the module is
+ * started, detach before it is freed; then neither a scrape nor /readyz
+ * ever touches a freed module. Collectors that are no component's (such
+ * as plays.h's) main adds to dd_admin_metrics itself and removes, or
+ * frees the admin, before freeing what they read.
  *
  * Ready (/readyz 200) = not stopping, and the store is open, and gRPC is
  * serving, and (when ingest.enabled) ingest has partitions assigned.
@@ -33,9 +38,6 @@
 
 struct dd_config;
 typedef struct dd_admin dd_admin;
-typedef struct dd_history dd_history;
-typedef struct dd_ingest dd_ingest;
-typedef struct dd_rpc dd_rpc;
 
 enum dd_admin_component {
     DD_ADMIN_STORE = 0,   /* the history store is open */
@@ -64,29 +66,27 @@ int dd_admin_port(const dd_admin *a);
  * modules may add collectors to it. */
 dd_metrics *dd_admin_metrics(dd_admin *a);
 
-/* Set one component's readiness by hand (the attach functions below do it
- * for their component; DD_ADMIN_INGEST also needs an attached ingest that
- * has partitions). Cannot fail. */
+/* Set one component's readiness by hand (dd_admin_attach does it for its
+ * component; DD_ADMIN_INGEST also needs an attached ingest that has
+ * partitions). Cannot fail. */
 void dd_admin_set_ready(dd_admin *a, enum dd_admin_component c, bool ready);
 
-/* Attach a started module: its families appear in /metrics and its
- * component counts as ready (for ingest: whenever it has partitions).
- * The module is borrowed until the matching detach, which must come
- * before the module is freed; after detach no scrape touches it and the
- * component is not ready. Attach returns 0 or DD_ERR_NOMEM (nothing
- * attached); attaching twice replaces. Detach of nothing is a no-op.
- *   history: dedupd_history_* (store stats)
- *   rpc:     dedupd_rpc_*, dedupd_filter_*, dedupd_recent_*
- *   ingest:  dedupd_ingest_*, dedupd_window_*, dedupd_flush_duration_seconds
- * dedupd_plays_written_total / _expired_total{source="rpc"|"kafka"} are
- * always there (kafka once ingest is attached). */
-/* Detach with a NULL A is a no-op. */
-int dd_admin_attach_history(dd_admin *a, dd_history *h);
-void dd_admin_detach_history(dd_admin *a);
-int dd_admin_attach_rpc(dd_admin *a, dd_rpc *rpc);
-void dd_admin_detach_rpc(dd_admin *a);
-int dd_admin_attach_ingest(dd_admin *a, dd_ingest *in);
-void dd_admin_detach_ingest(dd_admin *a);
+/* Whether MODULE is up, asked by /readyz and dedupd_component_ready; called
+ * under the admin's mutex, on the HTTP thread, so it must be quick. */
+typedef bool (*dd_admin_probe_fn)(void *module);
+
+/* Attach a started MODULE as component C: COLLECT(p, MODULE), if not NULL,
+ * is added to /metrics, and C counts as ready while attached and, if PROBE
+ * is not NULL, while PROBE(MODULE) is true. MODULE is borrowed until the
+ * matching detach, which must come before it is freed; after detach no
+ * scrape nor /readyz touches it and C is not ready. Returns 0 or
+ * DD_ERR_NOMEM (nothing attached); attaching again replaces; a NULL
+ * MODULE only detaches. Detach of nothing, or with a NULL A, is a no-op.
+ * main attaches the history (dd_history_collect), ingest
+ * (dd_ingest_collect, probe: it has partitions) and rpc (dd_rpc_collect). */
+int dd_admin_attach(dd_admin *a, enum dd_admin_component c, void *module,
+                    dd_metrics_collect_fn collect, dd_admin_probe_fn probe);
+void dd_admin_detach(dd_admin *a, enum dd_admin_component c);
 
 /* Whether /readyz would answer 200 now; if WHY is not NULL, a short text
  * ("ready", "stopping", or what is missing) is written into it. */

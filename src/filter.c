@@ -6,6 +6,7 @@
  */
 #include "filter.h"
 
+#include "api.h"
 #include "arena.h"
 #include "bloom.h"
 #include "candset.h"
@@ -27,23 +28,19 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define SCENE_MAX_BYTES DD_SCENE_MAX /* the history key's limit (history.h) */
-
 struct dd_filter {
     dd_history *history;       /* borrowed, shared */
     dd_recent *recent;         /* borrowed, this thread's */
-    dd_history_batch *batch;   /* reused by RecordPlays */
     uint64_t *recent_hashes;   /* room for recent_cap */
     size_t recent_cap;
     struct dd_candset cands;   /* first occurrences, see dd_filter_decide */
     uint32_t max_candidates;
     uint32_t max_id_bytes;
-    int64_t max_future_ms;
 };
 
 static struct {
     _Atomic uint64_t filter_calls, candidates, removed_played, removed_delivered,
-        removed_duplicate, degraded, history_errors, deliveries, plays, plays_expired;
+        removed_duplicate, degraded, history_errors;
 } stats;
 
 /* Lock-free like the counters above (metrics.h). */
@@ -65,7 +62,6 @@ int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *hist
     f->recent = recent;
     f->max_candidates = cfg->rpc.max_candidates;
     f->max_id_bytes = cfg->rpc.max_id_bytes;
-    f->max_future_ms = cfg->history.max_future_ms;
     /* A little more than recent.size: a set trimmed concurrently by another
      * writer may briefly hold one or two more. */
     f->recent_cap = (size_t)cfg->recent.size + 16;
@@ -74,8 +70,6 @@ int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *hist
     if (dd_candset_init(&f->cands, f->max_candidates < 20000 ? f->max_candidates : 20000) !=
         DD_OK)
         goto nomem;
-    f->batch = dd_history_batch_new();
-    if (!f->batch) goto nomem;
     *out = f;
     return DD_OK;
 nomem:
@@ -86,34 +80,9 @@ nomem:
 void dd_filter_free(dd_filter *f)
 {
     if (!f) return;
-    dd_history_batch_free(f->batch);
     dd_candset_free(&f->cands);
     free(f->recent_hashes);
     free(f);
-}
-
-/* user_id and scene rules shared by every call, on lengths. */
-static int check_user_scene_len(const dd_filter *f, size_t user_len, size_t scene_len, char *err,
-                                size_t errlen)
-{
-    if (user_len == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "user_id is empty");
-    if (user_len > f->max_id_bytes)
-        return dd_fail(DD_ERR_INVALID, err, errlen,
-                    "user_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, user_len,
-                    f->max_id_bytes);
-    if (scene_len > SCENE_MAX_BYTES)
-        return dd_fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d",
-                    scene_len, SCENE_MAX_BYTES);
-    return DD_OK;
-}
-
-/* The same on protobuf-c's C strings. */
-static int check_user_scene(const dd_filter *f, const char *user, size_t *user_len,
-                            const char *scene, size_t *scene_len, char *err, size_t errlen)
-{
-    *user_len = strlen(user);
-    *scene_len = strlen(scene);
-    return check_user_scene_len(f, *user_len, *scene_len, err, errlen);
 }
 
 static bool past(int64_t deadline_ns) { return deadline_ns && dd_mono_ns() >= deadline_ns; }
@@ -141,7 +110,7 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     const size_t n = q->n;
 
     memset(r, 0, sizeof *r);
-    int rc = check_user_scene_len(f, q->user_len, q->scene_len, err, errlen);
+    int rc = dd_api_check_user_scene(q->user_len, q->scene_len, f->max_id_bytes, err, errlen);
     if (rc) return rc;
     if (n > f->max_candidates)
         return dd_fail(DD_ERR_LIMIT, err, errlen,
@@ -356,174 +325,6 @@ nomem:
     return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
 }
 
-int dd_filter_record_delivery(dd_filter *f, dd_arena *arena,
-                              const Dedup__V1__RecordDeliveryRequest *req,
-                              Dedup__V1__RecordDeliveryResponse *resp, char *err,
-                              size_t errlen)
-{
-    size_t user_len, scene_len;
-    const size_t n = req->n_item_ids;
-
-    dedup__v1__record_delivery_response__init(resp);
-    int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
-    if (rc) return rc;
-    if (n == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids is empty");
-    if (n > f->max_candidates)
-        return dd_fail(DD_ERR_LIMIT, err, errlen,
-                    "item_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
-                    f->max_candidates);
-    if (req->delivered_at_ms < 0)
-        return dd_fail(DD_ERR_INVALID, err, errlen, "delivered_at_ms is negative (%" PRId64 ")",
-                    (int64_t)req->delivered_at_ms);
-    size_t *lens = dd_arena_alloc(arena, n * sizeof *lens);
-    if (!lens) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu item_ids", n);
-    for (size_t i = 0; i < n; i++) {
-        lens[i] = strlen(req->item_ids[i]);
-        if (lens[i] == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids[%zu] is empty", i);
-        if (lens[i] > f->max_id_bytes)
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "item_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, i,
-                        lens[i], f->max_id_bytes);
-    }
-    uint32_t size_after = 0;
-    rc = dd_recent_record(f->recent, req->scene, scene_len, req->user_id, user_len,
-                          (const char *const *)req->item_ids, lens, n, req->delivered_at_ms,
-                          &size_after);
-    if (rc != DD_OK)
-        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
-                    dd_recent_errstr(f->recent)[0] ? dd_recent_errstr(f->recent)
-                                                   : dd_strerror(rc));
-    resp->recent_size = size_after;
-    STAT_ADD(deliveries, n);
-    return DD_OK;
-}
-
-struct seg_hash {
-    uint64_t h;
-    uint32_t seg;
-};
-
-static int cmp_seg_hash(const void *a, const void *b)
-{
-    const struct seg_hash *x = a, *y = b;
-    if (x->seg != y->seg) return x->seg < y->seg ? -1 : 1;
-    return (x->h > y->h) - (x->h < y->h);
-}
-
-int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
-                           const Dedup__V1__RecordPlaysRequest *req,
-                           Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen)
-{
-    size_t user_len, scene_len;
-    const size_t n = req->n_plays;
-
-    dedup__v1__record_plays_response__init(resp);
-    int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
-    if (rc) return rc;
-    if (n > f->max_candidates)
-        return dd_fail(DD_ERR_LIMIT, err, errlen,
-                    "plays has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
-                    f->max_candidates);
-    if (n == 0) return DD_OK;
-
-    struct seg_hash *sh = dd_arena_alloc(arena, n * sizeof *sh);
-    if (!sh) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
-    const int64_t now = dd_history_now_ms(f->history);
-    size_t m = 0;
-    uint32_t expired = 0;
-    for (size_t i = 0; i < n; i++) {
-        const Dedup__V1__Play *p = req->plays[i];
-        size_t l = strlen(p->item_id);
-        if (l == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "plays[%zu].item_id is empty", i);
-        if (l > f->max_id_bytes)
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "plays[%zu].item_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
-                        i, l, f->max_id_bytes);
-        if (p->played_at_ms < 0)
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "plays[%zu].played_at_ms is negative (%" PRId64 ")", i,
-                        (int64_t)p->played_at_ms);
-        int64_t at = p->played_at_ms ? p->played_at_ms : now;
-        uint32_t seg = 0;
-        switch (dd_history_place(f->history, at, &seg)) {
-        case DD_HISTORY_PLACE_OK:
-            sh[m].h = dd_hash(p->item_id, l);
-            sh[m].seg = seg;
-            m++;
-            break;
-        case DD_HISTORY_PLACE_EXPIRED:
-            expired++;
-            break;
-        case DD_HISTORY_PLACE_FUTURE:
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "plays[%zu].played_at_ms is %" PRId64
-                        " ms in the future, more than history.max_future_ms=%" PRId64,
-                        i, at - now, f->max_future_ms);
-        }
-    }
-
-    if (m) {
-        /* One operand per segment: sort by segment, then hand each run of
-         * hashes to the batch. The hashes are copied out contiguously
-         * (reusing the front of the same arena block would alias). */
-        qsort(sh, m, sizeof *sh, cmp_seg_hash);
-        uint64_t *hs = dd_arena_alloc(arena, m * sizeof *hs);
-        if (!hs) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
-        for (size_t i = 0; i < m; i++) hs[i] = sh[i].h;
-        dd_history_batch_clear(f->batch);
-        for (size_t i = 0; i < m;) {
-            size_t j = i + 1;
-            while (j < m && sh[j].seg == sh[i].seg) j++;
-            rc = dd_history_batch_add(f->batch, req->scene, scene_len, req->user_id, user_len,
-                                      sh[i].seg, hs + i, j - i);
-            if (rc != DD_OK) {
-                dd_history_batch_clear(f->batch);
-                return dd_fail(rc == DD_ERR_NOMEM ? DD_ERR_NOMEM : DD_ERR_INVALID, err, errlen,
-                            "cannot batch plays: %s", dd_strerror(rc));
-            }
-            i = j;
-        }
-        char herr[256];
-        rc = dd_history_write(f->history, f->batch, herr, sizeof herr);
-        dd_history_batch_clear(f->batch);
-        if (rc != DD_OK) {
-            STAT_ADD(history_errors, 1);
-            dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
-                           "msg=\"history write failed\" error=\"%s\"", herr);
-            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
-        }
-    }
-    resp->accepted = (uint32_t)m;
-    resp->expired = expired;
-    STAT_ADD(plays, m);
-    STAT_ADD(plays_expired, expired);
-    return DD_OK;
-}
-
-int dd_filter_forget(dd_filter *f, const Dedup__V1__ForgetUserRequest *req,
-                     Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen)
-{
-    size_t user_len, scene_len;
-
-    dedup__v1__forget_user_response__init(resp);
-    int rc = check_user_scene(f, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
-    if (rc) return rc;
-    char herr[256];
-    rc = dd_history_forget(f->history, req->scene, scene_len, req->user_id, user_len, herr,
-                           sizeof herr);
-    if (rc != DD_OK) {
-        STAT_ADD(history_errors, 1);
-        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
-    }
-    rc = dd_recent_forget(f->recent, req->scene, scene_len, req->user_id, user_len);
-    if (rc != DD_OK)
-        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
-                    "plays forgotten, but recent deliveries unavailable: %s",
-                    dd_recent_errstr(f->recent)[0] ? dd_recent_errstr(f->recent)
-                                                   : dd_strerror(rc));
-    return DD_OK;
-}
-
 void dd_filter_get_stats(struct dd_filter_stats *out)
 {
 #define LOAD(field) out->field = atomic_load_explicit(&stats.field, memory_order_relaxed)
@@ -534,13 +335,35 @@ void dd_filter_get_stats(struct dd_filter_stats *out)
     LOAD(removed_duplicate);
     LOAD(degraded);
     LOAD(history_errors);
-    LOAD(deliveries);
-    LOAD(plays);
-    LOAD(plays_expired);
 #undef LOAD
 }
 
 void dd_filter_get_candidates(struct dd_histogram_snap *out)
 {
     dd_histogram_snapshot(&candidates_hist, out);
+}
+
+void dd_filter_collect(dd_prom *p)
+{
+    struct dd_filter_stats f;
+    dd_filter_get_stats(&f);
+    dd_prom_counter(p, "dedupd_filter_calls_total", "Filter calls answered OK", f.filter_calls);
+    dd_prom_counter(p, "dedupd_filter_candidates_total",
+                    "Candidates in Filter calls answered OK", f.candidates);
+    struct dd_histogram_snap ch;
+    dd_filter_get_candidates(&ch);
+    dd_prom_family(p, "dedupd_filter_candidates", "Candidates per Filter call answered OK",
+                   DD_PROM_HISTOGRAM);
+    dd_prom_histogram(p, "dedupd_filter_candidates", NULL, 0, &ch);
+    dd_prom_family(p, "dedupd_filter_removed_total", "Candidates removed by Filter, by reason",
+                   DD_PROM_COUNTER);
+    static const struct dd_prom_label played = {"reason", "played"},
+                                      delivered = {"reason", "delivered"},
+                                      duplicate = {"reason", "duplicate"};
+    dd_prom_sample_u64(p, "dedupd_filter_removed_total", &played, 1, f.removed_played);
+    dd_prom_sample_u64(p, "dedupd_filter_removed_total", &delivered, 1, f.removed_delivered);
+    dd_prom_sample_u64(p, "dedupd_filter_removed_total", &duplicate, 1, f.removed_duplicate);
+    dd_prom_counter(p, "dedupd_filter_degraded_total",
+                    "Filter answers given without recent deliveries (Redis unavailable)",
+                    f.degraded);
 }

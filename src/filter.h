@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * filter.h - the decisions behind the four Dedup RPCs, on decoded messages:
- * which candidates a user has not seen (Filter), and the writes that make
- * items seen (RecordDelivery, RecordPlays) or unseen (ForgetUser).
- * No sockets, no gRPC: rpc.c decodes (Filter's request through wire.h,
- * the others with protobuf-c), calls these, maps the returned code to a
- * status (see each function) and encodes.
+ * filter.h - the Filter decision, on a decoded request: which candidates a
+ * user has not seen. The writes that make items seen or unseen
+ * (RecordDelivery, RecordPlays, ForgetUser) are record.h's.
+ * No sockets, no gRPC: rpc.c decodes (wire.h, or protobuf-c), calls this,
+ * maps the returned code to a status (see below) and encodes.
  *
  * DESIGN
  *
@@ -26,12 +25,11 @@
  *      call seen. An equal hash is confirmed on the bytes; the first
  *      occurrence stays, later ones are REASON_DUPLICATE. The salt keeps
  *      ids crafted to share hash bits from piling into one probe run.
- *      (The sort this replaced, 8 ns a candidate, cost more than the
- *      table's one random access.) Between two calls of a worker the
- *      transport pushes the table out of the core's caches, so the pass
- *      runs after all hashes are known and prefetches the home slot of the
- *      candidate 16 ahead (bench_filter --evict 4: decide 265-278 ->
- *      225-243 us a call; warm, 210-245 -> 210-218).
+ *      (A sort would cost more than the table's one random access per
+ *      candidate.) Between two calls of a worker the transport pushes the
+ *      table out of the core's caches, so the pass runs after all hashes
+ *      are known and prefetches the home slot of the candidate 16 ahead,
+ *      overlapping the misses.
  *   3. Recent deliveries (<= recent.size hashes): asked for with
  *      dd_recent_fetch_begin before step 1 and read with
  *      dd_recent_fetch_end after step 4, so the Redis round trip overlaps
@@ -41,7 +39,7 @@
  *      degraded = true. A call that fails in between gives the fetch up
  *      (dd_recent_fetch_cancel).
  *   4. History, in one dd_history_probe_any within lookback_days. A
- *      full-range filter (an open segment) of at most 0.4x the candidates
+ *      full-range filter (an open segment) of at most 2/5 of the candidates
  *      is decoded once and each of its fingerprints looked up in the table
  *      of step 2, so it costs its own size: a light user's few plays are a
  *      few lookups, not 10,000. Any other filter is decoded once into an
@@ -52,11 +50,10 @@
  *   5. The result is one reason byte per candidate, in request order; the
  *      caller encodes it (wire.h, or dd_filter_run's protobuf-c struct).
  * The pass writing PLAYED stores on every candidate instead of branching
- * on its hit: hits are at random places, and the mispredicted branches
- * were 40 % of this module's own time.
+ * on its hit: hits are at random places, so such a branch mispredicts.
  * A candidate that is both delivered and played counts as DELIVERED.
  *
- * A dd_filter belongs to one thread (it holds a history write batch and
+ * A dd_filter belongs to one thread (it holds the candidates' table and
  * the buffer for recent hashes); the RPC layer owns one per worker.
  */
 #ifndef DD_FILTER_H
@@ -138,31 +135,6 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
                   Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err,
                   size_t errlen);
 
-/* RecordDelivery: the ids go to recent deliveries (dd_recent_record);
- * delivered_at_ms 0 = now. Redis down or timing out: DD_ERR_UNAVAILABLE
- * (nothing was recorded, or not for sure). Empty item_ids is
- * DD_ERR_INVALID. */
-int dd_filter_record_delivery(dd_filter *f, dd_arena *arena,
-                              const Dedup__V1__RecordDeliveryRequest *req,
-                              Dedup__V1__RecordDeliveryResponse *resp, char *err,
-                              size_t errlen);
-
-/* RecordPlays: every play is validated first (a bad one rejects the whole
- * request, nothing written); played_at_ms 0 = now by the history's clock;
- * plays older than the retention are counted in resp->expired and
- * skipped; a play dated more than history.max_future_ms ahead is
- * DD_ERR_INVALID naming plays[i].played_at_ms. The rest go in one batch,
- * one operand per segment, and are durable and visible to the next Filter
- * when this returns 0. A write error is DD_ERR_UNAVAILABLE. */
-int dd_filter_record_plays(dd_filter *f, dd_arena *arena,
-                           const Dedup__V1__RecordPlaysRequest *req,
-                           Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen);
-
-/* ForgetUser: delete the user's plays, then deliveries. Either store
- * failing is DD_ERR_UNAVAILABLE (the call is idempotent: retry it). */
-int dd_filter_forget(dd_filter *f, const Dedup__V1__ForgetUserRequest *req,
-                     Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen);
-
 /* Process-wide counters since start (atomic), for metrics. Cannot fail. */
 struct dd_filter_stats {
     uint64_t filter_calls;       /* Filter calls that returned OK */
@@ -171,10 +143,7 @@ struct dd_filter_stats {
     uint64_t removed_delivered;
     uint64_t removed_duplicate;
     uint64_t degraded;           /* Filter answers given without Redis */
-    uint64_t history_errors;     /* history reads or writes that failed */
-    uint64_t deliveries;         /* item ids recorded by RecordDelivery */
-    uint64_t plays;              /* plays written by RecordPlays */
-    uint64_t plays_expired;      /* plays skipped as older than the retention */
+    uint64_t history_errors;     /* history reads that failed */
 };
 void dd_filter_get_stats(struct dd_filter_stats *out);
 
@@ -182,5 +151,12 @@ void dd_filter_get_stats(struct dd_filter_stats *out);
  * dd_metrics_count_bounds (metrics.h), for /metrics. Cannot fail. */
 struct dd_histogram_snap;
 void dd_filter_get_candidates(struct dd_histogram_snap *out);
+
+/* Render dedupd_filter_calls_total, _candidates_total, _candidates (the
+ * histogram), _removed_total{reason} and _degraded_total from the
+ * counters above. The history error count is not rendered here: the RPC
+ * layer renders it with record.h's write errors as one family. */
+typedef struct dd_prom dd_prom;
+void dd_filter_collect(dd_prom *p);
 
 #endif

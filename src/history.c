@@ -781,3 +781,45 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
         rocksdb_free(s);
     }
 }
+
+/* ---- metrics ---------------------------------------------------------- */
+
+/* Included here rather than at the top: this collector is the only part of
+ * the store that knows the Prometheus writer. */
+#include "metrics.h"
+
+#include <math.h>
+
+void dd_history_collect(struct dd_prom *p, void *h)
+{
+    struct dd_history_stats s;
+    dd_history_get_stats(h, &s);
+    dd_prom_counter(p, "dedupd_history_bytes_written_total",
+            "Bytes RocksDB wrote (WAL, flushes and compactions)", s.bytes_written);
+    dd_prom_counter(p, "dedupd_history_wal_bytes_total", "Bytes written to the RocksDB WAL",
+            s.wal_bytes);
+    dd_prom_gauge(p, "dedupd_history_live_sst_bytes", "Bytes of live SST files",
+                  s.live_sst_bytes);
+    dd_prom_counter(p, "dedupd_history_block_cache_hits_total", "Block cache hits",
+            s.block_cache_hits);
+    dd_prom_counter(p, "dedupd_history_block_cache_misses_total", "Block cache misses",
+            s.block_cache_misses);
+    uint64_t lookups = s.block_cache_hits + s.block_cache_misses;
+    dd_prom_family(p, "dedupd_history_block_cache_hit_ratio",
+                   "Block cache hits / lookups since start (NaN before any lookup)",
+                   DD_PROM_GAUGE);
+    dd_prom_sample_f64(p, "dedupd_history_block_cache_hit_ratio", NULL, 0,
+                       lookups ? (double)s.block_cache_hits / (double)lookups : NAN);
+    dd_prom_counter(p, "dedupd_history_corrupt_values_total",
+            "Stored values that failed their version or checksum (read as empty)",
+            s.corrupt_values);
+    dd_prom_counter(p, "dedupd_history_segments_expired_total",
+            "Segments dropped by compaction as past the retention", s.segments_expired);
+    dd_prom_counter(p, "dedupd_history_segments_reduced_total",
+            "Closed segments re-encoded at their final size", s.segments_reduced);
+    dd_prom_counter(p, "dedupd_history_merges_total", "Full merges run by the merge operator",
+            s.merges);
+    dd_prom_counter(p, "dedupd_history_writes_total", "Write batches written", s.writes);
+    dd_prom_counter(p, "dedupd_history_operands_written_total", "Merge operands written",
+            s.operands_written);
+}

@@ -187,4 +187,9 @@ struct dd_history_stats {
 };
 void dd_history_get_stats(dd_history *h, struct dd_history_stats *out);
 
+/* A metrics.h collector for H (a dd_history *): renders the
+ * dedupd_history_* families from dd_history_get_stats. */
+struct dd_prom;
+void dd_history_collect(struct dd_prom *p, void *h);
+
 #endif

@@ -1229,3 +1229,88 @@ void dd_ingest_get_flush_histogram(const dd_ingest *in, struct dd_histogram_snap
 {
     dd_histogram_snapshot(&in->flush_hist, out);
 }
+
+/* ---- metrics ---------------------------------------------------------- */
+
+#define MAX_LAG_PARTITIONS 4096
+
+void dd_ingest_collect(dd_prom *p, void *ud)
+{
+    dd_ingest *in = ud;
+    struct dd_ingest_stats s;
+    dd_ingest_get_stats(in, &s);
+    dd_prom_family(p, "dedupd_ingest_messages_total",
+                   "Kafka messages consumed, by result (ok, expired, or why it was bad)",
+                   DD_PROM_COUNTER);
+    uint64_t bad = 0;
+    for (int i = 0; i < DD_INGEST_NBAD; i++) bad += s.bad[i];
+    uint64_t ok = s.messages >= bad + s.expired ? s.messages - bad - s.expired : 0;
+    struct dd_prom_label l = {"result", "ok"};
+    dd_prom_sample_u64(p, "dedupd_ingest_messages_total", &l, 1, ok);
+    l.value = "expired";
+    dd_prom_sample_u64(p, "dedupd_ingest_messages_total", &l, 1, s.expired);
+    for (int i = 0; i < DD_INGEST_NBAD; i++) {
+        l.value = dd_ingest_bad_name(i);
+        dd_prom_sample_u64(p, "dedupd_ingest_messages_total", &l, 1, s.bad[i]);
+    }
+
+    /* Per-partition lag: a scrape-time copy; the arrays are static because
+     * scrapes are serialised by the registry mutex. */
+    static int32_t parts[MAX_LAG_PARTITIONS];
+    static int64_t lags[MAX_LAG_PARTITIONS];
+    size_t n = dd_ingest_get_partition_lags(in, parts, lags, MAX_LAG_PARTITIONS);
+    if (n > MAX_LAG_PARTITIONS) n = MAX_LAG_PARTITIONS;
+    dd_prom_family(p, "dedupd_ingest_consumer_lag",
+                   "Messages behind the partition's end, by assigned partition "
+                   "(librdkafka statistics)", DD_PROM_GAUGE);
+    for (size_t i = 0; i < n; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", (int)parts[i]);
+        struct dd_prom_label pl = {"partition", num};
+        dd_prom_sample_u64(p, "dedupd_ingest_consumer_lag", &pl, 1, (uint64_t)lags[i]);
+    }
+    dd_prom_family(p, "dedupd_ingest_assigned_partitions", "Partitions assigned here",
+                   DD_PROM_GAUGE);
+    dd_prom_sample_u64(p, "dedupd_ingest_assigned_partitions", NULL, 0,
+                       s.assigned_partitions);
+    dd_prom_family(p, "dedupd_window_pending_users",
+                   "(scene, user, segment) entries pending in the window being filled",
+                   DD_PROM_GAUGE);
+    dd_prom_sample_u64(p, "dedupd_window_pending_users", NULL, 0, s.pending_entries);
+    dd_prom_family(p, "dedupd_window_pending_bytes", "Bytes held by the window being filled",
+                   DD_PROM_GAUGE);
+    dd_prom_sample_u64(p, "dedupd_window_pending_bytes", NULL, 0, s.pending_bytes);
+    struct dd_histogram_snap fh;
+    dd_ingest_get_flush_histogram(in, &fh);
+    dd_prom_family(p, "dedupd_flush_duration_seconds",
+                   "Duration of window writes to the history store", DD_PROM_HISTOGRAM);
+    dd_prom_histogram(p, "dedupd_flush_duration_seconds", NULL, 0, &fh);
+    dd_prom_counter(p, "dedupd_ingest_flushes_total", "Windows written", s.flushes);
+    dd_prom_counter(p, "dedupd_ingest_durable_flushes_total",
+            "Memtable flushes that made written windows durable (ingest.wal=false)",
+            s.durable_flushes);
+    dd_prom_family(p, "dedupd_ingest_undurable_messages",
+                   "Messages written (filterable) but not yet durable: their offsets are "
+                   "not committed, a crash now would consume them again",
+                   DD_PROM_GAUGE);
+    dd_prom_sample_u64(p, "dedupd_ingest_undurable_messages", NULL, 0,
+                       s.messages_flushed >= s.messages_durable
+                           ? s.messages_flushed - s.messages_durable : 0);
+    dd_prom_counter(p, "dedupd_ingest_write_errors_total", "Window writes that failed (retried)",
+            s.write_errors);
+    dd_prom_counter(p, "dedupd_ingest_commits_total", "Offset commits that succeeded", s.commits);
+    dd_prom_counter(p, "dedupd_ingest_commit_errors_total", "Offset commits that failed",
+            s.commit_errors);
+    dd_prom_counter(p, "dedupd_ingest_dead_lettered_total", "Bad messages copied to the dead-letter topic",
+            s.dead_lettered);
+    dd_prom_counter(p, "dedupd_ingest_dead_letter_errors_total",
+            "Bad messages that could not be copied to the dead-letter topic",
+            s.dead_letter_errors);
+    dd_prom_counter(p, "dedupd_ingest_duplicates_total", "Plays already pending in their window",
+            s.duplicates);
+    dd_prom_counter(p, "dedupd_ingest_pauses_total", "Times consumption paused for the store",
+            s.pauses);
+    dd_prom_counter(p, "dedupd_ingest_rebalances_total", "Partition assignment changes", s.rebalances);
+    dd_prom_counter(p, "dedupd_ingest_kafka_errors_total", "Errors reported by librdkafka",
+            s.kafka_errors);
+}

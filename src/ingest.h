@@ -119,6 +119,14 @@ struct dd_ingest_stats {
 };
 void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out);
 
+/* A metrics.h collector for UD (a dd_ingest *): renders dedupd_ingest_*,
+ * dedupd_window_pending_* and dedupd_flush_duration_seconds from the
+ * getters here. Call it only from a collector registry (metrics.h), which
+ * serialises scrapes: it keeps its per-partition scratch in static
+ * storage. The plays families are plays.h's. */
+typedef struct dd_prom dd_prom;
+void dd_ingest_collect(dd_prom *p, void *ud);
+
 /* Consumer lag per partition of ingest.topic assigned here, as of the last
  * librdkafka statistics (statistics.interval.ms): up to CAP pairs
  * (PARTITIONS[i], LAGS[i]) are filled; returns how many there are (may be

@@ -15,6 +15,7 @@
 #include "history.h"
 #include "ingest.h"
 #include "log.h"
+#include "plays.h"
 #include "rpc.h"
 
 #include <getopt.h>
@@ -34,6 +35,9 @@ static void usage(FILE *f)
             "  -p        print the effective configuration and exit\n"
             "  -h        this help\n");
 }
+
+/* Ingest is ready while it has partitions (admin.h's probe). */
+static bool ingest_assigned(void *in) { return dd_ingest_assigned(in); }
 
 /* A "host:port" setting with the port actually bound (it may have asked
  * for port 0), for the log. The setting passed config validation. */
@@ -55,6 +59,7 @@ int main(int argc, char **argv)
     dd_admin *admin = NULL;
     dd_rpc *rpc = NULL;
     dd_ingest *ingest = NULL;
+    dd_plays *plays = NULL;
 
     if (dd_config_init(&cfg) != DD_OK) {
         fprintf(stderr, "dedupd: out of memory\n");
@@ -140,6 +145,13 @@ int main(int argc, char **argv)
         dd_error("main", "msg=\"cannot start the admin listener\" error=\"%s\"", err);
         goto out;
     }
+    /* The plays families next, whether or not ingest runs (admin.h's
+     * own families come first: the registry renders in order of adding). */
+    if (dd_plays_new(&plays) != DD_OK ||
+        dd_metrics_add(dd_admin_metrics(admin), dd_plays_collect, plays) != DD_OK) {
+        dd_error("main", "msg=\"out of memory\"");
+        goto out;
+    }
     if (cfg.admin.listen[0])
         dd_info("main", "msg=\"admin listening\" admin=%s",
                 bound_addr(addrbuf, sizeof addrbuf, cfg.admin.listen, dd_admin_port(admin)));
@@ -151,7 +163,7 @@ int main(int argc, char **argv)
     }
     dd_info("main", "msg=\"history open\" path=\"%s\" segment_days=%u retention_days=%u",
             cfg.history.path, cfg.history.segment_days, cfg.history.retention_days);
-    if (dd_admin_attach_history(admin, history) != DD_OK) {
+    if (dd_admin_attach(admin, DD_ADMIN_STORE, history, dd_history_collect, NULL) != DD_OK) {
         dd_error("main", "msg=\"out of memory\"");
         goto out;
     }
@@ -166,10 +178,12 @@ int main(int argc, char **argv)
             dd_error("main", "msg=\"cannot start Kafka ingest\" topic=%s", cfg.ingest.topic);
             goto out;
         }
-        if (dd_admin_attach_ingest(admin, ingest) != DD_OK) {
+        if (dd_admin_attach(admin, DD_ADMIN_INGEST, ingest, dd_ingest_collect,
+                            ingest_assigned) != DD_OK) {
             dd_error("main", "msg=\"out of memory\"");
             goto out;
         }
+        dd_plays_set_ingest(plays, ingest);
     }
 
     /* gRPC last: once it answers, everything behind it is up. */
@@ -182,7 +196,7 @@ int main(int argc, char **argv)
     /* rpc.listen with the real port (it may have asked for port 0). */
     dd_info("main", "msg=serving rpc=%s",
             bound_addr(addrbuf, sizeof addrbuf, cfg.rpc.listen, dd_rpc_port(rpc)));
-    if (dd_admin_attach_rpc(admin, rpc) != DD_OK) {
+    if (dd_admin_attach(admin, DD_ADMIN_RPC, rpc, dd_rpc_collect, NULL) != DD_OK) {
         dd_error("main", "msg=\"out of memory\"");
         goto out;
     }
@@ -214,14 +228,17 @@ int main(int argc, char **argv)
     rc = 0;
 
 out:
-    dd_admin_detach_rpc(admin);
+    /* Every module leaves /metrics before it is freed. */
+    dd_admin_detach(admin, DD_ADMIN_RPC);
     dd_rpc_free(rpc);
-    dd_admin_detach_ingest(admin);
+    if (plays) dd_plays_set_ingest(plays, NULL);
+    dd_admin_detach(admin, DD_ADMIN_INGEST);
     dd_ingest_free(ingest);
-    dd_admin_detach_history(admin);
+    dd_admin_detach(admin, DD_ADMIN_STORE);
     dd_history_close(history);
     if (rc == 0 && history) dd_info("main", "msg=stopped");
-    dd_admin_free(admin);
+    dd_admin_free(admin); /* the registry with it: no collector runs after */
+    dd_plays_free(plays);
     dd_config_free(&cfg);
     return rc;
 }

@@ -280,6 +280,18 @@ static void put_series(dd_prom *p, const char *name, const char *suffix,
     puts_(p, "} ");
 }
 
+void dd_prom_counter(dd_prom *p, const char *name, const char *help, uint64_t value)
+{
+    dd_prom_family(p, name, help, DD_PROM_COUNTER);
+    dd_prom_sample_u64(p, name, NULL, 0, value);
+}
+
+void dd_prom_gauge(dd_prom *p, const char *name, const char *help, uint64_t value)
+{
+    dd_prom_family(p, name, help, DD_PROM_GAUGE);
+    dd_prom_sample_u64(p, name, NULL, 0, value);
+}
+
 void dd_prom_sample_u64(dd_prom *p, const char *name, const struct dd_prom_label *labels,
                         size_t nlabels, uint64_t value)
 {

@@ -111,6 +111,11 @@ void dd_prom_sample_u64(dd_prom *p, const char *name, const struct dd_prom_label
 void dd_prom_sample_f64(dd_prom *p, const char *name, const struct dd_prom_label *labels,
                         size_t nlabels, double value);
 
+/* A whole family of one unlabelled sample: dd_prom_family, then
+ * NAME VALUE. Most of dedupd's counters and gauges are such. */
+void dd_prom_counter(dd_prom *p, const char *name, const char *help, uint64_t value);
+void dd_prom_gauge(dd_prom *p, const char *name, const char *help, uint64_t value);
+
 /* The samples of one histogram series: NAME_bucket{labels,le="..."} for
  * every bound and le="+Inf", then NAME_sum and NAME_count. */
 void dd_prom_histogram(dd_prom *p, const char *name, const struct dd_prom_label *labels,

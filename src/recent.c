@@ -55,6 +55,7 @@
 #include "config.h"
 #include "dd.h"
 #include "log.h"
+#include "metrics.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -766,4 +767,18 @@ int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const ch
         }
         return conn_failed(r, saved_errno, "forget");
     }
+}
+
+void dd_recent_collect(dd_prom *p)
+{
+    struct dd_recent_stats r;
+    dd_recent_get_stats(&r);
+    dd_prom_family(p, "dedupd_recent_errors_total", "Redis errors, by kind", DD_PROM_COUNTER);
+    static const struct dd_prom_label timeout = {"kind", "timeout"},
+                                      connection = {"kind", "connection"},
+                                      reply = {"kind", "reply"};
+    dd_prom_sample_u64(p, "dedupd_recent_errors_total", &timeout, 1, r.timeouts);
+    dd_prom_sample_u64(p, "dedupd_recent_errors_total", &connection, 1, r.connection_errors);
+    dd_prom_sample_u64(p, "dedupd_recent_errors_total", &reply, 1, r.reply_errors);
+    dd_prom_counter(p, "dedupd_recent_reconnects_total", "Redis reconnections", r.reconnects);
 }

@@ -75,4 +75,9 @@ struct dd_recent_stats {
 };
 void dd_recent_get_stats(struct dd_recent_stats *out);
 
+/* Render dedupd_recent_errors_total{kind} and
+ * dedupd_recent_reconnects_total from the counters above. */
+typedef struct dd_prom dd_prom;
+void dd_recent_collect(dd_prom *p);
+
 #endif

@@ -7,8 +7,9 @@
  * Threads: rpc.threads workers, each blocked in grpc_completion_queue_next
  *   on its own completion queue (GRPC_CQ_NEXT, registered with the server).
  *   A worker owns everything a call needs: a Redis connection (dd_recent),
- *   a dd_filter (with its history write batch) and an arena, so a call
- *   takes no lock of ours; the history (RocksDB) is shared and thread-safe.
+ *   a dd_filter, a dd_record (with its history write batch) and an arena,
+ *   so a call takes no lock of ours; the history (RocksDB) is shared and
+ *   thread-safe.
  * Calls: each worker pre-posts rpc.prepost requests per registered method
  *   (plus as many generic requests, so an unregistered method such as
  *   Health/Watch is answered UNIMPLEMENTED instead of waiting forever).
@@ -27,11 +28,10 @@
  *   the next call. Per call there is one grpc_slice for the response;
  *   nothing per candidate.
  * Transport: grpc's HTTP/2 defaults (see dd_rpc_new: larger windows and
- *   frames were measured and cost CPU without saving time). Sockets are
- *   polled by each connection's own worker (rpc.poller = poll) or by
- *   grpc's epoll1 engine; after a call a worker polls without blocking
- *   for rpc.spin_us (rpc.h, dd_rpc_process_init, has the measured
- *   trade-off).
+ *   frames cost CPU without saving time). Sockets are polled by each
+ *   connection's own worker (rpc.poller = poll) or by grpc's epoll1
+ *   engine; after a call a worker polls without blocking for rpc.spin_us
+ *   (rpc.h, dd_rpc_process_init, says why).
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.
@@ -45,17 +45,21 @@
  *   when none of its slots has an op pending it shuts its own queue down
  *   and drains it to GRPC_QUEUE_SHUTDOWN. Main joins the workers, then
  *   destroys the server and the queues.
- * Stats: per method, relaxed atomic counters (status codes, latency
- *   buckets, latency sum, cancellations), read without locks.
+ * Stats: per method, relaxed atomic counters (status codes,
+ *   cancellations) and a metrics.h latency histogram, read without locks;
+ *   dd_rpc_collect renders them.
  */
 #include "rpc.h"
 
+#include "api.h"
 #include "arena.h"
 #include "config.h"
 #include "dd.h"
 #include "filter.h"
 #include "log.h"
+#include "metrics.h"
 #include "recent.h"
+#include "record.h"
 #include "wire.h"
 
 #include "dedup.pb-c.h"
@@ -81,21 +85,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *const method_names[DD_RPC_METHOD_COUNT] = {
-    [DD_RPC_FILTER] = "/dedup.v1.Dedup/Filter",
-    [DD_RPC_RECORD_DELIVERY] = "/dedup.v1.Dedup/RecordDelivery",
-    [DD_RPC_RECORD_PLAYS] = "/dedup.v1.Dedup/RecordPlays",
-    [DD_RPC_FORGET_USER] = "/dedup.v1.Dedup/ForgetUser",
-    [DD_RPC_HEALTH_CHECK] = "/grpc.health.v1.Health/Check",
-    [DD_RPC_UNKNOWN] = "unknown",
+/* Upper bounds of the latency buckets in seconds (+Inf implied). */
+static const double latency_bounds[] = {
+    50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 1.0,
 };
-
-const uint64_t dd_rpc_latency_bounds_us[DD_RPC_LATENCY_BUCKETS] = {
-    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000,
-    UINT64_MAX,
-};
-
-#define RPC_SERVICE_NAME "dedup.v1.Dedup"
 
 enum slot_state { SLOT_IDLE = 0, SLOT_REQUESTED, SLOT_SENDING };
 
@@ -104,12 +97,12 @@ struct worker;
 /* One pre-posted call. Its address is the tag of both of its events. */
 struct slot {
     struct worker *w;
-    enum dd_rpc_method method;
+    enum dd_api_method method;
     enum slot_state state;
     grpc_call *call;
     gpr_timespec deadline;
     grpc_metadata_array md;
-    grpc_call_details details; /* DD_RPC_UNKNOWN only */
+    grpc_call_details details; /* DD_API_UNKNOWN only */
     grpc_byte_buffer *payload;
     grpc_byte_buffer *reply;
     grpc_status_code status;
@@ -125,6 +118,7 @@ struct worker {
     grpc_completion_queue *cq;
     dd_recent *recent;
     dd_filter *filter;
+    dd_record *record;
     dd_arena *arena;
     struct slot *slots;
     size_t nslots;
@@ -134,16 +128,15 @@ struct worker {
 };
 
 struct method_stats {
-    _Atomic uint64_t by_status[DD_RPC_STATUS_COUNT];
-    _Atomic uint64_t latency[DD_RPC_LATENCY_BUCKETS];
-    _Atomic uint64_t latency_sum_us;
+    _Atomic uint64_t by_status[DD_API_STATUS_COUNT];
+    struct dd_histogram latency; /* seconds, over latency_bounds */
     _Atomic uint64_t cancelled;
 };
 
 struct dd_rpc {
     grpc_server *server;
     grpc_completion_queue *shutdown_cq;
-    void *registered[DD_RPC_UNKNOWN]; /* grpc_server_register_method handles */
+    void *registered[DD_API_UNKNOWN]; /* grpc_server_register_method handles */
     struct worker *workers;
     unsigned nworkers;
     unsigned prepost;
@@ -159,7 +152,7 @@ struct dd_rpc {
     atomic_bool stopping;     /* do not re-post slots */
     atomic_bool drain;        /* server shutdown done: workers may close their queues */
     _Atomic uint64_t in_flight;
-    struct method_stats stats[DD_RPC_METHOD_COUNT];
+    struct method_stats stats[DD_API_METHOD_COUNT];
 };
 
 
@@ -233,6 +226,8 @@ static void worker_release(struct worker *w)
         free(w->slots);
         w->slots = NULL;
     }
+    dd_record_free(w->record);
+    w->record = NULL;
     dd_filter_free(w->filter);
     w->filter = NULL;
     dd_recent_free(w->recent);
@@ -250,14 +245,16 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id, const struct 
     if (rc != DD_OK) return rc;
     rc = dd_filter_new(&w->filter, cfg, history, w->recent, err, errlen);
     if (rc != DD_OK) return rc;
+    rc = dd_record_new(&w->record, cfg, history, w->recent, err, errlen);
+    if (rc != DD_OK) return rc;
     w->arena = dd_arena_new(0, 0);
-    w->nslots = (size_t)rpc->prepost * DD_RPC_METHOD_COUNT;
+    w->nslots = (size_t)rpc->prepost * DD_API_METHOD_COUNT;
     w->slots = calloc(w->nslots, sizeof *w->slots);
     if (!w->arena || !w->slots) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     for (size_t i = 0; i < w->nslots; i++) {
         struct slot *s = &w->slots[i];
         s->w = w;
-        s->method = (enum dd_rpc_method)(i / rpc->prepost);
+        s->method = (enum dd_api_method)(i / rpc->prepost);
         grpc_metadata_array_init(&s->md);
         grpc_call_details_init(&s->details);
     }
@@ -317,6 +314,8 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     atomic_init(&rpc->stopping, false);
     atomic_init(&rpc->drain, false);
     atomic_init(&rpc->in_flight, 0);
+    for (int m = 0; m < DD_API_METHOD_COUNT; m++)
+        dd_histogram_init(&rpc->stats[m].latency, latency_bounds, DD_ARRAY_LEN(latency_bounds));
     rpc->listen = strdup(cfg->rpc.listen);
     if (!rpc->listen) {
         dd_fail(rc, err, errlen, "out of memory");
@@ -324,11 +323,10 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     }
 
     /* Transport settings are grpc's defaults on purpose: a larger stream
-     * window (grpc.http2.lookahead_bytes), 1 MiB frames, a 256 KiB minimum
-     * TCP read chunk or no BDP probe each made a 10,000-candidate Filter
-     * cost more server CPU (0.75 -> 0.83-1.0 ms a call) and no less time
-     * at one call in flight (bench/loadgen.cc, A/B in one session): BDP
-     * probing already opens the window past the 150 KB request. */
+     * window (grpc.http2.lookahead_bytes), bigger frames, a larger minimum
+     * TCP read chunk or no BDP probe each make a large Filter cost more
+     * server CPU and save no time, because BDP probing already opens the
+     * window past the largest request. */
     grpc_arg args[1];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -340,12 +338,12 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
         dd_fail(rc, err, errlen, "cannot create the gRPC server");
         goto err;
     }
-    for (int m = 0; m < DD_RPC_UNKNOWN; m++) {
+    for (int m = 0; m < DD_API_UNKNOWN; m++) {
         rpc->registered[m] = grpc_server_register_method(
-            rpc->server, method_names[m], NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+            rpc->server, dd_api_method_path(m), NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
         if (!rpc->registered[m]) {
             rc = DD_ERR_INVALID;
-            dd_fail(rc, err, errlen, "cannot register %s", method_names[m]);
+            dd_fail(rc, err, errlen, "cannot register %s", dd_api_method_path(m));
             goto err;
         }
     }
@@ -408,7 +406,7 @@ static int post(struct slot *s)
     s->reply = NULL;
     s->cancelled = 0;
     s->state = SLOT_REQUESTED;
-    if (s->method == DD_RPC_UNKNOWN)
+    if (s->method == DD_API_UNKNOWN)
         e = grpc_server_request_call(rpc->server, &s->call, &s->details, &s->md, s->w->cq,
                                      s->w->cq, s);
     else
@@ -418,7 +416,7 @@ static int post(struct slot *s)
     if (e != GRPC_CALL_OK) {
         s->state = SLOT_IDLE;
         dd_error("rpc", "msg=\"cannot pre-post a call\" method=%s error=\"%s\"",
-                 method_names[s->method], grpc_call_error_to_string(e));
+                 dd_api_method_path(s->method), grpc_call_error_to_string(e));
         return DD_ERR_STATE;
     }
     s->w->outstanding++;
@@ -516,14 +514,14 @@ static grpc_status_code bad_message(struct worker *w, const char *type)
 }
 
 /* Decode, decide, encode. Returns the status; on OK *reply is set. */
-static grpc_status_code dispatch(struct worker *w, enum dd_rpc_method m, const uint8_t *data,
+static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const uint8_t *data,
                                  size_t len, int64_t deadline_ns, grpc_byte_buffer **reply)
 {
     ProtobufCAllocator *al = dd_arena_allocator(w->arena);
     int rc;
 
     switch (m) {
-    case DD_RPC_FILTER: {
+    case DD_API_FILTER: {
         /* The hot path: decoded in place and encoded by hand (wire.h). */
         struct dd_filter_query q;
         rc = dd_wire_filter_request_decode(data, len, w->arena, w->rpc->max_candidates, &q);
@@ -537,37 +535,37 @@ static grpc_status_code dispatch(struct worker *w, enum dd_rpc_method m, const u
         if (rc == DD_OK) *reply = filter_reply(&q, &r);
         return status_of(rc);
     }
-    case DD_RPC_RECORD_DELIVERY: {
+    case DD_API_RECORD_DELIVERY: {
         Dedup__V1__RecordDeliveryRequest *req =
             dedup__v1__record_delivery_request__unpack(al, len, data);
         if (!req) return bad_message(w, "dedup.v1.RecordDeliveryRequest");
         Dedup__V1__RecordDeliveryResponse resp;
-        rc = dd_filter_record_delivery(w->filter, w->arena, req, &resp, w->msg, sizeof w->msg);
+        rc = dd_record_delivery(w->record, w->arena, req, &resp, w->msg, sizeof w->msg);
         if (rc == DD_OK) *reply = pack_reply(&resp.base);
         return status_of(rc);
     }
-    case DD_RPC_RECORD_PLAYS: {
+    case DD_API_RECORD_PLAYS: {
         Dedup__V1__RecordPlaysRequest *req =
             dedup__v1__record_plays_request__unpack(al, len, data);
         if (!req) return bad_message(w, "dedup.v1.RecordPlaysRequest");
         Dedup__V1__RecordPlaysResponse resp;
-        rc = dd_filter_record_plays(w->filter, w->arena, req, &resp, w->msg, sizeof w->msg);
+        rc = dd_record_plays(w->record, w->arena, req, &resp, w->msg, sizeof w->msg);
         if (rc == DD_OK) *reply = pack_reply(&resp.base);
         return status_of(rc);
     }
-    case DD_RPC_FORGET_USER: {
+    case DD_API_FORGET_USER: {
         Dedup__V1__ForgetUserRequest *req = dedup__v1__forget_user_request__unpack(al, len, data);
         if (!req) return bad_message(w, "dedup.v1.ForgetUserRequest");
         Dedup__V1__ForgetUserResponse resp;
-        rc = dd_filter_forget(w->filter, req, &resp, w->msg, sizeof w->msg);
+        rc = dd_record_forget(w->record, req, &resp, w->msg, sizeof w->msg);
         if (rc == DD_OK) *reply = pack_reply(&resp.base);
         return status_of(rc);
     }
-    case DD_RPC_HEALTH_CHECK: {
+    case DD_API_HEALTH_CHECK: {
         Grpc__Health__V1__HealthCheckRequest *req =
             grpc__health__v1__health_check_request__unpack(al, len, data);
         if (!req) return bad_message(w, "grpc.health.v1.HealthCheckRequest");
-        if (req->service[0] && strcmp(req->service, RPC_SERVICE_NAME) != 0) {
+        if (req->service[0] && strcmp(req->service, DD_API_SERVICE) != 0) {
             snprintf(w->msg, sizeof w->msg, "unknown service \"%.200s\"", req->service);
             return GRPC_STATUS_NOT_FOUND;
         }
@@ -579,8 +577,8 @@ static grpc_status_code dispatch(struct worker *w, enum dd_rpc_method m, const u
         *reply = pack_reply(&resp.base);
         return GRPC_STATUS_OK;
     }
-    case DD_RPC_UNKNOWN:
-    case DD_RPC_METHOD_COUNT:
+    case DD_API_UNKNOWN:
+    case DD_API_METHOD_COUNT:
         break;
     }
     snprintf(w->msg, sizeof w->msg, "method not implemented");
@@ -592,13 +590,11 @@ static void record_stats(dd_rpc *rpc, const struct slot *s, int cancelled)
     struct method_stats *st = &rpc->stats[s->method];
     int64_t us = (dd_mono_ns() - s->start_ns) / 1000;
     if (us < 0) us = 0;
-    size_t b = 0;
-    while (b + 1 < DD_RPC_LATENCY_BUCKETS && (uint64_t)us > dd_rpc_latency_bounds_us[b]) b++;
-    unsigned code = (unsigned)s->status < DD_RPC_STATUS_COUNT ? (unsigned)s->status
+    unsigned code = (unsigned)s->status < DD_API_STATUS_COUNT ? (unsigned)s->status
                                                                : GRPC_STATUS_UNKNOWN;
     atomic_fetch_add_explicit(&st->by_status[code], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->latency[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->latency_sum_us, (uint64_t)us, memory_order_relaxed);
+    /* Whole microseconds, as a call's latency has always been counted. */
+    dd_histogram_observe(&st->latency, (double)us / 1e6);
     if (cancelled) atomic_fetch_add_explicit(&st->cancelled, 1, memory_order_relaxed);
 }
 
@@ -615,7 +611,7 @@ static void finish(struct worker *w, struct slot *s, int batch_ok)
     s->call = NULL;
     grpc_metadata_array_destroy(&s->md);
     grpc_metadata_array_init(&s->md);
-    if (s->method == DD_RPC_UNKNOWN) {
+    if (s->method == DD_API_UNKNOWN) {
         grpc_call_details_destroy(&s->details);
         grpc_call_details_init(&s->details);
     }
@@ -637,12 +633,12 @@ static void handle(struct worker *w, struct slot *s)
     w->msg[0] = '\0';
     dd_arena_reset(w->arena);
 
-    gpr_timespec deadline = s->method == DD_RPC_UNKNOWN ? s->details.deadline : s->deadline;
+    gpr_timespec deadline = s->method == DD_API_UNKNOWN ? s->details.deadline : s->deadline;
     gpr_timespec now = gpr_now(deadline.clock_type);
     if (gpr_time_cmp(deadline, now) <= 0) {
         s->status = GRPC_STATUS_DEADLINE_EXCEEDED;
         snprintf(w->msg, sizeof w->msg, "deadline exceeded before the call was worked on");
-    } else if (s->method == DD_RPC_UNKNOWN) {
+    } else if (s->method == DD_API_UNKNOWN) {
         char *name = grpc_slice_to_c_string(s->details.method);
         snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
         gpr_free(name);
@@ -669,7 +665,7 @@ static void handle(struct worker *w, struct slot *s)
     if (s->status != GRPC_STATUS_OK && s->status != GRPC_STATUS_NOT_FOUND &&
         s->status != GRPC_STATUS_INVALID_ARGUMENT && s->status != GRPC_STATUS_UNIMPLEMENTED)
         dd_debug("rpc", "msg=\"call failed\" method=%s status=%d detail=\"%s\"",
-                 method_names[s->method], (int)s->status, w->msg);
+                 dd_api_method_path(s->method), (int)s->status, w->msg);
 
     grpc_op ops[4];
     size_t nops = 0;
@@ -699,7 +695,7 @@ static void handle(struct worker *w, struct slot *s)
     grpc_slice_unref(details);
     if (e != GRPC_CALL_OK) {
         dd_error("rpc", "msg=\"cannot answer a call\" method=%s error=\"%s\"",
-                 method_names[s->method], grpc_call_error_to_string(e));
+                 dd_api_method_path(s->method), grpc_call_error_to_string(e));
         finish(w, s, 0);
     }
 }
@@ -771,7 +767,7 @@ int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
         for (size_t j = 0; j < w->nslots; j++) {
             if (post(&w->slots[j]) != DD_OK) {
                 dd_fail(DD_ERR_IO, err, errlen, "cannot pre-post %s calls",
-                     method_names[w->slots[j].method]);
+                     dd_api_method_path(w->slots[j].method));
                 goto err;
             }
         }
@@ -889,17 +885,63 @@ void dd_rpc_free(dd_rpc *rpc)
 void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out)
 {
     memset(out, 0, sizeof *out);
-    for (int m = 0; m < DD_RPC_METHOD_COUNT; m++) {
+    for (int m = 0; m < DD_API_METHOD_COUNT; m++) {
         const struct method_stats *st = &rpc->stats[m];
         struct dd_rpc_method_stats *o = &out->method[m];
-        o->name = method_names[m];
-        for (int c = 0; c < DD_RPC_STATUS_COUNT; c++)
+        o->name = dd_api_method_path(m);
+        for (int c = 0; c < DD_API_STATUS_COUNT; c++)
             o->by_status[c] = atomic_load_explicit(&st->by_status[c], memory_order_relaxed);
-        for (int b = 0; b < DD_RPC_LATENCY_BUCKETS; b++)
-            o->latency[b] = atomic_load_explicit(&st->latency[b], memory_order_relaxed);
-        o->latency_sum_us = atomic_load_explicit(&st->latency_sum_us, memory_order_relaxed);
+        dd_histogram_snapshot(&st->latency, &o->latency);
         o->cancelled = atomic_load_explicit(&st->cancelled, memory_order_relaxed);
     }
     out->in_flight = atomic_load_explicit(&rpc->in_flight, memory_order_relaxed);
     out->serving = atomic_load(&rpc->serving);
+}
+
+void dd_rpc_collect(dd_prom *p, void *ud)
+{
+    struct dd_rpc_stats s;
+    dd_rpc_get_stats(ud, &s);
+
+    dd_prom_family(p, "dedupd_rpc_requests_total", "gRPC calls answered, by method and status",
+                   DD_PROM_COUNTER);
+    for (int m = 0; m < DD_API_METHOD_COUNT; m++) {
+        for (int c = 0; c < DD_API_STATUS_COUNT; c++) {
+            uint64_t v = s.method[m].by_status[c];
+            /* OK is always there for the Dedup methods (rates start at 0);
+             * other codes appear once they happen. */
+            if (v == 0 && !(c == 0 && m <= DD_API_FORGET_USER)) continue;
+            struct dd_prom_label l[] = {{"method", dd_api_method_name(m)}, {"code", dd_api_status_name(c)}};
+            dd_prom_sample_u64(p, "dedupd_rpc_requests_total", l, 2, v);
+        }
+    }
+    dd_prom_family(p, "dedupd_rpc_duration_seconds",
+                   "gRPC call latency, from the call being matched to its status sent",
+                   DD_PROM_HISTOGRAM);
+    for (int m = 0; m < DD_API_METHOD_COUNT; m++) {
+        const struct dd_histogram_snap *h = &s.method[m].latency;
+        if (h->count == 0 && m > DD_API_FORGET_USER) continue;
+        struct dd_prom_label l = {"method", dd_api_method_name(m)};
+        dd_prom_histogram(p, "dedupd_rpc_duration_seconds", &l, 1, h);
+    }
+    dd_prom_family(p, "dedupd_rpc_cancelled_total",
+                   "gRPC calls cancelled by the peer or their deadline", DD_PROM_COUNTER);
+    for (int m = 0; m <= DD_API_FORGET_USER; m++) {
+        struct dd_prom_label l = {"method", dd_api_method_name(m)};
+        dd_prom_sample_u64(p, "dedupd_rpc_cancelled_total", &l, 1, s.method[m].cancelled);
+    }
+    dd_prom_gauge(p, "dedupd_rpc_in_flight", "gRPC calls being worked on", s.in_flight);
+
+    /* The calls' own families, then one for the store errors both kinds of
+     * call meet (Filter reads, the writes write), then Redis's. */
+    dd_filter_collect(p);
+    struct dd_filter_stats f;
+    dd_filter_get_stats(&f);
+    struct dd_record_stats w;
+    dd_record_get_stats(&w);
+    dd_prom_counter(p, "dedupd_filter_history_errors_total",
+                    "History reads or writes that failed in RPC calls",
+                    f.history_errors + w.history_errors);
+    dd_record_collect(p);
+    dd_recent_collect(p);
 }

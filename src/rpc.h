@@ -2,8 +2,8 @@
  *
  * rpc.h - the gRPC front end: dedup.v1.Dedup (Filter, RecordDelivery,
  * RecordPlays, ForgetUser) and grpc.health.v1.Health/Check, on grpc core's
- * C API with protobuf-c messages. Decodes, calls filter.h, maps its codes to
- * gRPC statuses, encodes. Knows nothing of storage details.
+ * C API with protobuf-c messages. Decodes, calls filter.h or record.h, maps
+ * their codes to gRPC statuses, encodes. Knows nothing of storage details.
  *
  * Lifecycle: dd_rpc_new (binds rpc.listen) -> dd_rpc_start (threads, calls
  * pre-posted, health SERVING) -> dd_rpc_shutdown (health NOT_SERVING, stop
@@ -18,6 +18,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "api.h"
+#include "metrics.h"
 
 struct dd_config;
 typedef struct dd_history dd_history;
@@ -40,25 +43,9 @@ typedef struct dd_rpc dd_rpc;
  * after a call, see worker_main; at most usable CPUs - 1 workers at once) a
  * call that follows closely wakes no thread at all.
  *
- * bench/run_loadgen.sh A/B runs (alternating 0.5 s slices, B/A medians):
- *   poll alone against epoll1, 5 runs of 20-50 pairs, host steal 1-48 %:
- *     1 in flight: 6.1-7.3 -> 1.1-1.7 context switches a call, p50
- *     0.95-1.05, p99 0.80-1.01; 8 in flight: calls/s 1.02-1.05, p99
- *     1.12-1.19;
- *   poll with spin_us 500 against epoll1, 3 runs of 30 pairs, quiet host:
- *     1 in flight: 0.1 context switches a call, p50 0.92-0.95, p99
- *     0.84-0.90 (B lower in 25-26 of 30), dedupd CPU +0.02-0.08 ms a
- *     call; paced 200/s: p50 0.92-0.94, p99 0.90-1.02, CPU +0.35-0.4 ms
- *     a call (the spin); 8 in flight: calls/s 0.99-1.04, p99 1.23-1.24;
- *   the same on a fast host, 24 pairs: 1 in flight p99 0.969 -> 0.840
- *     ms (0.83, B lower in 21 of 24), paced p50 0.85 (24 of 24), 8 in
- *     flight calls/s 1.01, p99 1.22;
- *   spin_us 500 against 0, both poll, 2 runs: 1 in flight p50 0.96-1.02,
- *     p99 0.91-1.02 (the second on a fast host, where poll alone already
- *     had 1.1 context switches a call); 8 in flight calls/s 0.98-0.99,
- *     p99 1.06-1.08.
- * So poll and a spin are the defaults: the issue's goals are latency at
- * low load and throughput at saturation, where latency is queueing; an
+ * So poll and a spin are the defaults: the goals are latency at low load
+ * (no context switch between a call's read and its answer) and throughput
+ * at saturation, where latency is queueing and the spin costs nothing; an
  * operator who cares more for the tail under overload sets epoll1 and
  * spin_us 0. */
 int dd_rpc_process_init(const struct dd_config *cfg, char *err, size_t errlen);
@@ -97,39 +84,28 @@ void dd_rpc_shutdown(dd_rpc *rpc);
 /* Shut down if needed and free everything. NULL is a no-op. */
 void dd_rpc_free(dd_rpc *rpc);
 
-/* Per-method counters for /metrics. Every counter is a monotonic atomic
- * since dd_rpc_new; reading them takes no lock. */
-enum dd_rpc_method {
-    DD_RPC_FILTER = 0,
-    DD_RPC_RECORD_DELIVERY,
-    DD_RPC_RECORD_PLAYS,
-    DD_RPC_FORGET_USER,
-    DD_RPC_HEALTH_CHECK,
-    DD_RPC_UNKNOWN,       /* any other method: answered UNIMPLEMENTED */
-    DD_RPC_METHOD_COUNT,
-};
-#define DD_RPC_STATUS_COUNT 17 /* grpc status codes 0 (OK) .. 16 (UNAUTHENTICATED) */
-#define DD_RPC_LATENCY_BUCKETS 14
-/* Upper bounds of the latency buckets in microseconds (the last is +Inf,
- * given as UINT64_MAX): 50, 100, 250, 500, 1000, 2500, 5000, 10000,
- * 25000, 50000, 100000, 250000, 1000000, +Inf. Bucket counts are NOT
- * cumulative (Prometheus wants the running sum). Latency is from the call
- * being matched to its status being sent. */
-extern const uint64_t dd_rpc_latency_bounds_us[DD_RPC_LATENCY_BUCKETS];
-
+/* Per-method counters for /metrics, indexed by enum dd_api_method (api.h).
+ * Every counter is a monotonic atomic since dd_rpc_new; reading them takes
+ * no lock. */
 struct dd_rpc_method_stats {
     const char *name;                              /* "/dedup.v1.Dedup/Filter", static */
-    uint64_t by_status[DD_RPC_STATUS_COUNT];       /* calls answered, by grpc status */
-    uint64_t latency[DD_RPC_LATENCY_BUCKETS];      /* calls per latency bucket */
-    uint64_t latency_sum_us;                       /* total latency of those calls */
+    uint64_t by_status[DD_API_STATUS_COUNT];       /* calls answered, by grpc status */
+    struct dd_histogram_snap latency;              /* seconds, from the call being
+                                                    * matched to its status sent */
     uint64_t cancelled;                            /* calls the peer or deadline cancelled */
 };
 struct dd_rpc_stats {
-    struct dd_rpc_method_stats method[DD_RPC_METHOD_COUNT];
+    struct dd_rpc_method_stats method[DD_API_METHOD_COUNT];
     uint64_t in_flight;                            /* calls being worked on now */
     bool serving;
 };
 /* Copy the counters into OUT. Cannot fail. */
 void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out);
+
+/* A metrics.h collector for UD (a dd_rpc *): renders dedupd_rpc_*, then
+ * the families of what the calls do (filter.h's, the history errors of
+ * Filter and record.h together, record.h's, recent.h's). The rpc_* latency
+ * buckets are 50 us .. 1 s. */
+void dd_rpc_collect(dd_prom *p, void *ud);
 
 #endif

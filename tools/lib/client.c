@@ -11,6 +11,7 @@
  * response is not 10,000 mallocs and the caller never frees anything.
  */
 #include "client.h"
+#include "api.h"
 
 #include "dd.h"
 #include "health.pb-c.h"
@@ -123,11 +124,11 @@ enum method {
 };
 
 static const char *const method_paths[M_COUNT] = {
-    [M_FILTER] = "/dedup.v1.Dedup/Filter",
-    [M_RECORD_DELIVERY] = "/dedup.v1.Dedup/RecordDelivery",
-    [M_RECORD_PLAYS] = "/dedup.v1.Dedup/RecordPlays",
-    [M_FORGET] = "/dedup.v1.Dedup/ForgetUser",
-    [M_HEALTH] = "/grpc.health.v1.Health/Check",
+    [M_FILTER] = DD_API_PATH_FILTER,
+    [M_RECORD_DELIVERY] = DD_API_PATH_RECORD_DELIVERY,
+    [M_RECORD_PLAYS] = DD_API_PATH_RECORD_PLAYS,
+    [M_FORGET] = DD_API_PATH_FORGET_USER,
+    [M_HEALTH] = DD_API_PATH_HEALTH_CHECK,
 };
 
 struct dd_client {
@@ -225,14 +226,7 @@ const char *dd_client_errstr(const dd_client *c)
 
 const char *dd_client_status_name(int code)
 {
-    static const char *const names[] = {
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
-        "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
-    };
-    if (code < 0 || (size_t)code >= DD_ARRAY_LEN(names)) return "UNKNOWN_STATUS";
-    return names[code];
+    return dd_api_status_name(code);
 }
 
 static int status_to_err(grpc_status_code s)

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * api.h - the names of the API dedupd serves, in one place: the methods
+ * (short name for metrics and logs, full path for gRPC), the gRPC status
+ * code names, and the user_id / scene rules every Dedup call shares. The
+ * server (rpc.c, metrics), the client library and the tools use these
+ * tables, so a method or status is spelled the same everywhere.
+ */
+#ifndef DD_API_H
+#define DD_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The methods, in the order the server counts them. */
+enum dd_api_method {
+    DD_API_FILTER = 0,
+    DD_API_RECORD_DELIVERY,
+    DD_API_RECORD_PLAYS,
+    DD_API_FORGET_USER,
+    DD_API_HEALTH_CHECK,
+    DD_API_UNKNOWN,       /* any other method (the server answers UNIMPLEMENTED) */
+    DD_API_METHOD_COUNT,
+};
+
+/* The full paths, for tables that need them as constants. */
+#define DD_API_PATH_FILTER "/dedup.v1.Dedup/Filter"
+#define DD_API_PATH_RECORD_DELIVERY "/dedup.v1.Dedup/RecordDelivery"
+#define DD_API_PATH_RECORD_PLAYS "/dedup.v1.Dedup/RecordPlays"
+#define DD_API_PATH_FORGET_USER "/dedup.v1.Dedup/ForgetUser"
+#define DD_API_PATH_HEALTH_CHECK "/grpc.health.v1.Health/Check"
+
+/* The service the Dedup methods belong to, as health checks name it. */
+#define DD_API_SERVICE "dedup.v1.Dedup"
+
+/* "Filter", ..., "HealthCheck", "unknown"; NULL outside the enum. Static. */
+const char *dd_api_method_name(enum dd_api_method m);
+
+/* "/dedup.v1.Dedup/Filter", ..., "/grpc.health.v1.Health/Check", and
+ * "unknown" for DD_API_UNKNOWN; NULL outside the enum. Static. */
+const char *dd_api_method_path(enum dd_api_method m);
+
+/* gRPC status codes 0 (OK) .. 16 (UNAUTHENTICATED). */
+#define DD_API_STATUS_COUNT 17
+
+/* "OK", "CANCELLED", ... as grpc spells them; "UNKNOWN_STATUS" for any
+ * other CODE. Static. */
+const char *dd_api_status_name(int code);
+
+/* The rules on user_id and scene that every Dedup call checks, on their
+ * lengths: user_id not empty and at most MAX_ID_BYTES (rpc.max_id_bytes),
+ * scene at most DD_SCENE_MAX (history.h: the key format's limit). Returns 0 or DD_ERR_INVALID with
+ * the field named in err (the text reaches the caller as the status
+ * message). */
+int dd_api_check_user_scene(size_t user_len, size_t scene_len, uint32_t max_id_bytes, char *err,
+                            size_t errlen);
+
+#endif

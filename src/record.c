@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * record.c - see record.h. Validation messages name the request field (and
+ * index) exactly as the proto spells it, because they reach the caller as
+ * the gRPC status message.
+ */
+#include "record.h"
+
+#include "api.h"
+#include "arena.h"
+#include "config.h"
+#include "dd.h"
+#include "history.h"
+#include "log.h"
+#include "metrics.h"
+#include "recent.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dd_record {
+    dd_history *history;       /* borrowed, shared */
+    dd_recent *recent;         /* borrowed, this thread's */
+    dd_history_batch *batch;   /* reused by RecordPlays */
+    uint32_t max_candidates;
+    uint32_t max_id_bytes;
+    int64_t max_future_ms;
+};
+
+static struct {
+    _Atomic uint64_t history_errors, deliveries, plays, plays_expired;
+} stats;
+
+#define STAT_ADD(field, n) atomic_fetch_add_explicit(&stats.field, (uint64_t)(n), memory_order_relaxed)
+
+static struct dd_log_limit history_limit;
+
+int dd_record_new(dd_record **out, const struct dd_config *cfg, dd_history *history,
+                  dd_recent *recent, char *err, size_t errlen)
+{
+    *out = NULL;
+    dd_record *r = calloc(1, sizeof *r);
+    if (!r) goto nomem;
+    r->history = history;
+    r->recent = recent;
+    r->max_candidates = cfg->rpc.max_candidates;
+    r->max_id_bytes = cfg->rpc.max_id_bytes;
+    r->max_future_ms = cfg->history.max_future_ms;
+    r->batch = dd_history_batch_new();
+    if (!r->batch) goto nomem;
+    *out = r;
+    return DD_OK;
+nomem:
+    dd_record_free(r);
+    return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory creating a writer");
+}
+
+void dd_record_free(dd_record *r)
+{
+    if (!r) return;
+    dd_history_batch_free(r->batch);
+    free(r);
+}
+
+/* user_id and scene rules (api.h) on protobuf-c's C strings. */
+static int check_user_scene(const dd_record *r, const char *user, size_t *user_len,
+                            const char *scene, size_t *scene_len, char *err, size_t errlen)
+{
+    *user_len = strlen(user);
+    *scene_len = strlen(scene);
+    return dd_api_check_user_scene(*user_len, *scene_len, r->max_id_bytes, err, errlen);
+}
+
+int dd_record_delivery(dd_record *w, dd_arena *arena,
+                       const Dedup__V1__RecordDeliveryRequest *req,
+                       Dedup__V1__RecordDeliveryResponse *resp, char *err, size_t errlen)
+{
+    size_t user_len, scene_len;
+    const size_t n = req->n_item_ids;
+
+    dedup__v1__record_delivery_response__init(resp);
+    int rc = check_user_scene(w, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    if (rc) return rc;
+    if (n == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids is empty");
+    if (n > w->max_candidates)
+        return dd_fail(DD_ERR_LIMIT, err, errlen,
+                    "item_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
+                    w->max_candidates);
+    if (req->delivered_at_ms < 0)
+        return dd_fail(DD_ERR_INVALID, err, errlen, "delivered_at_ms is negative (%" PRId64 ")",
+                    (int64_t)req->delivered_at_ms);
+    size_t *lens = dd_arena_alloc(arena, n * sizeof *lens);
+    if (!lens) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu item_ids", n);
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = strlen(req->item_ids[i]);
+        if (lens[i] == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids[%zu] is empty", i);
+        if (lens[i] > w->max_id_bytes)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                        "item_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, i,
+                        lens[i], w->max_id_bytes);
+    }
+    uint32_t size_after = 0;
+    rc = dd_recent_record(w->recent, req->scene, scene_len, req->user_id, user_len,
+                          (const char *const *)req->item_ids, lens, n, req->delivered_at_ms,
+                          &size_after);
+    if (rc != DD_OK)
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
+                    dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
+                                                   : dd_strerror(rc));
+    resp->recent_size = size_after;
+    STAT_ADD(deliveries, n);
+    return DD_OK;
+}
+
+struct seg_hash {
+    uint64_t h;
+    uint32_t seg;
+};
+
+static int cmp_seg_hash(const void *a, const void *b)
+{
+    const struct seg_hash *x = a, *y = b;
+    if (x->seg != y->seg) return x->seg < y->seg ? -1 : 1;
+    return (x->h > y->h) - (x->h < y->h);
+}
+
+int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysRequest *req,
+                    Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen)
+{
+    size_t user_len, scene_len;
+    const size_t n = req->n_plays;
+
+    dedup__v1__record_plays_response__init(resp);
+    int rc = check_user_scene(w, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    if (rc) return rc;
+    if (n > w->max_candidates)
+        return dd_fail(DD_ERR_LIMIT, err, errlen,
+                    "plays has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
+                    w->max_candidates);
+    if (n == 0) return DD_OK;
+
+    struct seg_hash *sh = dd_arena_alloc(arena, n * sizeof *sh);
+    if (!sh) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
+    const int64_t now = dd_history_now_ms(w->history);
+    size_t m = 0;
+    uint32_t expired = 0;
+    for (size_t i = 0; i < n; i++) {
+        const Dedup__V1__Play *p = req->plays[i];
+        size_t l = strlen(p->item_id);
+        if (l == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "plays[%zu].item_id is empty", i);
+        if (l > w->max_id_bytes)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                        "plays[%zu].item_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
+                        i, l, w->max_id_bytes);
+        if (p->played_at_ms < 0)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                        "plays[%zu].played_at_ms is negative (%" PRId64 ")", i,
+                        (int64_t)p->played_at_ms);
+        int64_t at = p->played_at_ms ? p->played_at_ms : now;
+        uint32_t seg = 0;
+        switch (dd_history_place(w->history, at, &seg)) {
+        case DD_HISTORY_PLACE_OK:
+            sh[m].h = dd_hash(p->item_id, l);
+            sh[m].seg = seg;
+            m++;
+            break;
+        case DD_HISTORY_PLACE_EXPIRED:
+            expired++;
+            break;
+        case DD_HISTORY_PLACE_FUTURE:
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                        "plays[%zu].played_at_ms is %" PRId64
+                        " ms in the future, more than history.max_future_ms=%" PRId64,
+                        i, at - now, w->max_future_ms);
+        }
+    }
+
+    if (m) {
+        /* One operand per segment: sort by segment, then hand each run of
+         * hashes to the batch. The hashes are copied out contiguously
+         * (reusing the front of the same arena block would alias). */
+        qsort(sh, m, sizeof *sh, cmp_seg_hash);
+        uint64_t *hs = dd_arena_alloc(arena, m * sizeof *hs);
+        if (!hs) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
+        for (size_t i = 0; i < m; i++) hs[i] = sh[i].h;
+        dd_history_batch_clear(w->batch);
+        for (size_t i = 0; i < m;) {
+            size_t j = i + 1;
+            while (j < m && sh[j].seg == sh[i].seg) j++;
+            rc = dd_history_batch_add(w->batch, req->scene, scene_len, req->user_id, user_len,
+                                      sh[i].seg, hs + i, j - i);
+            if (rc != DD_OK) {
+                dd_history_batch_clear(w->batch);
+                return dd_fail(rc == DD_ERR_NOMEM ? DD_ERR_NOMEM : DD_ERR_INVALID, err, errlen,
+                            "cannot batch plays: %s", dd_strerror(rc));
+            }
+            i = j;
+        }
+        char herr[256];
+        rc = dd_history_write(w->history, w->batch, herr, sizeof herr);
+        dd_history_batch_clear(w->batch);
+        if (rc != DD_OK) {
+            STAT_ADD(history_errors, 1);
+            dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "record",
+                           "msg=\"history write failed\" error=\"%s\"", herr);
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
+        }
+    }
+    resp->accepted = (uint32_t)m;
+    resp->expired = expired;
+    STAT_ADD(plays, m);
+    STAT_ADD(plays_expired, expired);
+    return DD_OK;
+}
+
+int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
+                     Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen)
+{
+    size_t user_len, scene_len;
+
+    dedup__v1__forget_user_response__init(resp);
+    int rc = check_user_scene(w, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    if (rc) return rc;
+    char herr[256];
+    rc = dd_history_forget(w->history, req->scene, scene_len, req->user_id, user_len, herr,
+                           sizeof herr);
+    if (rc != DD_OK) {
+        STAT_ADD(history_errors, 1);
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
+    }
+    rc = dd_recent_forget(w->recent, req->scene, scene_len, req->user_id, user_len);
+    if (rc != DD_OK)
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                    "plays forgotten, but recent deliveries unavailable: %s",
+                    dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
+                                                   : dd_strerror(rc));
+    return DD_OK;
+}
+
+void dd_record_get_stats(struct dd_record_stats *out)
+{
+#define LOAD(field) out->field = atomic_load_explicit(&stats.field, memory_order_relaxed)
+    LOAD(history_errors);
+    LOAD(deliveries);
+    LOAD(plays);
+    LOAD(plays_expired);
+#undef LOAD
+}
+
+void dd_record_collect(dd_prom *p)
+{
+    struct dd_record_stats s;
+    dd_record_get_stats(&s);
+    dd_prom_counter(p, "dedupd_deliveries_recorded_total", "Item ids recorded by RecordDelivery",
+                    s.deliveries);
+}

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * record.h - the Dedup writes, on decoded messages: the calls that make
+ * items seen (RecordDelivery to recent deliveries in Redis, RecordPlays to
+ * the history store) or unseen (ForgetUser, both stores). Filter, which
+ * reads what these write, is filter.h's.
+ * No sockets, no gRPC: rpc.c decodes with protobuf-c, calls these, maps
+ * the returned code to a status and encodes.
+ *
+ * DESIGN
+ *
+ * A dd_record belongs to one thread: it holds a history write batch that
+ * RecordPlays reuses, so a call allocates nothing but from the caller's
+ * arena. The RPC layer owns one per worker, next to that worker's
+ * dd_filter and Redis connection. RecordPlays sorts its plays by segment
+ * so that each segment gets one merge operand, and writes the whole
+ * request in one batch: it is all written or none of it. Every play is
+ * validated before anything is written, so one bad play rejects the
+ * request. ForgetUser deletes plays before deliveries and is idempotent,
+ * so a caller told UNAVAILABLE retries it whole.
+ *
+ * Counters are process-wide relaxed atomics, as in filter.h.
+ */
+#ifndef DD_RECORD_H
+#define DD_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dedup.pb-c.h"
+
+struct dd_config;
+typedef struct dd_arena dd_arena;
+typedef struct dd_history dd_history;
+typedef struct dd_recent dd_recent;
+typedef struct dd_prom dd_prom;
+typedef struct dd_record dd_record;
+
+/* Create a writer over HISTORY (shared, borrowed) and RECENT (this
+ * thread's connection, borrowed); rpc.max_candidates, rpc.max_id_bytes and
+ * history.max_future_ms are copied from CFG. Both handles must outlive the
+ * writer. Returns 0 or DD_ERR_NOMEM (message in err); *out is NULL on
+ * error. Free with dd_record_free (NULL is a no-op). */
+int dd_record_new(dd_record **out, const struct dd_config *cfg, dd_history *history,
+                  dd_recent *recent, char *err, size_t errlen);
+void dd_record_free(dd_record *r);
+
+/* The calls below return 0 or, with a message naming the request field in
+ * err, the codes of filter.h (DD_ERR_INVALID, DD_ERR_LIMIT,
+ * DD_ERR_UNAVAILABLE, DD_ERR_NOMEM), which rpc.c maps to the same gRPC
+ * statuses. On error the response must not be sent. Responses are
+ * initialised here. */
+
+/* RecordDelivery: the ids go to recent deliveries (dd_recent_record);
+ * delivered_at_ms 0 = now. Redis down or timing out: DD_ERR_UNAVAILABLE
+ * (nothing was recorded, or not for sure). Empty item_ids is
+ * DD_ERR_INVALID. Scratch lives in ARENA. */
+int dd_record_delivery(dd_record *r, dd_arena *arena,
+                       const Dedup__V1__RecordDeliveryRequest *req,
+                       Dedup__V1__RecordDeliveryResponse *resp, char *err, size_t errlen);
+
+/* RecordPlays: every play is validated first (a bad one rejects the whole
+ * request, nothing written); played_at_ms 0 = now by the history's clock;
+ * plays older than the retention are counted in resp->expired and
+ * skipped; a play dated more than history.max_future_ms ahead is
+ * DD_ERR_INVALID naming plays[i].played_at_ms. The rest go in one batch,
+ * one operand per segment, and are durable and visible to the next Filter
+ * when this returns 0. A write error is DD_ERR_UNAVAILABLE. Scratch lives
+ * in ARENA. */
+int dd_record_plays(dd_record *r, dd_arena *arena, const Dedup__V1__RecordPlaysRequest *req,
+                    Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen);
+
+/* ForgetUser: delete the user's plays, then deliveries. Either store
+ * failing is DD_ERR_UNAVAILABLE (the call is idempotent: retry it). */
+int dd_record_forget(dd_record *r, const Dedup__V1__ForgetUserRequest *req,
+                     Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen);
+
+/* Process-wide counters since start (atomic), for metrics. Cannot fail. */
+struct dd_record_stats {
+    uint64_t history_errors;     /* history writes that failed */
+    uint64_t deliveries;         /* item ids recorded by RecordDelivery */
+    uint64_t plays;              /* plays written by RecordPlays */
+    uint64_t plays_expired;      /* plays skipped as older than the retention */
+};
+void dd_record_get_stats(struct dd_record_stats *out);
+
+/* Render dedupd_deliveries_recorded_total. (Plays are rendered with
+ * Kafka's, by plays.h; history errors with Filter's, by rpc.c.) */
+void dd_record_collect(dd_prom *p);
+
+#endif

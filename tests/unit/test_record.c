@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * test_record.c - the write RPCs' semantics (record.h) on a real history
+ * and with Redis down (store_fixture.h): RecordPlays validates the whole
+ * request before writing any of it, RecordDelivery fails UNAVAILABLE,
+ * ForgetUser forgets the plays and asks for a retry for the deliveries.
+ * The real-Redis paths are covered by the Python integration test.
+ */
+#include "store_fixture.h"
+#include "testlib.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_future_rejects_whole_request(void)
+{
+    Dedup__V1__RecordPlaysResponse pr;
+    char *items[] = {"fine", "later"};
+    int64_t at[] = {T0, T0 + cfg.history.max_future_ms + 60000};
+    CHECK_EQ_INT(play("dave", "", items, at, 2, &pr), DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "plays[1].played_at_ms") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "history.max_future_ms") != NULL, "%s", err);
+    /* Nothing of the request was written. */
+    Dedup__V1__FilterResponse r;
+    char *ids[] = {"fine"};
+    CHECK_EQ_INT(filter("dave", ids, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 1);
+    /* Within max_future_ms is fine. */
+    int64_t soon[] = {T0, T0 + 1000};
+    CHECK_EQ_INT(play("dave", "", items, soon, 2, &pr), DD_OK);
+    CHECK_EQ_INT(pr.accepted, 2);
+}
+
+
+static void test_bad_input(void)
+{
+    char *ids[] = {"ok", "0123456789012345678901234567890123456789012345678901234567890123456789"};
+    Dedup__V1__RecordPlaysResponse pr;
+    char *items[] = {"good", ""};
+    CHECK_EQ_INT(play("u", "", items, NULL, 2, &pr), DD_ERR_INVALID);
+    CHECK_STR(err, "plays[1].item_id is empty");
+    int64_t neg[] = {T0, -5};
+    char *items2[] = {"good", "bad"};
+    CHECK_EQ_INT(play("u", "", items2, neg, 2, &pr), DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "plays[1].played_at_ms is negative") != NULL, "%s", err);
+    CHECK_EQ_INT(play("", "", items2, NULL, 2, &pr), DD_ERR_INVALID);
+    CHECK_STR(err, "user_id is empty");
+
+    Dedup__V1__ForgetUserRequest fr = DEDUP__V1__FORGET_USER_REQUEST__INIT;
+    Dedup__V1__ForgetUserResponse fresp;
+    CHECK_EQ_INT(dd_record_forget(wr, &fr, &fresp, err, sizeof err), DD_ERR_INVALID);
+    CHECK_STR(err, "user_id is empty");
+
+    Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
+    Dedup__V1__RecordDeliveryResponse dresp;
+    dr.user_id = "u";
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_STR(err, "item_ids is empty");
+    dr.item_ids = ids;
+    dr.n_item_ids = 2;
+    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_STR(err, "item_ids[1] is 70 bytes, longer than rpc.max_id_bytes=64");
+}
+
+static void test_redis_down_writes(void)
+{
+    Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
+    Dedup__V1__RecordDeliveryResponse dresp;
+    char *ids[] = {"d1"};
+    dr.user_id = "erin";
+    dr.item_ids = ids;
+    dr.n_item_ids = 1;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
+                 DD_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(err, "recent deliveries unavailable") != NULL, "%s", err);
+
+    /* ForgetUser: the plays go even though Redis is down, and the caller
+     * is told to retry (UNAVAILABLE) for the deliveries. */
+    Dedup__V1__RecordPlaysResponse pr;
+    char *items[] = {"e1"};
+    CHECK_EQ_INT(play("erin", "", items, NULL, 1, &pr), DD_OK);
+    Dedup__V1__FilterResponse r;
+    CHECK_EQ_INT(filter("erin", items, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 0);
+    Dedup__V1__ForgetUserRequest fr = DEDUP__V1__FORGET_USER_REQUEST__INIT;
+    Dedup__V1__ForgetUserResponse fresp;
+    fr.user_id = "erin";
+    CHECK_EQ_INT(dd_record_forget(wr, &fr, &fresp, err, sizeof err), DD_ERR_UNAVAILABLE);
+    CHECK_MSG(strstr(err, "plays forgotten") != NULL, "%s", err);
+    CHECK_EQ_INT(filter("erin", items, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
+                 DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 1);
+}
+
+
+int main(void)
+{
+    setup();
+    test_future_rejects_whole_request();
+    test_bad_input();
+    test_redis_down_writes();
+    teardown();
+    TEST_MAIN_END();
+}
