@@ -149,10 +149,12 @@ int main(int argc, char **argv)
     dd_recent *rec;
     dd_filter *flt;
     dd_record *wr;
-    if (dd_history_open(&hist, &cfg, NULL, err, sizeof err) != DD_OK) die("history", err);
-    if (dd_recent_new(&rec, &cfg, err, sizeof err) != DD_OK) die("recent", err);
-    if (dd_filter_new(&flt, &cfg, hist, rec, err, sizeof err) != DD_OK) die("filter", err);
-    if (dd_record_new(&wr, &cfg, hist, rec, err, sizeof err) != DD_OK) die("record", err);
+    if (dd_history_open(&hist, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) die("history", err);
+    if (dd_recent_new(&rec, &cfg.recent, err, sizeof err) != DD_OK) die("recent", err);
+    struct dd_filter_conf fconf_flt = dd_config_filter_conf(&cfg);
+    if (dd_filter_new(&flt, &fconf_flt, hist, rec, err, sizeof err) != DD_OK) die("filter", err);
+    struct dd_record_conf rconf_wr = dd_config_record_conf(&cfg);
+    if (dd_record_new(&wr, &rconf_wr, hist, rec, err, sizeof err) != DD_OK) die("record", err);
     dd_arena *arena = dd_arena_new(0, 0);
     if (!arena) die("arena", "out of memory");
 
@@ -181,8 +183,9 @@ int main(int argc, char **argv)
     if (reopen) {
         dd_filter_free(flt);
         dd_history_close(hist);
-        if (dd_history_open(&hist, &cfg, NULL, err, sizeof err) != DD_OK) die("history", err);
-        if (dd_filter_new(&flt, &cfg, hist, rec, err, sizeof err) != DD_OK) die("filter", err);
+        if (dd_history_open(&hist, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) die("history", err);
+        struct dd_filter_conf fconf_flt = dd_config_filter_conf(&cfg);
+        if (dd_filter_new(&flt, &fconf_flt, hist, rec, err, sizeof err) != DD_OK) die("filter", err);
     }
 
     /* The request, packed by protobuf-c as a client would send it. */

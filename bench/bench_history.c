@@ -210,7 +210,7 @@ static int read_merge(struct dd_config *cfg, const char *path, int64_t now)
     struct dd_history_clock clk = {bench_clock, NULL};
     dd_history *h = NULL;
     atomic_store(&clock_now, now);
-    if (dd_history_open(&h, cfg, &clk, err, sizeof err)) die("open", err);
+    if (dd_history_open(&h, &cfg->history, &cfg->rocksdb, &clk, err, sizeof err)) die("open", err);
     uint32_t seg;
     if (dd_history_place(h, now, &seg) != DD_HISTORY_PLACE_OK) die("place", "today");
     printf("bench_history --read-merge: segment_days=%u fp_rate=%.4f dir=%s\n",
@@ -233,7 +233,7 @@ static int read_merge(struct dd_config *cfg, const char *path, int64_t now)
     rm_write(h, "batch", seg, hs, MID);
     dd_history_close(h);
     h = NULL;
-    if (dd_history_open(&h, cfg, &clk, err, sizeof err)) die("reopen", err);
+    if (dd_history_open(&h, &cfg->history, &cfg->rocksdb, &clk, err, sizeof err)) die("reopen", err);
     /* ops-flush: 20 writes of 500, flushed */
     for (uint32_t w = 0; w < 20; w++) {
         for (uint32_t i = 0; i < 500; i++) hs[i] = rm_play(2, w * 500 + i);
@@ -336,7 +336,7 @@ int main(int argc, char **argv)
 
     struct dd_history_clock clk = {bench_clock, NULL};
     dd_history *h = NULL;
-    if (dd_history_open(&h, &cfg, &clk, err, sizeof err)) die("open", err);
+    if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, &clk, err, sizeof err)) die("open", err);
 
     uint32_t s_max = (cfg.history.retention_days + segment_days - 1) / segment_days + 1;
     printf("bench_history: users=%u segment_days=%u retention_days=%u fp_rate=%.4f "

@@ -274,9 +274,9 @@ int main(int argc, char **argv)
 
     /* 2. Ingest them. */
     dd_history *h = NULL;
-    if (dd_history_open(&h, &cfg, NULL, err, sizeof err) != DD_OK) die("history", err);
+    if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) die("history", err);
     dd_ingest *in = NULL;
-    if (dd_ingest_new(&in, &cfg, h, err, sizeof err) != DD_OK) die("ingest", err);
+    if (dd_ingest_new(&in, &cfg.ingest, &cfg.window, &cfg.kafka, h, err, sizeof err) != DD_OK) die("ingest", err);
     struct dd_history_stats hs0, hs1;
     dd_history_get_stats(h, &hs0);
     if (dd_ingest_start(in) != DD_OK) die("ingest", "cannot start");

@@ -6,7 +6,6 @@
  */
 #include "admin.h"
 #include "addr.h"
-#include "config.h"
 #include "dd.h"
 #include "log.h"
 
@@ -338,7 +337,8 @@ static void stop_watchdog(dd_admin *a)
 
 /* ---- lifecycle ------------------------------------------------------- */
 
-int dd_admin_new(dd_admin **out, const struct dd_config *cfg, char *err, size_t errlen)
+int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_required,
+                 char *err, size_t errlen)
 {
     *out = NULL;
     dd_admin *a = calloc(1, sizeof *a);
@@ -350,8 +350,8 @@ int dd_admin_new(dd_admin **out, const struct dd_config *cfg, char *err, size_t 
     bool lock_ok = false, wd_lock_ok = false;
     for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) atomic_init(&a->ready[c], false);
     atomic_init(&a->stopping, false);
-    a->ingest_required = cfg->ingest.enabled;
-    a->drain_ms = cfg->admin.drain_ms;
+    a->ingest_required = ingest_required;
+    a->drain_ms = conf->drain_ms;
     if (pthread_mutex_init(&a->lock, NULL) != 0) goto err;
     lock_ok = true;
     if (pthread_mutex_init(&a->wd_lock, NULL) != 0) goto err;
@@ -359,10 +359,10 @@ int dd_admin_new(dd_admin **out, const struct dd_config *cfg, char *err, size_t 
     if ((rc = dd_metrics_new(&a->metrics)) != DD_OK) goto err;
     if ((rc = dd_metrics_add(a->metrics, collect_process, a)) != DD_OK) goto err;
 
-    if (cfg->admin.listen[0]) {
+    if (conf->listen[0]) {
         int fd;
         bool v6;
-        if ((rc = listen_on(cfg->admin.listen, &fd, &v6, err, errlen)) != DD_OK) goto err_msg;
+        if ((rc = listen_on(conf->listen, &fd, &v6, err, errlen)) != DD_OK) goto err_msg;
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
         if (v6) flags |= MHD_USE_IPv6;
         a->httpd = MHD_start_daemon(flags, 0, NULL, NULL, handle, a,
@@ -373,7 +373,7 @@ int dd_admin_new(dd_admin **out, const struct dd_config *cfg, char *err, size_t 
         if (!a->httpd) {
             close(fd);
             snprintf(err, errlen, "admin.listen: cannot start the HTTP server on %s",
-                     cfg->admin.listen);
+                     conf->listen);
             rc = DD_ERR_IO;
             goto err_msg;
         }

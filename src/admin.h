@@ -36,7 +36,11 @@
 
 #include "metrics.h"
 
-struct dd_config;
+/* The admin listener's settings (admin.* in conf/dedupd.conf). */
+struct dd_admin_conf {
+    char *listen;               /* host:port for /metrics, /healthz, /readyz; "" = off */
+    uint32_t drain_ms;          /* on shutdown: /readyz says 503 this long before gRPC stops */
+};
 typedef struct dd_admin dd_admin;
 
 enum dd_admin_component {
@@ -46,14 +50,16 @@ enum dd_admin_component {
     DD_ADMIN_COMPONENT_COUNT,
 };
 
-/* Start the listener on cfg->admin.listen (host:port, [v6]:port; port 0
+/* Start the listener on conf->listen (host:port, [v6]:port; port 0
  * picks a free port; "" = no listener, readiness and sd_notify still
  * work) and, if the service manager set WATCHDOG_USEC for this process,
- * the watchdog thread. Nothing is ready yet: /readyz answers 503. Returns
+ * the watchdog thread. INGEST_REQUIRED (ingest.enabled): readiness also
+ * waits for DD_ADMIN_INGEST. Nothing is ready yet: /readyz answers 503. Returns
  * 0, DD_ERR_INVALID (bad address) or DD_ERR_IO (cannot bind or start),
  * with a message naming admin.listen in err, or DD_ERR_NOMEM; *out is NULL
  * on error. Free with dd_admin_free. */
-int dd_admin_new(dd_admin **out, const struct dd_config *cfg, char *err, size_t errlen);
+int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_required,
+                 char *err, size_t errlen);
 
 /* Stop the listener and the watchdog and free everything. Detach modules
  * first. NULL is a no-op. */

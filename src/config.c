@@ -864,3 +864,13 @@ int dd_config_write(const struct dd_config *c, FILE *out)
     }
     return fflush(out) == 0 && !ferror(out) ? DD_OK : DD_ERR_IO;
 }
+
+struct dd_filter_conf dd_config_filter_conf(const struct dd_config *c)
+{
+    return (struct dd_filter_conf){c->rpc.max_candidates, c->rpc.max_id_bytes, c->recent.size};
+}
+
+struct dd_record_conf dd_config_record_conf(const struct dd_config *c)
+{
+    return (struct dd_record_conf){c->rpc.max_candidates, c->rpc.max_id_bytes};
+}

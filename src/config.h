@@ -10,7 +10,8 @@
  * sections: any key there is handed to librdkafka / RocksDB as is (checked
  * by them when the consumer or the store is created, not here).
  *
- * Strings in struct dd_config are owned by it (malloc'd; never NULL after
+ * Strings in struct dd_config (and so in the module settings it holds) are
+ * owned by it (malloc'd; never NULL after
  * dd_config_init) and released by dd_config_free.
  */
 #ifndef DD_CONFIG_H
@@ -21,72 +22,40 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* One key = value of a pass-through section, in file order. */
-struct dd_config_kv {
-    char *key;   /* without the section, e.g. "bootstrap.servers" */
-    char *value;
-};
+#include "admin.h"
+#include "dd.h"
+#include "filter.h"
+#include "history.h"
+#include "ingest.h"
+#include "recent.h"
+#include "record.h"
+#include "rpc.h"
+#include "window.h"
 
-struct dd_config_list {
-    struct dd_config_kv *items;
-    size_t len, cap;
+/* Each module declares its own settings (struct dd_<module>_conf in its
+ * header, as memcached's extstore.h does) and is handed only those; this
+ * file maps the operator's keys onto them. */
+struct dd_log_conf {
+    char *level;                /* debug, info, warn, error */
+    char *file;                 /* "" = stderr */
 };
 
 struct dd_config {
-    struct {
-        char *path;                 /* RocksDB directory */
-        uint32_t segment_days;      /* days per time segment */
-        uint32_t retention_days;    /* plays are remembered at least this long */
-        double fp_rate;             /* union false-positive bound over a user's live segments */
-        uint32_t max_successive_merges; /* pending merge operands per key in a memtable */
-        uint64_t block_cache_mb;    /* RocksDB block cache */
-        bool sync;                  /* fsync the WAL on every write batch */
-        int64_t max_future_ms;      /* plays dated further ahead than this are rejected */
-    } history;
-    struct {
-        bool enabled;               /* false: run without Kafka */
-        char *topic;
-        char *format;               /* "json" or "protobuf" */
-        char *dead_letter_topic;    /* "" = none */
-        uint32_t max_id_bytes;      /* longer user or item ids are rejected */
-        bool wal;                   /* write plays through RocksDB's WAL */
-        uint32_t durable_interval_ms; /* wal=false: flush + commit at least this often */
-    } ingest;
-    struct {
-        uint32_t flush_ms;          /* flush pending plays at least this often */
-        uint64_t max_bytes;         /* flush early when pending memory passes this */
-    } window;
-    struct {
-        char *redis;                /* host:port */
-        char *password;             /* "" = no AUTH */
-        uint32_t size;              /* deliveries kept per (scene, user) */
-        uint32_t ttl_s;             /* expiry of an idle user's set */
-        uint32_t timeout_ms;        /* per Redis call */
-    } recent;
-    struct {
-        char *listen;               /* host:port for gRPC */
-        uint32_t threads;           /* worker threads, one completion queue each */
-        uint32_t prepost;           /* calls pre-posted per method per worker */
-        uint32_t max_candidates;    /* Filter requests with more get RESOURCE_EXHAUSTED */
-        uint32_t max_id_bytes;      /* longer user or item ids get INVALID_ARGUMENT */
-        uint32_t max_message_bytes; /* largest request accepted */
-        char *tls_cert;             /* PEM file; "" = plaintext */
-        char *tls_key;
-        uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
-        char *poller;               /* grpc poll strategy: poll or epoll1 (dd_rpc_process_init) */
-        uint32_t spin_us;           /* a worker polls without blocking this long after a call */
-    } rpc;
-    struct {
-        char *listen;               /* host:port for /metrics, /healthz, /readyz; "" = off */
-        uint32_t drain_ms;          /* on shutdown: /readyz says 503 this long before gRPC stops */
-    } admin;
-    struct {
-        char *level;                /* debug, info, warn, error */
-        char *file;                 /* "" = stderr */
-    } log;
+    struct dd_history_conf history;
+    struct dd_ingest_conf ingest;
+    struct dd_window_conf window;
+    struct dd_recent_conf recent;
+    struct dd_rpc_conf rpc;
+    struct dd_admin_conf admin;
+    struct dd_log_conf log;
     struct dd_config_list kafka;    /* pass-through to librdkafka */
     struct dd_config_list rocksdb;  /* pass-through to RocksDB options */
 };
+
+/* The settings of a Filter decider and of a writer (rpc.* and recent.size),
+ * for callers that build them outside the RPC layer (tests, benchmarks). */
+struct dd_filter_conf dd_config_filter_conf(const struct dd_config *c);
+struct dd_record_conf dd_config_record_conf(const struct dd_config *c);
 
 /* Fill C with the defaults. Returns 0 or DD_ERR_NOMEM (then C holds nothing
  * that needs freeing). */

@@ -49,6 +49,18 @@ int64_t dd_now_ms(void);
 /* Monotonic clock in nanoseconds, for durations and deadlines. */
 int64_t dd_mono_ns(void);
 
+/* One key = value of a pass-through section ([kafka], [rocksdb]), in file
+ * order; handed to librdkafka / RocksDB as is. Owned by struct dd_config. */
+struct dd_config_kv {
+    char *key;   /* without the section, e.g. "bootstrap.servers" */
+    char *value;
+};
+
+struct dd_config_list {
+    struct dd_config_kv *items;
+    size_t len, cap;
+};
+
 #define DD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define DD_MS_PER_DAY INT64_C(86400000)
 

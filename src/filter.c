@@ -10,7 +10,6 @@
 #include "arena.h"
 #include "bloom.h"
 #include "candset.h"
-#include "config.h"
 #include "dd.h"
 #include "history.h"
 #include "log.h"
@@ -52,7 +51,7 @@ static struct dd_histogram candidates_hist = {.bounds = dd_metrics_count_bounds,
 static struct dd_log_limit recent_limit, history_limit;
 
 
-int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *history,
+int dd_filter_new(dd_filter **out, const struct dd_filter_conf *conf, dd_history *history,
                   dd_recent *recent, char *err, size_t errlen)
 {
     *out = NULL;
@@ -60,11 +59,11 @@ int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *hist
     if (!f) goto nomem;
     f->history = history;
     f->recent = recent;
-    f->max_candidates = cfg->rpc.max_candidates;
-    f->max_id_bytes = cfg->rpc.max_id_bytes;
+    f->max_candidates = conf->max_candidates;
+    f->max_id_bytes = conf->max_id_bytes;
     /* A little more than recent.size: a set trimmed concurrently by another
      * writer may briefly hold one or two more. */
-    f->recent_cap = (size_t)cfg->recent.size + 16;
+    f->recent_cap = (size_t)conf->recent_size + 16;
     f->recent_hashes = calloc(f->recent_cap, sizeof *f->recent_hashes);
     if (!f->recent_hashes) goto nomem;
     if (dd_candset_init(&f->cands, f->max_candidates < 20000 ? f->max_candidates : 20000) !=

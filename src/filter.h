@@ -64,18 +64,23 @@
 
 #include "dedup.pb-c.h"
 
-struct dd_config;
+/* A decider's limits: rpc.max_candidates, rpc.max_id_bytes, recent.size. */
+struct dd_filter_conf {
+    uint32_t max_candidates;    /* more candidates: DD_ERR_LIMIT */
+    uint32_t max_id_bytes;      /* a longer user or item id: DD_ERR_INVALID */
+    uint32_t recent_size;       /* deliveries Redis keeps per (scene, user) */
+};
+
 typedef struct dd_arena dd_arena;
 typedef struct dd_history dd_history;
 typedef struct dd_recent dd_recent;
 typedef struct dd_filter dd_filter;
 
 /* Create a filter over HISTORY (shared, borrowed) and RECENT (this
- * thread's connection, borrowed); the limits rpc.max_candidates,
- * rpc.max_id_bytes and recent.size are copied from CFG. Both handles must
+ * thread's connection, borrowed); CONF is copied. Both handles must
  * outlive the filter. Returns 0 or DD_ERR_NOMEM (message in err); *out is
  * NULL on error. Free with dd_filter_free. */
-int dd_filter_new(dd_filter **out, const struct dd_config *cfg, dd_history *history,
+int dd_filter_new(dd_filter **out, const struct dd_filter_conf *conf, dd_history *history,
                   dd_recent *recent, char *err, size_t errlen);
 void dd_filter_free(dd_filter *f); /* NULL is a no-op */
 

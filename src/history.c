@@ -40,7 +40,6 @@
 #include "bloom.h"
 #include "buf.h"
 #include "candset.h"
-#include "config.h"
 #include "dd.h"
 #include "fold.h"
 #include "log.h"
@@ -106,7 +105,7 @@ static int64_t now_ms(const dd_history *h)
 
 /* ---- open / close --------------------------------------------------------- */
 
-/* Apply cfg->rocksdb to BASE into a new options object (*out). On a bad
+/* Apply the rocksdb.* pass-through list L to BASE into a new options object (*out). On a bad
  * option, find which key it is by trying each alone. */
 static int apply_passthrough(rocksdb_options_t *base, const struct dd_config_list *l,
                              rocksdb_options_t **out, char *err, size_t errlen)
@@ -154,16 +153,19 @@ static int apply_passthrough(rocksdb_options_t *base, const struct dd_config_lis
     return DD_ERR_INVALID;
 }
 
-int dd_history_open(dd_history **out, const struct dd_config *cfg,
+int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
+                    const struct dd_config_list *rocksdb,
                     const struct dd_history_clock *clock, char *err, size_t errlen)
 {
+    static const struct dd_config_list no_options;
     *out = NULL;
+    if (!rocksdb) rocksdb = &no_options;
     const char *bad = NULL;
-    if (cfg->history.segment_days == 0) bad = "history.segment_days";
-    else if (cfg->history.retention_days == 0) bad = "history.retention_days";
-    else if (!(cfg->history.fp_rate > 0 && cfg->history.fp_rate < 1)) bad = "history.fp_rate";
-    else if (cfg->history.max_future_ms < 0) bad = "history.max_future_ms";
-    else if (!cfg->history.path || !cfg->history.path[0]) bad = "history.path";
+    if (conf->segment_days == 0) bad = "history.segment_days";
+    else if (conf->retention_days == 0) bad = "history.retention_days";
+    else if (!(conf->fp_rate > 0 && conf->fp_rate < 1)) bad = "history.fp_rate";
+    else if (conf->max_future_ms < 0) bad = "history.max_future_ms";
+    else if (!conf->path || !conf->path[0]) bad = "history.path";
     if (bad) {
         dd_set_err(err, errlen, "%s: invalid value", bad);
         return DD_ERR_INVALID;
@@ -175,9 +177,9 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
         return DD_ERR_NOMEM;
     }
     if (clock) h->clock = *clock;
-    h->max_future_ms = cfg->history.max_future_ms;
-    struct dd_segments g = {cfg->history.segment_days, cfg->history.retention_days};
-    dd_fold_init(&h->fold, &g, cfg->history.fp_rate, h->clock.now_ms, h->clock.ud);
+    h->max_future_ms = conf->max_future_ms;
+    struct dd_segments g = {conf->segment_days, conf->retention_days};
+    dd_fold_init(&h->fold, &g, conf->fp_rate, h->clock.now_ms, h->clock.ud);
 
     int rc = DD_ERR_IO;
     rocksdb_options_t *base = rocksdb_options_create();
@@ -185,7 +187,7 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     rocksdb_options_set_create_missing_column_families(base, 1);
     rocksdb_options_increase_parallelism(base, 2);
     rocksdb_options_set_level_compaction_dynamic_level_bytes(base, 1);
-    rocksdb_options_set_max_successive_merges(base, cfg->history.max_successive_merges);
+    rocksdb_options_set_max_successive_merges(base, conf->max_successive_merges);
     /* LZ4 above the bottom level, where fresh flushes hold small operands
      * whose blocks compress well (keys, 8-byte sequence/type trailers).
      * None at the bottom, which holds the folded filters: Golomb-coded
@@ -212,7 +214,7 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     /* Reads are whole-key MultiGets of 4-5 keys: a whole-key bloom filter
      * answers "no such segment" without touching data blocks, and keeps
      * users with no history cheap. No prefix extractor: nothing seeks. */
-    uint64_t cache_bytes = cfg->history.block_cache_mb << 20;
+    uint64_t cache_bytes = conf->block_cache_mb << 20;
     h->cache = rocksdb_cache_create_lru(cache_bytes ? (size_t)cache_bytes : 1);
     rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(t, h->cache);
@@ -237,7 +239,7 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
         goto fail;
     }
     rocksdb_options_t *opts = NULL;
-    rc = apply_passthrough(tuned, &cfg->rocksdb, &opts, err, errlen);
+    rc = apply_passthrough(tuned, rocksdb, &opts, err, errlen);
     rocksdb_options_destroy(tuned);
     if (rc != 0) {
         if (rc == DD_ERR_NOMEM) dd_set_err(err, errlen, "out of memory");
@@ -249,9 +251,9 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
     const char *cf_names[1] = {"default"};
     const rocksdb_options_t *cf_opts[1] = {opts};
     rocksdb_column_family_handle_t *cfs[1] = {NULL};
-    h->db = rocksdb_open_column_families(opts, cfg->history.path, 1, cf_names, cf_opts, cfs, &e);
+    h->db = rocksdb_open_column_families(opts, conf->path, 1, cf_names, cf_opts, cfs, &e);
     if (e) {
-        dd_set_err(err, errlen, "%s: %s", cfg->history.path, e);
+        dd_set_err(err, errlen, "%s: %s", conf->path, e);
         rocksdb_free(e);
         h->db = NULL;
         rc = DD_ERR_IO;
@@ -261,7 +263,7 @@ int dd_history_open(dd_history **out, const struct dd_config *cfg,
 
     h->ropts = rocksdb_readoptions_create();
     h->wopts = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_set_sync(h->wopts, cfg->history.sync ? 1 : 0);
+    rocksdb_writeoptions_set_sync(h->wopts, conf->sync ? 1 : 0);
     h->wopts_unlogged = rocksdb_writeoptions_create();
     rocksdb_writeoptions_disable_WAL(h->wopts_unlogged, 1);
     h->fopts = rocksdb_flushoptions_create();
@@ -309,6 +311,11 @@ void dd_history_close(dd_history *h)
 }
 
 /* ---- time ----------------------------------------------------------------- */
+
+int64_t dd_history_max_future_ms(const dd_history *h)
+{
+    return h->max_future_ms;
+}
 
 int64_t dd_history_now_ms(const dd_history *h)
 {

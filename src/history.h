@@ -62,7 +62,20 @@
 #define DD_SCENE_MAX 255
 #define DD_USER_MAX 65535
 
-struct dd_config;
+struct dd_config_list;
+
+/* The store's settings (history.* in conf/dedupd.conf). Strings are
+ * borrowed for the call that takes them. */
+struct dd_history_conf {
+    char *path;                 /* RocksDB directory */
+    uint32_t segment_days;      /* days per time segment */
+    uint32_t retention_days;    /* plays are remembered at least this long */
+    double fp_rate;             /* union false-positive bound over a user's live segments */
+    uint32_t max_successive_merges; /* pending merge operands per key in a memtable */
+    uint64_t block_cache_mb;    /* RocksDB block cache */
+    bool sync;                  /* fsync the WAL on every write batch */
+    int64_t max_future_ms;      /* plays dated further ahead than this are rejected */
+};
 
 typedef struct dd_history dd_history;
 typedef struct dd_history_batch dd_history_batch;
@@ -73,11 +86,12 @@ struct dd_history_clock {
     void *ud;
 };
 
-/* Open (creating if missing) the store at cfg->history.path with
- * cfg->rocksdb pass-through options. CLOCK is copied; NULL = wall clock.
+/* Open (creating if missing) the store at conf->path with the ROCKSDB
+ * pass-through options (NULL = none). CLOCK is copied; NULL = wall clock.
  * On error returns DD_ERR_INVALID (bad option) or DD_ERR_IO with a message
  * in err, and *out is NULL. Caller closes with dd_history_close. */
-int dd_history_open(dd_history **out, const struct dd_config *cfg,
+int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
+                    const struct dd_config_list *rocksdb,
                     const struct dd_history_clock *clock, char *err, size_t errlen);
 
 /* Close the store: syncs the WAL and flushes the memtables first, so
@@ -94,6 +108,9 @@ enum dd_history_place {
     DD_HISTORY_PLACE_FUTURE = 2,
 };
 enum dd_history_place dd_history_place(const dd_history *h, int64_t at_ms, uint32_t *segment);
+
+/* history.max_future_ms as opened. Cannot fail. */
+int64_t dd_history_max_future_ms(const dd_history *h);
 
 /* Current time by the store's clock, in ms. */
 int64_t dd_history_now_ms(const dd_history *h);

@@ -41,7 +41,6 @@
  */
 #include "ingest.h"
 
-#include "config.h"
 #include "dd.h"
 #include "log.h"
 #include "metrics.h"
@@ -960,25 +959,26 @@ fail:
     return NULL;
 }
 
-int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *history,
-                  char *err, size_t errlen)
+int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
+                  const struct dd_window_conf *window, const struct dd_config_list *kafka,
+                  dd_history *history, char *err, size_t errlen)
 {
     *out = NULL;
-    int fmt = dd_playevent_format_parse(cfg->ingest.format);
+    int fmt = dd_playevent_format_parse(conf->format);
     if (fmt < 0) {
-        snprintf(err, errlen, "ingest.format: \"%s\" is not json or protobuf", cfg->ingest.format);
+        snprintf(err, errlen, "ingest.format: \"%s\" is not json or protobuf", conf->format);
         return DD_ERR_INVALID;
     }
-    if (!cfg->ingest.topic[0]) {
+    if (!conf->topic[0]) {
         snprintf(err, errlen, "ingest.topic: must not be empty");
         return DD_ERR_INVALID;
     }
-    uint64_t per_window = cfg->window.max_bytes / 2;
+    uint64_t per_window = window->max_bytes / 2;
     if (per_window < DD_WINDOW_MIN_BYTES) {
         snprintf(err, errlen, "window.max_bytes: at least %u", 2 * DD_WINDOW_MIN_BYTES);
         return DD_ERR_INVALID;
     }
-    if (cfg->window.flush_ms == 0) {
+    if (window->flush_ms == 0) {
         snprintf(err, errlen, "window.flush_ms: must be at least 1");
         return DD_ERR_INVALID;
     }
@@ -986,12 +986,12 @@ int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *hist
     if (!in) goto nomem;
     int rc = DD_ERR_NOMEM;
     in->h = history;
-    in->flush_ms = cfg->window.flush_ms;
+    in->flush_ms = window->flush_ms;
     /* About a quarter of a window (some 64 bytes a play): 131,072 plays
      * at the default window.max_bytes. */
     in->early_plays = (size_t)(per_window / 256);
-    in->wal = cfg->ingest.wal;
-    in->durable_ns = (int64_t)cfg->ingest.durable_interval_ms * 1000000;
+    in->wal = conf->wal;
+    in->durable_ns = (int64_t)conf->durable_interval_ms * 1000000;
     in->format = fmt == DD_PLAYEVENT_JSON ? "json" : "protobuf";
     atomic_init(&in->stop, 0);
     atomic_store(&in->st.lag, -1);
@@ -1019,12 +1019,12 @@ int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *hist
         goto nomem;
     }
     dd_histogram_init(&in->flush_hist, dd_metrics_flush_bounds, DD_METRICS_FLUSH_BOUNDS_LEN);
-    in->topic = strdup(cfg->ingest.topic);
+    in->topic = strdup(conf->topic);
     if (!in->topic) goto err;
-    if (cfg->ingest.dead_letter_topic[0] && !(in->dlq_topic = strdup(cfg->ingest.dead_letter_topic)))
+    if (conf->dead_letter_topic[0] && !(in->dlq_topic = strdup(conf->dead_letter_topic)))
         goto err;
     if ((rc = dd_playevent_decoder_new(&in->dec, (enum dd_playevent_format)fmt,
-                                       cfg->ingest.max_id_bytes)) != DD_OK) {
+                                       conf->max_id_bytes)) != DD_OK) {
         snprintf(err, errlen, rc == DD_ERR_INVALID ? "ingest.max_id_bytes: must be at least 1"
                                                    : "out of memory");
         goto err_set;
@@ -1035,9 +1035,9 @@ int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *hist
     for (int i = 0; i < 2; i++)
         if (dd_window_new(&in->slots[i].w, history, per_window) != DD_OK) goto err;
     rc = DD_ERR_INVALID;
-    if (!(in->rk = kafka_new(in, RD_KAFKA_CONSUMER, &cfg->kafka, err, errlen))) goto err_set;
+    if (!(in->rk = kafka_new(in, RD_KAFKA_CONSUMER, kafka, err, errlen))) goto err_set;
     if (in->dlq_topic &&
-        !(in->dlq = kafka_new(in, RD_KAFKA_PRODUCER, &cfg->kafka, err, errlen)))
+        !(in->dlq = kafka_new(in, RD_KAFKA_PRODUCER, kafka, err, errlen)))
         goto err_set;
     /* Every event (rebalance, errors, stats) through the consumer queue,
      * which the poll thread reads in batches. */

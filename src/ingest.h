@@ -29,25 +29,38 @@
 #include <stdint.h>
 
 #include "history.h"
+#include "window.h"
 
-struct dd_config;
+struct dd_config_list;
+
+/* The consumer's settings (ingest.* in conf/dedupd.conf). */
+struct dd_ingest_conf {
+    bool enabled;               /* false: run without Kafka (main does not create one) */
+    char *topic;
+    char *format;               /* "json" or "protobuf" */
+    char *dead_letter_topic;    /* "" = none */
+    uint32_t max_id_bytes;      /* longer user or item ids are rejected */
+    bool wal;                   /* write plays through RocksDB's WAL */
+    uint32_t durable_interval_ms; /* wal=false: flush + commit at least this often */
+};
 
 typedef struct dd_ingest dd_ingest;
 
 /* Create the consumer (and the dead-letter producer, if configured) from
- * CFG: ingest.*, window.*, history.max_future_ms and every kafka.* key,
- * which is passed to librdkafka as is. Defaults that differ from
+ * CONF, WINDOW and every key of KAFKA, which is passed to librdkafka as
+ * is. Defaults that differ from
  * librdkafka's unless set: partition.assignment.strategy=cooperative-sticky,
  * enable.auto.commit=false (commits are explicit, after each durable write),
  * auto.offset.reset=earliest, statistics.interval.ms=5000,
  * queued.min.messages=1000000 (see ingest.c).
  * enable.auto.offset.store is always false (setting it true is an error).
  * Nothing connects yet. HISTORY is borrowed and must outlive the ingest;
- * CFG is only read during the call. Returns 0, DD_ERR_INVALID (a bad
+ * CONF, WINDOW and KAFKA are only read during the call. Returns 0, DD_ERR_INVALID (a bad
  * setting: err names the key) or DD_ERR_NOMEM; *out is NULL on error.
  * Free with dd_ingest_free. */
-int dd_ingest_new(dd_ingest **out, const struct dd_config *cfg, dd_history *history,
-                  char *err, size_t errlen);
+int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
+                  const struct dd_window_conf *window, const struct dd_config_list *kafka,
+                  dd_history *history, char *err, size_t errlen);
 
 /* Subscribe and start the poll and flush threads. Returns 0, DD_ERR_STATE
  * (already started), DD_ERR_UNAVAILABLE (subscribe failed) or DD_ERR_NOMEM

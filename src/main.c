@@ -123,7 +123,7 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    if (dd_rpc_process_init(&cfg, err, sizeof err) != DD_OK) {
+    if (dd_rpc_process_init(&cfg.rpc, err, sizeof err) != DD_OK) {
         fprintf(stderr, "dedupd: %s\n", err);
         goto out;
     }
@@ -141,7 +141,7 @@ int main(int argc, char **argv)
     /* The admin listener before anything else: /healthz answers and
      * /readyz says 503 (with why) while the store opens; readiness flips as
      * each component is attached. */
-    if (dd_admin_new(&admin, &cfg, err, sizeof err) != DD_OK) {
+    if (dd_admin_new(&admin, &cfg.admin, cfg.ingest.enabled, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot start the admin listener\" error=\"%s\"", err);
         goto out;
     }
@@ -156,7 +156,7 @@ int main(int argc, char **argv)
         dd_info("main", "msg=\"admin listening\" admin=%s",
                 bound_addr(addrbuf, sizeof addrbuf, cfg.admin.listen, dd_admin_port(admin)));
 
-    if (dd_history_open(&history, &cfg, NULL, err, sizeof err) != DD_OK) {
+    if (dd_history_open(&history, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"",
                  cfg.history.path, err);
         goto out;
@@ -170,7 +170,8 @@ int main(int argc, char **argv)
 
     /* Kafka ingest once the store is open; it stops before the store closes. */
     if (cfg.ingest.enabled) {
-        if (dd_ingest_new(&ingest, &cfg, history, err, sizeof err) != DD_OK) {
+        if (dd_ingest_new(&ingest, &cfg.ingest, &cfg.window, &cfg.kafka, history, err,
+                          sizeof err) != DD_OK) {
             dd_error("main", "msg=\"cannot create the Kafka consumer\" error=\"%s\"", err);
             goto out;
         }
@@ -187,7 +188,7 @@ int main(int argc, char **argv)
     }
 
     /* gRPC last: once it answers, everything behind it is up. */
-    if (dd_rpc_new(&rpc, &cfg, history, err, sizeof err) != DD_OK ||
+    if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, err, sizeof err) != DD_OK ||
         dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",
                  cfg.rpc.listen, err);

@@ -52,7 +52,6 @@
 #include "recent.h"
 
 #include "addr.h"
-#include "config.h"
 #include "dd.h"
 #include "log.h"
 #include "metrics.h"
@@ -138,30 +137,31 @@ static int parse_addr(dd_recent *r, const char *addr, char *err, size_t errlen)
     return DD_ERR_INVALID;
 }
 
-int dd_recent_new(dd_recent **out, const struct dd_config *cfg, char *err, size_t errlen)
+int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err,
+                  size_t errlen)
 {
     int rc = DD_ERR_NOMEM;
     dd_recent *r;
 
     *out = NULL;
-    if (cfg->recent.size == 0) {
+    if (conf->size == 0) {
         snprintf(err, errlen, "recent.size: must be at least 1");
         return DD_ERR_INVALID;
     }
-    if (cfg->recent.timeout_ms == 0) {
+    if (conf->timeout_ms == 0) {
         snprintf(err, errlen, "recent.timeout_ms: must be at least 1");
         return DD_ERR_INVALID;
     }
     r = calloc(1, sizeof *r);
     if (!r) goto err;
-    rc = parse_addr(r, cfg->recent.redis, err, errlen);
+    rc = parse_addr(r, conf->redis, err, errlen);
     if (rc != DD_OK) goto err;
     rc = DD_ERR_NOMEM;
-    r->password = strdup(cfg->recent.password);
+    r->password = strdup(conf->password);
     if (!r->password) goto err;
-    r->size = cfg->recent.size;
-    r->ttl_s = cfg->recent.ttl_s;
-    r->timeout_ms = cfg->recent.timeout_ms;
+    r->size = conf->size;
+    r->ttl_s = conf->ttl_s;
+    r->timeout_ms = conf->timeout_ms;
     r->backoff_ms = BACKOFF_MIN_MS;
     r->key_cap = 64;
     r->key = malloc(r->key_cap);

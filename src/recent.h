@@ -20,13 +20,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct dd_config;
+/* The Redis client's settings (recent.* in conf/dedupd.conf). */
+struct dd_recent_conf {
+    char *redis;                /* host:port */
+    char *password;             /* "" = no AUTH */
+    uint32_t size;              /* deliveries kept per (scene, user) */
+    uint32_t ttl_s;             /* expiry of an idle user's set */
+    uint32_t timeout_ms;        /* per Redis call */
+};
+
 typedef struct dd_recent dd_recent;
 
-/* Create a client for cfg->recent.* (copied). Does not connect yet.
+/* Create a client for CONF (copied). Does not connect yet.
  * Returns 0, DD_ERR_INVALID (bad recent.redis address, message in err) or
  * DD_ERR_NOMEM; *out is NULL on error. Free with dd_recent_free. */
-int dd_recent_new(dd_recent **out, const struct dd_config *cfg, char *err, size_t errlen);
+int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err,
+                  size_t errlen);
 void dd_recent_free(dd_recent *r); /* NULL is a no-op */
 
 /* Record N delivered ids (ITEMS[i] of LENS[i] bytes) for (SCENE, USER) at

@@ -8,7 +8,6 @@
 
 #include "api.h"
 #include "arena.h"
-#include "config.h"
 #include "dd.h"
 #include "history.h"
 #include "log.h"
@@ -37,7 +36,7 @@ static struct {
 
 static struct dd_log_limit history_limit;
 
-int dd_record_new(dd_record **out, const struct dd_config *cfg, dd_history *history,
+int dd_record_new(dd_record **out, const struct dd_record_conf *conf, dd_history *history,
                   dd_recent *recent, char *err, size_t errlen)
 {
     *out = NULL;
@@ -45,9 +44,9 @@ int dd_record_new(dd_record **out, const struct dd_config *cfg, dd_history *hist
     if (!r) goto nomem;
     r->history = history;
     r->recent = recent;
-    r->max_candidates = cfg->rpc.max_candidates;
-    r->max_id_bytes = cfg->rpc.max_id_bytes;
-    r->max_future_ms = cfg->history.max_future_ms;
+    r->max_candidates = conf->max_items;
+    r->max_id_bytes = conf->max_id_bytes;
+    r->max_future_ms = dd_history_max_future_ms(history);
     r->batch = dd_history_batch_new();
     if (!r->batch) goto nomem;
     *out = r;

@@ -29,7 +29,13 @@
 
 #include "dedup.pb-c.h"
 
-struct dd_config;
+/* A writer's limits: rpc.max_candidates (items per request) and
+ * rpc.max_id_bytes. */
+struct dd_record_conf {
+    uint32_t max_items;         /* more items in one request: DD_ERR_LIMIT */
+    uint32_t max_id_bytes;      /* a longer user or item id: DD_ERR_INVALID */
+};
+
 typedef struct dd_arena dd_arena;
 typedef struct dd_history dd_history;
 typedef struct dd_recent dd_recent;
@@ -37,11 +43,10 @@ typedef struct dd_prom dd_prom;
 typedef struct dd_record dd_record;
 
 /* Create a writer over HISTORY (shared, borrowed) and RECENT (this
- * thread's connection, borrowed); rpc.max_candidates, rpc.max_id_bytes and
- * history.max_future_ms are copied from CFG. Both handles must outlive the
+ * thread's connection, borrowed); CONF is copied. Both handles must outlive the
  * writer. Returns 0 or DD_ERR_NOMEM (message in err); *out is NULL on
  * error. Free with dd_record_free (NULL is a no-op). */
-int dd_record_new(dd_record **out, const struct dd_config *cfg, dd_history *history,
+int dd_record_new(dd_record **out, const struct dd_record_conf *conf, dd_history *history,
                   dd_recent *recent, char *err, size_t errlen);
 void dd_record_free(dd_record *r);
 

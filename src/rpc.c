@@ -53,7 +53,6 @@
 
 #include "api.h"
 #include "arena.h"
-#include "config.h"
 #include "dd.h"
 #include "filter.h"
 #include "log.h"
@@ -141,6 +140,8 @@ struct dd_rpc {
     unsigned nworkers;
     unsigned prepost;
     uint32_t max_candidates; /* rpc.max_candidates: Filter ids decoded at most */
+    struct dd_filter_conf filter_conf; /* every worker's decider's limits */
+    struct dd_record_conf record_conf; /* every worker's writer's limits */
     uint32_t grace_ms;
     int64_t spin_ns;          /* rpc.spin_us */
     unsigned spin_max;        /* workers that may spin at once: usable CPUs - 1 */
@@ -195,13 +196,13 @@ bad:
     return NULL;
 }
 
-static grpc_server_credentials *make_credentials(const struct dd_config *cfg, char *err,
+static grpc_server_credentials *make_credentials(const struct dd_rpc_conf *conf, char *err,
                                                  size_t errlen)
 {
-    if (!cfg->rpc.tls_cert[0]) return grpc_insecure_server_credentials_create();
-    char *cert = read_file(cfg->rpc.tls_cert, err, errlen);
+    if (!conf->tls_cert[0]) return grpc_insecure_server_credentials_create();
+    char *cert = read_file(conf->tls_cert, err, errlen);
     if (!cert) return NULL;
-    char *key = read_file(cfg->rpc.tls_key, err, errlen);
+    char *key = read_file(conf->tls_key, err, errlen);
     if (!key) {
         free(cert);
         return NULL;
@@ -236,16 +237,17 @@ static void worker_release(struct worker *w)
     w->arena = NULL;
 }
 
-static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id, const struct dd_config *cfg,
-                       dd_history *history, char *err, size_t errlen)
+static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
+                       const struct dd_recent_conf *recent, dd_history *history, char *err,
+                       size_t errlen)
 {
     w->rpc = rpc;
     w->id = id;
-    int rc = dd_recent_new(&w->recent, cfg, err, errlen);
+    int rc = dd_recent_new(&w->recent, recent, err, errlen);
     if (rc != DD_OK) return rc;
-    rc = dd_filter_new(&w->filter, cfg, history, w->recent, err, errlen);
+    rc = dd_filter_new(&w->filter, &rpc->filter_conf, history, w->recent, err, errlen);
     if (rc != DD_OK) return rc;
-    rc = dd_record_new(&w->record, cfg, history, w->recent, err, errlen);
+    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, err, errlen);
     if (rc != DD_OK) return rc;
     w->arena = dd_arena_new(0, 0);
     w->nslots = (size_t)rpc->prepost * DD_API_METHOD_COUNT;
@@ -264,9 +266,9 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id, const struct 
     return DD_OK;
 }
 
-int dd_rpc_process_init(const struct dd_config *cfg, char *err, size_t errlen)
+int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen)
 {
-    if (setenv("GRPC_POLL_STRATEGY", cfg->rpc.poller, 1) != 0)
+    if (setenv("GRPC_POLL_STRATEGY", conf->poller, 1) != 0)
         return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot set GRPC_POLL_STRATEGY: %s",
                        strerror(errno));
     return DD_OK;
@@ -285,7 +287,8 @@ static unsigned usable_cpus(void)
     return n > 0 ? (unsigned)n : 1;
 }
 
-int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, char *err,
+int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
+               const struct dd_recent_conf *recent, dd_history *history, char *err,
                size_t errlen)
 {
     *out = NULL;
@@ -296,10 +299,13 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
         return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     }
     int rc = DD_ERR_NOMEM;
-    rpc->nworkers = cfg->rpc.threads ? cfg->rpc.threads : 1;
-    rpc->prepost = cfg->rpc.prepost ? cfg->rpc.prepost : 1;
-    rpc->grace_ms = cfg->rpc.shutdown_grace_ms;
-    rpc->spin_ns = (int64_t)cfg->rpc.spin_us * 1000;
+    rpc->nworkers = conf->threads ? conf->threads : 1;
+    rpc->prepost = conf->prepost ? conf->prepost : 1;
+    rpc->filter_conf = (struct dd_filter_conf){conf->max_candidates, conf->max_id_bytes,
+                                               recent->size};
+    rpc->record_conf = (struct dd_record_conf){conf->max_candidates, conf->max_id_bytes};
+    rpc->grace_ms = conf->shutdown_grace_ms;
+    rpc->spin_ns = (int64_t)conf->spin_us * 1000;
     {
         /* Spinning workers leave a core for the busy ones, the kernel and
          * whatever shares the machine: at most cores - 1 spin at once,
@@ -309,14 +315,14 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
         rpc->spin_max = cores > 1 ? cores - 1 : 0;
     }
     atomic_init(&rpc->spinning, 0);
-    rpc->max_candidates = cfg->rpc.max_candidates;
+    rpc->max_candidates = conf->max_candidates;
     atomic_init(&rpc->serving, false);
     atomic_init(&rpc->stopping, false);
     atomic_init(&rpc->drain, false);
     atomic_init(&rpc->in_flight, 0);
     for (int m = 0; m < DD_API_METHOD_COUNT; m++)
         dd_histogram_init(&rpc->stats[m].latency, latency_bounds, DD_ARRAY_LEN(latency_bounds));
-    rpc->listen = strdup(cfg->rpc.listen);
+    rpc->listen = strdup(conf->listen);
     if (!rpc->listen) {
         dd_fail(rc, err, errlen, "out of memory");
         goto err;
@@ -331,7 +337,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer =
-        cfg->rpc.max_message_bytes > INT_MAX ? INT_MAX : (int)cfg->rpc.max_message_bytes;
+        conf->max_message_bytes > INT_MAX ? INT_MAX : (int)conf->max_message_bytes;
     grpc_channel_args chargs = {.num_args = 1, .args = args};
     rpc->server = grpc_server_create(&chargs, NULL);
     if (!rpc->server) {
@@ -366,11 +372,11 @@ int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, c
         goto err;
     }
     for (unsigned i = 0; i < rpc->nworkers; i++) {
-        rc = worker_init(rpc, &rpc->workers[i], i, cfg, history, err, errlen);
+        rc = worker_init(rpc, &rpc->workers[i], i, recent, history, err, errlen);
         if (rc != DD_OK) goto err;
     }
 
-    grpc_server_credentials *creds = make_credentials(cfg, err, errlen);
+    grpc_server_credentials *creds = make_credentials(conf, err, errlen);
     if (!creds) {
         rc = DD_ERR_INVALID;
         goto err;

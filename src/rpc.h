@@ -22,7 +22,22 @@
 #include "api.h"
 #include "metrics.h"
 
-struct dd_config;
+struct dd_recent_conf;
+
+/* The front end's settings (rpc.* in conf/dedupd.conf). */
+struct dd_rpc_conf {
+    char *listen;               /* host:port for gRPC */
+    uint32_t threads;           /* worker threads, one completion queue each */
+    uint32_t prepost;           /* calls pre-posted per method per worker */
+    uint32_t max_candidates;    /* Filter requests with more get RESOURCE_EXHAUSTED */
+    uint32_t max_id_bytes;      /* longer user or item ids get INVALID_ARGUMENT */
+    uint32_t max_message_bytes; /* largest request accepted */
+    char *tls_cert;             /* PEM file; "" = plaintext */
+    char *tls_key;
+    uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
+    char *poller;               /* grpc poll strategy: poll or epoll1 (dd_rpc_process_init) */
+    uint32_t spin_us;           /* a worker polls without blocking this long after a call */
+};
 typedef struct dd_history dd_history;
 typedef struct dd_rpc dd_rpc;
 
@@ -48,17 +63,18 @@ typedef struct dd_rpc dd_rpc;
  * at saturation, where latency is queueing and the spin costs nothing; an
  * operator who cares more for the tail under overload sets epoll1 and
  * spin_us 0. */
-int dd_rpc_process_init(const struct dd_config *cfg, char *err, size_t errlen);
+int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen);
 
-/* Create the server for cfg->rpc.* (and cfg->recent.* for the workers'
- * Redis connections, which connect lazily), register its methods and bind
+/* Create the server for CONF (and RECENT for the workers' Redis
+ * connections, which connect lazily), register its methods and bind
  * rpc.listen (port 0 picks a free port: see dd_rpc_port). With rpc.tls_cert
  * set, the PEM cert chain and rpc.tls_key are read now and the port serves
  * TLS only. HISTORY is borrowed and must outlive the server. Returns 0, or
  * DD_ERR_INVALID (bad address, unreadable TLS files), DD_ERR_IO (cannot
  * bind) or DD_ERR_NOMEM, with a message in err; *out is NULL on error.
  * Nothing is served until dd_rpc_start. Free with dd_rpc_free. */
-int dd_rpc_new(dd_rpc **out, const struct dd_config *cfg, dd_history *history, char *err,
+int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
+               const struct dd_recent_conf *recent, dd_history *history, char *err,
                size_t errlen);
 
 /* Start serving: rpc.threads workers, each with its own completion queue,

@@ -43,6 +43,12 @@
 
 #include "history.h"
 
+/* When ingest writes a window (window.* in conf/dedupd.conf). */
+struct dd_window_conf {
+    uint32_t flush_ms;          /* flush pending plays at least this often */
+    uint64_t max_bytes;         /* flush early when pending memory passes this */
+};
+
 typedef struct dd_window dd_window;
 
 /* Create an empty window that keeps its allocation within MAX_BYTES

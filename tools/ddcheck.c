@@ -146,7 +146,7 @@ int main(int argc, char **argv)
     if (in != stdin) fclose(in);
     qsort(plays, n, sizeof *plays, cmp_play);
 
-    if (dd_history_open(&h, &cfg, NULL, err, sizeof err) != DD_OK) {
+    if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) {
         fprintf(stderr, "ddcheck: cannot open history at %s: %s\n", cfg.history.path, err);
         goto out;
     }

@@ -167,7 +167,7 @@ static dd_recent *client(const char *addr, const char *password, uint32_t size, 
     cfg.recent.timeout_ms = timeout_ms;
     dd_recent *r = NULL;
     char err[256];
-    int rc = dd_recent_new(&r, &cfg, err, sizeof err);
+    int rc = dd_recent_new(&r, &cfg.recent, err, sizeof err);
     if (rc != DD_OK) fprintf(stderr, "dd_recent_new(%s): %s\n", addr, err);
     REQUIRE(rc == DD_OK && r);
     return r;
@@ -570,14 +570,14 @@ static void test_bad_config(void)
         dd_recent *r = (dd_recent *)1;
         char err[256] = "";
         cfg.recent.redis = (char *)bad[i];
-        CHECK_EQ_INT(dd_recent_new(&r, &cfg, err, sizeof err), DD_ERR_INVALID);
+        CHECK_EQ_INT(dd_recent_new(&r, &cfg.recent, err, sizeof err), DD_ERR_INVALID);
         CHECK(r == NULL);
         CHECK_MSG(strstr(err, "recent.redis") != NULL, "%s", err);
     }
     cfg.recent.redis = (char *)"[::1]:6379";
     dd_recent *r = NULL;
     char err[256];
-    CHECK_EQ_INT(dd_recent_new(&r, &cfg, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_recent_new(&r, &cfg.recent, err, sizeof err), DD_OK);
     dd_recent_free(r);
     dd_recent_free(NULL);
 }

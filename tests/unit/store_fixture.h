@@ -60,10 +60,12 @@ static void setup(void)
     REQUIRE(dd_config_set(&cfg, "recent.redis", addr, err, sizeof err) == DD_OK);
     REQUIRE(dd_config_set(&cfg, "rpc.max_candidates", "12000", err, sizeof err) == DD_OK);
     REQUIRE(dd_config_set(&cfg, "rpc.max_id_bytes", "64", err, sizeof err) == DD_OK);
-    REQUIRE_MSG_OK(dd_history_open(&hist, &cfg, &tclock, err, sizeof err));
-    REQUIRE_MSG_OK(dd_recent_new(&rec, &cfg, err, sizeof err));
-    REQUIRE_MSG_OK(dd_filter_new(&flt, &cfg, hist, rec, err, sizeof err));
-    REQUIRE_MSG_OK(dd_record_new(&wr, &cfg, hist, rec, err, sizeof err));
+    REQUIRE_MSG_OK(dd_history_open(&hist, &cfg.history, &cfg.rocksdb, &tclock, err, sizeof err));
+    REQUIRE_MSG_OK(dd_recent_new(&rec, &cfg.recent, err, sizeof err));
+    struct dd_filter_conf fconf_flt = dd_config_filter_conf(&cfg);
+    REQUIRE_MSG_OK(dd_filter_new(&flt, &fconf_flt, hist, rec, err, sizeof err));
+    struct dd_record_conf rconf_wr = dd_config_record_conf(&cfg);
+    REQUIRE_MSG_OK(dd_record_new(&wr, &rconf_wr, hist, rec, err, sizeof err));
     arena = dd_arena_new(0, 0);
     REQUIRE(arena != NULL);
 }

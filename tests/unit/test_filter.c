@@ -319,7 +319,8 @@ static void test_table_growth(void)
     enum { N = 50000, D = N / 2 };
     REQUIRE(dd_config_set(&cfg, "rpc.max_candidates", "60000", err, sizeof err) == DD_OK);
     dd_filter *big;
-    REQUIRE_MSG_OK(dd_filter_new(&big, &cfg, hist, rec, err, sizeof err));
+    struct dd_filter_conf fconf_big = dd_config_filter_conf(&cfg);
+    REQUIRE_MSG_OK(dd_filter_new(&big, &fconf_big, hist, rec, err, sizeof err));
     REQUIRE(dd_config_set(&cfg, "rpc.max_candidates", "12000", err, sizeof err) == DD_OK);
     static char idbuf[D][16];
     static char *ids[N];
@@ -409,9 +410,11 @@ static void test_history_unreadable(void)
     dd_record_free(wr);
     dd_filter_free(flt);
     dd_history_close(hist);
-    REQUIRE_MSG_OK(dd_history_open(&hist, &cfg, &tclock, err, sizeof err));
-    REQUIRE_MSG_OK(dd_filter_new(&flt, &cfg, hist, rec, err, sizeof err));
-    REQUIRE_MSG_OK(dd_record_new(&wr, &cfg, hist, rec, err, sizeof err));
+    REQUIRE_MSG_OK(dd_history_open(&hist, &cfg.history, &cfg.rocksdb, &tclock, err, sizeof err));
+    struct dd_filter_conf fconf_flt = dd_config_filter_conf(&cfg);
+    REQUIRE_MSG_OK(dd_filter_new(&flt, &fconf_flt, hist, rec, err, sizeof err));
+    struct dd_record_conf rconf_wr = dd_config_record_conf(&cfg);
+    REQUIRE_MSG_OK(dd_record_new(&wr, &rconf_wr, hist, rec, err, sizeof err));
     REQUIRE(zero_ssts(cfg.history.path) > 0);
 
     char *cands[] = {"gone-a", "gone-b", "never"};

@@ -53,7 +53,7 @@ static dd_history *open_store(const struct dd_config *cfg)
 {
     char err[256] = "";
     dd_history *h = NULL;
-    int rc = dd_history_open(&h, cfg, &tclock, err, sizeof err);
+    int rc = dd_history_open(&h, &cfg->history, &cfg->rocksdb, &tclock, err, sizeof err);
     if (rc != DD_OK) fprintf(stderr, "open: %s\n", err);
     REQUIRE(rc == DD_OK && h);
     return h;
@@ -1111,7 +1111,7 @@ static void test_open_errors(void)
     REQUIRE(dd_config_set(&cfg, "rocksdb.write_buffer_size", "4194304", err, sizeof err) ==
             DD_OK);
     REQUIRE(dd_config_set(&cfg, "rocksdb.no_such_option_xyz", "1", err, sizeof err) == DD_OK);
-    CHECK_EQ_INT(dd_history_open(&h, &cfg, &tclock, err, sizeof err), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_history_open(&h, &cfg.history, &cfg.rocksdb, &tclock, err, sizeof err), DD_ERR_INVALID);
     CHECK(h == NULL);
     CHECK_MSG(strstr(err, "rocksdb.no_such_option_xyz") != NULL, "err: %s", err);
     dd_config_free(&cfg);
@@ -1137,7 +1137,7 @@ static void test_open_errors(void)
     snprintf(sub, sizeof sub, "%s/db", file);
     REQUIRE(dd_config_set(&cfg, "history.path", sub, err, sizeof err) == DD_OK);
     h = (dd_history *)&cfg;
-    CHECK_EQ_INT(dd_history_open(&h, &cfg, &tclock, err, sizeof err), DD_ERR_IO);
+    CHECK_EQ_INT(dd_history_open(&h, &cfg.history, &cfg.rocksdb, &tclock, err, sizeof err), DD_ERR_IO);
     CHECK(h == NULL);
     CHECK(strstr(err, sub) != NULL);
     dd_config_free(&cfg);

@@ -296,7 +296,7 @@ static void test_admin(void)
     REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
     REQUIRE(dd_config_set(&cfg, "ingest.enabled", "false", err, sizeof err) == DD_OK);
     dd_admin *a = NULL;
-    CHECK_MSG(dd_admin_new(&a, &cfg, err, sizeof err) == DD_OK, "%s", err);
+    CHECK_MSG(dd_admin_new(&a, &cfg.admin, cfg.ingest.enabled, err, sizeof err) == DD_OK, "%s", err);
     REQUIRE(a);
     int port = dd_admin_port(a);
     CHECK(port > 0);
@@ -348,17 +348,17 @@ static void test_admin(void)
     /* A taken port is an error that names the address. */
     dd_admin *b = NULL, *c = NULL;
     REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
-    REQUIRE(dd_admin_new(&b, &cfg, err, sizeof err) == DD_OK);
+    REQUIRE(dd_admin_new(&b, &cfg.admin, cfg.ingest.enabled, err, sizeof err) == DD_OK);
     snprintf(addr, sizeof addr, "127.0.0.1:%d", dd_admin_port(b));
     REQUIRE(dd_config_set(&cfg, "admin.listen", addr, err, sizeof err) == DD_OK);
     err[0] = '\0';
-    CHECK(dd_admin_new(&c, &cfg, err, sizeof err) != DD_OK && c == NULL);
+    CHECK(dd_admin_new(&c, &cfg.admin, cfg.ingest.enabled, err, sizeof err) != DD_OK && c == NULL);
     CHECK_MSG(strstr(err, addr) != NULL, "err: %s", err);
     dd_admin_free(b);
 
     /* admin.listen "" turns the listener off but readiness still works. */
     REQUIRE(dd_config_set(&cfg, "admin.listen", "", err, sizeof err) == DD_OK);
-    CHECK(dd_admin_new(&c, &cfg, err, sizeof err) == DD_OK && c);
+    CHECK(dd_admin_new(&c, &cfg.admin, cfg.ingest.enabled, err, sizeof err) == DD_OK && c);
     CHECK_EQ_INT(dd_admin_port(c), 0);
     dd_admin_free(c);
     dd_admin_free(NULL);

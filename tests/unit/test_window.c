@@ -219,7 +219,7 @@ int main(void)
     REQUIRE(dd_config_set(&cfg, "history.retention_days", "90", err, sizeof err) == DD_OK);
     REQUIRE(dd_config_set(&cfg, "history.max_future_ms", "3600000", err, sizeof err) == DD_OK);
     dd_history *h = NULL;
-    int rc = dd_history_open(&h, &cfg, &tclock, err, sizeof err);
+    int rc = dd_history_open(&h, &cfg.history, &cfg.rocksdb, &tclock, err, sizeof err);
     if (rc != DD_OK) fprintf(stderr, "open: %s\n", err);
     REQUIRE(rc == DD_OK);
     dd_history_batch *b = dd_history_batch_new();
