@@ -42,6 +42,7 @@
 #include "ingest.h"
 
 #include "dd.h"
+#include "kafka.h"
 #include "log.h"
 #include "metrics.h"
 #include "playevent.h"
@@ -49,7 +50,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <json-c/json.h>
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -158,14 +158,6 @@ const char *dd_ingest_bad_name(int reason)
 
 /* ---- librdkafka callbacks --------------------------------------------- */
 
-static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    (void)rk;
-    enum dd_log_level l = level <= 3 ? DD_LOG_ERROR : level == 4 ? DD_LOG_WARN
-                        : level <= 6 ? DD_LOG_INFO : DD_LOG_DEBUG;
-    dd_log(l, "kafka", "msg=\"%s\" facility=%s", buf, fac);
-}
-
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     (void)rk;
@@ -192,47 +184,33 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     }
 }
 
-/* Sum consumer_lag over our topic's partitions from librdkafka's
- * statistics JSON. */
+/* One partition's lag into the list /metrics reads (lag_mu held). Out of
+ * memory leaves the partition unlisted; the total stays right. */
+static void lag_add(void *ud, int32_t partition, int64_t lag)
+{
+    dd_ingest *in = ud;
+    if (in->lag_n == in->lag_cap) {
+        size_t cap = in->lag_cap ? in->lag_cap * 2 : 16;
+        int32_t *np = realloc(in->lag_part, cap * sizeof *np);
+        if (np) in->lag_part = np;
+        int64_t *nv = np ? realloc(in->lag_val, cap * sizeof *nv) : NULL;
+        if (nv) in->lag_val = nv;
+        if (!np || !nv) return;
+        in->lag_cap = cap;
+    }
+    in->lag_part[in->lag_n] = partition;
+    in->lag_val[in->lag_n++] = lag;
+}
+
+/* The topic's lag, total and per partition, from librdkafka's statistics. */
 static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 {
     (void)rk;
     dd_ingest *in = opaque;
-    struct json_tokener *tok = json_tokener_new();
-    if (!tok) return 0;
-    struct json_object *root = json_tokener_parse_ex(tok, json, len > INT32_MAX ? 0 : (int)len);
-    json_tokener_free(tok);
-    if (!root) return 0;
-    struct json_object *topics, *t, *parts;
-    int64_t lag = -1;
     pthread_mutex_lock(&in->lag_mu);
     in->lag_n = 0;
-    if (json_object_object_get_ex(root, "topics", &topics) &&
-        json_object_object_get_ex(topics, in->topic, &t) &&
-        json_object_object_get_ex(t, "partitions", &parts) &&
-        json_object_is_type(parts, json_type_object)) {
-        json_object_object_foreach(parts, k, v) {
-            struct json_object *l;
-            if (strcmp(k, "-1") == 0) continue;
-            if (!json_object_object_get_ex(v, "consumer_lag", &l)) continue;
-            int64_t x = json_object_get_int64(l);
-            if (x < 0) continue;
-            lag = (lag < 0 ? 0 : lag) + x;
-            if (in->lag_n == in->lag_cap) {
-                size_t cap = in->lag_cap ? in->lag_cap * 2 : 16;
-                int32_t *np = realloc(in->lag_part, cap * sizeof *np);
-                if (np) in->lag_part = np;
-                int64_t *nv = np ? realloc(in->lag_val, cap * sizeof *nv) : NULL;
-                if (nv) in->lag_val = nv;
-                if (!np || !nv) continue; /* the sum stays right; this partition is not listed */
-                in->lag_cap = cap;
-            }
-            in->lag_part[in->lag_n] = (int32_t)strtol(k, NULL, 10);
-            in->lag_val[in->lag_n++] = x;
-        }
-    }
+    int64_t lag = dd_kafka_stats_lag(json, len, in->topic, lag_add, in);
     pthread_mutex_unlock(&in->lag_mu);
-    json_object_put(root);
     atomic_store_explicit(&in->st.lag, lag, memory_order_relaxed);
     return 0; /* librdkafka frees json */
 }
@@ -859,85 +837,15 @@ static void *poll_main(void *arg)
 
 /* ---- construction ----------------------------------------------------------- */
 
-static int conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, char *err,
-                    size_t errlen)
-{
-    char e[256];
-    if (rd_kafka_conf_set(conf, key, value, e, sizeof e) != RD_KAFKA_CONF_OK) {
-        snprintf(err, errlen, "kafka.%s: %s", key, e);
-        return DD_ERR_INVALID;
-    }
-    return DD_OK;
-}
-
-/* Keys meaningful to the consumer only: not given to the dead-letter
- * producer (librdkafka would warn about each). */
-static int consumer_only(const char *key)
-{
-    static const char *const keys[] = {
-        "group.id", "group.instance.id", "partition.assignment.strategy",
-        "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
-        "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store",
-        "auto.offset.reset", "isolation.level", "enable.partition.eof", "check.crcs",
-        "queued.min.messages", "queued.max.messages.kbytes", "fetch.wait.max.ms",
-        "fetch.min.bytes", "fetch.max.bytes", "fetch.message.max.bytes",
-        "fetch.error.backoff.ms", "max.partition.fetch.bytes", "coordinator.query.interval.ms",
-        "group.protocol.type", "allow.auto.create.topics",
-    };
-    for (size_t i = 0; i < DD_ARRAY_LEN(keys); i++)
-        if (strcmp(key, keys[i]) == 0) return 1;
-    return 0;
-}
-
-static int is_true(const char *v)
-{
-    return strcmp(v, "true") == 0 || strcmp(v, "1") == 0 || strcmp(v, "yes") == 0 ||
-           strcmp(v, "on") == 0;
-}
-
-/* The consumer and the dead-letter producer, from one pass-through list:
- * the consumer gets dedupd's defaults under the operator's keys and its
- * offsets are never stored automatically (they are stored once the plays
- * are durable); the producer gets the keys that are not consumer-only.
- * Returns the handle (which owns its conf) or NULL with err set. */
+/* The consumer or the dead-letter producer (kafka.h has the settings);
+ * returns the handle, which owns its conf, or NULL with err set. */
 static rd_kafka_t *kafka_new(dd_ingest *in, rd_kafka_type_t type,
                              const struct dd_config_list *kafka, char *err, size_t errlen)
 {
-    bool consumer = type == RD_KAFKA_CONSUMER;
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char e[256];
-    if (!conf) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    static const char *const defaults[][2] = {
-        {"partition.assignment.strategy", "cooperative-sticky"},
-        {"enable.auto.commit", "false"},
-        {"auto.offset.reset", "earliest"},
-        {"statistics.interval.ms", "5000"},
-        /* librdkafka checks queued.min.messages (100000) against the one
-         * consumer queue every partition forwards to, and a partition found
-         * over it is not fetched again for about a second: a consumer faster
-         * than that burst idles most of each second. Memory stays bounded
-         * by queued.max.messages.kbytes (64 MiB). */
-        {"queued.min.messages", "1000000"},
-    };
-    for (size_t i = 0; consumer && i < DD_ARRAY_LEN(defaults); i++)
-        if (conf_set(conf, defaults[i][0], defaults[i][1], err, errlen) != DD_OK) goto fail;
-    for (size_t i = 0; i < kafka->len; i++) {
-        const struct dd_config_kv *kv = &kafka->items[i];
-        if (!consumer &&
-            (consumer_only(kv->key) || strcmp(kv->key, "statistics.interval.ms") == 0))
-            continue;
-        if (consumer && strcmp(kv->key, "enable.auto.offset.store") == 0 && is_true(kv->value)) {
-            snprintf(err, errlen, "kafka.enable.auto.offset.store: must be false (offsets are "
-                                  "stored once the plays are written)");
-            goto fail;
-        }
-        if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
-    }
-    if (consumer) {
-        if (conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK) goto fail;
+    rd_kafka_conf_t *conf = dd_kafka_conf_new(type, kafka, err, errlen);
+    if (!conf) return NULL;
+    if (type == RD_KAFKA_CONSUMER) {
         rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
         rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
         rd_kafka_conf_set_stats_cb(conf, stats_cb);
@@ -945,18 +853,15 @@ static rd_kafka_t *kafka_new(dd_ingest *in, rd_kafka_type_t type,
         rd_kafka_conf_set_dr_msg_cb(conf, dlq_delivery_cb);
     }
     rd_kafka_conf_set_opaque(conf, in);
-    rd_kafka_conf_set_log_cb(conf, log_cb);
+    rd_kafka_conf_set_log_cb(conf, dd_kafka_log_cb);
     rd_kafka_conf_set_error_cb(conf, error_cb);
     rd_kafka_t *rk = rd_kafka_new(type, conf, e, sizeof e);
     if (!rk) {
-        snprintf(err, errlen, "kafka: cannot create the %s: %s",
-                 consumer ? "consumer" : "dead-letter producer", e);
-        goto fail;
+        dd_set_err(err, errlen, "kafka: cannot create the %s: %s",
+                   type == RD_KAFKA_CONSUMER ? "consumer" : "dead-letter producer", e);
+        rd_kafka_conf_destroy(conf);
     }
     return rk;
-fail:
-    rd_kafka_conf_destroy(conf);
-    return NULL;
 }
 
 int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,

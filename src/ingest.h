@@ -48,15 +48,11 @@ typedef struct dd_ingest dd_ingest;
 
 /* Create the consumer (and the dead-letter producer, if configured) from
  * CONF, WINDOW and every key of KAFKA, which is passed to librdkafka as
- * is. Defaults that differ from
- * librdkafka's unless set: partition.assignment.strategy=cooperative-sticky,
- * enable.auto.commit=false (commits are explicit, after each durable write),
- * auto.offset.reset=earliest, statistics.interval.ms=5000,
- * queued.min.messages=1000000 (see ingest.c).
- * enable.auto.offset.store is always false (setting it true is an error).
+ * is, with dedupd's defaults (kafka.h).
  * Nothing connects yet. HISTORY is borrowed and must outlive the ingest;
- * CONF, WINDOW and KAFKA are only read during the call. Returns 0, DD_ERR_INVALID (a bad
- * setting: err names the key) or DD_ERR_NOMEM; *out is NULL on error.
+ * CONF, WINDOW and KAFKA are only read during the call. Returns 0,
+ * DD_ERR_INVALID (a bad setting: err names the key) or DD_ERR_NOMEM; *out
+ * is NULL on error.
  * Free with dd_ingest_free. */
 int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
                   const struct dd_window_conf *window, const struct dd_config_list *kafka,

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * kafka.h - what dedupd asks of librdkafka beyond its API: a handle's
+ * configuration built from the [kafka] pass-through section with dedupd's
+ * own defaults, librdkafka's log levels in dedupd's log, and the consumer
+ * lag read out of librdkafka's statistics JSON. No threads, no state:
+ * ingest.c owns the handles.
+ *
+ * Consumer defaults that differ from librdkafka's unless the operator sets
+ * them: partition.assignment.strategy=cooperative-sticky,
+ * enable.auto.commit=false (commits follow durable writes),
+ * auto.offset.reset=earliest, statistics.interval.ms=5000,
+ * queued.min.messages=1000000. enable.auto.offset.store is always false:
+ * offsets are stored only once the plays they cover are durable, so
+ * setting it true is an error. A producer (the dead-letter topic's) gets
+ * every key but the consumer-only ones and statistics.interval.ms.
+ */
+#ifndef DD_KAFKA_H
+#define DD_KAFKA_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dd.h"
+
+/* A new configuration for a handle of TYPE from KAFKA (the pass-through
+ * list; NULL = none), defaults applied as above. Returns it (the caller
+ * sets callbacks and hands it to rd_kafka_new, or destroys it), or NULL
+ * with a message naming the key ("kafka.<key>: ...") in err. */
+rd_kafka_conf_t *dd_kafka_conf_new(rd_kafka_type_t type, const struct dd_config_list *kafka,
+                                   char *err, size_t errlen);
+
+/* A log_cb for rd_kafka_conf_set_log_cb: syslog levels 0-3 as error, 4
+ * warn, 5-6 info, 7 debug, module=kafka. */
+void dd_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+
+/* Read the consumer lag of TOPIC's partitions from statistics JSON (LEN
+ * bytes, not necessarily terminated). For each partition with a lag of 0
+ * or more, EACH (if not NULL) is called with its number and lag. Returns
+ * the sum, or -1 when the JSON cannot be parsed or names no lag of TOPIC. */
+int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
+                           void (*each)(void *ud, int32_t partition, int64_t lag), void *ud);
+
+#endif
