@@ -17,7 +17,6 @@
 #include "recent.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
