@@ -1,18 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * test_metrics.c - histograms (buckets, sum, quantiles, concurrent
- * observers), the Prometheus text writer (exact output, escaping), the
- * strict parser (round trip, and each malformation it must reject), the
- * collector registry, and the admin listener over real HTTP on a loopback
- * port (/healthz, /readyz before and after components come up and on
- * stopping, /metrics parsing, 404), and the log behaviour operators rely
- * on (one line per event, rate limiting, reopen after rename).
+ * observers), the Prometheus text writer (exact output, escaping, read
+ * back by the strict parser), and the collector registry.
  */
-#include "admin.h"
-#include "config.h"
 #include "dd.h"
-#include "httpget.h"
-#include "log.h"
 #include "metrics.h"
 #include "promtext.h"
 #include "testlib.h"
@@ -181,58 +173,6 @@ static void test_writer(void)
     dd_prom_free(NULL);
 }
 
-static void expect_reject(const char *text, const char *why_contains)
-{
-    dd_promtext *t = (dd_promtext *)1;
-    char err[200] = "";
-    int rc = dd_promtext_parse(text, strlen(text), &t, err, sizeof err);
-    CHECK_MSG(rc == DD_ERR_INVALID, "accepted: %s", text);
-    CHECK(t == NULL);
-    CHECK_MSG(strstr(err, why_contains) != NULL, "error \"%s\" lacks \"%s\"", err,
-              why_contains);
-}
-
-static void test_parser_rejects(void)
-{
-    expect_reject("a 1\n", "no # TYPE");
-    expect_reject("# HELP a x\na 1\n", "no # TYPE");
-    expect_reject("# TYPE a counter\na 1\n# TYPE b counter\nb 1\na 2\n", "not of family");
-    expect_reject("# TYPE a counter\n# TYPE a counter\n", "second # TYPE");
-    expect_reject("# TYPE a counter\n# TYPE b gauge\n# TYPE a gauge\n", "appears twice");
-    expect_reject("# TYPE a foo\n", "unknown type");
-    expect_reject("# TYPE a counter\na{x=\"1} 1\n", "unterminated");
-    expect_reject("# TYPE a counter\na{x=\"\\t\"} 1\n", "bad escape");
-    expect_reject("# TYPE a counter\na{x=\"1\",x=\"2\"} 1\n", "twice");
-    expect_reject("# TYPE a counter\na one\n", "bad value");
-    expect_reject("# TYPE a counter\na 1 2 3\n", "junk");
-    expect_reject("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n", "+Inf");
-    expect_reject("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\nh_count 1\n",
-                  "no _sum");
-    expect_reject("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\n",
-                  "no _count");
-    expect_reject("# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n",
-                  "+Inf bucket is");
-    expect_reject("# TYPE h histogram\nh_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 1\n",
-                  "not ascending");
-    expect_reject("# TYPE h histogram\nh_bucket{le=\"1\"} 3\nh_bucket{le=\"+Inf\"} 2\n",
-                  "decrease");
-    expect_reject("# TYPE h histogram\nh_total 1\n", "_bucket, _sum or _count");
-    expect_reject("# TYPE h histogram\nh_sum 1\n", "before the buckets");
-    /* And a valid file with a timestamp, comments, CRLF and blank lines. */
-    const char *ok = "# a comment\r\n\n# TYPE a gauge\na{b=\"c\"} 1.5e3 1700000000000\r\n"
-                     "# TYPE h histogram\nh_bucket{le=\"1\"} 0\nh_bucket{le=\"+Inf\"} 0\n"
-                     "h_sum 0\nh_count 0\n";
-    dd_promtext *t = NULL;
-    char err[200] = "";
-    CHECK_MSG(dd_promtext_parse(ok, strlen(ok), &t, err, sizeof err) == DD_OK, "%s", err);
-    if (t) {
-        size_t found;
-        CHECK(dd_promtext_sum(t, "a", "b", "c", &found) == 1500.0 && found == 1);
-        CHECK(dd_promtext_sum(t, "a", "b", "x", &found) == 0.0 && found == 0);
-    }
-    dd_promtext_free(t);
-}
-
 static void collect_a(dd_prom *p, void *ud)
 {
     dd_prom_family(p, "test_a_total", "A", DD_PROM_COUNTER);
@@ -279,146 +219,11 @@ static void test_registry(void)
     dd_metrics_free(NULL);
 }
 
-static int get(const char *addr, const char *path, int *status, char **body)
-{
-    size_t len;
-    char err[200];
-    int rc = dd_http_get(addr, path, 5000, status, body, &len, err, sizeof err);
-    if (rc) fprintf(stderr, "GET %s%s: %s\n", addr, path, err);
-    return rc;
-}
-
-static void test_admin(void)
-{
-    struct dd_config cfg;
-    char err[256] = "";
-    REQUIRE(dd_config_init(&cfg) == DD_OK);
-    REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
-    REQUIRE(dd_config_set(&cfg, "ingest.enabled", "false", err, sizeof err) == DD_OK);
-    dd_admin *a = NULL;
-    CHECK_MSG(dd_admin_new(&a, &cfg.admin, cfg.ingest.enabled, err, sizeof err) == DD_OK, "%s", err);
-    REQUIRE(a);
-    int port = dd_admin_port(a);
-    CHECK(port > 0);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-
-    int status = 0;
-    char *body = NULL;
-    CHECK(get(addr, "/healthz", &status, &body) == DD_OK && status == 200);
-    free(body);
-    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 503);
-    CHECK_MSG(body && strstr(body, "store"), "body: %s", body ? body : "(null)");
-    free(body);
-    CHECK(get(addr, "/nope", &status, &body) == DD_OK && status == 404);
-    free(body);
-    CHECK(get(addr, "/metrics", &status, &body) == DD_OK && status == 200);
-    dd_promtext *t = NULL;
-    CHECK_MSG(body && dd_promtext_parse(body, strlen(body), &t, err, sizeof err) == DD_OK,
-              "%s", err);
-    if (t) CHECK_EQ_INT(dd_promtext_sum(t, "dedupd_ready", NULL, NULL, NULL), 0);
-    dd_promtext_free(t);
-    free(body);
-
-    /* Readiness follows the components; stopping wins over everything. */
-    dd_admin_set_ready(a, DD_ADMIN_STORE, true);
-    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 503);
-    CHECK_MSG(body && strstr(body, "grpc"), "body: %s", body ? body : "(null)");
-    free(body);
-    dd_admin_set_ready(a, DD_ADMIN_RPC, true);
-    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 200);
-    free(body);
-    CHECK(get(addr, "/metrics", &status, &body) == DD_OK && status == 200);
-    CHECK(body && strstr(body, "\ndedupd_ready 1\n"));
-    free(body);
-    dd_admin_stopping(a);
-    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 503);
-    CHECK_MSG(body && strstr(body, "stopping"), "body: %s", body ? body : "(null)");
-    free(body);
-    dd_admin_set_ready(a, DD_ADMIN_RPC, true);
-    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 503);
-    free(body);
-    CHECK(get(addr, "/healthz", &status, &body) == DD_OK && status == 200);
-    free(body);
-    dd_admin_free(a);
-    /* Gone: nothing listens any more. */
-    CHECK(dd_http_get(addr, "/healthz", 1000, &status, &body, &(size_t){0}, err,
-                               sizeof err) == DD_ERR_UNAVAILABLE);
-
-    /* A taken port is an error that names the address. */
-    dd_admin *b = NULL, *c = NULL;
-    REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
-    REQUIRE(dd_admin_new(&b, &cfg.admin, cfg.ingest.enabled, err, sizeof err) == DD_OK);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dd_admin_port(b));
-    REQUIRE(dd_config_set(&cfg, "admin.listen", addr, err, sizeof err) == DD_OK);
-    err[0] = '\0';
-    CHECK(dd_admin_new(&c, &cfg.admin, cfg.ingest.enabled, err, sizeof err) != DD_OK && c == NULL);
-    CHECK_MSG(strstr(err, addr) != NULL, "err: %s", err);
-    dd_admin_free(b);
-
-    /* admin.listen "" turns the listener off but readiness still works. */
-    REQUIRE(dd_config_set(&cfg, "admin.listen", "", err, sizeof err) == DD_OK);
-    CHECK(dd_admin_new(&c, &cfg.admin, cfg.ingest.enabled, err, sizeof err) == DD_OK && c);
-    CHECK_EQ_INT(dd_admin_port(c), 0);
-    dd_admin_free(c);
-    dd_admin_free(NULL);
-    dd_config_free(&cfg);
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    static char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
-/* The logging the admin side relies on (log.h): one line per event even
- * when a field carries a newline, rate limiting with suppressed=N, and
- * reopening after a rename (what SIGHUP does for logrotate). */
-static void test_log(void)
-{
-    char dir[] = "/tmp/dedupd-test-log-XXXXXX";
-    REQUIRE(mkdtemp(dir));
-    char path[128], rotated[140], err[200];
-    snprintf(path, sizeof path, "%s/d.log", dir);
-    snprintf(rotated, sizeof rotated, "%s.1", path);
-    REQUIRE(dd_log_open_file(path, err, sizeof err) == DD_OK);
-    dd_info("test", "msg=\"bad id\" id=\"a\nts=forged level=error\"");
-    struct dd_log_limit lim = {0, 0};
-    for (int i = 0; i < 5; i++) dd_log_limited(&lim, 60000, DD_LOG_WARN, "test", "msg=limited");
-    lim.last_ns -= (int64_t)61000 * 1000000; /* as if a minute went by */
-    dd_log_limited(&lim, 60000, DD_LOG_WARN, "test", "msg=limited");
-    const char *txt = slurp(path);
-    REQUIRE(txt);
-    int lines = 0;
-    for (const char *c = txt; *c; c++) lines += *c == '\n';
-    CHECK_EQ_INT(lines, 3); /* the event, the first limited line, the one after a minute */
-    CHECK(strstr(txt, "id=\"a?ts=forged level=error\"") != NULL);
-    CHECK(strstr(txt, "msg=limited suppressed=4\n") != NULL);
-    REQUIRE(rename(path, rotated) == 0);
-    CHECK_EQ_INT(dd_log_reopen(), DD_OK);
-    dd_info("test", "msg=after");
-    txt = slurp(path);
-    CHECK(txt && strstr(txt, "msg=after") && !strstr(txt, "limited"));
-    txt = slurp(rotated);
-    CHECK(txt && !strstr(txt, "msg=after"));
-    unlink(rotated);
-    unlink(path);
-    rmdir(dir);
-}
-
 int main(void)
 {
     test_histogram();
     test_histogram_threads();
     test_writer();
-    test_parser_rejects();
     test_registry();
-    test_admin();
-    test_log(); /* last: it sends this process's log lines to a file */
     TEST_MAIN_END();
 }

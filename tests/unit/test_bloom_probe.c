@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * test_probe.c - dd_bloom_probe_sorted on each of its three paths (a
+ * test_bloom_probe.c - dd_bloom_probe_sorted on each of its three paths (a
  * filter much smaller than the batch, somewhat smaller, as large or
  * larger: bloom.c), at the full range and a reduced one, across the
  * decoded-chunk boundaries of the third: every answer must be
@@ -257,45 +257,8 @@ static void test_index_limits(void)
     dd_buf_free(&buf);
 }
 
-/* The set itself: repeats are not added, it grows past its first size,
- * a new call forgets the last one's members, and when the generation
- * wraps the table is cleared (a slot of generation 1 from long ago must
- * not read as a member). */
-static void test_candset(void)
-{
-    enum { N = 5000 };
-    uint64_t *h = malloc(N * sizeof *h);
-    REQUIRE(h);
-    for (size_t i = 0; i < N; i++) h[i] = (i % 10 == 9) ? h[i - 3] : rnd();
-    struct dd_candset cs;
-    REQUIRE(dd_candset_init(&cs, 10) == DD_OK);
-    CHECK_EQ_INT(cs.mask + 1, 1024);
-    REQUIRE(dd_candset_begin(&cs, h, N) == DD_OK);
-    CHECK(cs.mask + 1 >= 2 * N);
-    size_t added = 0;
-    for (uint32_t i = 0; i < N; i++) added += (size_t)dd_candset_add(&cs, i);
-    CHECK_EQ_INT(added, N - N / 10);
-    /* the next call: the same hashes are new again */
-    REQUIRE(dd_candset_begin(&cs, h, 100) == DD_OK);
-    CHECK_EQ_INT(cs.mask + 1, 1024);
-    CHECK_EQ_INT(dd_candset_add(&cs, 0), 1);
-    CHECK_EQ_INT(dd_candset_add(&cs, 0), 0);
-    /* wrap: a slot left at generation 1 would match the first call after */
-    cs.slot[dd_candset_home(&cs, h[1])].gen = 1;
-    cs.slot[dd_candset_home(&cs, h[1])].pos = 1;
-    cs.slot[dd_candset_home(&cs, h[1])].hi = (uint32_t)(h[1] >> 32);
-    cs.gen = UINT32_MAX;
-    REQUIRE(dd_candset_begin(&cs, h, 100) == DD_OK);
-    CHECK_EQ_INT(cs.gen, 1);
-    CHECK_EQ_INT(dd_candset_add(&cs, 1), 1);
-    dd_candset_free(&cs);
-    dd_candset_free(&cs); /* zeroed: a no-op */
-    free(h);
-}
-
 int main(void)
 {
-    test_candset();
     test_index_limits();
     test_paths();
     test_outside();
