@@ -400,9 +400,6 @@ static void test_validate(void)
     c.rpc.max_id_bytes = 65536;
     INVALID(&c, "rpc.max_id_bytes");
     c.rpc.max_id_bytes = 65535;
-    c.ingest.max_id_bytes = 65536;
-    INVALID(&c, "ingest.max_id_bytes");
-    c.ingest.max_id_bytes = 256;
     c.history.max_future_ms = -5;
     INVALID(&c, "history.max_future_ms");
     c.history.max_future_ms = 0;
