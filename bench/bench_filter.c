@@ -233,8 +233,8 @@ int main(int argc, char **argv)
         }
         int64_t t0 = dd_mono_ns();
         struct dd_filter_query q;
-        if (dd_wire_filter_request_decode(req_bytes, req_len, arena, cfg.rpc.max_candidates, &q) !=
-            DD_OK)
+        if (dd_wire_filter_request_decode(req_bytes, req_len, arena, cfg.rpc.max_candidates, &q,
+                                          NULL, 0) != DD_OK)
             die("decode", "request rejected");
         int64_t t1 = dd_mono_ns();
         struct dd_filter_result r;

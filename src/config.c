@@ -102,7 +102,8 @@ static const struct key keys[] = {
     ROW_STR("ingest.topic", ingest.topic, "plays"),
     ROW_ENUM("ingest.format", ingest.format, "json", format_words),
     ROW_STR("ingest.dead_letter_topic", ingest.dead_letter_topic, ""),
-    ROW_U32("ingest.max_id_bytes", ingest.max_id_bytes, "256", 1, UINT32_MAX),
+    /* at most what history keys store of a user id (u16 length, history.h) */
+    ROW_U32("ingest.max_id_bytes", ingest.max_id_bytes, "256", 1, 65535),
     ROW_BOOL("ingest.wal", ingest.wal, "false"),
     ROW_U32("ingest.durable_interval_ms", ingest.durable_interval_ms, "10000", 1, UINT32_MAX),
 
@@ -120,7 +121,8 @@ static const struct key keys[] = {
     ROW_U32("rpc.threads", rpc.threads, "2", 1, 1024),
     ROW_U32("rpc.prepost", rpc.prepost, "8", 1, 65536),
     ROW_U32("rpc.max_candidates", rpc.max_candidates, "20000", 1, UINT32_MAX),
-    ROW_U32("rpc.max_id_bytes", rpc.max_id_bytes, "256", 1, UINT32_MAX),
+    /* at most what history keys store of a user id (u16 length, history.h) */
+    ROW_U32("rpc.max_id_bytes", rpc.max_id_bytes, "256", 1, 65535),
     /* gRPC takes the limit as an int */
     ROW_U32("rpc.max_message_bytes", rpc.max_message_bytes, "16777216", 1, INT32_MAX),
     ROW_STR("rpc.tls_cert", rpc.tls_cert, ""),

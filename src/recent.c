@@ -18,13 +18,22 @@
  * stay single-slot.
  *
  * Record is one pipelined round trip of four commands on that one key:
- * ZADD key at_ms id1 at_ms id2 ..., ZREMRANGEBYRANK key 0 -(size+1),
- * EXPIRE key ttl_s, ZCARD key. Only the last recent.size ids of a request
- * are sent: the others would be trimmed at once. Re-delivering an id moves
- * it to the new time. Ids delivered in the same millisecond tie on score and
- * Redis orders ties by member bytes, so when a trim cuts through such a tie
- * the ids kept are the lexicographically greater ones; deliveries are ms
- * apart in practice, and the set holds recent.size ids either way.
+ * EVAL <ADD_SCRIPT> 1 key at_ms id1 id2 ..., ZREMRANGEBYRANK key 0
+ * -(size+1), EXPIRE key ttl_s, ZCARD key. Only the last recent.size ids of
+ * a request are sent: the others would be trimmed at once. Re-delivering
+ * an id moves it to the new time.
+ *
+ * Scores. An id's score is at_ms * 1024 + a sequence number: the script
+ * (atomic in Redis, so right across dedupd workers and nodes) finds the
+ * highest score already in [at_ms * 1024, at_ms * 1024 + 1023] and gives
+ * the request's ids the next ones, in request order. Ids delivered in the
+ * same millisecond then keep their delivery order, and the trim drops the
+ * oldest; with the bare at_ms they tied and Redis broke ties by member
+ * bytes, dropping some of the newest. Past 1024 ids in one millisecond
+ * for one key the last score repeats (ties again). at_ms * 1024 is exact
+ * in a double until the year 2248. Sets written with bare at_ms scores
+ * (before this) read as they did; their ids rank below every new one,
+ * older than them, which is what they are.
  *
  * Fetch is one ZREVRANGE key 0 cap-1 (newest first, bounded by the caller's
  * room). Its reply is parsed with reply functions of our own (hiredis'
@@ -473,33 +482,52 @@ static int read_replies(dd_recent *r, redisReply **reps, int ncmd, int *saved_er
     return 0;
 }
 
+/* KEYS[1] the set, ARGV[1] at_ms, ARGV[2..] the ids oldest first: ZADD
+ * them with scores at_ms * 1024 + the next sequence numbers (see DESIGN),
+ * in chunks that stay under Lua's unpack limit. Returns the ids added. */
+static const char ADD_SCRIPT[] =
+    "local k, base = KEYS[1], tonumber(ARGV[1]) * 1024\n"
+    "local top = redis.call('ZREVRANGEBYSCORE', k, base + 1023, base, 'WITHSCORES', 'LIMIT', 0, 1)\n"
+    "local s = top[2] and tonumber(top[2]) + 1 or base\n"
+    "local added, args = 0, {}\n"
+    "for i = 2, #ARGV do\n"
+    "  args[#args + 1] = math.min(s, base + 1023)\n"
+    "  args[#args + 1] = ARGV[i]\n"
+    "  s = s + 1\n"
+    "  if #args >= 1000 or i == #ARGV then\n"
+    "    added = added + redis.call('ZADD', k, unpack(args))\n"
+    "    args = {}\n"
+    "  end\n"
+    "end\n"
+    "return added\n";
+
 /* One pipelined record on the live connection. Returns a dd_err, or
  * CONN_FAILED with errno in *saved_errno for the caller to retry or drop. */
 static int do_record(dd_recent *r, size_t keylen, const char *const *items, const size_t *lens,
                      size_t n, int64_t at_ms, uint32_t *size_after, int *saved_errno)
 {
-    char score[24], stop[24], ttl[16];
+    char ms[24], stop[24], ttl[16];
     size_t first = n > r->size ? n - r->size : 0;
     size_t m = n - first;
-    int sl = snprintf(score, sizeof score, "%" PRId64, at_ms);
+    int sl = snprintf(ms, sizeof ms, "%" PRId64, at_ms);
     int tl = snprintf(stop, sizeof stop, "%" PRId64, -(int64_t)r->size - 1);
     int el = snprintf(ttl, sizeof ttl, "%" PRIu32, r->ttl_s);
     redisReply *reps[4];
     int ncmd = 0;
 
-    r->argv[0] = "ZADD";
-    r->argvlen[0] = 4;
-    r->argv[1] = r->key;
-    r->argvlen[1] = keylen;
+    const char *head[5] = {"EVAL", ADD_SCRIPT, "1", r->key, ms};
+    size_t headlen[5] = {4, sizeof ADD_SCRIPT - 1, 1, keylen, (size_t)sl};
+    for (size_t i = 0; i < 5; i++) {
+        r->argv[i] = head[i];
+        r->argvlen[i] = headlen[i];
+    }
     for (size_t i = 0; i < m; i++) {
-        r->argv[2 + 2 * i] = score;
-        r->argvlen[2 + 2 * i] = (size_t)sl;
-        r->argv[3 + 2 * i] = items[first + i];
-        r->argvlen[3 + 2 * i] = lens[first + i];
+        r->argv[5 + i] = items[first + i];
+        r->argvlen[5 + i] = lens[first + i];
     }
     /* Appending only fills hiredis' output buffer; nothing is sent until the
      * first redisGetReply, so all four go in one write. */
-    if (redisAppendCommandArgv(r->c, (int)(2 + 2 * m), r->argv, r->argvlen) != REDIS_OK) goto io;
+    if (redisAppendCommandArgv(r->c, (int)(5 + m), r->argv, r->argvlen) != REDIS_OK) goto io;
     ncmd++;
     const char *trim[4] = {"ZREMRANGEBYRANK", r->key, "0", stop};
     size_t trimlen[4] = {15, keylen, 1, (size_t)tl};
@@ -520,7 +548,7 @@ static int do_record(dd_recent *r, size_t keylen, const char *const *items, cons
     if (read_replies(r, reps, ncmd, saved_errno) != 0) return CONN_FAILED;
     int rc = DD_OK;
     for (int i = 0; i < ncmd && rc == DD_OK; i++) {
-        static const char *const names[] = {"ZADD", "ZREMRANGEBYRANK", "EXPIRE", "ZCARD"};
+        static const char *const names[] = {"EVAL", "ZREMRANGEBYRANK", "EXPIRE", "ZCARD"};
         int idx = (!with_ttl && i == 2) ? 3 : i;
         if (reps[i]->type != REDIS_REPLY_INTEGER) rc = reply_error(r, names[idx], reps[i]);
     }
@@ -549,11 +577,11 @@ int dd_recent_record(dd_recent *r, const char *scene, size_t scene_len, const ch
     size_t keylen = make_key(r, scene, scene_len, user, user_len);
     if (!keylen) return DD_ERR_NOMEM;
     size_t m = n > r->size ? r->size : n;
-    if (2 + 2 * m > INT_MAX) {
+    if (5 + m > INT_MAX) {
         set_err(r, "too many items");
         return DD_ERR_INVALID;
     }
-    if (reserve_argv(r, 2 + 2 * (m ? m : 1)) != DD_OK) return DD_ERR_NOMEM;
+    if (reserve_argv(r, 5 + m) != DD_OK) return DD_ERR_NOMEM;
 
     for (int attempt = 0;; attempt++) {
         int rc = ensure(r);

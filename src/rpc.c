@@ -519,6 +519,17 @@ static grpc_status_code bad_message(struct worker *w, const char *type)
     return GRPC_STATUS_INVALID_ARGUMENT;
 }
 
+/* 1 (W->msg set) if a string field of the message of type D in DATA
+ * holds a NUL byte or, when UTF8, is not UTF-8 (wire.h): checked on the
+ * wire bytes, as protobuf-c's C strings would be cut at the NUL. UTF-8 is
+ * not asked of ForgetUser, so that an id stored before the check (or
+ * from Kafka) can still be forgotten. */
+static int bad_strings(struct worker *w, const ProtobufCMessageDescriptor *d,
+                       const uint8_t *data, size_t len, int utf8)
+{
+    return dd_wire_pb_text_check(d, data, len, utf8, w->msg, sizeof w->msg) != DD_OK;
+}
+
 /* Decode, decide, encode. Returns the status; on OK *reply is set. */
 static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const uint8_t *data,
                                  size_t len, int64_t deadline_ns, grpc_byte_buffer **reply)
@@ -530,8 +541,9 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
     case DD_API_FILTER: {
         /* The hot path: decoded in place and encoded by hand (wire.h). */
         struct dd_filter_query q;
-        rc = dd_wire_filter_request_decode(data, len, w->arena, w->rpc->max_candidates, &q);
-        if (rc == DD_ERR_INVALID) return bad_message(w, "dedup.v1.FilterRequest");
+        rc = dd_wire_filter_request_decode(data, len, w->arena, w->rpc->max_candidates, &q,
+                                           w->msg, sizeof w->msg);
+        if (rc == DD_ERR_INVALID) return GRPC_STATUS_INVALID_ARGUMENT;
         if (rc != DD_OK) {
             snprintf(w->msg, sizeof w->msg, "out of memory for the request");
             return GRPC_STATUS_RESOURCE_EXHAUSTED;
@@ -542,6 +554,8 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         return status_of(rc);
     }
     case DD_API_RECORD_DELIVERY: {
+        if (bad_strings(w, &dedup__v1__record_delivery_request__descriptor, data, len, 1))
+            return GRPC_STATUS_INVALID_ARGUMENT;
         Dedup__V1__RecordDeliveryRequest *req =
             dedup__v1__record_delivery_request__unpack(al, len, data);
         if (!req) return bad_message(w, "dedup.v1.RecordDeliveryRequest");
@@ -551,6 +565,8 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         return status_of(rc);
     }
     case DD_API_RECORD_PLAYS: {
+        if (bad_strings(w, &dedup__v1__record_plays_request__descriptor, data, len, 1))
+            return GRPC_STATUS_INVALID_ARGUMENT;
         Dedup__V1__RecordPlaysRequest *req =
             dedup__v1__record_plays_request__unpack(al, len, data);
         if (!req) return bad_message(w, "dedup.v1.RecordPlaysRequest");
@@ -560,6 +576,8 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         return status_of(rc);
     }
     case DD_API_FORGET_USER: {
+        if (bad_strings(w, &dedup__v1__forget_user_request__descriptor, data, len, 0))
+            return GRPC_STATUS_INVALID_ARGUMENT;
         Dedup__V1__ForgetUserRequest *req = dedup__v1__forget_user_request__unpack(al, len, data);
         if (!req) return bad_message(w, "dedup.v1.ForgetUserRequest");
         Dedup__V1__ForgetUserResponse resp;

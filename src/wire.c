@@ -13,6 +13,8 @@
 
 #include <assert.h>
 #include <endian.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 enum {
@@ -123,13 +125,6 @@ static uint32_t varint_u32(const uint8_t *val, size_t len)
     return v;
 }
 
-/* The length strlen() gives on protobuf-c's NUL-terminated copy. */
-static size_t c_len(const uint8_t *p, size_t len)
-{
-    const uint8_t *z = memchr(p, 0, len);
-    return z ? (size_t)(z - p) : len;
-}
-
 static inline uint64_t load64(const uint8_t *p)
 {
     uint64_t v;
@@ -156,20 +151,67 @@ static inline uint32_t zero_bytes32(uint32_t v)
     return (v - UINT32_C(0x01010101)) & ~v & UINT32_C(0x80808080);
 }
 
-/* c_len for a candidate id: ids of 4 to 16 bytes (the usual) without a
- * NUL are told by two overlapping word tests, inside the id's bytes; the
- * rest, or a NUL found, go to memchr. */
-static inline size_t c_len_id(const uint8_t *p, size_t len)
+/* A byte of V with its high bit set or zero: non-zero if so. */
+static inline uint64_t odd_bytes64(uint64_t v)
 {
-    if (len >= 8) {
-        if (len <= 16 && !(zero_bytes64(load64(p)) | zero_bytes64(load64(p + len - 8))))
-            return len;
-    } else if (len >= 4) {
-        if (!(zero_bytes32(load32(p)) | zero_bytes32(load32(p + len - 4)))) return len;
-    } else if (len == 0) {
-        return 0;
+    return (v & UINT64_C(0x8080808080808080)) | zero_bytes64(v);
+}
+
+static inline uint32_t odd_bytes32(uint32_t v)
+{
+    return (v & UINT32_C(0x80808080)) | zero_bytes32(v);
+}
+
+/* text_check from byte I on (a character boundary), byte by byte:
+ * UTF-8 as RFC 3629 and Unicode's table 3-7 have it (no overlong forms,
+ * surrogates or code points past U+10FFFF). */
+static int text_check_slow(const uint8_t *p, size_t len, size_t i)
+{
+    while (i < len) {
+        uint8_t c = p[i];
+        if (c < 0x80) {
+            if (c == 0) return DD_TEXT_NUL;
+            i++;
+            continue;
+        }
+        size_t more;
+        uint8_t lo = 0x80, hi = 0xbf; /* the second byte's range */
+        if (c >= 0xc2 && c <= 0xdf) {
+            more = 1;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            more = 2;
+            if (c == 0xe0) lo = 0xa0;
+            else if (c == 0xed) hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            more = 3;
+            if (c == 0xf0) lo = 0x90;
+            else if (c == 0xf4) hi = 0x8f;
+        } else {
+            return DD_TEXT_BAD_UTF8;
+        }
+        if (len - i - 1 < more || p[i + 1] < lo || p[i + 1] > hi) return DD_TEXT_BAD_UTF8;
+        for (size_t k = 2; k <= more; k++)
+            if ((p[i + k] & 0xc0) != 0x80) return DD_TEXT_BAD_UTF8;
+        i += 1 + more;
     }
-    return c_len(p, len);
+    return DD_TEXT_OK;
+}
+
+int dd_wire_text_check(const uint8_t *p, size_t len)
+{
+    /* ASCII without a NUL, 8 (or 4) bytes at a time; the last word
+     * overlaps the one before. The first word that is not goes byte by
+     * byte from its start, a character boundary. */
+    if (len >= 8) {
+        size_t i = 0;
+        for (; i + 8 <= len; i += 8)
+            if (odd_bytes64(load64(p + i))) return text_check_slow(p, len, i);
+        if (i < len && odd_bytes64(load64(p + len - 8))) return text_check_slow(p, len, i);
+        return DD_TEXT_OK;
+    }
+    if (len >= 4 && !(odd_bytes32(load32(p)) | odd_bytes32(load32(p + len - 4))))
+        return DD_TEXT_OK;
+    return text_check_slow(p, len, 0);
 }
 
 /* Any field but a plainly framed candidate id, at P (REM > 0 bytes
@@ -191,17 +233,17 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
         if (f.wt != WT_LEN) return 0;
         if (f.num == F_USER_ID) {
             q->user_id = (const char *)f.payload;
-            q->user_len = c_len(f.payload, f.payload_len);
+            q->user_len = f.payload_len;
         } else {
             q->scene = (const char *)f.payload;
-            q->scene_len = c_len(f.payload, f.payload_len);
+            q->scene_len = f.payload_len;
         }
         break;
     case F_CANDIDATE_IDS:
         if (f.wt != WT_LEN) return 0;
         if (*n < cap) {
             ids[*n].p = (const char *)f.payload;
-            ids[*n].len = c_len(f.payload, f.payload_len);
+            ids[*n].len = f.payload_len;
         }
         ++*n;
         break;
@@ -231,16 +273,21 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
 /* Bytes from a plain candidate field's start to the end of its id, at
  * most (one-byte tag, one-byte length, up to 127 bytes). */
 #define PLAIN_MAX (2 + 127)
+/* A run of plain candidates is walked by one chain for this many bytes
+ * before the rest of it may take two: a split's fixed cost (sync_point's
+ * look-around) is then paid at most once per WARM bytes of the request,
+ * however many short runs other fields cut it into. */
+#define WARM 1024
 /* Spans shorter than this are not worth a second chain. */
 #define SPLIT_MIN 4096
 
 /* Record the plain candidate fields (one-byte tag, one-byte length) from
  * P on into IDS from index *NP while it is under CAP, as long as each
- * starts before SAFE: PLAIN_MAX - 1 bytes before a NUL byte or the end, so
- * that no id needs cutting and none can overrun. Returns where it
- * stopped, *NP updated. The loop carries P and N only: each field's
- * position hangs on the previous one's length byte, a load's latency per
- * id, and the rest runs beside it. */
+ * starts before SAFE (at most PLAIN_MAX - 1 bytes before the end, so that
+ * none can overrun). Returns where it stopped, *NP updated. The loop
+ * carries P and N only: each field's position hangs on the previous
+ * one's length byte, a load's latency per id, and the rest runs beside
+ * it. */
 static inline const uint8_t *plain_ids(const uint8_t *p, const uint8_t *safe,
                                        struct dd_filter_id *ids, size_t *np, size_t cap)
 {
@@ -276,15 +323,17 @@ static const uint8_t *sync_point(const uint8_t *from, const uint8_t *safe)
 }
 
 /* plain_ids over a long span in two chains at once: the span's second
- * half from a guessed field start S (sync_point), its ids into scratch
- * from ARENA, interleaved with the first half from P. When the first
- * chain lands exactly on S, the second one's ids are what a single chain
- * would have recorded from S, and are moved into place; otherwise (a
- * wrong guess, a field that is not plain, no room) they are dropped and
- * the caller goes on from where the first chain stopped. */
+ * half from a guessed field start S (sync_point), its ids into TMP (room
+ * for TCAP), interleaved with the first half from P. When the first chain
+ * lands exactly on S, the second one's ids are what a single chain would
+ * have recorded from S, and are moved into place; otherwise (a wrong
+ * guess, a field that is not plain, no room) they are dropped and the
+ * caller goes on from where the first chain stopped. The second chain
+ * walks no further than the first, so the work is at most twice the
+ * bytes the call gets through. */
 static const uint8_t *plain_ids_split(const uint8_t *p, const uint8_t *safe,
                                       struct dd_filter_id *ids, size_t *np, size_t cap,
-                                      dd_arena *arena)
+                                      struct dd_filter_id *tmp, size_t tcap)
 {
     size_t na = *np, nb = 0;
     const uint8_t *s = sync_point(p + (safe - p) / 2, safe);
@@ -292,8 +341,7 @@ static const uint8_t *plain_ids_split(const uint8_t *p, const uint8_t *safe,
     /* Fields starting in [S, SAFE) take two bytes or more each. */
     size_t bcap = (size_t)(safe - s + 1) / 2;
     if (bcap > cap - na) bcap = cap - na;
-    struct dd_filter_id *tmp = dd_arena_alloc(arena, bcap * sizeof *tmp);
-    if (!tmp) return plain_ids(p, safe, ids, np, cap);
+    if (bcap > tcap) bcap = tcap;
     const uint8_t *a = p, *b = s;
     while (a < s && b < safe && na < cap && nb < bcap) {
         size_t la = a[1], lb = b[1];
@@ -317,8 +365,49 @@ static const uint8_t *plain_ids_split(const uint8_t *p, const uint8_t *safe,
     return plain_ids(b, safe, ids, np, cap); /* where the first chain ended first */
 }
 
+static void say(char *why, size_t why_cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void say(char *why, size_t why_cap, const char *fmt, ...)
+{
+    if (!why || why_cap == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_cap, fmt, ap);
+    va_end(ap);
+}
+
+static const char *const text_problem[] = {
+    [DD_TEXT_NUL] = "holds a NUL byte",
+    [DD_TEXT_BAD_UTF8] = "is not valid UTF-8",
+};
+
+/* The decoded query's strings: valid UTF-8 without a NUL byte (wire.h). */
+static int check_query_text(const struct dd_filter_query *q, char *why, size_t why_cap)
+{
+    int t = dd_wire_text_check((const uint8_t *)q->user_id, q->user_len);
+    if (t) {
+        say(why, why_cap, "user_id %s", text_problem[t]);
+        return DD_ERR_INVALID;
+    }
+    t = dd_wire_text_check((const uint8_t *)q->scene, q->scene_len);
+    if (t) {
+        say(why, why_cap, "scene %s", text_problem[t]);
+        return DD_ERR_INVALID;
+    }
+    for (size_t i = 0; q->ids && i < q->n; i++) {
+        t = dd_wire_text_check((const uint8_t *)q->ids[i].p, q->ids[i].len);
+        if (t) {
+            say(why, why_cap, "candidate_ids[%zu] %s", i, text_problem[t]);
+            return DD_ERR_INVALID;
+        }
+    }
+    return DD_OK;
+}
+
 int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena,
-                                  size_t max_ids, struct dd_filter_query *q)
+                                  size_t max_ids, struct dd_filter_query *q, char *why,
+                                  size_t why_cap)
 {
     memset(q, 0, sizeof *q);
     q->user_id = "";
@@ -331,44 +420,53 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
     size_t cap = len / 2 < max_ids ? len / 2 : max_ids;
     struct dd_filter_id *ids = dd_arena_alloc(arena, cap * sizeof *ids);
     if (!ids) return DD_ERR_NOMEM;
+    /* The second chain's scratch, taken once at the first split: a split
+     * at P records ids starting in the last half of [P, SAFE), fewer than
+     * len / 4 + 1 of them. */
+    struct dd_filter_id *tmp = NULL;
+    size_t tcap = cap < len / 4 + 1 ? cap : len / 4 + 1;
     const uint8_t *p = data, *const end = data + len;
-    const uint8_t *zero = NULL; /* the first NUL byte at or after p, or end */
+    /* Plain candidates starting before SAFE end within the bytes. */
+    const uint8_t *const safe = len >= PLAIN_MAX ? end - (PLAIN_MAX - 1) : data;
     size_t n = 0;
     while (p < end) {
-        /* Ids wholly before the next NUL byte (found by memchr, far faster
-         * per byte than testing each id) are not cut: recorded as they
-         * are, by plain_ids, while there is room and the fields are plain
-         * candidates. */
-        if (!zero || zero < p) {
-            zero = memchr(p, 0, (size_t)(end - p));
-            if (!zero) zero = end;
-        }
-        if ((size_t)(zero - p) >= PLAIN_MAX && n < cap) {
-            const uint8_t *safe = zero - (PLAIN_MAX - 1);
-            if (safe - p >= SPLIT_MIN) p = plain_ids_split(p, safe, ids, &n, cap, arena);
-            else p = plain_ids(p, safe, ids, &n, cap);
+        if (p < safe && n < cap) {
+            const uint8_t *warm = safe - p > WARM ? p + WARM : safe;
+            p = plain_ids(p, warm, ids, &n, cap);
+            if (p >= warm && p < safe && n < cap) {
+                /* A long run so far: the rest may take two chains. */
+                if (safe - p >= SPLIT_MIN && !tmp && tcap)
+                    if (!(tmp = dd_arena_alloc(arena, tcap * sizeof *tmp))) tcap = 0;
+                if (safe - p >= SPLIT_MIN && tmp)
+                    p = plain_ids_split(p, safe, ids, &n, cap, tmp, tcap);
+                else
+                    p = plain_ids(p, safe, ids, &n, cap);
+            }
             if (p == end) break;
         }
-        /* One field, checked in full: near a NUL or the end, past CAP, or
-         * not a plain candidate. */
+        /* One field, checked in full: near the end, past CAP, or not a
+         * plain candidate. */
         size_t rem = (size_t)(end - p);
         if (p[0] == CAND_KEY && rem >= 2 && p[1] < 0x80 && (size_t)p[1] <= rem - 2) {
             if (n < cap) {
                 ids[n].p = (const char *)(p + 2);
-                ids[n].len = c_len_id(p + 2, p[1]);
+                ids[n].len = p[1];
             }
             n++;
             p += 2 + (size_t)p[1];
             continue;
         }
         size_t used = other_field(p, rem, q, ids, cap, &n);
-        if (used == 0) return DD_ERR_INVALID;
+        if (used == 0) {
+            say(why, why_cap, "request is not a valid dedup.v1.FilterRequest");
+            return DD_ERR_INVALID;
+        }
         p += used;
     }
     q->n = n;
     /* More than MAX_IDS: rejected on the count, ids not needed. */
     q->ids = n <= max_ids ? ids : NULL;
-    return DD_OK;
+    return check_query_text(q, why, why_cap);
 }
 
 /* ---- response ------------------------------------------------------------- */
@@ -636,4 +734,49 @@ size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
         p = put_varint(p, r->duplicate);
     }
     return (size_t)(p - out);
+}
+
+/* ---- strings of the protobuf-c decoded requests ----------------------------- */
+
+/* dd_wire_pb_text_check on one message's bytes; PATH names it ("" at the
+ * top). */
+static int pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
+                         int utf8, const char *path, int depth, char *why, size_t why_cap)
+{
+    unsigned count[16] = {0}; /* per field, for the index of a repeated one */
+    const uint8_t *p = data, *end = data + len;
+    while (p < end) {
+        struct field f = {0};
+        size_t used = scan_field(p, (size_t)(end - p), &f);
+        if (used == 0) return DD_OK; /* protobuf-c rejects it */
+        p += used;
+        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.num);
+        if (!fd || f.wt != WT_LEN) continue;
+        size_t k = (size_t)(fd - d->fields);
+        unsigned idx = k < DD_ARRAY_LEN(count) ? count[k]++ : 0;
+        char name[160];
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED)
+            snprintf(name, sizeof name, "%s%s[%u]", path, fd->name, idx);
+        else
+            snprintf(name, sizeof name, "%s%s", path, fd->name);
+        if (fd->type == PROTOBUF_C_TYPE_STRING) {
+            int t = dd_wire_text_check(f.payload, f.payload_len);
+            if (t == DD_TEXT_NUL || (t && utf8)) {
+                say(why, why_cap, "%s %s", name, text_problem[t]);
+                return DD_ERR_INVALID;
+            }
+        } else if (fd->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
+            strncat(name, ".", sizeof name - strlen(name) - 1);
+            int rc = pb_text_check(fd->descriptor, f.payload, f.payload_len, utf8, name,
+                                   depth + 1, why, why_cap);
+            if (rc) return rc;
+        }
+    }
+    return DD_OK;
+}
+
+int dd_wire_pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
+                          int utf8, char *why, size_t why_cap)
+{
+    return pb_text_check(d, data, len, utf8, "", 0, why, why_cap);
 }

@@ -20,12 +20,14 @@
  * Each field's place hangs on the previous one's length byte, so a walk
  * costs a load's latency per candidate whatever else it does. The usual
  * candidate fields (one-byte tag and length, 10,000 in a row) therefore
- * take a loop that does nothing else: memchr finds the next NUL byte
- * first (ids wholly before it need no cutting), and a long run is walked
- * as two chains at once, the second from a field start guessed in the
- * middle and kept only if the first chain lands exactly on it (its ids go
- * through an arena scratch array, then into place). Everything else (a
- * NUL near, other fields, past max_ids) is checked field by field.
+ * take a loop that does nothing else, and a long run is walked as two
+ * chains at once, the second from a field start guessed in the middle
+ * and kept only if the first chain lands exactly on it (its ids go
+ * through one arena scratch array, then into place). A run is first
+ * walked by one chain for 1 KiB: only then is a split tried, so however
+ * many short runs other fields cut a request into, the work stays
+ * linear. Everything else (other fields, the last bytes, past max_ids)
+ * is checked field by field.
  *
  * What it accepts and how it reads fields is protobuf-c 1.4's unpack,
  * which it replaces (tests/unit/test_wire.c checks both on the same bytes,
@@ -38,8 +40,15 @@
  *     mode (5) must be varints, read as their low 32 bits; explain (6) is
  *     true when any byte of the field, as scanned, has a low 7-bit set,
  *     whatever its wire type; a scalar given twice keeps the last value;
- *   - a string is cut at its first NUL byte, as the C string protobuf-c
- *     hands out was by strlen().
+ *   - but unlike protobuf-c, user_id, scene and every candidate id must
+ *     be valid UTF-8 (proto3 requires it of a string: ids echoed back in
+ *     kept_ids would fail the whole call in C++, Java or Python clients)
+ *     and hold no NUL byte (protobuf-c's C strings cut there, so
+ *     "victim\0x" read as "victim"): the request is rejected, naming the
+ *     field. The check is a pass over the recorded ids, 8 bytes at a
+ *     time while they are ASCII. The other RPCs' requests get the same
+ *     check on their wire bytes before protobuf-c unpacks them
+ *     (dd_wire_pb_text_check).
  *
  * The response is the bytes protobuf_c_message_pack gives for the same
  * FilterResponse (fields in number order, packed kept_indexes, zero
@@ -61,17 +70,37 @@
 #include "filter.h"
 
 typedef struct dd_arena dd_arena;
+typedef struct ProtobufCMessageDescriptor ProtobufCMessageDescriptor;
 
 /* Decode a dedup.v1.FilterRequest from DATA (LEN bytes, borrowed: the
  * query points into it, so it must outlive Q). The candidate array comes
- * from ARENA (with, for long requests, a scratch array of at most as many
- * entries), only when there are at most MAX_IDS candidates; with more,
- * q->ids is NULL and q->n says how many there were (the filter rejects
- * the request on its count before reading ids). Returns 0,
- * DD_ERR_INVALID (not a valid FilterRequest; Q is unspecified) or
- * DD_ERR_NOMEM. */
+ * from ARENA (with, for long requests, one scratch array of at most a
+ * quarter as many entries: the arena grows by less than 12 * LEN bytes),
+ * only when there are at most MAX_IDS candidates; with more, q->ids is
+ * NULL and q->n says how many there were (the filter rejects the request
+ * on its count before reading ids). Time is linear in LEN. Returns 0,
+ * DD_ERR_INVALID (not a valid FilterRequest, or a string that is not
+ * UTF-8 or holds a NUL: WHY, when not NULL, gets a message of at most
+ * WHY_CAP bytes naming it; Q is unspecified) or DD_ERR_NOMEM. */
 int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena,
-                                  size_t max_ids, struct dd_filter_query *q);
+                                  size_t max_ids, struct dd_filter_query *q, char *why,
+                                  size_t why_cap);
+
+/* What dd_wire_text_check finds in a string. */
+enum { DD_TEXT_OK = 0, DD_TEXT_NUL = 1, DD_TEXT_BAD_UTF8 = 2 };
+
+/* P[0..LEN) as a string field's value: DD_TEXT_OK if valid UTF-8 without
+ * a NUL byte, else the first problem met. ASCII goes 8 bytes at a time. */
+int dd_wire_text_check(const uint8_t *p, size_t len);
+
+/* The string fields of the message of type D in DATA (LEN bytes), nested
+ * messages included, before protobuf_c_message_unpack (whose C strings
+ * would cut them at a NUL): DD_ERR_INVALID if one holds a NUL byte or,
+ * when UTF8, is not valid UTF-8, with WHY (may be NULL) naming the field
+ * ("item_ids[3] holds a NUL byte"); else 0 (malformed bytes too: the
+ * unpack rejects them). */
+int dd_wire_pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
+                          int utf8, char *why, size_t why_cap);
 
 /* Bytes of the encoded FilterResponse for query Q and its result R (as
  * dd_filter_decide left them). Cannot fail. */

@@ -191,6 +191,32 @@ def main():
                          response_deserializer=None)
     expect_error(lambda: raw(b"\x0a\xff\xff\xff\xff\x0f", timeout=5), INV,
                  details="request is not a valid dedup.v1.FilterRequest", what="garbage bytes")
+    # Strings proto3 clients cannot send: not UTF-8, or holding a NUL (which
+    # protobuf-c's C strings once cut at, "victim\0x" acting on "victim").
+    # Sent through a serializer built here from (field number, bytes) pairs.
+    def ser(fields):
+        return b"".join(bytes([n << 3 | 2, len(v)]) + v for n, v in fields)
+    hand = {m: ch.unary_unary("/dedup.v1.Dedup/" + m, request_serializer=ser,
+                              response_deserializer=None)
+            for m in ("Filter", "RecordDelivery", "RecordPlays", "ForgetUser")}
+    expect_error(lambda: hand["Filter"]([(1, b"u"), (2, b"ok"), (2, b"bad\xff")], timeout=5),
+                 INV, details="candidate_ids[1] is not valid UTF-8", what="Filter bad UTF-8")
+    expect_error(lambda: hand["Filter"]([(1, b"u\xc0\x80"), (2, b"ok")], timeout=5), INV,
+                 details="user_id is not valid UTF-8", what="Filter overlong user")
+    expect_error(lambda: hand["Filter"]([(1, b"victim\0x"), (2, b"ok")], timeout=5), INV,
+                 details="user_id holds a NUL byte", what="Filter NUL user")
+    expect_error(lambda: hand["RecordDelivery"]([(1, b"u"), (2, b"a\0b")], timeout=5), INV,
+                 details="item_ids[0] holds a NUL byte", what="RecordDelivery NUL item")
+    expect_error(lambda: hand["RecordPlays"]([(1, b"u"), (2, b"\x0a\x02\xed\xa0")], timeout=5),
+                 INV, details="plays[0].item_id is not valid UTF-8",
+                 what="RecordPlays bad UTF-8")
+    expect_error(lambda: hand["ForgetUser"]([(1, b"victim\0x")], timeout=5), INV,
+                 details="user_id holds a NUL byte", what="ForgetUser NUL user")
+    # The same serializer with valid strings (multibyte ones too) works.
+    r = pb.FilterResponse.FromString(hand["Filter"](
+        [(1, "ü".encode()), (2, "é-1".encode()), (2, b"plain")], timeout=5))
+    check(list(r.kept_ids) == ["é-1", "plain"], "hand-built Filter: %s" % list(r.kept_ids))
+    check(len(filt("u", ["a", "b"]).kept_ids) == 2, "Filter after bad strings")
     # Past rpc.max_message_bytes (2 MiB): refused by gRPC itself.
     expect_error(lambda: filt("u", ["y" * 250 + str(i) for i in range(9000)]), EXH,
                  what="message over rpc.max_message_bytes")

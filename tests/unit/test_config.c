@@ -270,6 +270,11 @@ static void test_set_errors(void)
     SET_ERROR("recent.size", "0", "too small");
     SET_ERROR("window.flush_ms", "0", "too small");
     SET_ERROR("rpc.max_candidates", "4294967296", "too large");
+    /* A user id is stored in history keys with a u16 length (history.h):
+     * longer ones could only fail there, reading as a store failure. */
+    SET_ERROR("rpc.max_id_bytes", "65536", "too large (at most 65535)");
+    SET_ERROR("ingest.max_id_bytes", "65536", "too large (at most 65535)");
+    SET_ERROR("rpc.max_id_bytes", "4294967295", "too large");
     SET_ERROR("rpc.max_message_bytes", "2147483648", "too large");
     SET_ERROR("window.max_bytes", "18446744073709551616", "too large");
     SET_ERROR("window.max_bytes", "99999999999999999999999999", "too large");
@@ -392,6 +397,9 @@ static void test_validate(void)
     c.recent.size = 0;
     INVALID(&c, "recent.size");
     c.recent.size = 100;
+    c.rpc.max_id_bytes = 65536;
+    INVALID(&c, "rpc.max_id_bytes");
+    c.rpc.max_id_bytes = 65535;
     c.history.max_future_ms = -5;
     INVALID(&c, "history.max_future_ms");
     c.history.max_future_ms = 0;

@@ -202,6 +202,14 @@ static void test_place(void)
     CHECK_EQ_INT(dd_history_probe(h, big, 255, big, 65535, 0, &x, 1, &hit, err, sizeof err),
                  DD_OK);
     CHECK_EQ_INT(hit, 1);
+    /* One byte more: invalid on every path, never read as a store
+     * failure (DD_ERR_IO) by a caller. */
+    big = realloc(big, 65536);
+    REQUIRE(big);
+    big[65535] = 'u';
+    CHECK_EQ_INT(dd_history_probe(h, "s", 1, big, 65536, 0, &x, 1, &hit, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_history_forget(h, "s", 1, big, 65536, err, sizeof err), DD_ERR_INVALID);
     dd_history_batch_clear(b);
     CHECK_EQ_INT(dd_history_batch_operands(b), 0);
     CHECK_EQ_INT(dd_history_batch_bytes(b), 0);

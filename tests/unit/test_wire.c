@@ -32,23 +32,94 @@ static uint64_t next(void)
     return rng;
 }
 
+/* 1 if P[0..LEN) is valid UTF-8 without a NUL, by decoding each code
+ * point (the oracle for wire.c's range checks). */
+static int ref_text_ok(const uint8_t *p, size_t len)
+{
+    static const uint32_t min_cp[] = {0, 0x80, 0x800, 0x10000};
+    for (size_t i = 0; i < len;) {
+        uint32_t c = p[i];
+        size_t more = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2
+                    : (c & 0xf8) == 0xf0 ? 3 : 9;
+        if (c == 0 || more == 9 || more > len - i - 1) return 0;
+        if (more) c &= 0x3fu >> more;
+        for (size_t k = 1; k <= more; k++) {
+            if ((p[i + k] & 0xc0) != 0x80) return 0;
+            c = c << 6 | (p[i + k] & 0x3f);
+        }
+        if (c < min_cp[more] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+        i += 1 + more;
+    }
+    return 1;
+}
+
+/* protobuf-c reads a varint of at most 5 bytes as 32 bits. */
+static uint32_t ref_varint32(const uint8_t **pp)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        uint8_t b = *p++;
+        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) break;
+    }
+    *pp = p;
+    return (uint32_t)v;
+}
+
+/* For bytes protobuf-c unpacks: 1 if the strings dedupd reads (the last
+ * user_id and scene; every candidate while at most MAX_IDS) are valid
+ * UTF-8 without a NUL, which protobuf-c does not ask. */
+static int ref_strings_ok(const uint8_t *buf, size_t len, size_t max_ids)
+{
+    const uint8_t *p = buf, *end = buf + len, *user = NULL, *scene = NULL;
+    size_t user_len = 0, scene_len = 0, n = 0;
+    int ids_ok = 1;
+    while (p < end) {
+        uint32_t tag = ref_varint32(&p);
+        switch (tag & 7) {
+        case 0: while (*p++ & 0x80) {} break;
+        case 1: p += 8; break;
+        case 5: p += 4; break;
+        default: {
+            uint32_t l = ref_varint32(&p);
+            if (tag >> 3 == 1) user = p, user_len = l;
+            else if (tag >> 3 == 3) scene = p, scene_len = l;
+            else if (tag >> 3 == 2 && !ref_text_ok(p, l)) ids_ok = 0;
+            if (tag >> 3 == 2) n++;
+            p += l;
+        }
+        }
+    }
+    return (!user || ref_text_ok(user, user_len)) && (!scene || ref_text_ok(scene, scene_len)) &&
+           (ids_ok || n > max_ids);
+}
+
 /* Decode BUF both ways, the in-place decoder with MAX_IDS; 1 if they
  * agree (both reject, or both accept with the same content; over MAX_IDS,
- * the same count and no ids). */
+ * the same count and no ids), where dedupd also rejects what protobuf-c
+ * accepts with a string that is not UTF-8 or holds a NUL. */
 static int agree_max(const uint8_t *buf, size_t len, size_t max_ids, int verbose)
 {
     dd_arena_reset(arena);
     Dedup__V1__FilterRequest *pb = dedup__v1__filter_request__unpack(NULL, len, buf);
     struct dd_filter_query q;
-    int rc = dd_wire_filter_request_decode(buf, len, arena, max_ids, &q);
+    char why[128] = "";
+    int rc = dd_wire_filter_request_decode(buf, len, arena, max_ids, &q, why, sizeof why);
     int ok = 1;
     if (!pb) {
-        ok = rc == DD_ERR_INVALID;
+        ok = rc == DD_ERR_INVALID && why[0];
         if (!ok && verbose) fprintf(stderr, "protobuf-c rejects, wire gives %d\n", rc);
         return ok;
     }
+    if (!ref_strings_ok(buf, len, max_ids)) {
+        ok = rc == DD_ERR_INVALID && why[0];
+        if (!ok && verbose) fprintf(stderr, "bad string accepted: wire gives %d\n", rc);
+        dedup__v1__filter_request__free_unpacked(pb, NULL);
+        return ok;
+    }
     if (rc != DD_OK) {
-        if (verbose) fprintf(stderr, "protobuf-c accepts, wire gives %d\n", rc);
+        if (verbose) fprintf(stderr, "protobuf-c accepts, wire gives %d (%s)\n", rc, why);
         dedup__v1__filter_request__free_unpacked(pb, NULL);
         return 0;
     }
@@ -66,6 +137,12 @@ static int agree_max(const uint8_t *buf, size_t len, size_t max_ids, int verbose
     if (!ok && verbose) fprintf(stderr, "decoded contents differ\n");
     dedup__v1__filter_request__free_unpacked(pb, NULL);
     return ok;
+}
+
+/* dd_wire_filter_request_decode without a message. */
+static int decode(const uint8_t *buf, size_t len, size_t max_ids, struct dd_filter_query *q)
+{
+    return dd_wire_filter_request_decode(buf, len, arena, max_ids, q, NULL, 0);
 }
 
 static int agree(const uint8_t *buf, size_t len, int verbose)
@@ -171,14 +248,14 @@ static void test_valid_and_truncated(void)
         CHECK(agree(b, len, 1));
         dd_arena_reset(arena);
         struct dd_filter_query q;
-        CHECK_EQ_INT(dd_wire_filter_request_decode(b, len, arena, SIZE_MAX, &q), DD_OK);
+        CHECK_EQ_INT(decode(b, len, SIZE_MAX, &q), DD_OK);
         CHECK_EQ_INT(q.n, sizes[s]);
         CHECK_EQ_INT(q.lookback_days, 30);
         CHECK_EQ_INT(q.explain, 1);
         CHECK(q.user_len == 7 && memcmp(q.user_id, "user-42", 7) == 0);
         /* Over the limit: counted, ids not decoded. */
         if (sizes[s] > 1) {
-            CHECK_EQ_INT(dd_wire_filter_request_decode(b, len, arena, 1, &q), DD_OK);
+            CHECK_EQ_INT(decode(b, len, 1, &q), DD_OK);
             CHECK_EQ_INT(q.n, sizes[s]);
             CHECK(q.ids == NULL);
         }
@@ -259,16 +336,23 @@ static void test_unknown_and_odd_fields(void)
         memcpy(m + el, b, len);
         CHECK_MSG(agree(m, len + el, 1), "extra field %zu in front", e);
     }
-    /* The last-wins and NUL cases, checked by value, not only agreement. */
+    /* The last-wins case, checked by value, not only agreement. */
     struct dd_filter_query q;
     memcpy(m, b, len);
-    memcpy(m + len, "\x0a\x01z\x20\xff\x01\x12\x02" "a\0", 10);
+    memcpy(m + len, "\x0a\x01z\x20\xff\x01\x12\x02" "ab", 10);
     dd_arena_reset(arena);
-    CHECK_EQ_INT(dd_wire_filter_request_decode(m, len + 10, arena, SIZE_MAX, &q), DD_OK);
+    CHECK_EQ_INT(decode(m, len + 10, SIZE_MAX, &q), DD_OK);
     CHECK(q.user_len == 1 && q.user_id[0] == 'z');
     CHECK_EQ_INT(q.lookback_days, 255);
     CHECK_EQ_INT(q.n, 4);
-    CHECK(q.ids[3].len == 1 && q.ids[3].p[0] == 'a');
+    CHECK(q.ids[3].len == 2 && q.ids[3].p[0] == 'a');
+    /* A NUL inside: rejected, not cut (protobuf-c reads "a"). */
+    memcpy(m + len + 8, "a\0", 2);
+    char why[128] = "";
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_wire_filter_request_decode(m, len + 10, arena, SIZE_MAX, &q, why, sizeof why),
+                 DD_ERR_INVALID);
+    CHECK_STR(why, "candidate_ids[3] holds a NUL byte");
     free(m);
     free(b);
     free_ids(ids, 3);
@@ -277,11 +361,12 @@ static void test_unknown_and_odd_fields(void)
 /* Ids of every length from 0 to 40, without a NUL and with one at every
  * place (and all NULs), first, in the middle and last of requests long
  * enough for every decoding path (plain runs, two chains, checked
- * fields): cut at the NUL as protobuf-c cuts them. */
+ * fields): read whole, or rejected naming the id when it holds a NUL
+ * (protobuf-c would cut it there, merging distinct ids). */
 static void test_id_lengths_and_nuls(void)
 {
     static const size_t where[] = {0, 150, 300, 599};
-    static const uint8_t fill[] = {'a', 0x01, 0x80, 0xff, 0x12, 0x7f};
+    static const uint8_t fill[] = {'a', 0x01, '~', 0x7f, 0x12, 'Z'};
     int bad = 0, n_req = 0;
     for (size_t l = 0; l <= 40; l++) {
         for (size_t k = 0; k <= l + 1; k++) { /* NUL at k - 1; 0: none; l + 1: all */
@@ -301,13 +386,20 @@ static void test_id_lengths_and_nuls(void)
                     if (bad++ == 0) fprintf(stderr, "id length %zu, NUL case %zu, at %zu\n", l, k,
                                             where[wi]);
                 }
-                /* The NUL cut checked by value too. */
+                /* Checked by value too. */
                 dd_arena_reset(arena);
                 struct dd_filter_query q;
-                CHECK_EQ_INT(dd_wire_filter_request_decode(w.b, w.len, arena, SIZE_MAX, &q),
-                             DD_OK);
-                size_t want = k == 0 ? l : k == l + 1 ? 0 : k - 1;
-                CHECK(q.n == 600 && q.ids[where[wi]].len == want);
+                char why[128] = "", want[128];
+                int rc = dd_wire_filter_request_decode(w.b, w.len, arena, SIZE_MAX, &q, why,
+                                                       sizeof why);
+                if (k == 0 || l == 0) {
+                    CHECK_EQ_INT(rc, DD_OK);
+                    CHECK(q.n == 600 && q.ids[where[wi]].len == l);
+                } else {
+                    snprintf(want, sizeof want, "candidate_ids[%zu] holds a NUL byte", where[wi]);
+                    CHECK_EQ_INT(rc, DD_ERR_INVALID);
+                    CHECK_STR(why, want);
+                }
                 free(w.b);
                 n_req++;
             }
@@ -315,6 +407,131 @@ static void test_id_lengths_and_nuls(void)
     }
     CHECK_EQ_INT(bad, 0);
     CHECK(n_req > 3000);
+}
+
+/* dd_wire_text_check against the code point oracle: every string of up to
+ * 2 bytes, strings of 3 and 4 bytes from the bytes around each range's
+ * edges, and random mixes of ASCII and multibyte sequences (valid, cut,
+ * overlong, surrogates, past U+10FFFF) of every length to 40, so that
+ * the 8- and 4-byte ASCII tests meet them at every offset. */
+static void test_text_check(void)
+{
+    static const uint8_t edge[] = {0x00, 0x01, 0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0,
+                                   0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed,
+                                   0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xff};
+    enum { E = DD_ARRAY_LEN(edge) };
+    int bad = 0;
+    uint8_t s[48];
+    for (unsigned v = 0; v < 65536 + 256 + 1; v++) {
+        size_t l = v < 65536 ? 2 : v < 65536 + 256 ? 1 : 0;
+        s[0] = (uint8_t)v;
+        s[1] = (uint8_t)(v >> 8);
+        if (l == 1) s[0] = (uint8_t)(v - 65536);
+        if ((dd_wire_text_check(s, l) == DD_TEXT_OK) != ref_text_ok(s, l)) bad++;
+    }
+    for (size_t a = 0; a < E; a++)
+        for (size_t b = 0; b < E; b++)
+            for (size_t c = 0; c < E; c++)
+                for (size_t d = 0; d <= E; d++) {
+                    size_t l = d == E ? 3 : 4;
+                    s[0] = edge[a], s[1] = edge[b], s[2] = edge[c], s[3] = d < E ? edge[d] : 0;
+                    if ((dd_wire_text_check(s, l) == DD_TEXT_OK) != ref_text_ok(s, l)) bad++;
+                }
+    static const char *const pieces[] = {"a", "Z", "~", "\xc3\xa9", "\xe2\x82\xac",
+                                         "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf", "\xed\x9f\xbf",
+                                         "\xc0\x80", "\xe0\x80\x80", "\xed\xa0\x80",
+                                         "\xf4\x90\x80\x80", "\xf8\x88\x80\x80\x80", "\x80",
+                                         "\xc3", "\xe2\x82", "\0"};
+    for (int it = 0; it < 200000; it++) {
+        size_t want = next() % 41, l = 0;
+        int rare = (int)(next() % 4); /* 0: all ASCII */
+        while (l < want) {
+            size_t k = rare && next() % 8 == 0 ? next() % DD_ARRAY_LEN(pieces) : next() % 3;
+            size_t pl = k == DD_ARRAY_LEN(pieces) - 1 ? 1 : strlen(pieces[k]);
+            if (l + pl > sizeof s) break;
+            memcpy(s + l, pieces[k], pl);
+            l += pl;
+        }
+        int t = dd_wire_text_check(s, l);
+        if ((t == DD_TEXT_OK) != ref_text_ok(s, l) || (t == DD_TEXT_NUL && !memchr(s, 0, l))) {
+            if (bad++ == 0) fprintf(stderr, "text_check differs on a string of %zu bytes\n", l);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* Filter requests with a string that is not UTF-8: rejected naming the
+ * field (and the candidate's index); valid multibyte ids read whole. */
+static void test_request_utf8(void)
+{
+    static const struct {
+        unsigned field;
+        size_t len;
+        const char *bytes;
+        const char *want;
+    } cases[] = {
+        {1, 6, "user-\xff", "user_id is not valid UTF-8"},
+        {3, 6, "sc\xc0\x80ne", "scene is not valid UTF-8"},
+        {2, 10, "item-\xed\xa0\x80-x", "candidate_ids[7] is not valid UTF-8"},
+        {2, 2, "\xe2\x82", "candidate_ids[7] is not valid UTF-8"},
+        {1, 2, "u\0", "user_id holds a NUL byte"},
+        {3, 1, "\0", "scene holds a NUL byte"},
+        {2, 10, "\xc3\xa9t\xc3\xa9-\xf0\x9f\x98\x80", NULL},
+    };
+    for (size_t c = 0; c < DD_ARRAY_LEN(cases); c++) {
+        size_t bl = cases[c].len;
+        struct wbuf w = {0};
+        if (cases[c].field != 1) w_field(&w, 1, "user-1", 6);
+        for (size_t i = 0; i < 10; i++) {
+            if (i == 7 && cases[c].field == 2) w_field(&w, 2, cases[c].bytes, bl);
+            else w_filler(&w, i);
+        }
+        if (cases[c].field != 2) w_field(&w, cases[c].field, cases[c].bytes, bl);
+        CHECK_MSG(agree(w.b, w.len, 1), "utf-8 case %zu", c);
+        dd_arena_reset(arena);
+        struct dd_filter_query q;
+        char why[128] = "";
+        int rc = dd_wire_filter_request_decode(w.b, w.len, arena, SIZE_MAX, &q, why, sizeof why);
+        if (cases[c].want) {
+            CHECK_EQ_INT(rc, DD_ERR_INVALID);
+            CHECK_STR(why, cases[c].want);
+        } else {
+            CHECK_EQ_INT(rc, DD_OK);
+            CHECK(q.n == 10 && q.ids[7].len == bl && memcmp(q.ids[7].p, cases[c].bytes, bl) == 0);
+        }
+        free(w.b);
+    }
+}
+
+/* A request made to defeat the fast paths: tiny unknown fields, each
+ * before a few candidates (each unknown field stops the plain run, the
+ * candidates after it look like a run to split), 1 MiB of them. The
+ * decode must stay linear: the arena, which once grew by a scratch array
+ * of a quarter of the rest of the request per unknown field (some 34 GB
+ * for 16 MiB), now grows by less than 12 bytes per request byte. Work is
+ * measured in arena bytes, not time, so it cannot flake. */
+static void test_hostile_linear(void)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        struct wbuf w = {0};
+        w_field(&w, 1, "user-1", 6);
+        size_t i = 0;
+        while (w.len < ((size_t)1 << 20)) {
+            if (kind == 0) w_bytes(&w, "\x48\x01", 2);          /* unknown field 9, varint 1 */
+            else if (kind == 1) w_bytes(&w, "\x20\x1e", 2);     /* lookback_days 30 */
+            else w_field(&w, 2, "x\x12\x01", 3);                /* framing-like bytes in an id */
+            for (int k = 0; k < 5; k++) w_filler(&w, i++);
+            if (kind == 2 && i % 50 == 0) for (int k = 0; k < 300; k++) w_filler(&w, i++);
+        }
+        dd_arena_reset(arena);
+        struct dd_filter_query q;
+        CHECK_EQ_INT(decode(w.b, w.len, SIZE_MAX, &q), DD_OK);
+        CHECK_MSG(dd_arena_used(arena) < 12 * w.len + 64, "kind %d: arena %zu for %zu bytes",
+                  kind, dd_arena_used(arena), w.len);
+        CHECK(q.n >= i);
+        CHECK(agree(w.b, w.len, 1));
+        free(w.b);
+    }
 }
 
 /* Random large requests whose ids hold bytes that look like candidate
@@ -618,6 +835,63 @@ static void test_response_id_lengths(void)
     for (size_t i = 0; i < N; i++) free(idstr[i]);
 }
 
+/* dd_wire_pb_text_check of W as a message of type D: 1 if it gives
+ * DD_OK for WANT NULL, else DD_ERR_INVALID with the message WANT. */
+static int pb_check_is(const ProtobufCMessageDescriptor *d, const struct wbuf *w, size_t len,
+                       int utf8, const char *want)
+{
+    char why[128] = "";
+    int rc = dd_wire_pb_text_check(d, w->b, len, utf8, why, sizeof why);
+    if (!want) return rc == DD_OK;
+    if (rc == DD_ERR_INVALID && strcmp(why, want) == 0) return 1;
+    fprintf(stderr, "pb_text_check: %d \"%s\", want \"%s\"\n", rc, why, want);
+    return 0;
+}
+
+/* The other RPCs' requests, checked on their wire bytes before protobuf-c
+ * unpacks them: a NUL (which protobuf-c's C string would cut at) or, when
+ * asked, bad UTF-8 in any string field, nested ones included, is named;
+ * clean requests and malformed ones (left to protobuf-c) pass. */
+static void test_pb_text_check(void)
+{
+    const ProtobufCMessageDescriptor *forget = &dedup__v1__forget_user_request__descriptor,
+                                     *delivery = &dedup__v1__record_delivery_request__descriptor,
+                                     *plays = &dedup__v1__record_plays_request__descriptor;
+    struct wbuf w = {0};
+    w_field(&w, 1, "victim\0x", 8);
+    w_field(&w, 2, "item-1", 6);
+    CHECK(pb_check_is(forget, &w, w.len, 0, "user_id holds a NUL byte"));
+    w.len = 0;
+    w_field(&w, 1, "user-\xff", 6);
+    CHECK(pb_check_is(forget, &w, w.len, 0, NULL));
+    CHECK(pb_check_is(forget, &w, w.len, 1, "user_id is not valid UTF-8"));
+    w.len = 0;
+    w_field(&w, 1, "u", 1);
+    w_field(&w, 2, "a", 1);
+    w_field(&w, 2, "b\0c", 3);
+    CHECK(pb_check_is(delivery, &w, w.len, 1, "item_ids[1] holds a NUL byte"));
+    /* RecordPlays: plays[1].item_id, inside a nested Play. */
+    w.len = 0;
+    struct wbuf play = {0};
+    w_field(&play, 1, "ok", 2);
+    w_bytes(&play, "\x10\x05", 2); /* played_at_ms 5 */
+    w_field(&w, 1, "u", 1);
+    w_field(&w, 2, play.b, play.len);
+    play.len = 0;
+    w_field(&play, 1, "\xe2\x82", 2);
+    w_field(&w, 2, play.b, play.len);
+    w_field(&w, 3, "feed", 4);
+    CHECK(pb_check_is(plays, &w, w.len, 1, "plays[1].item_id is not valid UTF-8"));
+    /* Clean, and truncated (protobuf-c's to reject): passed. */
+    w.len = 0;
+    w_field(&w, 1, "\xc3\xa9l\xc3\xa8ve", 7);
+    w_field(&w, 2, "x", 1);
+    w_bytes(&w, "\x20\x01", 2);
+    for (size_t l = 0; l <= w.len; l++) CHECK(pb_check_is(delivery, &w, l, 1, NULL));
+    free(w.b);
+    free(play.b);
+}
+
 int main(void)
 {
     arena = dd_arena_new(0, 0);
@@ -628,6 +902,10 @@ int main(void)
     test_response_bytes();
     test_response_large();
     test_id_lengths_and_nuls();
+    test_text_check();
+    test_request_utf8();
+    test_hostile_linear();
+    test_pb_text_check();
     test_large_random();
     test_large_garbage();
     test_response_index_boundaries();
