@@ -52,7 +52,7 @@ enum mig_bad {
     MIG_BAD_OUT_OF_RANGE,     /* score infinite, <= 0, or too far in the future */
     MIG_BAD_EMPTY_MEMBER,     /* member "" */
     MIG_BAD_LONG_MEMBER,      /* member longer than the id limit */
-    MIG_BAD_BINARY_MEMBER,    /* member holds a NUL byte (not a proto string) */
+    MIG_BAD_BINARY_MEMBER,    /* member holds a NUL byte or is not UTF-8 (not a proto string) */
     MIG_BAD_KEY_MISMATCH,     /* key does not match the pattern, or its user
                                  part is empty or too long (per key) */
     MIG_BAD_COUNT

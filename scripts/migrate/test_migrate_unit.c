@@ -25,6 +25,8 @@ static void test_pattern(void)
     size_t n;
     CHECK(mig_pattern_user(&p, "play:42", 7, 256, &u, &n) == 0 && n == 2 && memcmp(u, "42", 2) == 0);
     CHECK(mig_pattern_user(&p, "play:", 5, 256, &u, &n) == -1);       /* empty user */
+    CHECK(mig_pattern_user(&p, "play:\xff", 6, 256, &u, &n) == -1);   /* not UTF-8 */
+    CHECK(mig_pattern_user(&p, "play:a\0b", 8, 256, &u, &n) == -1);   /* a NUL byte */
     CHECK(mig_pattern_user(&p, "plays:1", 7, 256, &u, &n) == -1);     /* other prefix */
     CHECK(mig_pattern_user(&p, "play:abc", 8, 2, &u, &n) == -1);      /* user too long */
     CHECK(mig_pattern_user(&p, "play:a\0b", 8, 256, &u, &n) == -1);   /* NUL in user */
@@ -95,6 +97,13 @@ static void test_classify(void)
     CHECK(classify(&r, "v", "1700003600000", &ms, &why) == MIG_ENTRY_OK); /* at the edge */
     CHECK(mig_classify(&r, "a\0b", 3, "1699999999000", 13, &ms, &why) == MIG_ENTRY_BAD &&
           why == MIG_BAD_BINARY_MEMBER);
+    why = MIG_BAD_COUNT; /* not UTF-8: a lone continuation byte, a truncated sequence */
+    CHECK(mig_classify(&r, "a\x80" "b", 3, "1699999999000", 13, &ms, &why) == MIG_ENTRY_BAD &&
+          why == MIG_BAD_BINARY_MEMBER);
+    why = MIG_BAD_COUNT;
+    CHECK(mig_classify(&r, "v\xc3", 2, "1699999999000", 13, &ms, &why) == MIG_ENTRY_BAD &&
+          why == MIG_BAD_BINARY_MEMBER);
+    CHECK(mig_classify(&r, "caf\xc3\xa9", 5, "1699999999000", 13, &ms, &why) == MIG_ENTRY_OK);
 
     /* Seconds. */
     r.score_scale = 1000;
