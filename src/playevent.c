@@ -12,6 +12,7 @@
  * path allocates nothing once the arena has grown to the largest message.
  */
 #include "playevent.h"
+#include "wire.h" /* the text rules every id follows */
 
 #include "arena.h"
 #include "buf.h"
@@ -339,6 +340,10 @@ static int decode_protobuf(dd_playevent_decoder *d, const void *payload, size_t 
                            struct dd_playevent *ev)
 {
     dd_arena_reset(d->arena);
+    /* protobuf-c hands strings out cut at their first NUL byte: check the
+     * bytes first, so "victim\0x" cannot act on "victim". */
+    if (dd_wire_pb_text_check(&dedup__v1__play_event__descriptor, payload, len, 1, NULL, 0))
+        return DD_PLAYEVENT_UNDECODABLE;
     Dedup__V1__PlayEvent *m =
         dedup__v1__play_event__unpack(dd_arena_allocator(d->arena), len, payload);
     if (!m) return DD_PLAYEVENT_UNDECODABLE;
@@ -371,6 +376,12 @@ int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len
     }
     if (e.user_len == 0) return DD_PLAYEVENT_EMPTY_USER;
     if (e.item_len == 0) return DD_PLAYEVENT_EMPTY_ITEM;
+    /* JSON's \u0000 and a binary message key reach here: ids are proto
+     * strings everywhere else (Filter, RecordPlays), so the same rule. */
+    if (dd_wire_text_check((const uint8_t *)e.user, e.user_len) ||
+        dd_wire_text_check((const uint8_t *)e.item, e.item_len) ||
+        dd_wire_text_check((const uint8_t *)e.scene, e.scene_len))
+        return DD_PLAYEVENT_UNDECODABLE;
     if (e.user_len > d->max_id_bytes || e.item_len > d->max_id_bytes ||
         e.scene_len > d->max_id_bytes || e.scene_len > SCENE_MAX || e.user_len > UINT16_MAX)
         return DD_PLAYEVENT_ID_TOO_LONG;

@@ -22,7 +22,9 @@
  *   - played_at_ms: missing or 0 -> the message timestamp (msg_ts_ms).
  *     Negative -> undecodable.
  *   - ids: user and item must not be empty; user, item and scene must not
- *     be longer than max_id_bytes (scene also not over 255 bytes).
+ *     be longer than max_id_bytes (scene also not over 255 bytes), and
+ *     must be valid UTF-8 without a NUL byte, as the API's strings are
+ *     (wire.h); otherwise the event is undecodable.
  * The caller checks the time against the store (too far in the future,
  * expired).
  *

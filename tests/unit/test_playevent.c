@@ -176,6 +176,31 @@ static void test_protobuf(void)
     static const char js[] = "{\"user_id\":\"u\",\"item_id\":\"i\"}";
     CHECK_EQ_INT(dd_playevent_decode(pb, js, sizeof js - 1, NULL, 0, TS, &ev),
                  DD_PLAYEVENT_UNDECODABLE);
+
+    /* Ids are proto strings: a NUL byte inside (protobuf-c would hand out
+     * "victim") or bytes that are not UTF-8 make the event undecodable. */
+    static const uint8_t nul_user[] = {0x0a, 0x08, 'v', 'i', 'c', 't', 'i', 'm', 0x00, 'x',
+                                       0x12, 0x01, 'i'};
+    CHECK_EQ_INT(dd_playevent_decode(pb, nul_user, sizeof nul_user, NULL, 0, TS, &ev),
+                 DD_PLAYEVENT_UNDECODABLE);
+    static const uint8_t bad_item[] = {0x0a, 0x01, 'u', 0x12, 0x02, 0xc3, 0x28};
+    CHECK_EQ_INT(dd_playevent_decode(pb, bad_item, sizeof bad_item, NULL, 0, TS, &ev),
+                 DD_PLAYEVENT_UNDECODABLE);
+    /* A binary message key standing in for the user. */
+    n = pack("", "v7", 0, "", buf);
+    CHECK_EQ_INT(dd_playevent_decode(pb, buf, n, "k\xff", 2, TS, &ev), DD_PLAYEVENT_UNDECODABLE);
+}
+
+/* JSON's \u0000 escape puts a NUL byte into an id: undecodable too. */
+static void test_json_nul_escape(void)
+{
+    struct dd_playevent ev;
+    static const char js[] = "{\"user_id\":\"victim\\u0000x\",\"item_id\":\"i\"}";
+    CHECK_EQ_INT(dd_playevent_decode(json, js, sizeof js - 1, NULL, 0, TS, &ev),
+                 DD_PLAYEVENT_UNDECODABLE);
+    static const char ok[] = "{\"user_id\":\"caf\\u00e9\",\"item_id\":\"i\"}";
+    CHECK_EQ_INT(dd_playevent_decode(json, ok, sizeof ok - 1, NULL, 0, TS, &ev), DD_PLAYEVENT_OK);
+    CHECK(eq(ev.user, ev.user_len, "caf\xc3\xa9"));
 }
 
 /* Random bytes and random mutations of good messages: any status, no
@@ -228,6 +253,7 @@ int main(void)
     test_json_good();
     test_json_bad();
     test_protobuf();
+    test_json_nul_escape();
     test_fuzz();
     dd_playevent_decoder_free(json);
     dd_playevent_decoder_free(pb);
