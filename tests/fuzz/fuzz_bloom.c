@@ -94,6 +94,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     uint8_t hit_sorted[NPROBE] = {0};
     int rs = dd_bloom_probe_sorted(&v, probe, np, hit_sorted);
+    if ((rs == 0) != ok && v.count)
+        fprintf(stderr, "range %llu count %u k %u: decode %s, probe_sorted %s\n",
+                (unsigned long long)v.range, v.count, v.rice_k, ok ? "accepts" : "rejects",
+                rs == 0 ? "accepts" : "rejects");
     FUZZ_CHECK((rs == 0) == ok || v.count == 0);
 
     size_t ixb = possible ? dd_bloom_index_bytes(&v) : 0;

@@ -27,6 +27,25 @@ static void collect(const redisReply *r, int top, uint64_t *h, size_t *n)
         for (size_t i = 0; i < r->elements; i++) collect(r->element[i], 0, h, n);
 }
 
+/* Whether some line of DATA starts with '*' and a count over 4096. hiredis
+ * 0.14's own reader allocates an array's element pointers up front, so
+ * "*666666661" would have the oracle (not recent.c's functions, which
+ * allocate nothing) ask for gigabytes: such inputs are parsed by ours only.
+ * Conservative: a bulk string's bytes can look like such a line too. */
+static int huge_array(const uint8_t *data, size_t size)
+{
+    for (size_t i = 0; i < size; i++) {
+        if (data[i] != '*' || (i > 0 && data[i - 1] != '\n')) continue;
+        unsigned long long v = 0;
+        size_t j = i + 1;
+        if (j < size && data[j] == '-') continue;
+        for (; j < size && data[j] >= '0' && data[j] <= '9' && v <= 4096; j++)
+            v = v * 10 + (data[j] - '0');
+        if (v > 4096) return 1;
+    }
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint64_t got[CAP], want[CAP];
@@ -34,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int type = 0;
     int rc = dd_recent_parse_reply(data, size, got, CAP, &n, &type);
     FUZZ_CHECK(rc != DD_ERR_NOMEM);
+    if (huge_array(data, size)) return 0;
 
     redisReader *rd = redisReaderCreate();
     FUZZ_CHECK(rd);

@@ -16,5 +16,9 @@ cp -n "$seeds"/* "$work/corpus/" 2>/dev/null || true
 args=(-max_total_time="${DD_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 -timeout=10
       -max_len=8192 -print_final_stats=1 -artifact_prefix="$work/")
 [ -n "$dict" ] && args+=(-dict="$dict")
+# symbolized stack traces (llvm-14 installs the symbolizer under this name)
+if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ] && [ -x /usr/lib/llvm-14/bin/llvm-symbolizer ]; then
+    export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
+fi
 echo "$target ${args[*]} $work/corpus"
 exec "$target" "${args[@]}" "$work/corpus"
