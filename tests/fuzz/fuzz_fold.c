@@ -22,6 +22,7 @@
 #include "dd.h"
 #include "fold.h"
 #include "segment.h"
+#include "fold_check.h"
 
 #define TODAY INT64_C(20000)
 #define NOPS_MAX 6
@@ -36,22 +37,6 @@ static int64_t fixed_clock(void *ud)
 /* segment_days 7, retention 30, day 20000: 2857 open, 2855 closed past the
  * grace, 2851 dead (as test_fold.c). */
 static const uint32_t segs[3] = {2857, 2855, 2851};
-
-/* Whether every one of the N hashes is in the value (either filter). */
-static int value_has_all(const char *v, size_t len, const uint64_t *h, size_t n)
-{
-    struct dd_bloom_view fv[2];
-    int nv;
-    const char *a;
-    size_t alen;
-    if (dd_fold_parse_value(v, len, fv, &nv, &a, &alen) != 0) return 0;
-    for (size_t i = 0; i < n; i++) {
-        int found = 0;
-        for (int j = 0; j < nv; j++) found |= dd_bloom_contains(&fv[j], h[i]);
-        if (!found) return 0;
-    }
-    return 1;
-}
 
 /* Full merge; the result copied into OUT. Must succeed (fold.h: only out
  * of memory fails it). */
