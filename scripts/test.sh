@@ -4,7 +4,9 @@
 # The whole test suite, as CI runs it: install what is missing, build with
 # warnings as errors, run every test (unit + integration, real servers), then
 # the unit suite and the ingest tests of suite 'sanitize' again under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# AddressSanitizer + UndefinedBehaviorSanitizer, then the libFuzzer targets
+# (suite 'fuzz', clang-14, build-fuzz), each for DD_FUZZ_SECONDS (default 60),
+# two at a time: each is one test result, and a finding fails it.
 # Ends with one line "N passed, N failed[, N skipped]" counted from meson's
 # testlog.json files, and exits non-zero if any test failed.
 set -uo pipefail
@@ -39,6 +41,11 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 if ! run_suite "$here/build-asan" -Db_sanitize=address,undefined -Dclients=disabled -- \
         --suite unit --suite sanitize; then
     echo "sanitizer build failed"; status=1
+fi
+
+if ! CC=clang-14 run_suite "$here/build-fuzz" -Dfuzz=enabled -Db_sanitize=address,undefined \
+        -Dclients=disabled -- --suite fuzz; then
+    echo "fuzz build failed"; status=1
 fi
 
 # Count results. A build that failed has no testlog: count it as a failure.

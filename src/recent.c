@@ -396,6 +396,28 @@ static int read_fetch_reply(dd_recent *r, struct fetch_sink *k)
     return rc == REDIS_OK && rep ? REDIS_OK : REDIS_ERR;
 }
 
+int dd_recent_parse_reply(const void *buf, size_t len, uint64_t *hashes, size_t cap,
+                          size_t *n, int *type)
+{
+    *n = 0;
+    *type = 0;
+    struct fetch_sink k = {.hashes = hashes, .cap = cap};
+    redisReader *rd = redisReaderCreateWithFunctions(&sink_functions);
+    if (!rd) return DD_ERR_NOMEM;
+    rd->privdata = &k;
+    void *rep = NULL;
+    int rc = DD_ERR_INVALID;
+    if (redisReaderFeed(rd, buf, len) == REDIS_OK && redisReaderGetReply(rd, &rep) == REDIS_OK)
+        rc = rep ? DD_OK : DD_ERR_STATE;
+    rd->reply = NULL; /* the sink is ours: never given to a free */
+    redisReaderFree(rd);
+    if (rc == DD_OK) {
+        *n = k.n;
+        *type = k.type;
+    }
+    return rc;
+}
+
 /* A reply left pending by a fetch_begin without its fetch_end: read and
  * dropped, so it is never taken for the next command's. */
 static void settle(dd_recent *r)

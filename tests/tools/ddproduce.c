@@ -238,7 +238,7 @@ int main(int argc, char **argv)
             rd_kafka_resp_err_t e = rd_kafka_producev(
                 rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                 RD_KAFKA_V_VALUE((void *)val, vlen),
-                RD_KAFKA_V_KEY(key[0] ? key : NULL, strlen(key)), RD_KAFKA_V_END);
+                RD_KAFKA_V_KEY((key[0] ? key : NULL), strlen(key)), RD_KAFKA_V_END);
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 rd_kafka_poll(rk, 50);
                 continue;

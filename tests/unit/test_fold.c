@@ -14,6 +14,7 @@
 #include "fold.h"
 #include "segment.h"
 #include "testlib.h"
+#include "fold_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,22 +57,6 @@ static size_t make_key(char *k, uint32_t seg)
     size_t n = dd_key_prefix((uint8_t *)k, "scene", 5, "user-1", 6);
     dd_key_put_segment((uint8_t *)k + n, seg);
     return n + 4;
-}
-
-/* Whether every one of the N hashes is in the value (either filter). */
-static int value_has_all(const char *v, size_t len, const uint64_t *h, size_t n)
-{
-    struct dd_bloom_view fv[2];
-    int nv;
-    const char *a;
-    size_t alen;
-    if (dd_fold_parse_value(v, len, fv, &nv, &a, &alen) != 0) return 0;
-    for (size_t i = 0; i < n; i++) {
-        int found = 0;
-        for (int j = 0; j < nv; j++) found |= dd_bloom_contains(&fv[j], h[i]);
-        if (!found) return 0;
-    }
-    return 1;
 }
 
 /* Full merge of (EXISTING, the operands) for SEG; the result in OUT. */

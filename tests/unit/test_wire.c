@@ -13,6 +13,7 @@
 #include "dd.h"
 #include "filter.h"
 #include "wire.h"
+#include "wire_oracle.h"
 
 #include "dedup.pb-c.h"
 
@@ -32,111 +33,10 @@ static uint64_t next(void)
     return rng;
 }
 
-/* 1 if P[0..LEN) is valid UTF-8 without a NUL, by decoding each code
- * point (the oracle for wire.c's range checks). */
-static int ref_text_ok(const uint8_t *p, size_t len)
-{
-    static const uint32_t min_cp[] = {0, 0x80, 0x800, 0x10000};
-    for (size_t i = 0; i < len;) {
-        uint32_t c = p[i];
-        size_t more = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2
-                    : (c & 0xf8) == 0xf0 ? 3 : 9;
-        if (c == 0 || more == 9 || more > len - i - 1) return 0;
-        if (more) c &= 0x3fu >> more;
-        for (size_t k = 1; k <= more; k++) {
-            if ((p[i + k] & 0xc0) != 0x80) return 0;
-            c = c << 6 | (p[i + k] & 0x3f);
-        }
-        if (c < min_cp[more] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
-        i += 1 + more;
-    }
-    return 1;
-}
-
-/* protobuf-c reads a varint of at most 5 bytes as 32 bits. */
-static uint32_t ref_varint32(const uint8_t **pp)
-{
-    const uint8_t *p = *pp;
-    uint64_t v = 0;
-    for (unsigned shift = 0;; shift += 7) {
-        uint8_t b = *p++;
-        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) break;
-    }
-    *pp = p;
-    return (uint32_t)v;
-}
-
-/* For bytes protobuf-c unpacks: 1 if the strings dedupd reads (the last
- * user_id and scene; every candidate while at most MAX_IDS) are valid
- * UTF-8 without a NUL, which protobuf-c does not ask. */
-static int ref_strings_ok(const uint8_t *buf, size_t len, size_t max_ids)
-{
-    const uint8_t *p = buf, *end = buf + len, *user = NULL, *scene = NULL;
-    size_t user_len = 0, scene_len = 0, n = 0;
-    int ids_ok = 1;
-    while (p < end) {
-        uint32_t tag = ref_varint32(&p);
-        switch (tag & 7) {
-        case 0: while (*p++ & 0x80) {} break;
-        case 1: p += 8; break;
-        case 5: p += 4; break;
-        default: {
-            uint32_t l = ref_varint32(&p);
-            if (tag >> 3 == 1) user = p, user_len = l;
-            else if (tag >> 3 == 3) scene = p, scene_len = l;
-            else if (tag >> 3 == 2 && !ref_text_ok(p, l)) ids_ok = 0;
-            if (tag >> 3 == 2) n++;
-            p += l;
-        }
-        }
-    }
-    return (!user || ref_text_ok(user, user_len)) && (!scene || ref_text_ok(scene, scene_len)) &&
-           (ids_ok || n > max_ids);
-}
-
-/* Decode BUF both ways, the in-place decoder with MAX_IDS; 1 if they
- * agree (both reject, or both accept with the same content; over MAX_IDS,
- * the same count and no ids), where dedupd also rejects what protobuf-c
- * accepts with a string that is not UTF-8 or holds a NUL. */
+/* Decode BUF both ways (wire_oracle.h); 1 if they agree. */
 static int agree_max(const uint8_t *buf, size_t len, size_t max_ids, int verbose)
 {
-    dd_arena_reset(arena);
-    Dedup__V1__FilterRequest *pb = dedup__v1__filter_request__unpack(NULL, len, buf);
-    struct dd_filter_query q;
-    char why[128] = "";
-    int rc = dd_wire_filter_request_decode(buf, len, arena, max_ids, &q, why, sizeof why);
-    int ok = 1;
-    if (!pb) {
-        ok = rc == DD_ERR_INVALID && why[0];
-        if (!ok && verbose) fprintf(stderr, "protobuf-c rejects, wire gives %d\n", rc);
-        return ok;
-    }
-    if (!ref_strings_ok(buf, len, max_ids)) {
-        ok = rc == DD_ERR_INVALID && why[0];
-        if (!ok && verbose) fprintf(stderr, "bad string accepted: wire gives %d\n", rc);
-        dedup__v1__filter_request__free_unpacked(pb, NULL);
-        return ok;
-    }
-    if (rc != DD_OK) {
-        if (verbose) fprintf(stderr, "protobuf-c accepts, wire gives %d (%s)\n", rc, why);
-        dedup__v1__filter_request__free_unpacked(pb, NULL);
-        return 0;
-    }
-    if (q.user_len != strlen(pb->user_id) || memcmp(q.user_id, pb->user_id, q.user_len) != 0)
-        ok = 0;
-    if (q.scene_len != strlen(pb->scene) || memcmp(q.scene, pb->scene, q.scene_len) != 0) ok = 0;
-    if (q.lookback_days != pb->lookback_days || q.mode != (int32_t)pb->mode ||
-        !q.explain != !pb->explain || q.n != pb->n_candidate_ids)
-        ok = 0;
-    if (ok && q.n > max_ids) ok = q.ids == NULL;
-    for (size_t i = 0; ok && q.n <= max_ids && i < q.n; i++) {
-        const char *id = pb->candidate_ids[i];
-        if (q.ids[i].len != strlen(id) || memcmp(q.ids[i].p, id, q.ids[i].len) != 0) ok = 0;
-    }
-    if (!ok && verbose) fprintf(stderr, "decoded contents differ\n");
-    dedup__v1__filter_request__free_unpacked(pb, NULL);
-    return ok;
+    return wo_request_agrees(arena, buf, len, max_ids, verbose);
 }
 
 /* dd_wire_filter_request_decode without a message. */
@@ -604,81 +504,6 @@ static void test_large_garbage(void)
     free(w.b);
 }
 
-/* The response dd_filter_run would build for Q and R. */
-static void build_response(const struct dd_filter_query *q, const struct dd_filter_result *r,
-                           char **idstr, Dedup__V1__FilterResponse *resp,
-                           Dedup__V1__Removed *rm, Dedup__V1__Removed **rmp, uint32_t *idx,
-                           char **kept)
-{
-    dedup__v1__filter_response__init(resp);
-    if (q->mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS) resp->kept_ids = kept;
-    else resp->kept_indexes = idx;
-    if (q->explain) resp->removed = rmp;
-    for (size_t i = 0; i < q->n; i++) {
-        if (r->reason[i] == 0) {
-            if (resp->kept_ids) resp->kept_ids[resp->n_kept_ids++] = idstr[i];
-            else resp->kept_indexes[resp->n_kept_indexes++] = (uint32_t)i;
-        } else if (q->explain) {
-            Dedup__V1__Removed *x = &rm[resp->n_removed];
-            dedup__v1__removed__init(x);
-            x->index = (uint32_t)i;
-            x->reason = (Dedup__V1__Reason)r->reason[i];
-            resp->removed[resp->n_removed++] = x;
-        }
-    }
-    resp->degraded = r->degraded;
-    resp->removed_played = r->played;
-    resp->removed_delivered = r->delivered;
-    resp->removed_duplicate = r->duplicate;
-}
-
-/* R's counters from REASON[0..n) (R->reason must already point there). */
-static void tally(struct dd_filter_result *r, const uint8_t *reason, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (reason[i] == 1) r->played++;
-        else if (reason[i] == 2) r->delivered++;
-        else if (reason[i] == 3) r->duplicate++;
-        else r->kept++;
-    }
-}
-
-/* 1 if the hand-encoded response for Q and R (IDSTR: Q's ids as C
- * strings) is protobuf-c's, byte for byte, with size and write agreeing,
- * written into a buffer of exactly the bound (ASan catches a write past
- * it). */
-static int response_matches(const struct dd_filter_query *q, const struct dd_filter_result *r,
-                            char **idstr)
-{
-    size_t n = q->n ? q->n : 1;
-    Dedup__V1__Removed *rm = malloc(n * sizeof *rm);
-    Dedup__V1__Removed **rmp = malloc(n * sizeof *rmp);
-    uint32_t *idx = malloc(n * sizeof *idx);
-    char **kept = malloc(n * sizeof *kept);
-    REQUIRE(rm && rmp && idx && kept);
-    Dedup__V1__FilterResponse resp;
-    build_response(q, r, idstr, &resp, rm, rmp, idx, kept);
-    size_t want = dedup__v1__filter_response__get_packed_size(&resp);
-    size_t bound = dd_wire_filter_response_bound(q, r);
-    uint8_t *a = malloc(want + 1), *b = malloc(bound ? bound : 1);
-    REQUIRE(a && b);
-    dedup__v1__filter_response__pack(&resp, a);
-    size_t size = dd_wire_filter_response_size(q, r);
-    size_t wrote = bound >= want ? dd_wire_filter_response_write(q, r, b) : 0;
-    int ok = size == want && wrote == want && memcmp(a, b, want) == 0;
-    if (!ok)
-        fprintf(stderr, "response differs: n %zu kept %zu mode %d explain %d: size %zu bound %zu "
-                "wrote %zu want %zu\n", q->n, r->kept, q->mode, q->explain, size, bound, wrote,
-                want);
-    free(a);
-    free(b);
-    free(rm);
-    free(rmp);
-    free(idx);
-    free(kept);
-    return ok;
-}
-
 static void test_response_bytes(void)
 {
     enum { N = 300 };
@@ -704,9 +529,9 @@ static void test_response_bytes(void)
         int density = (int)(next() % 5); /* 0: nothing removed ... 4: everything */
         for (size_t i = 0; i < q.n; i++)
             reason[i] = (int)(next() % 4) < density ? (uint8_t)(1 + next() % 3) : 0;
-        tally(&r, reason, q.n);
+        wo_tally(&r, reason, q.n);
         r.degraded = (int)(next() % 2);
-        if (!response_matches(&q, &r, idstr)) bad++;
+        if (!wo_response_matches(&q, &r, idstr)) bad++;
     }
     CHECK_EQ_INT(bad, 0);
     for (size_t i = 0; i < N; i++) free(idstr[i]);
@@ -734,8 +559,8 @@ static void test_response_large(void)
         struct dd_filter_result r = {.reason = reason};
         for (size_t i = 0; i < N; i++)
             reason[i] = (uint8_t)(next() % 5 == 0 ? 1 + next() % 3 : 0);
-        tally(&r, reason, N);
-        CHECK(response_matches(&q, &r, idstr));
+        wo_tally(&r, reason, N);
+        CHECK(wo_response_matches(&q, &r, idstr));
     }
 }
 
@@ -778,17 +603,17 @@ static void test_response_index_boundaries(void)
                 }
                 reason[i] = keep ? 0 : (uint8_t)(1 + next() % 3);
             }
-            tally(&r, reason, n);
+            wo_tally(&r, reason, n);
             for (int explain = 0; explain < 2; explain++) {
                 if (explain && n > 20000) continue; /* protobuf-c's side gets slow */
                 struct dd_filter_query q = {.user_id = "u", .user_len = 1, .scene = "", .n = n,
                                             .ids = ids, .explain = explain,
                                             .mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES};
-                if (!response_matches(&q, &r, idstr) && bad++ == 0)
+                if (!wo_response_matches(&q, &r, idstr) && bad++ == 0)
                     fprintf(stderr, "indexes: n %zu pattern %d explain %d\n", n, pat, explain);
                 /* ids mode on the same decision, for the counts that stay quick */
                 q.mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS;
-                if (n <= 20000 && !response_matches(&q, &r, idstr) && bad++ == 0)
+                if (n <= 20000 && !wo_response_matches(&q, &r, idstr) && bad++ == 0)
                     fprintf(stderr, "ids: n %zu pattern %d explain %d\n", n, pat, explain);
             }
         }
@@ -828,8 +653,8 @@ static void test_response_id_lengths(void)
         struct dd_filter_result r = {.reason = reason};
         for (size_t i = 0; i < N; i++)
             reason[i] = it == 0 || next() % 4 ? 0 : (uint8_t)(1 + next() % 3);
-        tally(&r, reason, N);
-        if (!response_matches(&q, &r, idstr)) bad++;
+        wo_tally(&r, reason, N);
+        if (!wo_response_matches(&q, &r, idstr)) bad++;
     }
     CHECK_EQ_INT(bad, 0);
     for (size_t i = 0; i < N; i++) free(idstr[i]);

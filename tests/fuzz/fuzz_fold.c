@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * fuzz_fold.c - history's stored values through the merge operator and
+ * the compaction filter (fold.h, on byte strings as test_fold.c calls
+ * them). First byte: the segment (open, closed, dead), whether the merges
+ * serve a read, and the mode.
+ *   Intact inputs: the rest is read as up to 6 hash lists (a count byte,
+ *   then 8 bytes per hash), encoded as operands, and optionally one as an
+ *   existing value (a full-range filter, or a fold's result). A full merge,
+ *   a partial merge then a full merge, and the compaction filter on the
+ *   result must never lose an item: every hash is still contained (a dead
+ *   segment folds to the empty value instead).
+ *   Raw bytes: the rest is split into an existing value and an operand as
+ *   they are. The full merge must still succeed (corrupt input reads as
+ *   empty) and give a value that parses; the compaction filter must keep
+ *   or drop it without crashing.
+ */
+#include "fuzz.h"
+
+#include "bloom.h"
+#include "buf.h"
+#include "dd.h"
+#include "fold.h"
+#include "segment.h"
+#include "fold_check.h"
+
+#define TODAY INT64_C(20000)
+#define NOPS_MAX 6
+#define NHASH_MAX 48
+
+static int64_t fixed_clock(void *ud)
+{
+    (void)ud;
+    return TODAY * DD_MS_PER_DAY + DD_MS_PER_DAY / 2;
+}
+
+/* segment_days 7, retention 30, day 20000: 2857 open, 2855 closed past the
+ * grace, 2851 dead (as test_fold.c). */
+static const uint32_t segs[3] = {2857, 2855, 2851};
+
+/* Full merge; the result copied into OUT. Must succeed (fold.h: only out
+ * of memory fails it). */
+static void full_merge(struct dd_fold *f, const char *key, size_t klen, const char *ex,
+                       size_t exlen, const char *const *ops, const size_t *lens, int nops,
+                       struct dd_buf *out)
+{
+    unsigned char ok = 0;
+    size_t len = 0;
+    char *v = dd_fold_full_merge(f, key, klen, ex, exlen, ops, lens, nops, &ok, &len);
+    FUZZ_CHECK(v && ok);
+    out->len = 0;
+    FUZZ_CHECK(dd_buf_reserve(out, len + 1) == 0);
+    memcpy(out->data, v, len);
+    out->len = len;
+    dd_fold_free_value(f, v, len);
+}
+
+/* The compaction filter on VAL: 1 if dropped; a changed value in OUT. */
+static int cfilter(struct dd_fold *f, const char *key, size_t klen, const struct dd_buf *val,
+                   struct dd_buf *out, int *changed)
+{
+    void *cf = dd_fold_cfilter_new(f);
+    FUZZ_CHECK(cf);
+    char *nv = NULL;
+    size_t nlen = 0;
+    unsigned char ch = 0;
+    int drop = dd_fold_cfilter(cf, 1, key, klen, (const char *)val->data, val->len, &nv, &nlen,
+                               &ch);
+    *changed = !drop && ch;
+    out->len = 0;
+    if (*changed) {
+        FUZZ_CHECK(dd_buf_reserve(out, nlen + 1) == 0);
+        memcpy(out->data, nv, nlen);
+        out->len = nlen;
+    }
+    dd_fold_cfilter_destroy(cf);
+    return drop;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct dd_fold fold;
+    static int init;
+    if (!init) {
+        struct dd_segments g = {7, 30};
+        dd_fold_init(&fold, &g, 0.01, fixed_clock, NULL);
+        init = 1;
+    }
+    struct fz in = {data, size};
+    uint8_t mode = fz_u8(&in);
+    int which = mode % 3;
+    char key[64];
+    size_t klen = dd_key_prefix((uint8_t *)key, "scene", 5, "user-1", 6);
+    dd_key_put_segment((uint8_t *)key + klen, segs[which]);
+    klen += 4;
+    dd_fold_reading(mode & 4);
+
+    struct dd_buf res = {0}, res2 = {0}, cfout = {0}, ex = {0};
+    struct dd_buf ops[NOPS_MAX] = {{0}};
+    const char *p[NOPS_MAX];
+    size_t l[NOPS_MAX];
+    int changed;
+
+    if (mode & 8) { /* raw bytes */
+        size_t half = in.left / 2;
+        p[0] = (const char *)in.p + half;
+        l[0] = in.left - half;
+        full_merge(&fold, key, klen, (const char *)in.p, half, p, l, 1, &res);
+        struct dd_bloom_view fv[2];
+        int nv;
+        const char *a;
+        size_t alen;
+        FUZZ_CHECK(dd_fold_parse_value((const char *)res.data, res.len, fv, &nv, &a, &alen) == 0);
+        FUZZ_CHECK(dd_buf_reserve(&ex, half + 1) == 0);
+        memcpy(ex.data, in.p, half);
+        ex.len = half;
+        if (!cfilter(&fold, key, klen, &ex, &cfout, &changed) && changed)
+            FUZZ_CHECK(dd_fold_parse_value((const char *)cfout.data, cfout.len, fv, &nv, &a,
+                                           &alen) == 0);
+        goto out;
+    }
+
+    uint64_t all[(NOPS_MAX + 1) * NHASH_MAX];
+    size_t nall = 0;
+    int nops = 1 + fz_u8(&in) % NOPS_MAX;
+    int exkind = fz_u8(&in) % 3; /* none, a full-range filter, a fold's result */
+    for (int g = 0; g < nops + (exkind != 0); g++) {
+        size_t n = fz_u8(&in) % (NHASH_MAX + 1);
+        uint64_t *h = all + nall;
+        for (size_t i = 0; i < n; i++) h[i] = fz_u64(&in);
+        nall += n;
+        if (g < nops) {
+            FUZZ_CHECK(dd_fold_encode_operand(&ops[g], h, n, NULL) == 0);
+            p[g] = (const char *)ops[g].data;
+            l[g] = ops[g].len;
+        } else if (exkind == 1) {
+            FUZZ_CHECK(dd_bloom_build(&ex, h, n, DD_BLOOM_FULL_RANGE, NULL) == 0);
+        } else {
+            struct dd_buf op = {0};
+            FUZZ_CHECK(dd_fold_encode_operand(&op, h, n, NULL) == 0);
+            const char *op1 = (const char *)op.data;
+            full_merge(&fold, key, klen, NULL, 0, &op1, &op.len, 1, &ex);
+            dd_buf_free(&op);
+        }
+    }
+    const char *exp = exkind ? (const char *)ex.data : NULL;
+    size_t exlen = exkind ? ex.len : 0;
+    int dead = which == 2;
+
+    full_merge(&fold, key, klen, exp, exlen, p, l, nops, &res);
+    if (dead) FUZZ_CHECK(res.len == 0);
+    else FUZZ_CHECK(value_has_all((const char *)res.data, res.len, all, nall));
+
+    unsigned char ok = 0;
+    size_t plen = 0;
+    char *pv = dd_fold_partial_merge(&fold, key, klen, p, l, nops, &ok, &plen);
+    if (ok) {
+        FUZZ_CHECK(pv);
+        const char *pp = pv;
+        full_merge(&fold, key, klen, exp, exlen, &pp, &plen, 1, &res2);
+        if (dead) FUZZ_CHECK(res2.len == 0);
+        else FUZZ_CHECK(value_has_all((const char *)res2.data, res2.len, all, nall));
+    }
+    if (pv) dd_fold_free_value(&fold, pv, plen);
+
+    int drop = cfilter(&fold, key, klen, &res, &cfout, &changed);
+    if (!dead) FUZZ_CHECK(!drop);
+    if (changed) FUZZ_CHECK(value_has_all((const char *)cfout.data, cfout.len, all, nall));
+
+out:
+    dd_fold_reading(false);
+    dd_buf_free(&res);
+    dd_buf_free(&res2);
+    dd_buf_free(&cfout);
+    dd_buf_free(&ex);
+    for (int i = 0; i < NOPS_MAX; i++) dd_buf_free(&ops[i]);
+    return 0;
+}
