@@ -751,6 +751,16 @@ static inline __attribute__((always_inline)) void merge4(const uint64_t *sorted,
     merge1(sorted, i3, e3, f, j3, range, full, hit);
 }
 
+/* Where a probe stops before the stream's end (the candidates ran out),
+ * what it has not read is not checked, but one thing is known without
+ * reading: a fingerprint at the range's top must be the last. So LEFT
+ * more after CUR = range - 1 is a damaged stream, as dd_bloom_decode would
+ * find: every probe that read up to the top answers as the full decode. */
+static inline int tail_ok(uint64_t cur, uint32_t left, uint64_t range)
+{
+    return left == 0 || cur + 1 < range ? DD_OK : DD_ERR_CORRUPT;
+}
+
 /* The third way (above): decode a chunk, merge the candidates it covers. */
 static inline __attribute__((always_inline)) int probe_chunked(struct bitr *r, uint32_t count,
                                                                const uint64_t *sorted, size_t n,
@@ -763,21 +773,23 @@ static inline __attribute__((always_inline)) int probe_chunked(struct bitr *r, u
     size_t i = 0;
     while (left > 0 && i < n) {
         size_t c = left < PROBE_CHUNK ? left : PROBE_CHUNK;
+        uint64_t repeat = 0; /* a zero gap but the stream's first: a repeat */
         for (size_t t = 0; t < c; t++) {
             if (br_gap(r, k, &gap) != 0) return DD_ERR_CORRUPT;
+            repeat |= (uint64_t)(gap == 0) & (uint64_t)(t != 0 || left != count);
             cur += gap;
             f[t] = (uint32_t)cur;
         }
-        /* Past the range only in a damaged stream (cur only grows): checked
-         * before any of the chunk is used. */
-        if (cur >= range) return DD_ERR_CORRUPT;
+        /* Past the range or repeated only in a damaged stream (cur only
+         * grows): checked before any of the chunk is used. */
+        if (cur >= range || repeat) return DD_ERR_CORRUPT;
         left -= (uint32_t)c;
         /* first candidate above the chunk's last fingerprint (once a chunk) */
         size_t e = lower_bound_fp(sorted, i, n, range, (uint64_t)f[c - 1] + 1);
         merge4(sorted, i, e, f, c, range, full, hit);
         i = e;
     }
-    return DD_OK;
+    return tail_ok(cur, left, range);
 }
 
 int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted, size_t n,
@@ -792,15 +804,17 @@ int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted,
     const int k = v->rice_k;
     if ((uint64_t)v->count * 8 < n) {
         size_t i = 0;
-        while (left-- > 0) {
+        while (left > 0) {
             if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
+            if (gap == 0 && left != v->count) return DD_ERR_CORRUPT; /* a repeat */
+            left--;
             cur += gap;
             if (cur >= range) return DD_ERR_CORRUPT;
             i = lower_bound_fp(sorted, i, n, range, (uint32_t)cur);
             while (i < n && dd_bloom_fingerprint(sorted[i], range) == cur) hit[i++] = 1;
             if (i >= n) break;
         }
-        return DD_OK;
+        return tail_ok(cur, left, range);
     }
     if ((uint64_t)v->count * 2 >= n) {
         if (range == DD_BLOOM_FULL_RANGE)
@@ -810,6 +824,7 @@ int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted,
     if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
     cur = gap;
     left--;
+    if (cur >= range) return DD_ERR_CORRUPT;
     for (size_t i = 0; i < n; i++) {
         uint64_t want = dd_bloom_fingerprint(sorted[i], range);
         while (cur < want) {
@@ -817,10 +832,11 @@ int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted,
             if (br_gap(&r, k, &gap) != 0) return DD_ERR_CORRUPT;
             cur += gap;
             left--;
+            if (gap == 0 || cur >= range) return DD_ERR_CORRUPT; /* repeat, or past the range */
         }
         if (cur == want) hit[i] = 1;
     }
-    return DD_OK;
+    return tail_ok(cur, left, range);
 }
 
 #undef CAND_FP

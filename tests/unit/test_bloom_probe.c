@@ -26,6 +26,8 @@
 #include "testlib.h"
 
 #include <stdint.h>
+#include <string.h>
+#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,8 +259,88 @@ static void test_index_limits(void)
     dd_buf_free(&buf);
 }
 
+/* A GCS filter of range RANGE and rice parameter K holding the gaps that
+ * make FPS[0..n) (any values: damaged ones included), with a good
+ * checksum, so only the stream's content is wrong. Into BUF; its length. */
+static size_t craft(uint8_t *buf, size_t cap, uint64_t range, int k, const uint64_t *fps, size_t n)
+{
+    memset(buf, 0, cap);
+    buf[0] = DD_BLOOM_VERSION;
+    buf[1] = DD_BLOOM_KIND_GCS;
+    buf[2] = (uint8_t)k;
+    for (int b = 0; b < 4; b++) buf[4 + b] = (uint8_t)(n >> (8 * b));
+    for (int b = 0; b < 4; b++) buf[8 + b] = (uint8_t)((range - 1) >> (8 * b));
+    uint64_t pos = 0, prev = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t gap = fps[i] - prev;
+        prev = fps[i];
+        pos += gap >> k; /* zero bits */
+        buf[12 + pos / 8] |= (uint8_t)(1u << (pos % 8));
+        pos++;
+        for (int b = 0; b < k; b++, pos++)
+            if ((gap >> b) & 1) buf[12 + pos / 8] |= (uint8_t)(1u << (pos % 8));
+    }
+    size_t len = 12 + (size_t)((pos + 7) / 8) + 4;
+    REQUIRE(len <= cap);
+    uint32_t sum = (uint32_t)XXH3_64bits(buf, len - 4);
+    for (int b = 0; b < 4; b++) buf[len - 4 + b] = (uint8_t)(sum >> (8 * b));
+    return len;
+}
+
+/* Streams that pass the checksum but not the format: a repeated
+ * fingerprint, one past the range, one after the range's top. The checked
+ * decode rejects each; so must the sorted probe on each of its three ways
+ * (few fingerprints, about as many as candidates, in between) when the
+ * candidates reach the top of the range, which makes it read every gap
+ * the decode does. */
+static void test_damaged_streams_agree(void)
+{
+    const uint64_t range = 1000;
+    const uint64_t repeat[] = {5, 40, 40, 700, 900};
+    const uint64_t past[] = {5, 40, 300, 700, 1003};
+    const uint64_t after_top[] = {5, 40, 300, 999, 999 + 8};
+    const uint64_t *bad[] = {repeat, past, after_top};
+    const size_t ncand[] = {60, 4, 20}; /* 5 x 8 < 60; 5 x 2 >= 4; else */
+    uint8_t buf[256];
+    uint64_t cand[64];
+    for (size_t b = 0; b < DD_ARRAY_LEN(bad); b++) {
+        size_t len = craft(buf, sizeof buf, range, 3, bad[b], 5);
+        struct dd_bloom_view v;
+        REQUIRE(dd_bloom_parse(buf, len, &v) == DD_OK);
+        uint32_t out[5];
+        CHECK_EQ_INT(dd_bloom_decode(&v, out), DD_ERR_CORRUPT);
+        for (size_t w = 0; w < DD_ARRAY_LEN(ncand); w++) {
+            size_t n = ncand[w];
+            for (size_t i = 0; i + 1 < n; i++) cand[i] = rnd() >> 1; /* below the top */
+            cand[n - 1] = UINT64_MAX;                                  /* fingerprint 999 */
+            uint64_t tmp[64];
+            dd_bloom_sort_hashes(cand, NULL, n, tmp, NULL);
+            uint8_t hit[64] = {0};
+            CHECK_MSG(dd_bloom_probe_sorted(&v, cand, n, hit) == DD_ERR_CORRUPT,
+                      "stream %zu, %zu candidates", b, n);
+        }
+    }
+    /* The same shapes intact are accepted, and answer as contains does. */
+    const uint64_t good[] = {5, 40, 300, 700, 999};
+    size_t len = craft(buf, sizeof buf, range, 3, good, 5);
+    struct dd_bloom_view v;
+    REQUIRE(dd_bloom_parse(buf, len, &v) == DD_OK);
+    for (size_t w = 0; w < DD_ARRAY_LEN(ncand); w++) {
+        size_t n = ncand[w];
+        for (size_t i = 0; i + 1 < n; i++) cand[i] = rnd() >> 1;
+        cand[n - 1] = UINT64_MAX;
+        uint64_t tmp[64];
+        dd_bloom_sort_hashes(cand, NULL, n, tmp, NULL);
+        uint8_t hit[64] = {0};
+        CHECK_EQ_INT(dd_bloom_probe_sorted(&v, cand, n, hit), DD_OK);
+        for (size_t i = 0; i < n; i++) CHECK(hit[i] == dd_bloom_contains(&v, cand[i]));
+        CHECK(hit[n - 1] == 1);
+    }
+}
+
 int main(void)
 {
+    test_damaged_streams_agree();
     test_index_limits();
     test_paths();
     test_outside();
