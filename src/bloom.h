@@ -14,41 +14,22 @@
  *
  * Why not a classic or cache-blocked bloom: it needs 1.44*log2(1/fp) bits
  * per item, and its size is fixed when it is created, but a segment grows
- * by merge operands for weeks. This filter costs log2(1/fp) + ~1.5 bits per
- * item, and one at the full range (M = 2^32, "exact form": fp is count/2^32)
- * can be re-encoded at any smaller range exactly, because
+ * by merge operands for weeks. This filter costs about log2(1/fp) + 1.5
+ * bits per item, and one at the full range (M = 2^32, "exact form": fp is
+ * count/2^32) can be re-encoded at any smaller range exactly, because
  * f_M'(h) = (f_2^32(h) * M') >> 32. So history keeps a segment at the full
  * range while it is open and re-encodes it at the optimal range for its
- * final count once it closes (see history.h).
+ * final count once it closes (fold.h).
  *
  * f is monotonic in h for every M, so a list of candidates sorted by h is
  * sorted by fingerprint for every filter: one pass over the gaps and the
  * candidates answers a whole batch (dd_bloom_probe_sorted), with no
  * allocation and no per-item decode into memory.
  *
- * Serialized form (little-endian):
- *   u8  version  (DD_BLOOM_VERSION)
- *   u8  kind     (DD_BLOOM_KIND_GCS)
- *   u8  rice_k   (low bits per gap, 0..31)
- *   u8  flags    (0)
- *   u32 count    (distinct fingerprints)
- *   u32 range-1  (M - 1, so M = 2^32 fits)
- *   ... bitstream: per gap, (gap >> k) zero bits, a one bit, k low bits
- *   u32 checksum (low 32 bits of XXH3-64 over all preceding bytes)
- * The hash (dd_hash: XXH3-64, DD_HASH_SEED) is part of this format.
- *
- * An operand (a batch of raw hashes, as history's merge operands carry):
- *   u8 version, u8 kind (DD_BLOOM_KIND_HASHES), u16 0, u32 count,
- *   count x u64 hash, u32 checksum (as above)
- *
- * A fingerprint list (the small merge operand: most windows hold one or
- * two plays of a user, and a full-range filter of one item costs 21 bytes,
- * this 9):
- *   u8  DD_BLOOM_FPS_TAG (not a version, so no other form starts with it)
- *   n x u32 full-range fingerprint (h >> 32), strictly ascending, n <= 32
- *   u32 checksum (as above)
- * n follows from the length. At the full range a fingerprint is the filter's
- * own, so a list merges into any filter exactly.
+ * Three serialized forms, each versioned or tagged and checksummed: the
+ * filter (below, at DD_BLOOM_VERSION), the raw-hash operand
+ * (dd_bloom_operand_encode) and the fingerprint list (DD_BLOOM_FPS_TAG).
+ * The hash (dd_hash: XXH3-64, DD_HASH_SEED) is part of every one of them.
  */
 #ifndef DD_BLOOM_H
 #define DD_BLOOM_H
@@ -59,6 +40,16 @@
 
 #include "buf.h" /* encoders append to a struct dd_buf */
 
+/* A filter's serialized form (little-endian):
+ *   u8  version  (DD_BLOOM_VERSION)
+ *   u8  kind     (DD_BLOOM_KIND_GCS)
+ *   u8  rice_k   (low bits per gap, 0..31)
+ *   u8  flags    (0)
+ *   u32 count    (distinct fingerprints)
+ *   u32 range-1  (M - 1, so M = 2^32 fits)
+ *   ... bitstream: per gap, (gap >> k) zero bits, a one bit, k low bits
+ *   u32 checksum (low 32 bits of XXH3-64 over all preceding bytes)
+ * The operand and fingerprint-list forms below use the same checksum. */
 #define DD_BLOOM_VERSION 1
 #define DD_BLOOM_KIND_GCS 1
 #define DD_BLOOM_KIND_HASHES 2
@@ -145,10 +136,10 @@ static inline bool dd_bloom_index_has(struct dd_bloom_index ix, uint64_t h)
     uint32_t f = dd_bloom_fingerprint(h, ix.range);
     uint32_t b = (uint32_t)(((uint64_t)f * ix.mul) >> 32);
     uint32_t s = ix.start[b], d = ix.start[b + 1] - s;
-    /* Buckets hold 0.5 fingerprints on average, more than two in about
-     * 1.4 % of them: two compares combined without branches (a branch on
-     * an occupancy this random mispredicts, and a misprediction stops the
-     * next candidates' loads from overlapping), a loop for the rest. */
+    /* Buckets hold half a fingerprint on average and rarely more than two:
+     * two compares combined without branches (a branch on an occupancy
+     * this random mispredicts, and a misprediction stops the next
+     * candidates' loads from overlapping), a loop for the rest. */
     uint32_t hit = ((uint32_t)(ix.fp[s] == f) & (uint32_t)(d >= 1)) |
                    ((uint32_t)(ix.fp[s + 1] == f) & (uint32_t)(d >= 2));
     if (__builtin_expect(d > 2, 0))
@@ -185,18 +176,31 @@ int dd_bloom_union(struct dd_buf *out, const struct dd_bloom_view *base, uint64_
  * Returns 0, DD_ERR_INVALID, DD_ERR_CORRUPT or DD_ERR_NOMEM. */
 int dd_bloom_reduce(struct dd_buf *out, const struct dd_bloom_view *v, uint64_t new_range);
 
-/* Operands: append the N hashes as one operand to OUT (0 or DD_ERR_NOMEM);
+/* An operand (a batch of raw hashes: earlier versions wrote these as merge
+ * operands, and fold.c still reads them):
+ *   u8 version, u8 kind (DD_BLOOM_KIND_HASHES), u16 0, u32 count,
+ *   count x u64 hash, u32 checksum (as for a filter)
+ * Operands: append the N hashes as one operand to OUT (0 or DD_ERR_NOMEM);
  * parse one back (0 or DD_ERR_CORRUPT), pointing *HASHES into DATA (the u64
  * are little-endian and may be unaligned: read them with dd_bloom_operand_at). */
 int dd_bloom_operand_encode(struct dd_buf *out, const uint64_t *hashes, size_t n);
 int dd_bloom_operand_parse(const void *data, size_t len, const uint8_t **hashes, uint32_t *n);
 uint64_t dd_bloom_operand_at(const uint8_t *hashes, uint32_t i);
 
-/* Fingerprint lists (see the serialized forms above): encode the N hashes
- * (any order, duplicates allowed; N <= DD_BLOOM_FPS_MAX) and append to OUT
- * (0, DD_ERR_INVALID for N too large, or DD_ERR_NOMEM); parse one back (0
- * or DD_ERR_CORRUPT: tag, length, checksum or order), pointing *FPS into
- * DATA; read the I-th fingerprint (unaligned little-endian u32). */
+/* A fingerprint list, the small merge operand: most windows hold one or
+ * two plays of a user, and a full-range filter of one item costs 21 bytes,
+ * this 9:
+ *   u8  DD_BLOOM_FPS_TAG (not a version, so no other form starts with it)
+ *   n x u32 full-range fingerprint (h >> 32), strictly ascending, n <= 32
+ *   u32 checksum (as for a filter)
+ * n follows from the length. At the full range a fingerprint is the
+ * filter's own, so a list merges into any filter exactly.
+ *
+ * Encode the N hashes (any order, duplicates allowed; N <=
+ * DD_BLOOM_FPS_MAX) as a list and append it to OUT (0, DD_ERR_INVALID for
+ * N too large, or DD_ERR_NOMEM); parse one back (0 or DD_ERR_CORRUPT: tag,
+ * length, checksum or order), pointing *FPS into DATA; read the I-th
+ * fingerprint (unaligned little-endian u32). */
 #define DD_BLOOM_FPS_TAG 0xf5
 #define DD_BLOOM_FPS_MAX 32
 int dd_bloom_fps_encode(struct dd_buf *out, const uint64_t *hashes, size_t n);

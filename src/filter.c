@@ -92,9 +92,9 @@ static inline uint64_t hash_id(const char *p, size_t len)
     return XXH3_64bits_withSeed(p, len, DD_HASH_SEED);
 }
 
-/* How far ahead the duplicate pass prefetches its table slots: the 16
- * iterations in between (a few ns each) cover most of a miss to L3, and
- * 16 prefetched lines stay in L1 until used. */
+/* How far ahead the duplicate pass prefetches its table slots: far enough
+ * that the iterations in between hide most of a cache miss, near enough
+ * that the prefetched lines are still in L1 when used. */
 #define SEEN_AHEAD 16
 
 static inline bool same_id(const struct dd_filter_id *a, const struct dd_filter_id *b)
@@ -155,7 +155,7 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
      * slots, two to four per candidate, which the transport and the
      * previous call have usually pushed out of this core's caches: each
      * home slot is prefetched SEEN_AHEAD candidates early, so the misses
-     * overlap. */
+     * overlap (which is why this pass runs after every hash is known). */
     struct dd_candset_slot *seen = cs->slot;
     const uint32_t gen = cs->gen, mask = cs->mask;
     uint32_t dup = 0;
@@ -178,8 +178,8 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
         }
     }
 
-    /* 4: history. Every candidate is probed, duplicates too: a few percent
-     * more lookups cost less than compacting the list. */
+    /* 4: history. Every candidate is probed, duplicates too: duplicates
+     * are few, and their lookups cost less than compacting the list. */
     uint32_t played = 0;
     if (n) {
         if (past(deadline_ns)) {

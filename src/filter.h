@@ -8,53 +8,26 @@
  *
  * DESIGN
  *
- * Filter works on a dd_filter_query: ids as (pointer, length), so rpc.c
- * can hand it ids that still sit in the received gRPC bytes (wire.h) and
- * dd_filter_run can hand it protobuf-c's strings. It allocates nothing per
- * candidate: the arrays (hashes, reasons, hit flags, the history's decoded
- * filters) are O(1) allocations from the caller's per-call arena, which
- * after the first call is one retained chunk, so a call touches no malloc.
- * Nothing is sorted:
- *   1. Validate and hash every id once (dd_hash).
- *   2. In-request duplicates: the candidates' hash set (candset.h), a
- *      per-worker open-addressing table of first occurrences (slot = the
- *      hash's high half times a random odd salt, linear probing, at least
- *      two slots per candidate). A slot belongs to this call when it
- *      carries this call's generation number, so the table is never
- *      cleared (but once per 2^32 calls) and only grows, to the largest
- *      call seen. An equal hash is confirmed on the bytes; the first
- *      occurrence stays, later ones are REASON_DUPLICATE. The salt keeps
- *      ids crafted to share hash bits from piling into one probe run.
- *      (A sort would cost more than the table's one random access per
- *      candidate.) Between two calls of a worker the transport pushes the
- *      table out of the core's caches, so the pass runs after all hashes
- *      are known and prefetches the home slot of the candidate 16 ahead,
- *      overlapping the misses.
- *   3. Recent deliveries (<= recent.size hashes): asked for with
- *      dd_recent_fetch_begin before step 1 and read with
- *      dd_recent_fetch_end after step 4, so the Redis round trip overlaps
- *      the work; each hash is looked up in the same table: DELIVERED for
- *      first occurrences (later ones are DUPLICATE already), also over
- *      PLAYED. If Redis fails or times out, go on without it:
- *      degraded = true. A call that fails in between gives the fetch up
- *      (dd_recent_fetch_cancel).
- *   4. History, in one dd_history_probe_any within lookback_days. A
- *      full-range filter (an open segment) of at most 2/5 of the candidates
- *      is decoded once and each of its fingerprints looked up in the table
- *      of step 2, so it costs its own size: a light user's few plays are a
- *      few lookups, not 10,000. Any other filter is decoded once into an
- *      index that every candidate's hash is looked up in. Hits on
- *      candidates still kept become PLAYED.
- *      A read error fails the whole call (UNAVAILABLE): a seen item is
- *      never reported unseen because the store could not be read.
- *   5. The result is one reason byte per candidate, in request order; the
- *      caller encodes it (wire.h, or dd_filter_run's protobuf-c struct).
- * The pass writing PLAYED stores on every candidate instead of branching
- * on its hit: hits are at random places, so such a branch mispredicts.
- * A candidate that is both delivered and played counts as DELIVERED.
+ * A call hashes every id once (dd_hash) and gives each candidate one
+ * reason byte, in request order, in passes that sort nothing:
+ *   - in-request duplicates, found in this worker's candidate hash set
+ *     (candset.h): the first occurrence stays, later ones are DUPLICATE;
+ *   - history (dd_history_probe_any within lookback_days): candidates
+ *     still kept that it holds become PLAYED;
+ *   - recent deliveries (recent.h): DELIVERED, also over PLAYED.
+ * Redis is asked before the hashing and answered after the history probe,
+ * so its round trip overlaps the work. If Redis fails or times out the
+ * call answers from the history alone (degraded); if the history cannot be
+ * read the call fails (UNAVAILABLE): a seen item is never reported unseen
+ * because the store could not be read.
  *
- * A dd_filter belongs to one thread (it holds the candidates' table and
- * the buffer for recent hashes); the RPC layer owns one per worker.
+ * Ids are (pointer, length), so they can stay in the received gRPC bytes
+ * (wire.h) or be protobuf-c's strings (dd_filter_run). Per-call arrays are
+ * O(1) allocations from the caller's arena, none per candidate, so after
+ * the first calls a call touches no malloc.
+ *
+ * A dd_filter belongs to one thread (it holds the candidates' table and the
+ * buffer for recent hashes); the RPC layer owns one per worker.
  */
 #ifndef DD_FILTER_H
 #define DD_FILTER_H
@@ -117,7 +90,9 @@ struct dd_filter_query {
     const struct dd_filter_id *ids; /* n ids; may be NULL when n > rpc.max_candidates */
 };
 
-/* What Filter decided. */
+/* What Filter decided: one reason byte per candidate, in request order,
+ * which the caller encodes (wire.h, or dd_filter_run's protobuf-c struct).
+ * A candidate both delivered and played counts as DELIVERED. */
 struct dd_filter_result {
     const uint8_t *reason; /* n entries: 0 kept, else a Dedup__V1__Reason; in the arena */
     size_t kept;           /* entries with reason 0 */
@@ -129,7 +104,15 @@ struct dd_filter_result {
  * working and returns DD_ERR_TIMEOUT (0 = no deadline); it is checked
  * before the Redis fetch and before the history probe. Scratch and
  * R->reason live in ARENA (until its reset). Returns 0 or an error code as
- * listed above (R is then unspecified). */
+ * listed above (R is then unspecified).
+ *
+ * Order: dd_recent_fetch_begin (at most recent.size hashes), validate and
+ * hash, duplicates, history, dd_recent_fetch_end; a call that fails in
+ * between gives the fetch up (dd_recent_fetch_cancel). Duplicates: a hash
+ * found in the table is confirmed on the id's bytes; one table access per
+ * candidate costs less than a sort would. A recent hash is looked up in
+ * the same table and marks every first occurrence with that hash
+ * DELIVERED (later ones are DUPLICATE already). */
 int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query *q,
                      struct dd_filter_result *r, int64_t deadline_ns, char *err,
                      size_t errlen);

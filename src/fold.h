@@ -7,25 +7,21 @@
  *
  * DESIGN
  *
- * Operand: one write's items for one (scene, user, segment): a bloom.h
- *   fingerprint list up to DD_BLOOM_FPS_MAX items, else a full-range
- *   filter. Raw-hash operands (bloom.h operand form) are still read. All
- *   carry the same information as the hashes, since every fingerprint, at
- *   every range, is a function of h >> 32 only.
- * Value: empty (a dead segment's fold: reads as an empty set), one bloom.h
- *   filter, or a split value of two filters
- *     u8 0xd5 | u8 0 | u16 0 | u32 LE len(A) | A | B
- *   with B at the full range. Open segment: A is full range and B a small
- *   delta, so a read-time fold copies A and re-encodes only B; B is folded
- *   into A once it holds more than max(256, count(A) / 8) items. Closed
- *   segment (segment.h): A u B is re-encoded at range count * S / fp_rate
- *   (fp_rate / S per segment keeps a user's union under fp_rate); late plays
- *   onto a re-encoded A go to a full-range B, since A cannot take more
- *   items without raising its false-positive rate.
+ * An operand is one write's items for one (scene, user, segment): a bloom.h
+ * fingerprint list of up to DD_BLOOM_FPS_MAX items, else a full-range
+ * filter (raw-hash operands, bloom.h's operand form, are still read). Each
+ * carries as much as the hashes themselves, since a fingerprint at any
+ * range is a function of h >> 32 alone, so any operand folds exactly into
+ * any filter. A value is one filter, or a split value of two (see
+ * dd_fold_parse_value): a base and a small delta, so that a fold re-encodes
+ * only the delta. Once a segment has closed (segment.h) the merge operator
+ * and the compaction filter re-encode it at its final range, the smallest
+ * that keeps a user's union of segments under fp_rate.
+ *
  * Failure: a RocksDB merge failure is a background error that stops
- *   compactions, so merges fail only on out of memory. A corrupt value or
- *   operand is counted, logged (rate limited) and read as empty; the next
- *   fold replaces it. The compaction filter keeps what it cannot fold.
+ * compactions, so merges fail only on out of memory. A corrupt value or
+ * operand is counted, logged (rate limited) and read as empty; the next
+ * fold replaces it. The compaction filter keeps what it cannot fold.
  *
  * Threads: one dd_fold is shared by every RocksDB thread (counters are
  * atomic); a compaction filter instance belongs to one compaction.
@@ -65,11 +61,22 @@ struct dd_fold {
 void dd_fold_init(struct dd_fold *f, const struct dd_segments *g, double fp_rate,
                   int64_t (*now_ms)(void *ud), void *ud);
 
-/* Parse a stored value into up to two filters (see DESIGN). Parsing is
- * strict, since the split header has no checksum of its own: a header
- * damaged in any bit fails. Returns 0 with *NV = 0 (empty value), 1 or 2
- * views in V, A's bytes in *A and *ALEN; or DD_ERR_CORRUPT. V points into
- * VAL (borrowed). */
+/* A stored value is empty (a dead segment's fold: reads as an empty set),
+ * one bloom.h filter, or a split value of two filters
+ *     u8 0xd5 | u8 0 | u16 0 | u32 LE len(A) | A | B
+ * with B at the full range. While the segment is open, A is full range and
+ * B a small delta, so a read-time fold copies A and re-encodes only B; B
+ * is folded into A once it holds more than max(256, count(A) / 8) items.
+ * Once the segment is closed (dd_segment_closed, segment.h), A u B is
+ * re-encoded at range count * S / fp_rate (fp_rate / S per segment keeps
+ * the union of a user's S live segments under fp_rate); late plays onto a
+ * re-encoded A go to a full-range B, since A cannot take more items
+ * without raising its false-positive rate.
+ *
+ * Parse such a value into up to two filters. Parsing is strict, since the
+ * split header has no checksum of its own: a header damaged in any bit
+ * fails. Returns 0 with *NV = 0 (empty value), 1 or 2 views in V, A's
+ * bytes in *A and *ALEN; or DD_ERR_CORRUPT. V points into VAL (borrowed). */
 int dd_fold_parse_value(const char *val, size_t len, struct dd_bloom_view v[2], int *nv,
                         const char **a, size_t *alen);
 

@@ -602,8 +602,8 @@ struct probe_any_ctx {
  * A lookup in the set (a random slot in a table several times the batch)
  * costs more than one in an index (two adjacent u32), so a view pays for
  * the index's n lookups only once it holds a sizeable share of n
- * fingerprints; 2/5 is where build/bench/bench_probe shows the two ways
- * cross. */
+ * fingerprints. 2/5 is taken as the point where the two ways cost the same;
+ * bench/bench_probe compares them, for retuning. */
 static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
                      size_t errlen)
 {

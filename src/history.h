@@ -2,50 +2,30 @@
  *
  * history.h - per-(scene, user) played history in RocksDB: time segments of
  * Golomb-compressed filters (bloom.h), written as merge operands, expired
- * whole. Knows nothing of Kafka, gRPC or Redis.
+ * whole. Knows nothing of Kafka, gRPC or Redis. The stored format and its
+ * guarantees: docs/design.md, "Stored history".
  *
  * DESIGN
  *
- * Key:   u8 len(scene) | scene | u16 BE len(user) | user | u32 BE segment
- *        so one user's segments are one contiguous key range.
- * Segment of a play: floor(day / segment_days), day = floor(played_at_ms /
- *        86400000) in event time. Segment s holds days [s*D, s*D + D).
- * Live:  a segment is live while its newest day >= today - retention_days
- *        (days are whole UTC days); an item is remembered at least
- *        retention_days full days and at most retention_days + segment_days
- *        + 1. The live window of retention_days + 1 days touches at most
- *        S = ceil(retention_days / segment_days) + 1 segments.
- * Lookback: lookback_days = L reads the segments that overlap days
- *        [today - L, today]: whole segments, so plays up to segment_days
- *        older than L may still be reported as played. Reads skip dead segments whatever
- *        compaction has done; a compaction filter drops them for good.
- * Write: dd_history_write() puts one merge operand per (scene, user,
- *        segment) in one WriteBatch, no reads: the new hashes as a bloom.h
- *        fingerprint list (up to 32) or a full-range filter (raw-hash
- *        operands are still read).
- * Fold:  the merge operator unions operands into the segment's filter.
- *        While a segment is open the value is a full-range (near exact)
- *        filter A plus a small full-range delta B: a read-time fold copies A
- *        and re-encodes only B, and B is folded into A once it holds more
- *        than max(256, count(A) / 8) items. Once the segment has been closed
- *        for a few days (segment.h, DD_SEGMENT_REDUCE_GRACE_DAYS) it is folded and
- *        re-encoded at range count * S / fp_rate, where S =
- *        ceil(retention_days / segment_days) + 1 is the most segments a user
- *        can have live, so the union fp over a user's live segments stays
- *        <= fp_rate; late plays into it go to a full-range B. The merge
- *        operator and the compaction filter both re-encode closed segments.
- * Read:  one batched MultiGet of the user's live segments (within
- *        lookback), then either one sorted pass per filter over sorted
- *        candidates (dd_history_probe: dd_bloom_probe_sorted) or, for
- *        candidates in any order (dd_history_probe_any, what Filter uses),
- *        a full-range filter of at most 2/5 the batch walked once against
- *        the candidates' hash set (dd_bloom_probe_candset), any other
- *        decoded once into an index that every candidate is looked up in
- *        (dd_bloom_index); past 8 of those (only with a small
- *        segment_days), one sort of the candidates and a merge each.
- * Integrity: a value or operand that fails version or checksum is counted
- *        (stats.corrupt_values), logged once per key, and read as empty;
- *        the next fold replaces it.
+ * A filter cannot delete, so a user's history is cut by event time into
+ * segments of segment_days (segment.h: the key layout, which makes one
+ * user's segments one contiguous key range, and the day arithmetic), and a
+ * segment expires whole once its newest day is past retention_days (see
+ * struct dd_history_conf). Reads skip dead segments whatever compaction has
+ * done; the compaction filter drops them for good.
+ *
+ * Writes read nothing: dd_history_write puts one merge operand per (scene,
+ * user, segment) in one WriteBatch, and the merge operator (fold.h) unions
+ * the operands into the segment's filter: near exact while the segment is
+ * open, re-encoded at its final range once it has closed, so that the
+ * union over a user's live segments stays within fp_rate.
+ *
+ * Reads are one batched MultiGet of the user's live segments within the
+ * lookback, each filter then probed the cheapest way for its size
+ * (dd_history_probe_any). A value or operand that fails its version or
+ * checksum is counted (stats.corrupt_values), logged once per key and read
+ * as empty; the next fold replaces it. A read that fails is an error, never
+ * "not seen".
  *
  * Threads: a dd_history is safe to use from any number of threads at once
  * (RocksDB is); batches are not shared between threads.
@@ -65,7 +45,12 @@
 struct dd_config_list;
 
 /* The store's settings (history.* in conf/dedupd.conf). Strings are
- * borrowed for the call that takes them. */
+ * borrowed for the call that takes them. A segment is live while its
+ * newest day >= today - retention_days (whole UTC days), so an item is
+ * remembered at least retention_days full days and at most retention_days
+ * + segment_days + 1. The live days touch at most S = ceil(retention_days
+ * / segment_days) + 1 segments, so a closed segment is sized for
+ * fp_rate / S (fold.h). */
 struct dd_history_conf {
     char *path;                 /* RocksDB directory */
     uint32_t segment_days;      /* days per time segment */
@@ -121,7 +106,9 @@ dd_history_batch *dd_history_batch_new(void);
 void dd_history_batch_free(dd_history_batch *b);
 /* Forget everything added, keep the memory for reuse. */
 void dd_history_batch_clear(dd_history_batch *b);
-/* Add the N item hashes of (SCENE, USER) in SEGMENT as one merge operand.
+/* Add the N item hashes of (SCENE, USER) in SEGMENT as one merge operand:
+ * a bloom.h fingerprint list (up to DD_BLOOM_FPS_MAX hashes) or a
+ * full-range filter (fold.h; older raw-hash operands are still read).
  * Ids are bytes (not NUL-terminated): scene <= DD_SCENE_MAX bytes, user <=
  * DD_USER_MAX.
  * Returns 0, DD_ERR_INVALID (lengths) or DD_ERR_NOMEM (b unchanged). */
@@ -149,10 +136,12 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
 /* Probe: for the N hashes in SORTED (ascending by h >> 32: see
  * dd_bloom_sort_hashes) set HIT[i] = 1 for those in (SCENE, USER)'s live
  * segments that overlap the last LOOKBACK_DAYS days (0 = the whole
- * retention; larger than retention is the whole retention). HIT entries of
- * items not found are left as they were. Returns 0, or DD_ERR_IO if the
- * store could not be read (message in err): callers must not treat that as
- * "not seen". Corrupt values read as empty (counted). */
+ * retention; larger than retention is the whole retention). Segments are
+ * read whole, so plays up to segment_days older than the lookback may
+ * still be reported. One sorted pass per filter (dd_bloom_probe_sorted).
+ * HIT entries of items not found are left as they were. Returns 0, or
+ * DD_ERR_IO if the store could not be read (message in err): callers must
+ * not treat that as "not seen". Corrupt values read as empty (counted). */
 int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
                      size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
                      size_t n, uint8_t *hit, char *err, size_t errlen);
@@ -162,12 +151,14 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
  * that are not members (Filter's repeats) may be set or not. Full-range
  * filters (open segments) of at most 2/5 the batch's size are walked
  * once, each fingerprint looked up in CANDS (dd_bloom_probe_candset), so
- * they cost their own count; the others are each decoded into an index
- * (dd_bloom_index) and every hash looked up in it, or, past 8 of them,
- * merged with the hashes sorted once. Scratch (an index: about 12 bytes per stored play
- * of the user) comes from ARENA and stays there until its reset. Returns
- * 0, DD_ERR_IO (as above), DD_ERR_INVALID (lengths, or more than 2^32 - 1
- * candidates) or DD_ERR_NOMEM (the arena could not grow; message in err). */
+ * they cost their own count: a light user's few plays are a few lookups,
+ * however many candidates there are. The others are each decoded into an
+ * index (dd_bloom_index) and every hash looked up in it, or, past 8 of
+ * them (only with a small segment_days), merged with the hashes sorted
+ * once. Scratch (an index: about 12 bytes per stored play of the user)
+ * comes from ARENA and stays there until its reset. Returns 0, DD_ERR_IO
+ * (as above), DD_ERR_INVALID (lengths, or more than 2^32 - 1 candidates)
+ * or DD_ERR_NOMEM (the arena could not grow; message in err). */
 typedef struct dd_arena dd_arena;
 struct dd_candset;
 int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, const char *user,

@@ -4,40 +4,28 @@
  *
  * DESIGN
  *
- * Threads. The poll thread consumes batches from the consumer queue,
- * decodes, adds to the active window, and runs librdkafka's rebalance,
- * commit and statistics callbacks. The flush thread writes the other
- * window as one WriteBatch and, once it is durable, stores and commits the
- * offsets it accounts for. A failed write is retried with backoff; nothing
- * is stored until it succeeds. librdkafka's own threads only log.
+ * Two threads share two slots. A slot is a window plus, per partition, the
+ * next offset of every message consumed while it was active, good or bad.
+ * The poll thread consumes, decodes and fills the active slot, and runs
+ * librdkafka's rebalance, commit and statistics callbacks. The flush thread
+ * writes the other slot's window as one WriteBatch, retrying with backoff
+ * (write_window), and stores and commits its offsets only once the write
+ * is durable. The flusher owns its slot while flush_busy is set (mu, cv);
+ * slots swap only while it is idle, so windows are written, and offsets
+ * stored, in consumption order. librdkafka's own threads only log.
  *
- * Slots. Two, each a window plus, per partition, the next offset of every
- * message consumed while it was active, good or bad. The poll thread owns
- * the active slot; the flush thread owns the other while flush_busy is set
- * (mutex + condition variable). Slots swap only while the flusher is idle,
- * so windows are written, and offsets stored, in consumption order. A swap
- * happens when the window is due, full (DD_ERR_LIMIT), must be drained
- * (revoke, stop), or holds early_plays while the flusher is idle: under
- * heavy load windows are cut by size so the flusher never waits for a
- * timer.
+ * Durability: with ingest.wal = false (the default: Kafka already is a
+ * durable log) windows skip RocksDB's WAL and their offsets wait in the
+ * "written" slot for the next memtable flush, which covers every write
+ * before it, so a stored offset never runs ahead of the disk
+ * (make_durable). With wal = true a window's offsets are stored right
+ * after its write.
  *
- * Durability (ingest.wal = false, the default): Kafka already is a durable
- * log, so windows go without RocksDB's WAL and the offsets of written
- * windows wait in the "written" slot until a memtable flush
- * (dd_history_flush) at least every durable_interval_ms, on revoke and on
- * stop. A flush covers every write before it, so a stored offset never
- * runs ahead of the disk. With wal = true each window's offsets are stored
- * right after its write. Due durability flushes go before new windows.
- *
- * Back-pressure: a full active window while the flusher is busy pauses
- * every partition and keeps the message in hand aside; polling goes on
- * (heartbeats, rebalances) until the swap. Memory: two windows of
- * window.max_bytes / 2 each plus the batch being written.
- *
- * Commits are asynchronous after every durable window, synchronous on
- * revoke and stop, so a crash replays about one window, not an
- * auto-commit interval. On revoke: drain, commit, then release; a lost
- * assignment still writes (idempotent) but commits nothing.
+ * Memory stays bounded by two windows of window.max_bytes / 2 plus the
+ * batch being written: a full window while the flusher is busy pauses
+ * every partition until the swap (on_message). Commits are asynchronous
+ * after every durable window and synchronous on revoke and stop, so a
+ * crash replays about one window, not an auto-commit interval.
  */
 #include "ingest.h"
 
@@ -317,8 +305,9 @@ static void slot_defer(dd_ingest *in, struct slot *s)
 
 /* wal=false: flush the memtables (every write so far becomes durable),
  * then store the offsets of the windows written before it and commit them
- * asynchronously. Flush thread only. 0, or DD_ERR_IO (logged, offsets
- * kept for the next try). */
+ * asynchronously. Runs at least every durable_interval_ms while offsets
+ * wait, and on revoke and stop (sync_flusher). Flush thread only. 0, or
+ * DD_ERR_IO (logged, offsets kept for the next try). */
 static int make_durable(dd_ingest *in)
 {
     struct slot *d = &in->written;
@@ -471,7 +460,11 @@ static void sync_flusher(dd_ingest *in)
     pthread_mutex_unlock(&in->mu);
 }
 
-/* Hand the active slot to the (idle) flusher; the other becomes active. */
+/* Hand the active slot to the (idle) flusher; the other becomes active.
+ * A window is handed over when due (poll_main), full (on_message), to be
+ * drained (revoke, stop), or holding early_plays while the flusher is idle
+ * (poll_main): under heavy load windows are cut by size, so the flusher
+ * never waits for a timer. */
 static void swap(dd_ingest *in)
 {
     pthread_mutex_lock(&in->mu);
@@ -639,6 +632,9 @@ static bool rewind_once(dd_ingest *in, int32_t partition)
     return true;
 }
 
+/* Poll thread: account for M, or, when the active window is full and the
+ * flusher busy, keep M aside and pause every partition; polling goes on
+ * (heartbeats, rebalances) and retry_kept adds M after the swap. */
 static void on_message(dd_ingest *in, rd_kafka_message_t *m)
 {
     if (m->err) {
@@ -746,6 +742,9 @@ static void update_assigned(dd_ingest *in)
     atomic_store_explicit(&in->st.assigned, n, memory_order_relaxed);
 }
 
+/* On revoke: drain, commit synchronously, then release, so the next owner
+ * starts after every play written here. A lost assignment still writes
+ * (idempotent) but commits nothing. */
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {

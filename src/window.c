@@ -331,7 +331,7 @@ void dd_window_clear(dd_window *w)
     w->hit_limit = 0;
 }
 
-/* The store's key order (history.h: u8 len(scene) | scene | u16 BE
+/* The store's key order (segment.h: u8 len(scene) | scene | u16 BE
  * len(user) | user | u32 BE segment, compared bytewise). */
 static int cmp_key(const void *a, const void *b, void *arg)
 {

@@ -14,23 +14,14 @@
  *   - plays: an item hash and the index of the entry's previous play (a
  *     singly linked chain per entry, 12 bytes a play).
  * Adding a play is a table lookup and an append: no allocation once the
- * arrays have reached their working size. An array grows (doubling) only
- * while the window's total allocation stays within max_bytes; when a play
- * does not fit, dd_window_add returns DD_ERR_LIMIT and the caller flushes.
- * So memory is bounded by max_bytes plus the flush scratch (4 bytes per
- * entry slot for the key-order sort, 8 per play of the largest entry),
- * whatever the input rate. After a window hit its limit, a
- * clear gives back half of any array that was less than a quarter used, so
- * a shift from heavy to light users (or back) does not pin memory in the
- * wrong array.
+ * arrays have reached their working size.
  *
- * Duplicates: a play equal to the entry's last play is not stored; the rest
- * are removed at flush (each entry's hashes are sorted and made unique), so
- * an item played again inside a window is written once.
- *
- * Flush order: entries are written in the store's key order (history.h's
- * key layout), because RocksDB's memtable inserts a sorted run much faster
- * than scattered keys.
+ * Memory is bounded whatever the input rate: an array grows (doubling) only
+ * while the window's total allocation stays within max_bytes, and a play
+ * that does not fit is refused (DD_ERR_LIMIT) so that the caller flushes.
+ * A play equal to its entry's last play is not stored; the other
+ * duplicates go at the flush, so an item played again inside a window is
+ * written once. The flush writes in the store's key order (dd_window_flush).
  *
  * Threads: a window is used by one thread at a time (ingest hands a whole
  * window to its flush thread); nothing here locks.
@@ -80,25 +71,32 @@ int dd_window_add(dd_window *w, const char *scene, size_t scene_len, const char 
                   size_t user_len, uint64_t item, int64_t at_ms);
 
 /* Build one write batch from every pending (scene, user, segment) - each an
- * operand of its distinct item hashes - into B (cleared first; borrowed)
- * and write it with dd_history_write to H. On success the window is
- * emptied (memory kept for reuse) and 0 is returned, with *WRITTEN (if not
- * NULL) the number of distinct hashes written. On error (DD_ERR_IO from the
- * store, message in err; DD_ERR_NOMEM) nothing pending is lost: the window
- * is unchanged and the flush may be retried. An empty window writes
- * nothing and returns 0. */
+ * operand of its distinct item hashes (sorted and made unique here) - into
+ * B (cleared first; borrowed) and write it with dd_history_write to H. The
+ * entries go in the store's key order (segment.h), because RocksDB's
+ * memtable inserts a sorted run much faster than scattered keys. On
+ * success the window is emptied as by dd_window_clear and 0 is returned,
+ * with *WRITTEN (if not NULL) the number of distinct hashes written. On
+ * error (DD_ERR_IO from the store, message in err; DD_ERR_NOMEM) nothing
+ * pending is lost: the window is unchanged and the flush may be retried.
+ * An empty window writes nothing and returns 0. */
 int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *written,
                     char *err, size_t errlen);
 
 /* Empty the window without writing (e.g. after a lost partition
- * assignment); memory is kept. Cannot fail. */
+ * assignment); memory is kept, except that after the window has hit its
+ * limit, half of any array that was less than a quarter used is given
+ * back, so a shift from heavy to light users (or back) does not pin memory
+ * in the wrong array. Cannot fail. */
 void dd_window_clear(dd_window *w);
 
 /* Plays pending (duplicates not yet removed); 0 when empty. */
 size_t dd_window_plays(const dd_window *w);
 /* (scene, user, segment) entries pending. */
 size_t dd_window_entries(const dd_window *w);
-/* Bytes allocated: the arrays (<= max_bytes) plus the flush scratch. */
+/* Bytes allocated: the arrays (<= max_bytes) plus the flush scratch (4
+ * bytes per entry slot for the key-order sort, 8 per play of the largest
+ * entry). */
 uint64_t dd_window_bytes(const dd_window *w);
 
 /* Counters since the window was created. Cannot fail. */
