@@ -5,55 +5,24 @@
  *
  * DESIGN
  *
- * Key layout. One sorted set per (scene, user):
+ * One sorted set per (scene, user), member = item id, score = delivery
+ * time (with a sequence, see ADD_SCRIPT), under the key
  *
  *     "dr:" <decimal length of user> "{" <user bytes> "}" <scene bytes>
  *
- * The length prefix makes the mapping injective for any bytes (a user id
- * holding '}' or a scene holding '{' cannot make two pairs share a key), so
- * the layout is binary-safe. The first '{' of the key is always the one
- * after the digits, so Redis Cluster's hash tag is the user id (or, if the
- * user id itself holds a '}', its prefix up to that byte): every scene of a
- * user lands in the same slot, and ForgetUser-style operations over scenes
- * stay single-slot.
+ * The length prefix makes the mapping injective for any bytes, and the
+ * first '{' is always the one after the digits, so Redis Cluster's hash
+ * tag is the user id: every scene of a user lands in one slot.
  *
- * Record is one pipelined round trip of four commands on that one key:
- * EVAL <ADD_SCRIPT> 1 key at_ms id1 id2 ..., ZREMRANGEBYRANK key 0
- * -(size+1), EXPIRE key ttl_s, ZCARD key. Only the last recent.size ids of
- * a request are sent: the others would be trimmed at once. Re-delivering
- * an id moves it to the new time.
+ * Record is one pipelined round trip on that key: the add script,
+ * ZREMRANGEBYRANK to recent.size, EXPIRE, ZCARD. Fetch is one ZREVRANGE
+ * (newest first), its members hashed straight out of hiredis' read buffer
+ * (read_fetch_reply): no reply object per member on Filter's path.
  *
- * Scores. An id's score is at_ms * 1024 + a sequence number: the script
- * (atomic in Redis, so right across dedupd workers and nodes) finds the
- * highest score already in [at_ms * 1024, at_ms * 1024 + 1023] and gives
- * the request's ids the next ones, in request order. Ids delivered in the
- * same millisecond then keep their delivery order, and the trim drops the
- * oldest; with the bare at_ms they tied and Redis broke ties by member
- * bytes, dropping some of the newest. Past 1024 ids in one millisecond
- * for one key the last score repeats (ties again). at_ms * 1024 is exact
- * in a double until the year 2248. Sets written with bare at_ms scores
- * (before this) read as they did; their ids rank below every new one,
- * older than them, which is what they are.
- *
- * Fetch is one ZREVRANGE key 0 cap-1 (newest first, bounded by the caller's
- * room). Its reply is parsed with reply functions of our own (hiredis'
- * redisReplyObjectFunctions, swapped in on the connection's reader for that
- * one reply): each member is hashed with dd_hash straight out of the read
- * buffer and no reply object is built, where hiredis' own would allocate a
- * reply and a string per member (200 mallocs and frees a Filter call at
- * recent.size 100).
- *
- * Connection. Lazy: the first call connects (recent.timeout_ms for connect,
- * then the same as the socket's read/write timeout, so every call is bounded
- * by it per read) and sends AUTH when recent.password is set. A timeout or
- * an I/O error drops the connection; the next attempt is allowed after a
- * backoff that starts at 100 ms and doubles up to 5 s, and until then calls
- * fail fast with DD_ERR_UNAVAILABLE without touching the network. A success
- * resets the backoff. A connection that had worked and is found closed by
- * the peer (EOF, reset: Redis restarted while we were idle) is replaced once
- * at once within the same call, since the commands are idempotent; a
- * timeout is never retried, so a call costs at most about twice
- * recent.timeout_ms (connect + one read).
+ * The connection is lazy and bounded: every call waits at most
+ * recent.timeout_ms per read; a failure drops the connection and calls
+ * fail fast with DD_ERR_UNAVAILABLE during a backoff (ensure), so a
+ * Redis outage costs Filter nothing but degraded = true.
  *
  * Threads: a dd_recent is used by one thread at a time (the RPC layer owns
  * one per worker). The stats counters are process-wide atomics.
@@ -280,7 +249,16 @@ static int auth(dd_recent *r)
     return DD_OK;
 }
 
-/* Make sure r->c is a live connection, or fail fast while backing off. */
+/* Make sure r->c is a live connection, or fail fast while backing off.
+ * The first call connects (recent.timeout_ms for connect, then the same as
+ * the socket's read/write timeout, so every call is bounded by it per
+ * read) and sends AUTH when recent.password is set. A timeout or an I/O
+ * error drops the connection (drop); the next attempt is allowed
+ * after a backoff that starts at 100 ms and doubles up to 5 s, and a
+ * success resets it. A connection that had worked and is found closed by
+ * the peer (Redis restarted while we were idle) is replaced once within
+ * the same call, since the commands are idempotent; a timeout is never
+ * retried, so a call costs at most about twice recent.timeout_ms. */
 static int ensure(dd_recent *r)
 {
     if (r->c) return DD_OK;
@@ -375,7 +353,11 @@ static redisReplyObjectFunctions sink_functions = {
     .freeObject = sink_free,
 };
 
-/* Read the next reply on r->c, a fetch's, into K. Returns REDIS_OK, or
+/* Read the next reply on r->c, a fetch's, into K, with reply functions of
+ * our own swapped in on the connection's reader for that one reply: each
+ * member is hashed with dd_hash straight out of the read buffer and no
+ * reply object is built, where hiredis' own would allocate a reply and a
+ * string per member on every Filter call. Returns REDIS_OK, or
  * REDIS_ERR (errno as hiredis left it) after which the connection must be
  * dropped. The reader gets its own functions back either way; a reply
  * half-parsed into the sink is forgotten, not given to hiredis' free. */
@@ -505,8 +487,20 @@ static int read_replies(dd_recent *r, redisReply **reps, int ncmd, int *saved_er
 }
 
 /* KEYS[1] the set, ARGV[1] at_ms, ARGV[2..] the ids oldest first: ZADD
- * them with scores at_ms * 1024 + the next sequence numbers (see DESIGN),
- * in chunks that stay under Lua's unpack limit. Returns the ids added. */
+ * them with scores at_ms * 1024 + the next sequence numbers, in chunks
+ * that stay under Lua's unpack limit. Returns the ids added.
+ *
+ * The script (atomic in Redis, so right across dedupd workers and nodes)
+ * finds the highest score already in [at_ms * 1024, at_ms * 1024 + 1023]
+ * and gives the request's ids the next ones, in request order. Ids
+ * delivered in the same millisecond then keep their delivery order and
+ * the trim drops the oldest; with bare at_ms scores they tied and Redis
+ * broke ties by member bytes, dropping some of the newest. Past 1024 ids
+ * in one millisecond for one key the last score repeats. at_ms * 1024 is
+ * exact in a double until the year 2248. Sets written with bare at_ms
+ * scores read as before; their ids rank below every new one. Only the
+ * last recent.size ids of a request are sent (the others would be
+ * trimmed at once); re-delivering an id moves it to the new time. */
 static const char ADD_SCRIPT[] =
     "local k, base = KEYS[1], tonumber(ARGV[1]) * 1024\n"
     "local top = redis.call('ZREVRANGEBYSCORE', k, base + 1023, base, 'WITHSCORES', 'LIMIT', 0, 1)\n"

@@ -8,58 +8,25 @@
  *
  * DESIGN
  *
- * protobuf_c_message_unpack of a 10,000-candidate request makes 10,000
- * NUL-terminated copies of the ids, a large share of dedupd's CPU at
- * saturation;
- * the filter only needs to hash each id and, in ids mode, send some back.
- * So the decoder walks the bytes once, checking the framing of every
- * field, reading the scalars and recording (pointer, length) of each
- * candidate in one arena array sized for the most the bytes can hold
- * (len / 2, at most max_ids), so no second counting pass is needed.
+ * protobuf-c's unpack of a 10,000-candidate request makes 10,000
+ * NUL-terminated copies of the ids, while the filter only hashes each id
+ * and, in ids mode, sends some back. So the decoder walks the bytes once,
+ * checking the framing of every field, reading the scalars and recording
+ * (pointer, length) of each candidate in one arena array sized for the
+ * most the bytes can hold; no second counting pass, no copy.
  *
- * Each field's place hangs on the previous one's length byte, so a walk
- * costs a load's latency per candidate whatever else it does. The usual
- * candidate fields (one-byte tag and length, 10,000 in a row) therefore
- * take a loop that does nothing else, and a long run is walked as two
- * chains at once, the second from a field start guessed in the middle
- * and kept only if the first chain lands exactly on it (its ids go
- * through one arena scratch array, then into place). A run is first
- * walked by one chain for 1 KiB: only then is a split tried, so however
- * many short runs other fields cut a request into, the work stays
- * linear. Everything else (other fields, the last bytes, past max_ids)
- * is checked field by field.
- *
- * What it accepts and how it reads fields is protobuf-c 1.4's unpack,
- * which it replaces (tests/unit/test_wire.c checks both on the same bytes,
- * garbage and truncations included):
- *   - a tag is a varint of at most 5 bytes; wire types 3, 4 (groups), 6
- *     and 7 are errors; unknown fields of the other types are skipped;
- *   - a length prefix is a varint of at most 5 bytes, read as 32 bits,
- *     and must fit the remaining bytes; varints are at most 10 bytes;
- *   - strings (1, 2, 3) must be length-delimited; lookback_days (4) and
- *     mode (5) must be varints, read as their low 32 bits; explain (6) is
- *     true when any byte of the field, as scanned, has a low 7-bit set,
- *     whatever its wire type; a scalar given twice keeps the last value;
- *   - but unlike protobuf-c, user_id, scene and every candidate id must
- *     be valid UTF-8 (proto3 requires it of a string: ids echoed back in
- *     kept_ids would fail the whole call in C++, Java or Python clients)
- *     and hold no NUL byte (protobuf-c's C strings cut there, so
- *     "victim\0x" read as "victim"): the request is rejected, naming the
- *     field. The check is a pass over the recorded ids, 8 bytes at a
- *     time while they are ASCII. The other RPCs' requests get the same
- *     check on their wire bytes before protobuf-c unpacks them
- *     (dd_wire_pb_text_check).
+ * It accepts and reads fields exactly as protobuf-c 1.4's unpack does
+ * (tests/unit/test_wire.c and tests/fuzz/fuzz_wire.c compare both on the
+ * same bytes), with one difference: every string must be valid UTF-8
+ * without a NUL byte, as proto3 requires (see
+ * dd_wire_filter_request_decode). The other RPCs' requests get the same
+ * text check on their bytes before protobuf-c unpacks them.
  *
  * The response is the bytes protobuf_c_message_pack gives for the same
- * FilterResponse (fields in number order, packed kept_indexes, zero
- * scalars and an index 0 omitted), written in one pass into a buffer of
- * a bound's size (one branch-free pass over the ids in ids mode, O(1) in
- * indexes mode): the caller trims the buffer to the length written.
- * Sizing exactly first took a pass over the reasons of its own. The
- * packed indexes' length is known up front without one: below 16,384
- * candidates every index takes one byte under 128 and two above, so only
- * the first 128 reasons are counted; the indexes are stored whether kept
- * or not and kept by advancing (no branch to mispredict).
+ * FilterResponse, written in one pass into a buffer of a bound's size
+ * that the caller trims to the length written.
+ *
+ * Pure code: no I/O, no allocation but from the caller's arena.
  */
 #ifndef DD_WIRE_H
 #define DD_WIRE_H
@@ -73,7 +40,26 @@ typedef struct dd_arena dd_arena;
 typedef struct ProtobufCMessageDescriptor ProtobufCMessageDescriptor;
 
 /* Decode a dedup.v1.FilterRequest from DATA (LEN bytes, borrowed: the
- * query points into it, so it must outlive Q). The candidate array comes
+ * query points into it, so it must outlive Q).
+ *
+ * Read as protobuf-c 1.4 reads it: a tag is a varint of at most 5 bytes;
+ * wire types 3, 4 (groups), 6 and 7 are errors; unknown fields of the
+ * other types are skipped; a length prefix is a varint of at most 5
+ * bytes, read as 32 bits, that must fit the remaining bytes; varints are
+ * at most 10 bytes; strings (1, 2, 3) must be length-delimited;
+ * lookback_days (4) and mode (5) must be varints, read as their low 32
+ * bits; explain (6) is true when any byte of the field, as scanned, has a
+ * low 7-bit set, whatever its wire type; a scalar given twice keeps the
+ * last value. Unlike protobuf-c, user_id, scene and every candidate id
+ * must be valid UTF-8 (ids echoed back in kept_ids would fail the whole
+ * call in C++, Java or Python clients) and hold no NUL byte (protobuf-c's
+ * C strings cut there, so "victim\0x" read as "victim").
+ *
+ * Each field's place hangs on the previous one's length byte, so a walk
+ * costs a load's latency per candidate: the usual run of plain candidate
+ * fields takes a loop that does nothing else, and a run longer than 1 KiB
+ * is walked as two chains at once, the second from a field start guessed
+ * in the middle and kept only if the first chain lands exactly on it. The candidate array comes
  * from ARENA (with, for long requests, one scratch array of at most a
  * quarter as many entries: the arena grows by less than 12 * LEN bytes),
  * only when there are at most MAX_IDS candidates; with more, q->ids is
@@ -103,13 +89,17 @@ int dd_wire_pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *da
                           int utf8, char *why, size_t why_cap);
 
 /* Bytes of the encoded FilterResponse for query Q and its result R (as
- * dd_filter_decide left them). Cannot fail. */
+ * dd_filter_decide left them): fields in number order, packed
+ * kept_indexes, zero scalars and an index 0 omitted, as protobuf-c packs
+ * them. Cannot fail. */
 size_t dd_wire_filter_response_size(const struct dd_filter_query *q,
                                     const struct dd_filter_result *r);
 
 /* Bytes OUT needs for dd_wire_filter_response_write(Q, R, OUT): at least
  * the response's size plus what the writer may store past its end. One
- * pass over the ids in ids mode, O(1) otherwise. R->kept must be the
+ * pass over the ids in ids mode, O(1) otherwise: below 16,384 candidates
+ * every index takes one byte under 128 and two above, so the packed
+ * indexes' length needs only the first 128 reasons counted. R->kept must be the
  * number of zero reasons (filter.h). Cannot fail. */
 size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
                                      const struct dd_filter_result *r);
