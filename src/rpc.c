@@ -279,43 +279,6 @@ int dd_rpc_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-static char *read_file(const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dd_fail(DD_ERR_INVALID, err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            size_t ncap = cap ? cap * 2 : 8192;
-            char *n = realloc(buf, ncap);
-            if (!n) {
-                dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory reading %s", path);
-                goto bad;
-            }
-            buf = n;
-            cap = ncap;
-        }
-        size_t r = fread(buf + len, 1, cap - len - 1, f);
-        len += r;
-        if (r == 0) break;
-    }
-    if (ferror(f)) {
-        dd_fail(DD_ERR_INVALID, err, errlen, "cannot read %s", path);
-        goto bad;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-bad:
-    free(buf);
-    fclose(f);
-    return NULL;
-}
-
 /* Plaintext, TLS, or TLS that requires and verifies a client certificate
  * signed by rpc.tls_client_ca. NULL on error (message in err). */
 static grpc_server_credentials *make_credentials(const struct dd_rpc_conf *conf, char *err,
@@ -324,12 +287,12 @@ static grpc_server_credentials *make_credentials(const struct dd_rpc_conf *conf,
     if (!conf->tls_cert[0]) return grpc_insecure_server_credentials_create();
     grpc_server_credentials *c = NULL;
     char *key = NULL, *ca = NULL;
-    char *cert = read_file(conf->tls_cert, err, errlen);
+    char *cert = dd_read_file(conf->tls_cert, err, errlen);
     if (!cert) goto out;
-    key = read_file(conf->tls_key, err, errlen);
+    key = dd_read_file(conf->tls_key, err, errlen);
     if (!key) goto out;
     if (conf->tls_client_ca[0]) {
-        ca = read_file(conf->tls_client_ca, err, errlen);
+        ca = dd_read_file(conf->tls_client_ca, err, errlen);
         if (!ca) goto out;
         /* grpc would take an empty or wrong file and fail every handshake
          * later, which looks like a client problem; say so now. */
