@@ -19,7 +19,8 @@ CN):
   certificate and gets the same answers;
 - plaintext on 0.0.0.0 without rpc.allow_insecure: dedupd refuses to start
   and names the keys; with it (on a name that resolves to loopback, so
-  nothing here listens beyond this machine) it starts and logs a warning.
+  nothing here listens beyond this machine) it starts and logs a warning,
+  as it does for an admin listener on such a name.
 """
 import os
 import shutil
@@ -290,12 +291,16 @@ def main():
         harness.log("no host name resolving to loopback here: the warning is not checked")
     else:
         d3 = test_clients_lib.Dedupd(redis.addr, {"rpc.listen": name + ":0",
-                                                  "rpc.allow_insecure": "true"},
+                                                  "rpc.allow_insecure": "true",
+                                                  "admin.listen": name + ":0"},
                                      name="dedupd-insecure")
         log = d3.run_log()
         check(any("level=warn" in l and "plaintext on a non-loopback address" in l
                   and "rpc.allow_insecure" in l for l in log.splitlines()),
               "no plaintext warning:\n" + log)
+        # The admin listener is allowed beyond loopback, with a warning.
+        check(any("level=warn" in l and "admin listener on a non-loopback address" in l
+                  for l in log.splitlines()), "no admin warning:\n" + log)
         d3.stop()
         harness.log("rpc.allow_insecure on %s: started with the warning" % name)
     harness.log("PASS")
