@@ -13,6 +13,14 @@ real build:
   the ConfigMap's dedupd.conf are accepted by the built dedupd (-t).
 - Kubernetes manifests and compose.yaml parse, with the kinds, probes,
   ports and volume claim the issue asks for.
+- gRPC is mutual TLS in both: the effective configuration (dedupd -p) has
+  rpc.tls_cert, rpc.tls_key and rpc.tls_client_ca in the directory the
+  Secret dedupd-tls (k8s) or ./certs (compose) is mounted at, under the
+  Secret's key names, allow lists that name identities, and no
+  rpc.allow_insecure; the image's health check presents those files.
+- deploy/docker/make-dev-certs.sh makes certificates that a real dedupd
+  (on loopback, with compose's allow lists) and dedupctl accept: health
+  answers, the "feed" client may write, "recall" may not.
 
 Exit 0 pass, 1 fail, 77 skip (never in CI).
 """
@@ -182,6 +190,84 @@ def check_config(entrypoint, extra_args, conf_text, what):
     log("%s: dedupd -t accepts it" % what)
 
 
+TLS_FILES = {"rpc.tls_cert": "tls.crt", "rpc.tls_key": "tls.key", "rpc.tls_client_ca": "ca.crt"}
+
+
+def effective_rpc(entrypoint, extra_args, conf_text):
+    """The [rpc] keys of what dedupd -p prints for this configuration."""
+    d = harness.tmpdir("dedupd-deploy-")
+    conf = os.path.join(d, "dedupd.conf")
+    with open(conf, "w") as f:
+        f.write(conf_text)
+    argv = [harness.build_path("src", "dedupd")] + \
+        [conf if a == "/etc/dedupd/dedupd.conf" else a for a in entrypoint[1:]]
+    r = subprocess.run(argv + extra_args + ["-p"], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("dedupd -p: %s" % r.stderr)
+    out, section = {}, None
+    for line in r.stdout.splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+        elif " = " in line and section == "rpc":
+            k, v = line.split(" = ", 1)
+            out["rpc." + k] = v[1:-1] if v.startswith('"') else v
+    return out
+
+
+def check_tls(rpc, tls_dir, what):
+    """RPC (effective_rpc) is mutual TLS from files in TLS_DIR named as a
+    Kubernetes TLS Secret names them, with identity allow lists."""
+    for key, name in TLS_FILES.items():
+        if rpc.get(key) != tls_dir + "/" + name:
+            fail("%s: %s is %r, not %s/%s" % (what, key, rpc.get(key), tls_dir, name))
+    if rpc.get("rpc.allow_insecure") != "false":
+        fail("%s: rpc.allow_insecure is set" % what)
+    for key in ("rpc.allow_read", "rpc.allow_write"):
+        if rpc.get(key, "*").strip() in ("*", ""):
+            fail("%s: %s does not name client identities (%r)" % (what, key, rpc.get(key)))
+    log("%s: gRPC is mutual TLS from %s; allow_read %r, allow_write %r"
+        % (what, tls_dir, rpc["rpc.allow_read"], rpc["rpc.allow_write"]))
+
+
+def check_dev_certs(compose_args):
+    """make-dev-certs.sh's output works with a real dedupd and dedupctl."""
+    script = os.path.join(DEPLOY, "docker", "make-dev-certs.sh")
+    if not os.access(script, os.X_OK):
+        fail("deploy/docker/make-dev-certs.sh is missing or not executable")
+    d = os.path.join(harness.tmpdir("dedupd-devcerts-"), "certs")
+    r = subprocess.run([script, d], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("make-dev-certs.sh: %s%s" % (r.stdout, r.stderr))
+    allow = {}
+    for i, a in enumerate(compose_args):
+        if i > 0 and compose_args[i - 1] == "-o" and a.startswith("rpc.allow_"):
+            k, v = a.split("=", 1)
+            allow[k] = v
+    dd = harness.Dedupd(dict(allow, **{
+        "ingest.enabled": "false",
+        "rpc.tls_cert": os.path.join(d, "tls.crt"), "rpc.tls_key": os.path.join(d, "tls.key"),
+        "rpc.tls_client_ca": os.path.join(d, "ca.crt")}), name="dedupd-devcerts")
+    ctl = harness.build_path("tools", "dedupctl")
+
+    def run(client, *args):
+        argv = [ctl, "-a", "localhost:%d" % dd.rpc_port, "--tls-ca", os.path.join(d, "ca.crt"),
+                "--tls-cert", os.path.join(d, client + ".crt"),
+                "--tls-key", os.path.join(d, client + ".key")] + list(args)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+    r = run("tls", "health")
+    if r.returncode != 0 or r.stdout.strip() != "SERVING":
+        fail("dev certs: health with the server's own certificate: %s%s" % (r.stdout, r.stderr))
+    r = run("recall", "play", "u1", "v1")
+    if r.returncode != 1 or "PERMISSION_DENIED" not in r.stderr:
+        fail("dev certs: recall may write: %s%s" % (r.stdout, r.stderr))
+    r = run("feed", "play", "u1", "v1")
+    if r.returncode != 0 or "accepted 1" not in r.stdout:
+        fail("dev certs: feed may not write: %s%s" % (r.stdout, r.stderr))
+    dd.stop()
+    log("make-dev-certs.sh: dedupd and dedupctl accept its certificates; feed writes, recall not")
+
+
 def main():
     try:
         import yaml
@@ -197,6 +283,19 @@ def main():
         if s not in svc:
             fail("compose.yaml: no %s service" % s)
     check_config(entry, svc["dedupd"]["command"], read("conf", "dedupd.conf"), "compose")
+    tls_dir = os.path.dirname(effective_rpc(entry, [], read("conf", "dedupd.conf"))
+                              .get("rpc.tls_cert", "")) or "(unset)"
+    check_tls(effective_rpc(entry, svc["dedupd"]["command"], read("conf", "dedupd.conf")),
+              tls_dir, "compose")
+    if "./certs:%s:ro" % tls_dir not in svc["dedupd"].get("volumes", []):
+        fail("compose.yaml: ./certs is not mounted read-only at %s" % tls_dir)
+    hc = re.search(r"^HEALTHCHECK.*?CMD\s+(\[.*?\])\s*$",
+                   read("deploy", "docker", "Dockerfile").replace("\\\n", " "), re.M | re.S)
+    hc_args = json.loads(hc.group(1)) if hc else []
+    for opt, name in (("--tls-ca", "ca.crt"), ("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")):
+        if opt not in hc_args or hc_args[hc_args.index(opt) + 1] != tls_dir + "/" + name:
+            fail("Dockerfile: HEALTHCHECK does not pass %s %s/%s" % (opt, tls_dir, name))
+    check_dev_certs(svc["dedupd"]["command"])
 
     docs = {}
     for fn in sorted(os.listdir(os.path.join(DEPLOY, "k8s"))):
@@ -233,6 +332,17 @@ def main():
     cm = docs["ConfigMap"][0]["data"]["dedupd.conf"]
     args = [a.replace("$(POD_NAME)", "dedupd-0") for a in c.get("args", [])]
     check_config(entry, args, cm, "k8s ConfigMap")
+    check_tls(effective_rpc(entry, args, cm), tls_dir, "k8s")
+    secret = next((v for v in pod["volumes"] if v.get("secret", {}).get("secretName")
+                   == "dedupd-tls"), None)
+    if not secret:
+        fail("k8s: no volume from the Secret dedupd-tls")
+    if mounts.get(secret["name"]) != tls_dir:
+        fail("k8s: the Secret dedupd-tls is not mounted at %s" % tls_dir)
+    items = {i["key"]: i["path"] for i in secret["secret"].get("items", [])}
+    for name in TLS_FILES.values():
+        if items and items.get(name) != name:
+            fail("k8s: the Secret's key %s does not land at %s/%s" % (name, tls_dir, name))
     # The drain must outlast the readiness probe noticing, and the grace period the drain.
     m = re.search(r"^\s*drain_ms\s*=\s*(\d+)", cm, re.M)
     rp = c["readinessProbe"]

@@ -5,8 +5,11 @@
 #include "addr.h"
 #include "dd.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 int dd_hostport_parse(const char *s, char *host, size_t hostlen, uint16_t *port)
 {
@@ -62,4 +65,19 @@ int dd_hostport_format(char *buf, size_t buflen, const char *host, unsigned port
 {
     const char *fmt = strchr(host, ':') ? "[%s]:%u" : "%s:%u";
     return snprintf(buf, buflen, fmt, host, port);
+}
+
+int dd_hostport_is_loopback(const char *s)
+{
+    char host[256];
+    if (dd_hostport_parse(s, host, sizeof host, NULL) != DD_HOSTPORT_OK) return 0;
+    if (strcasecmp(host, "localhost") == 0) return 1;
+    struct in_addr a4;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET6, host, &a6) == 1) {
+        if (IN6_IS_ADDR_LOOPBACK(&a6)) return 1;
+        return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+    }
+    return 0;
 }

@@ -41,4 +41,11 @@ int dd_hostport_resolve(const char *s, const struct addrinfo *hints, struct addr
  * (always terminated when BUFLEN > 0). Returns what snprintf returns. */
 int dd_hostport_format(char *buf, size_t buflen, const char *host, unsigned port);
 
+/* Whether a listener on "host:port" S is reachable from this machine only:
+ * its host is "localhost", an IPv4 address in 127.0.0.0/8, "::1", or an
+ * IPv4-mapped ::ffff:127.x.y.z. Decided from the text alone (no lookup):
+ * any other name, a wildcard (0.0.0.0, [::]) or an S that is not host:port
+ * counts as reachable from elsewhere. Cannot fail. */
+int dd_hostport_is_loopback(const char *s);
+
 #endif

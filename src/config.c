@@ -127,6 +127,10 @@ static const struct key keys[] = {
     ROW_U32("rpc.max_message_bytes", rpc.max_message_bytes, "16777216", 1, INT32_MAX),
     ROW_STR("rpc.tls_cert", rpc.tls_cert, ""),
     ROW_STR("rpc.tls_key", rpc.tls_key, ""),
+    ROW_STR("rpc.tls_client_ca", rpc.tls_client_ca, ""),
+    ROW_STR("rpc.allow_read", rpc.allow_read, "*"),
+    ROW_STR("rpc.allow_write", rpc.allow_write, "*"),
+    ROW_BOOL("rpc.allow_insecure", rpc.allow_insecure, "false"),
     ROW_U32("rpc.shutdown_grace_ms", rpc.shutdown_grace_ms, "5000", 0, UINT32_MAX),
     ROW_ENUM("rpc.poller", rpc.poller, "poll", poller_words),
     ROW_U32("rpc.spin_us", rpc.spin_us, "500", 0, 1000000),
@@ -747,12 +751,8 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
                c->history.segment_days, c->history.retention_days);
         return DD_ERR_INVALID;
     }
-    if (!c->rpc.tls_cert[0] != !c->rpc.tls_key[0]) {
-        dd_set_err(err, errlen, "%s: must be set together with %s",
-               c->rpc.tls_cert[0] ? "rpc.tls_key" : "rpc.tls_cert",
-               c->rpc.tls_cert[0] ? "rpc.tls_cert" : "rpc.tls_key");
-        return DD_ERR_INVALID;
-    }
+    /* TLS, the allow lists and the plaintext rule: rpc.h's own check. */
+    if (dd_rpc_conf_check(&c->rpc, err, errlen) != DD_OK) return DD_ERR_INVALID;
     if (dd_log_level_parse(c->log.level) < 0) {
         dd_set_err(err, errlen, "log.level: \"%s\" is not a log level", c->log.level);
         return DD_ERR_INVALID;

@@ -4,8 +4,11 @@
  */
 #include "dd.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define XXH_INLINE_ALL
@@ -67,4 +70,41 @@ int64_t dd_mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+char *dd_read_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dd_fail(DD_ERR_INVALID, err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 4096) {
+            size_t ncap = cap ? cap * 2 : 8192;
+            char *n = realloc(buf, ncap);
+            if (!n) {
+                dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory reading %s", path);
+                goto bad;
+            }
+            buf = n;
+            cap = ncap;
+        }
+        size_t r = fread(buf + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+    }
+    if (ferror(f)) {
+        dd_fail(DD_ERR_INVALID, err, errlen, "cannot read %s", path);
+        goto bad;
+    }
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+bad:
+    free(buf);
+    fclose(f);
+    return NULL;
 }

@@ -38,6 +38,12 @@ void dd_set_err(char *err, size_t errlen, const char *fmt, ...)
 int dd_fail(int code, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The whole of the file PATH (a key, a certificate), NUL-terminated, in
+ * a malloc'd buffer the caller frees. NULL on error, with a message naming
+ * PATH in err: it cannot be opened or read (code DD_ERR_INVALID) or memory
+ * ran out. */
+char *dd_read_file(const char *path, char *err, size_t errlen);
+
 /* The item hash: XXH3-64 with DD_HASH_SEED. The function and seed are part
  * of the on-disk format (see bloom.h); changing either needs a format
  * version bump. This function cannot fail. */

@@ -152,9 +152,17 @@ int main(int argc, char **argv)
         dd_error("main", "msg=\"out of memory\"");
         goto out;
     }
-    if (cfg.admin.listen[0])
+    if (cfg.admin.listen[0]) {
         dd_info("main", "msg=\"admin listening\" admin=%s",
                 bound_addr(addrbuf, sizeof addrbuf, cfg.admin.listen, dd_admin_port(admin)));
+        /* Allowed (probes and Prometheus come from other hosts) but said
+         * once: the admin listener has no TLS and no authentication, and
+         * serves no writes and no user data. */
+        if (!dd_hostport_is_loopback(cfg.admin.listen))
+            dd_warn("main", "msg=\"admin listener on a non-loopback address: /metrics, /healthz "
+                            "and /readyz are plaintext and open to any peer\" admin=%s",
+                    cfg.admin.listen);
+    }
 
     if (dd_history_open(&history, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"",

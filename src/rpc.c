@@ -45,12 +45,21 @@
  *   when none of its slots has an op pending it shuts its own queue down
  *   and drains it to GRPC_QUEUE_SHUTDOWN. Main joins the workers, then
  *   destroys the server and the queues.
+ * Security: rpc.tls_cert/rpc.tls_key make the port TLS only; with
+ *   rpc.tls_client_ca the handshake requires a client certificate that CA
+ *   signed (grpc verifies it; a connection without one never makes a
+ *   call). Each call of a method class whose allow list is not "*" is then
+ *   checked against the identities grpc put in the call's auth context
+ *   (rpc.h says which) before anything is decoded; the lists are parsed
+ *   once in dd_rpc_new and read-only after, so workers share them without
+ *   a lock. A "*" class costs nothing per call.
  * Stats: per method, relaxed atomic counters (status codes,
  *   cancellations) and a metrics.h latency histogram, read without locks;
  *   dd_rpc_collect renders them.
  */
 #include "rpc.h"
 
+#include "addr.h"
 #include "api.h"
 #include "arena.h"
 #include "dd.h"
@@ -132,6 +141,14 @@ struct method_stats {
     _Atomic uint64_t cancelled;
 };
 
+/* One parsed allow list (rpc.h: rpc.allow_read, rpc.allow_write). */
+struct allow {
+    const char *key;  /* "rpc.allow_read", static */
+    bool any;         /* "*" */
+    size_t n;         /* identities; 0 and !any = nobody */
+    char **ids;       /* n malloc'd strings, trimmed */
+};
+
 struct dd_rpc {
     grpc_server *server;
     grpc_completion_queue *shutdown_cq;
@@ -148,6 +165,10 @@ struct dd_rpc {
     _Atomic unsigned spinning;
     int port;
     char *listen;
+    const char *tls_mode;     /* "off", "server" or "mutual", for the log */
+    bool open_to_all;         /* not loopback and no client certificates */
+    struct allow allow_read;  /* Filter */
+    struct allow allow_write; /* RecordDelivery, RecordPlays, ForgetUser */
     int started, shut_down;
     atomic_bool serving;
     atomic_bool stopping;     /* do not re-post slots */
@@ -157,63 +178,148 @@ struct dd_rpc {
 };
 
 
-/* ---- lifecycle ---------------------------------------------------------- */
+/* ---- settings ----------------------------------------------------------- */
 
-static char *read_file(const char *path, char *err, size_t errlen)
+static bool blank(char c) { return c == ' ' || c == '\t'; }
+
+static void allow_free(struct allow *a)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dd_fail(DD_ERR_INVALID, err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            size_t ncap = cap ? cap * 2 : 8192;
-            char *n = realloc(buf, ncap);
-            if (!n) {
-                dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory reading %s", path);
-                goto bad;
-            }
-            buf = n;
-            cap = ncap;
-        }
-        size_t r = fread(buf + len, 1, cap - len - 1, f);
-        len += r;
-        if (r == 0) break;
-    }
-    if (ferror(f)) {
-        dd_fail(DD_ERR_INVALID, err, errlen, "cannot read %s", path);
-        goto bad;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-bad:
-    free(buf);
-    fclose(f);
-    return NULL;
+    for (size_t i = 0; i < a->n; i++) free(a->ids[i]);
+    free(a->ids);
+    a->ids = NULL;
+    a->n = 0;
 }
 
+/* Parse LIST (the value of KEY) into *A (rpc.h gives the syntax). With A
+ * NULL only check it, allocating nothing; *NAMED tells whether it names
+ * identities. Returns 0, DD_ERR_INVALID or DD_ERR_NOMEM, with a message
+ * naming KEY; on error *A holds nothing. */
+static int allow_parse(const char *key, const char *list, struct allow *a, bool *named,
+                       char *err, size_t errlen)
+{
+    const char *p = list;
+    while (blank(*p)) p++;
+    size_t len = strlen(p);
+    while (len > 0 && blank(p[len - 1])) len--;
+    *named = false;
+    if (a) *a = (struct allow){.key = key};
+    if (len == 1 && p[0] == '*') {
+        if (a) a->any = true;
+        return DD_OK;
+    }
+    if (len == 0) return DD_OK; /* nobody */
+    const char *end = p + len;
+    for (const char *q = p; q <= end;) {
+        const char *comma = memchr(q, ',', (size_t)(end - q));
+        const char *stop = comma ? comma : end;
+        const char *b = q, *e = stop;
+        while (b < e && blank(*b)) b++;
+        while (e > b && blank(e[-1])) e--;
+        if (b == e) {
+            if (a) allow_free(a);
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "%s: \"%s\" has an empty entry (a comma-separated list of client "
+                           "identities, \"*\" for any client, \"\" for none)", key, list);
+        }
+        if (e - b == 1 && *b == '*') {
+            if (a) allow_free(a);
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "%s: \"*\" (any client) must be the whole list, not one entry of "
+                           "\"%s\"", key, list);
+        }
+        *named = true;
+        if (a) {
+            char **ids = realloc(a->ids, (a->n + 1) * sizeof *ids);
+            char *id = ids ? strndup(b, (size_t)(e - b)) : NULL;
+            if (ids) a->ids = ids;
+            if (!id) {
+                allow_free(a);
+                return dd_fail(DD_ERR_NOMEM, err, errlen, "%s: out of memory", key);
+            }
+            a->ids[a->n++] = id;
+        }
+        q = stop + 1;
+    }
+    return DD_OK;
+}
+
+int dd_rpc_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen)
+{
+    if (!conf->tls_cert[0] != !conf->tls_key[0])
+        return dd_fail(DD_ERR_INVALID, err, errlen, "%s: must be set together with %s",
+                       conf->tls_cert[0] ? "rpc.tls_key" : "rpc.tls_cert",
+                       conf->tls_cert[0] ? "rpc.tls_cert" : "rpc.tls_key");
+    bool mutual = conf->tls_client_ca[0] != '\0';
+    if (mutual && !conf->tls_cert[0])
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                       "rpc.tls_client_ca: needs rpc.tls_cert and rpc.tls_key (client "
+                       "certificates are asked for only over TLS)");
+    const char *keys[] = {"rpc.allow_read", "rpc.allow_write"};
+    const char *lists[] = {conf->allow_read, conf->allow_write};
+    for (size_t i = 0; i < DD_ARRAY_LEN(keys); i++) {
+        bool named;
+        int rc = allow_parse(keys[i], lists[i], NULL, &named, err, errlen);
+        if (rc != DD_OK) return rc;
+        if (named && !mutual)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "%s: \"%s\" names client identities, which only rpc.tls_client_ca "
+                           "(mutual TLS) provides; without it use \"*\" (anyone) or \"\" "
+                           "(no one)", keys[i], lists[i]);
+    }
+    if (!mutual && !conf->allow_insecure && !dd_hostport_is_loopback(conf->listen))
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                       "rpc.listen: \"%s\" is not a loopback address and clients are not "
+                       "authenticated (%s): set rpc.tls_cert, rpc.tls_key and "
+                       "rpc.tls_client_ca for mutual TLS, or rpc.allow_insecure = true to "
+                       "let any peer call every method",
+                       conf->listen, conf->tls_cert[0] ? "TLS without rpc.tls_client_ca"
+                                                       : "plaintext");
+    return DD_OK;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+/* Plaintext, TLS, or TLS that requires and verifies a client certificate
+ * signed by rpc.tls_client_ca. NULL on error (message in err). */
 static grpc_server_credentials *make_credentials(const struct dd_rpc_conf *conf, char *err,
                                                  size_t errlen)
 {
     if (!conf->tls_cert[0]) return grpc_insecure_server_credentials_create();
-    char *cert = read_file(conf->tls_cert, err, errlen);
-    if (!cert) return NULL;
-    char *key = read_file(conf->tls_key, err, errlen);
-    if (!key) {
-        free(cert);
-        return NULL;
+    grpc_server_credentials *c = NULL;
+    char *key = NULL, *ca = NULL;
+    char *cert = dd_read_file(conf->tls_cert, err, errlen);
+    if (!cert) goto out;
+    key = dd_read_file(conf->tls_key, err, errlen);
+    if (!key) goto out;
+    if (conf->tls_client_ca[0]) {
+        ca = dd_read_file(conf->tls_client_ca, err, errlen);
+        if (!ca) goto out;
+        /* grpc would take an empty or wrong file and fail every handshake
+         * later, which looks like a client problem; say so now. */
+        if (!strstr(ca, "-----BEGIN CERTIFICATE-----")) {
+            dd_fail(DD_ERR_INVALID, err, errlen, "rpc.tls_client_ca: %s holds no PEM certificate",
+                    conf->tls_client_ca);
+            goto out;
+        }
     }
     grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
-    grpc_server_credentials *c = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
-    /* The credentials keep their own copies. */
+    /* The config copies the PEM text; the options take the config, the
+     * credentials the options. */
+    grpc_ssl_server_certificate_config *cfg = grpc_ssl_server_certificate_config_create(ca, &pair, 1);
+    grpc_ssl_server_credentials_options *opts =
+        cfg ? grpc_ssl_server_credentials_create_options_using_config(
+                  ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                     : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+                  cfg)
+            : NULL;
+    c = opts ? grpc_ssl_server_credentials_create_with_options(opts) : NULL;
+    if (!c)
+        dd_fail(DD_ERR_INVALID, err, errlen,
+                "rpc.tls_cert/rpc.tls_key/rpc.tls_client_ca: cannot create TLS credentials");
+out:
+    free(ca);
     free(key);
     free(cert);
-    if (!c)
-        dd_fail(DD_ERR_INVALID, err, errlen, "rpc.tls_cert/rpc.tls_key: cannot create TLS credentials");
     return c;
 }
 
@@ -298,7 +404,13 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
         grpc_shutdown();
         return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     }
-    int rc = DD_ERR_NOMEM;
+    int rc = dd_rpc_conf_check(conf, err, errlen);
+    if (rc != DD_OK) {
+        free(rpc);
+        grpc_shutdown();
+        return rc;
+    }
+    rc = DD_ERR_NOMEM;
     rpc->nworkers = conf->threads ? conf->threads : 1;
     rpc->prepost = conf->prepost ? conf->prepost : 1;
     rpc->filter_conf = (struct dd_filter_conf){conf->max_candidates, conf->max_id_bytes,
@@ -327,6 +439,15 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
         dd_fail(rc, err, errlen, "out of memory");
         goto err;
     }
+    rpc->tls_mode = !conf->tls_cert[0] ? "off" : conf->tls_client_ca[0] ? "mutual" : "server";
+    rpc->open_to_all = !conf->tls_client_ca[0] && !dd_hostport_is_loopback(conf->listen);
+    bool named;
+    if ((rc = allow_parse("rpc.allow_read", conf->allow_read, &rpc->allow_read, &named, err,
+                          errlen)) != DD_OK ||
+        (rc = allow_parse("rpc.allow_write", conf->allow_write, &rpc->allow_write, &named, err,
+                          errlen)) != DD_OK)
+        goto err;
+    rc = DD_ERR_NOMEM;
 
     /* Transport settings are grpc's defaults on purpose: a larger stream
      * window (grpc.http2.lookahead_bytes), bigger frames, a larger minimum
@@ -530,6 +651,62 @@ static int bad_strings(struct worker *w, const ProtobufCMessageDescriptor *d,
     return dd_wire_pb_text_check(d, data, len, utf8, w->msg, sizeof w->msg) != DD_OK;
 }
 
+/* Whether property NAME of CTX has a value equal to ID (by length too, so
+ * a value with a NUL inside never matches a shorter entry). */
+static bool has_identity(const grpc_auth_context *ctx, const char *name, const char *id)
+{
+    size_t len = strlen(id);
+    grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, name);
+    const grpc_auth_property *p;
+    while ((p = grpc_auth_property_iterator_next(&it)))
+        if (p->value && p->value_length == len && memcmp(p->value, id, len) == 0) return true;
+    return false;
+}
+
+/* The allow list for method M, or NULL for a method anyone may call. */
+static const struct allow *allow_of(const dd_rpc *rpc, enum dd_api_method m)
+{
+    switch (m) {
+    case DD_API_FILTER: return &rpc->allow_read;
+    case DD_API_RECORD_DELIVERY:
+    case DD_API_RECORD_PLAYS:
+    case DD_API_FORGET_USER: return &rpc->allow_write;
+    default: return NULL;
+    }
+}
+
+/* May the peer of S call its method (rpc.h: rpc.allow_read/allow_write)?
+ * GRPC_STATUS_OK, or PERMISSION_DENIED with the client and key named in
+ * w->msg. Reads only the call's auth context: nothing is decoded yet. */
+static grpc_status_code authorize(struct worker *w, struct slot *s)
+{
+    static struct dd_log_limit denied_log;
+    const struct allow *a = allow_of(w->rpc, s->method);
+    if (!a || a->any) return GRPC_STATUS_OK;
+    grpc_auth_context *ctx = grpc_call_auth_context(s->call);
+    bool ok = false;
+    for (size_t i = 0; ctx && !ok && i < a->n; i++)
+        ok = has_identity(ctx, GRPC_X509_CN_PROPERTY_NAME, a->ids[i]) ||
+             has_identity(ctx, GRPC_X509_SAN_PROPERTY_NAME, a->ids[i]);
+    if (!ok) {
+        /* Name the client by what grpc calls its identity (the SANs, else
+         * the CN); the first one is enough to tell certificates apart. */
+        const grpc_auth_property *p = NULL;
+        if (ctx) {
+            grpc_auth_property_iterator it = grpc_auth_context_peer_identity(ctx);
+            p = grpc_auth_property_iterator_next(&it);
+        }
+        const char *who = p && p->value ? p->value : "(no client certificate)";
+        snprintf(w->msg, sizeof w->msg, "client \"%.200s\" may not call %s (not in %s)", who,
+                 dd_api_method_name(s->method), a->key);
+        dd_log_limited(&denied_log, 10000, DD_LOG_WARN, "rpc",
+                       "msg=\"call denied\" method=%s client=\"%.200s\" setting=%s",
+                       dd_api_method_path(s->method), who, a->key);
+    }
+    if (ctx) grpc_auth_context_release(ctx);
+    return ok ? GRPC_STATUS_OK : GRPC_STATUS_PERMISSION_DENIED;
+}
+
 /* Decode, decide, encode. Returns the status; on OK *reply is set. */
 static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const uint8_t *data,
                                  size_t len, int64_t deadline_ns, grpc_byte_buffer **reply)
@@ -667,6 +844,8 @@ static void handle(struct worker *w, struct slot *s)
         snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
         gpr_free(name);
         s->status = GRPC_STATUS_UNIMPLEMENTED;
+    } else if ((s->status = authorize(w, s)) != GRPC_STATUS_OK) {
+        /* message set by authorize; the payload is never looked at */
     } else if (!s->payload) {
         s->status = GRPC_STATUS_INVALID_ARGUMENT;
         snprintf(w->msg, sizeof w->msg, "no request message");
@@ -803,10 +982,17 @@ int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
     }
     atomic_store(&rpc->serving, true);
     dd_info("rpc",
-            "msg=started listen=\"%s\" port=%d threads=%u prepost=%u spin_us=%" PRId64
+            "msg=started listen=\"%s\" port=%d tls=%s threads=%u prepost=%u spin_us=%" PRId64
             " spin_max=%u",
-            rpc->listen, rpc->port, rpc->nworkers, rpc->prepost, rpc->spin_ns / 1000,
-            rpc->spin_ns ? rpc->spin_max : 0);
+            rpc->listen, rpc->port, rpc->tls_mode, rpc->nworkers, rpc->prepost,
+            rpc->spin_ns / 1000, rpc->spin_ns ? rpc->spin_max : 0);
+    /* Only rpc.allow_insecure lets dd_rpc_conf_check pass this. */
+    if (rpc->open_to_all)
+        dd_warn("rpc",
+                "msg=\"%s on a non-loopback address: any peer that can connect may call "
+                "every method\" listen=\"%s\" setting=rpc.allow_insecure",
+                strcmp(rpc->tls_mode, "off") == 0 ? "plaintext" : "TLS without client certificates",
+                rpc->listen);
     return DD_OK;
 err:
     dd_rpc_shutdown(rpc);
@@ -902,6 +1088,8 @@ void dd_rpc_free(dd_rpc *rpc)
         grpc_completion_queue_destroy(rpc->shutdown_cq);
     }
     free(rpc->listen);
+    allow_free(&rpc->allow_read);
+    allow_free(&rpc->allow_write);
     free(rpc);
     grpc_shutdown();
 }

@@ -34,12 +34,47 @@ struct dd_rpc_conf {
     uint32_t max_message_bytes; /* largest request accepted */
     char *tls_cert;             /* PEM file; "" = plaintext */
     char *tls_key;
+    char *tls_client_ca;        /* PEM file: clients must present a certificate it
+                                 * signed (mutual TLS); "" = no client certificates */
+    char *allow_read;           /* identities that may call Filter (dd_rpc_conf_check) */
+    char *allow_write;          /* ... RecordDelivery, RecordPlays and ForgetUser */
+    bool allow_insecure;        /* serve a non-loopback rpc.listen without client
+                                 * certificates (anyone may call everything) */
     uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
     char *poller;               /* grpc poll strategy: poll or epoll1 (dd_rpc_process_init) */
     uint32_t spin_us;           /* a worker polls without blocking this long after a call */
 };
 typedef struct dd_history dd_history;
 typedef struct dd_rpc dd_rpc;
+
+/* Who may call what (rpc.allow_read, rpc.allow_write). A client's
+ * identities are its certificate's subject common name and each of its
+ * subject alternative names (DNS names, URIs, e-mail addresses, IP
+ * addresses as text), as grpc reports them after verifying the certificate
+ * against rpc.tls_client_ca (auth properties x509_common_name and
+ * x509_subject_alternative_name). A list is one of:
+ *   "*"       any client that got through the handshake (with mutual TLS:
+ *             any holder of a certificate the CA signed; without it: any
+ *             peer that can connect);
+ *   ""        nobody (e.g. a read-only node: allow_write = "");
+ *   "a, b"    clients with at least one identity equal, byte for byte, to
+ *             an entry; entries are trimmed of surrounding blanks, must be
+ *             non-empty and may not be "*". Only with rpc.tls_client_ca:
+ *             without client certificates there is no identity to check.
+ * Filter is the read class; RecordDelivery, RecordPlays and ForgetUser the
+ * write class; grpc.health.v1.Health/Check is open to every peer. A call
+ * the list does not allow is answered PERMISSION_DENIED, naming the
+ * client and the key, before its request is decoded.
+ *
+ * dd_rpc_conf_check checks CONF alone (config.c calls it from
+ * dd_config_validate, so dedupd -t catches it): rpc.tls_cert and
+ * rpc.tls_key together; rpc.tls_client_ca only with them; the allow lists'
+ * syntax and that identity lists need rpc.tls_client_ca; and that a
+ * rpc.listen not on loopback (addr.h, dd_hostport_is_loopback) either
+ * authenticates clients (rpc.tls_client_ca) or has rpc.allow_insecure =
+ * true. Returns 0 or DD_ERR_INVALID with a message naming the keys. Reads
+ * no file (dd_rpc_new does). */
+int dd_rpc_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen);
 
 /* Process-wide gRPC settings, before grpc starts: rpc.poller becomes
  * GRPC_POLL_STRATEGY (overriding the environment), which grpc reads at its
@@ -69,7 +104,9 @@ int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen
  * connections, which connect lazily), register its methods and bind
  * rpc.listen (port 0 picks a free port: see dd_rpc_port). With rpc.tls_cert
  * set, the PEM cert chain and rpc.tls_key are read now and the port serves
- * TLS only. HISTORY is borrowed and must outlive the server. Returns 0, or
+ * TLS only; with rpc.tls_client_ca too, the handshake fails unless the
+ * client presents a certificate that CA signed. CONF must have passed
+ * dd_rpc_conf_check (else DD_ERR_INVALID). HISTORY is borrowed and must outlive the server. Returns 0, or
  * DD_ERR_INVALID (bad address, unreadable TLS files), DD_ERR_IO (cannot
  * bind) or DD_ERR_NOMEM, with a message in err; *out is NULL on error.
  * Nothing is served until dd_rpc_start. Free with dd_rpc_free. */
@@ -79,7 +116,8 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
 
 /* Start serving: rpc.threads workers, each with its own completion queue,
  * Redis connection and arena, with rpc.prepost calls pre-posted per method.
- * Health becomes SERVING. Returns 0, DD_ERR_STATE (already started) or
+ * Health becomes SERVING. A non-loopback rpc.listen without client
+ * certificates (allowed by rpc.allow_insecure) is logged as a warning. Returns 0, DD_ERR_STATE (already started) or
  * DD_ERR_NOMEM / DD_ERR_IO (a thread or call could not be created; the
  * server is then shut down and only dd_rpc_free remains to be called). */
 int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen);

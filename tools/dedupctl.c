@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 
 struct opts {
     const char *addr;
+    struct dd_client_tls tls; /* all NULL: plaintext */
     const char *scene;
     int timeout_ms;
     uint32_t lookback_days;
@@ -34,7 +36,8 @@ struct opts {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dedupctl [-a ADDR] [-s SCENE] [-t TIMEOUT_MS] [-l DAYS] COMMAND ARGS...\n"
+            "usage: dedupctl [-a ADDR] [-s SCENE] [-t TIMEOUT_MS] [-l DAYS] [--tls-ca FILE\n"
+            "                [--tls-cert FILE --tls-key FILE] [--tls-name NAME]] COMMAND ARGS...\n"
             "  filter USER ID...          which of these candidates USER has not seen\n"
             "  deliver USER ID...         record IDs as just delivered to USER\n"
             "  play USER ID[@TIME_MS]...  record plays (TIME_MS: epoch ms; default now)\n"
@@ -47,6 +50,13 @@ static void usage(FILE *f)
             "  -s SCENE       scene (namespace; default \"\")\n"
             "  -t TIMEOUT_MS  deadline per call (default %d)\n"
             "  -l DAYS        filter: lookback in days (default 0 = whole retention)\n"
+            "  --tls-ca FILE  TLS: the CA that signed the server's certificate (PEM);\n"
+            "                 without it dedupctl speaks plaintext\n"
+            "  --tls-cert FILE, --tls-key FILE\n"
+            "                 TLS: this client's certificate and key (PEM), for servers\n"
+            "                 with rpc.tls_client_ca\n"
+            "  --tls-name NAME  TLS: check the server's certificate for NAME instead of\n"
+            "                 ADDR's host\n"
             "  -h             this help\n"
             "exit codes: 0 ok, 1 RPC error or not serving, 2 usage\n",
             DD_CLIENT_DEFAULT_TIMEOUT_MS);
@@ -232,10 +242,22 @@ int main(int argc, char **argv)
     struct opts o = {.addr = "127.0.0.1:50051", .scene = "", .timeout_ms = 0, .lookback_days = 0};
     int opt;
     uint32_t v;
+    enum { OPT_TLS_CA = 256, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME };
+    static const struct option longopts[] = {
+        {"tls-ca", required_argument, NULL, OPT_TLS_CA},
+        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+        {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+        {"tls-name", required_argument, NULL, OPT_TLS_NAME},
+        {NULL, 0, NULL, 0},
+    };
     /* '+': stop at the command, so ids that start with '-' reach it. */
-    while ((opt = getopt(argc, argv, "+a:s:t:l:h")) != -1) {
+    while ((opt = getopt_long(argc, argv, "+a:s:t:l:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'a': o.addr = optarg; break;
+        case OPT_TLS_CA: o.tls.ca = optarg; break;
+        case OPT_TLS_CERT: o.tls.cert = optarg; break;
+        case OPT_TLS_KEY: o.tls.key = optarg; break;
+        case OPT_TLS_NAME: o.tls.server_name = optarg; break;
         case 's': o.scene = optarg; break;
         case 't':
             if (parse_u32(optarg, INT_MAX, &v) != 0 || v == 0) {
@@ -259,6 +281,15 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
+    bool tls = o.tls.ca || o.tls.cert || o.tls.key || o.tls.server_name;
+    if (tls && !o.tls.ca) {
+        fprintf(stderr, "dedupctl: --tls-cert, --tls-key and --tls-name need --tls-ca\n");
+        return EXIT_USAGE;
+    }
+    if (!o.tls.cert != !o.tls.key) {
+        fprintf(stderr, "dedupctl: --tls-cert and --tls-key go together\n");
+        return EXIT_USAGE;
+    }
     const char *cmd = argv[optind];
     if (strcmp(cmd, "stats") == 0) { /* the admin listener's /metrics, not gRPC */
         if (argc - optind > 2) {
@@ -275,7 +306,7 @@ int main(int argc, char **argv)
         if (strcmp(cmd, commands[i].name) != 0) continue;
         char err[256];
         dd_client *c;
-        if (dd_client_new(&c, o.addr, err, sizeof err) != DD_OK) {
+        if (dd_client_new_tls(&c, o.addr, tls ? &o.tls : NULL, err, sizeof err) != DD_OK) {
             fprintf(stderr, "dedupctl: %s\n", err);
             return EXIT_RPC;
         }

@@ -121,8 +121,25 @@ static void test_resolve(void)
     CHECK(gai != 0);
 }
 
+/* What counts as reachable from this machine only: the plaintext rule
+ * (rpc.allow_insecure) rests on it, so every doubtful case is "not". */
+static void test_loopback(void)
+{
+    const char *yes[] = {"127.0.0.1:50051", "127.255.0.9:0", "localhost:1", "LocalHost:1",
+                         "[::1]:9464", "[::ffff:127.0.0.1]:1", "[0:0:0:0:0:0:0:1]:1"};
+    const char *no[] = {"0.0.0.0:50051", "[::]:1", "10.0.0.1:1", "128.0.0.1:1",
+                        "dedupd.internal:1", "localhost.evil.example:1", "127.0.0.1.nip.io:1",
+                        "127.1:1", "[::ffff:10.0.0.1]:1", "[fe80::1%lo]:1", "", "localhost",
+                        "[::1]", "1.2.3.4:99999"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        CHECK_MSG(dd_hostport_is_loopback(yes[i]) == 1, "%s", yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        CHECK_MSG(dd_hostport_is_loopback(no[i]) == 0, "%s", no[i]);
+}
+
 int main(void)
 {
+    test_loopback();
     test_good();
     test_missing_port();
     test_bad_port();

@@ -351,6 +351,61 @@ static void test_validate(void)
     INVALID(&c, "rpc.tls_cert");
     set_ok(&c, "rpc.tls_key", "");
 
+    /* Mutual TLS and the allow lists (rpc.h, dd_rpc_conf_check). */
+    set_ok(&c, "rpc.tls_client_ca", "/etc/dedupd/ca.pem");
+    INVALID(&c, "rpc.tls_client_ca"); /* without tls_cert */
+    set_ok(&c, "rpc.tls_cert", "/etc/dedupd/cert.pem");
+    set_ok(&c, "rpc.tls_key", "/etc/dedupd/key.pem");
+    CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
+    static const char *const good_lists[] = {"*", " * ", "", "  ", "feed", "feed,recall",
+                                             " feed , spiffe://c/ns/a/sa/recall ", "a b"};
+    for (size_t i = 0; i < DD_ARRAY_LEN(good_lists); i++) {
+        set_ok(&c, "rpc.allow_read", good_lists[i]);
+        set_ok(&c, "rpc.allow_write", good_lists[i]);
+        CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "\"%s\": %s",
+                  good_lists[i], err);
+    }
+    static const char *const bad_lists[] = {"feed,", ",feed", "a,,b", "a, ,b", "*,feed",
+                                            "feed,*", ","};
+    for (size_t i = 0; i < DD_ARRAY_LEN(bad_lists); i++) {
+        set_ok(&c, "rpc.allow_write", bad_lists[i]);
+        INVALID(&c, "rpc.allow_write");
+    }
+    set_ok(&c, "rpc.allow_write", "*");
+    set_ok(&c, "rpc.allow_read", "recall");
+    set_ok(&c, "rpc.tls_client_ca", ""); /* identities need client certificates */
+    INVALID(&c, "rpc.allow_read");
+    set_ok(&c, "rpc.allow_read", ""); /* no one: needs no identity */
+    CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
+    set_ok(&c, "rpc.allow_read", "*");
+
+    /* Not loopback: mutual TLS or rpc.allow_insecure. */
+    static const char *const open[] = {"0.0.0.0:50051", "[::]:50051", "10.1.2.3:1",
+                                       "dedupd.internal:50051"};
+    for (size_t i = 0; i < DD_ARRAY_LEN(open); i++) {
+        set_ok(&c, "rpc.listen", open[i]);
+        INVALID(&c, "rpc.allow_insecure"); /* TLS, but no client certificates */
+        set_ok(&c, "rpc.tls_cert", "");
+        set_ok(&c, "rpc.tls_key", "");
+        INVALID(&c, "rpc.allow_insecure"); /* plaintext */
+        set_ok(&c, "rpc.allow_insecure", "true");
+        CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
+        set_ok(&c, "rpc.allow_insecure", "false");
+        set_ok(&c, "rpc.tls_cert", "/etc/dedupd/cert.pem");
+        set_ok(&c, "rpc.tls_key", "/etc/dedupd/key.pem");
+        set_ok(&c, "rpc.tls_client_ca", "/etc/dedupd/ca.pem");
+        CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
+        set_ok(&c, "rpc.tls_client_ca", "");
+    }
+    static const char *const local[] = {"127.0.0.1:0", "127.9.9.9:1", "[::1]:1", "localhost:1"};
+    set_ok(&c, "rpc.tls_cert", "");
+    set_ok(&c, "rpc.tls_key", "");
+    for (size_t i = 0; i < DD_ARRAY_LEN(local); i++) {
+        set_ok(&c, "rpc.listen", local[i]);
+        CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s: %s", local[i], err);
+    }
+    set_ok(&c, "rpc.listen", "127.0.0.1:50051");
+
     set_ok(&c, "ingest.topic", "");
     INVALID(&c, "ingest.topic");
     set_ok(&c, "ingest.enabled", "false");
@@ -496,6 +551,9 @@ static void test_file(void)
         CHECK_STR(c.rocksdb.items[1].key, "compaction_style");
     }
     CHECK_STR(dd_config_list_get(&c.rocksdb, "max_background_jobs"), "4");
+    /* 0.0.0.0 with TLS but no client certificates: only with the opt-in */
+    INVALID(&c, "rpc.allow_insecure");
+    set_ok(&c, "rpc.allow_insecure", "true");
     CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
     /* -o after the file, as main does it */
     set_ok(&c, "kafka.fetch.max.bytes", "3");

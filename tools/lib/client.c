@@ -24,6 +24,7 @@
 #include <grpc/support/time.h>
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,15 +143,61 @@ struct dd_client {
     char errstr[256];
 };
 
+static bool set(const char *s) { return s && s[0]; }
+
+/* Channel credentials for TLS (NULL: plaintext). NULL on error, with the
+ * message in err and *rc set. */
+static grpc_channel_credentials *make_credentials(const struct dd_client_tls *tls, int *rc,
+                                                  char *err, size_t errlen)
+{
+    *rc = DD_ERR_INVALID;
+    if (!tls) return grpc_insecure_credentials_create();
+    if (!set(tls->ca)) {
+        dd_set_err(err, errlen, "TLS needs the CA certificate that signed the server's");
+        return NULL;
+    }
+    if (set(tls->cert) != set(tls->key)) {
+        dd_set_err(err, errlen, "a client certificate needs its key, and a key its certificate");
+        return NULL;
+    }
+    grpc_channel_credentials *creds = NULL;
+    char *cert = NULL, *key = NULL;
+    char *ca = dd_read_file(tls->ca, err, errlen);
+    if (!ca) goto out;
+    if (set(tls->cert)) {
+        if (!(cert = dd_read_file(tls->cert, err, errlen))) goto out;
+        if (!(key = dd_read_file(tls->key, err, errlen))) goto out;
+    }
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    /* grpc copies the PEM text. */
+    creds = grpc_ssl_credentials_create_ex(ca, cert ? &pair : NULL, NULL, NULL);
+    if (!creds) dd_set_err(err, errlen, "cannot create TLS credentials");
+out:
+    free(key);
+    free(cert);
+    free(ca);
+    return creds;
+}
+
 int dd_client_new(dd_client **out, const char *addr, char *err, size_t errlen)
+{
+    return dd_client_new_tls(out, addr, NULL, err, errlen);
+}
+
+int dd_client_new_tls(dd_client **out, const char *addr, const struct dd_client_tls *tls,
+                      char *err, size_t errlen)
 {
     *out = NULL;
     if (!addr || !*addr) {
         dd_set_err(err, errlen, "empty server address");
         return DD_ERR_INVALID;
     }
+    int rc;
+    grpc_channel_credentials *creds = make_credentials(tls, &rc, err, errlen);
+    if (!creds) return rc;
     dd_client *c = calloc(1, sizeof *c);
     if (!c) {
+        grpc_channel_credentials_release(creds);
         dd_set_err(err, errlen, "out of memory");
         return DD_ERR_NOMEM;
     }
@@ -160,17 +207,18 @@ int dd_client_new(dd_client **out, const char *addr, char *err, size_t errlen)
     c->alloc.free = arena_free_noop;
     c->alloc.allocator_data = &c->arena;
 
-    grpc_arg args[1];
+    grpc_arg args[2];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = MAX_RECV_BYTES;
     grpc_channel_args chargs = {.num_args = 1, .args = args};
-
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    if (!creds) {
-        dd_set_err(err, errlen, "cannot create channel credentials");
-        goto err;
+    if (tls && set(tls->server_name)) {
+        args[1].type = GRPC_ARG_STRING;
+        args[1].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[1].value.string = (char *)tls->server_name;
+        chargs.num_args = 2;
     }
+
     c->channel = grpc_channel_create(addr, creds, &chargs);
     grpc_channel_credentials_release(creds);
     c->cq = grpc_completion_queue_create_for_pluck(NULL);

@@ -38,12 +38,32 @@ typedef struct dd_client dd_client;
 
 #define DD_CLIENT_DEFAULT_TIMEOUT_MS 5000
 
-/* Connect lazily to ADDR ("host:port" or any gRPC target URI, plaintext).
+/* Connect lazily to ADDR ("host:port" or any gRPC target URI, plaintext;
+ * dd_client_new_tls for TLS).
  * The connection is made on the first call, so a daemon that is down shows
  * up as UNAVAILABLE there, not here. On success *out is set and 0 returned;
  * on error (DD_ERR_INVALID for an empty address, DD_ERR_NOMEM) a message is
  * written to err, *out is NULL and nothing needs freeing. */
 int dd_client_new(dd_client **out, const char *addr, char *err, size_t errlen);
+
+/* TLS settings of a client (all PEM files; NULL or "" = not set). */
+struct dd_client_tls {
+    const char *ca;          /* CA that signed the server's certificate; required */
+    const char *cert;        /* this client's certificate chain (mutual TLS) ... */
+    const char *key;         /* ... and its key: both or neither */
+    const char *server_name; /* name to check the server's certificate against,
+                              * when it is not ADDR's host */
+};
+
+/* As dd_client_new, over TLS when TLS is not NULL: the server's
+ * certificate must chain to tls->ca and name ADDR's host (or
+ * tls->server_name); with tls->cert and tls->key the client presents its
+ * certificate (servers with rpc.tls_client_ca require one). The files are
+ * read now: DD_ERR_INVALID (unreadable file, ca missing, cert without key)
+ * with a message naming the file. A failed handshake shows up on the first
+ * call as UNAVAILABLE. */
+int dd_client_new_tls(dd_client **out, const char *addr, const struct dd_client_tls *tls,
+                      char *err, size_t errlen);
 
 /* Close the channel and free everything, including the last response.
  * NULL is a no-op. */
