@@ -80,6 +80,7 @@ struct opts {
     const char *deliveries;
     const char *scene;
     const char *target;
+    struct dd_client_tls tls; /* ca NULL: plaintext */
     int64_t score_scale;
     uint32_t retention_days;
     uint32_t recent_size;
@@ -119,6 +120,11 @@ static void usage(FILE *f)
         "  --score-unit ms|s         unit of the legacy scores (default ms)\n"
         "target (a running dedupd):\n"
         "  --target ADDR             dedupd gRPC address (default 127.0.0.1:50051)\n"
+        "  --tls-ca FILE             TLS: the CA of the server's certificate (PEM)\n"
+        "  --tls-cert FILE, --tls-key FILE\n"
+        "                            TLS: this client's certificate and key, for a\n"
+        "                            dedupd with rpc.tls_client_ca (in rpc.allow_write)\n"
+        "  --tls-name NAME           TLS: check the server's certificate for NAME\n"
         "  --scene SCENE             scene to write into (default \"\")\n"
         "  --retention-days N        skip plays older than this (default 90)\n"
         "  --recent-size N           deliveries per user to copy (default 100)\n"
@@ -153,7 +159,7 @@ enum {
     O_SCORE_UNIT, O_SCENE, O_TARGET, O_RETENTION, O_RECENT, O_CHECKPOINT, O_RESUME, O_RATE,
     O_PARALLEL, O_BATCH, O_SCAN_COUNT, O_ZSCAN_COUNT, O_TOTAL, O_VERIFY, O_VERIFY_ONLY,
     O_VERIFY_CHUNK, O_VERIFY_PRINT, O_DRY_RUN, O_TIMEOUT, O_RETRY, O_PROGRESS, O_CKPT_INTERVAL,
-    O_MAX_FUTURE, O_MAX_ID, O_SEED, O_HELP,
+    O_MAX_FUTURE, O_MAX_ID, O_SEED, O_HELP, O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME,
 };
 
 static const struct option long_opts[] = {
@@ -166,6 +172,10 @@ static const struct option long_opts[] = {
     {"score-unit", required_argument, NULL, O_SCORE_UNIT},
     {"scene", required_argument, NULL, O_SCENE},
     {"target", required_argument, NULL, O_TARGET},
+    {"tls-ca", required_argument, NULL, O_TLS_CA},
+    {"tls-cert", required_argument, NULL, O_TLS_CERT},
+    {"tls-key", required_argument, NULL, O_TLS_KEY},
+    {"tls-name", required_argument, NULL, O_TLS_NAME},
     {"retention-days", required_argument, NULL, O_RETENTION},
     {"recent-size", required_argument, NULL, O_RECENT},
     {"checkpoint", required_argument, NULL, O_CHECKPOINT},
@@ -242,6 +252,10 @@ static int parse_opts(struct opts *o, int argc, char **argv)
             break;
         case O_SCENE: o->scene = optarg; break;
         case O_TARGET: o->target = optarg; break;
+        case O_TLS_CA: o->tls.ca = optarg; break;
+        case O_TLS_CERT: o->tls.cert = optarg; break;
+        case O_TLS_KEY: o->tls.key = optarg; break;
+        case O_TLS_NAME: o->tls.server_name = optarg; break;
         case O_RETENTION: UINT_OPT("retention-days", 1, 36500, o->retention_days); break;
         case O_RECENT: UINT_OPT("recent-size", 1, 10000, o->recent_size); break;
         case O_CHECKPOINT: o->checkpoint = optarg; break;
@@ -286,6 +300,14 @@ static int parse_opts(struct opts *o, int argc, char **argv)
     }
     if (!o->plays) {
         fprintf(stderr, "dedupd-migrate: --plays PATTERN is required\n");
+        return -1;
+    }
+    if ((o->tls.cert || o->tls.key || o->tls.server_name) && !o->tls.ca) {
+        fprintf(stderr, "dedupd-migrate: --tls-cert, --tls-key and --tls-name need --tls-ca\n");
+        return -1;
+    }
+    if (!o->tls.cert != !o->tls.key) {
+        fprintf(stderr, "dedupd-migrate: --tls-cert and --tls-key go together\n");
         return -1;
     }
     if (o->resume && !o->checkpoint) {
@@ -603,7 +625,8 @@ static int worker_init(struct worker *w, struct run *R, char *err, size_t errlen
     };
     if (source_connect(&w->src, err, errlen) != 0) return DD_ERR_UNAVAILABLE;
     if (!o->dry_run || o->verify_n) {
-        int rc = dd_client_new(&w->cl, o->target, err, errlen);
+        int rc = o->tls.ca ? dd_client_new_tls(&w->cl, o->target, &o->tls, err, errlen)
+                           : dd_client_new(&w->cl, o->target, err, errlen);
         if (rc != DD_OK) return rc;
         dd_client_set_timeout(w->cl, o->timeout_ms);
     }

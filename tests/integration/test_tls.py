@@ -16,7 +16,9 @@ CN):
 - allow_write = "" (no one) and allow_read = "*" (any certificate the CA
   signed);
 - dedupctl --tls-ca/--tls-cert/--tls-key talks to the server with each
-  certificate and gets the same answers;
+  certificate and gets the same answers; dedupd-migrate's same options
+  migrate a legacy set with the writer's certificate, not without TLS or
+  with the reader's;
 - plaintext on 0.0.0.0 without rpc.allow_insecure: dedupd refuses to start
   and names the keys; with it (on a name that resolves to loopback, so
   nothing here listens beyond this machine) it starts and logs a warning,
@@ -248,6 +250,32 @@ def main():
                         "health"], capture_output=True, text=True, timeout=30)
     check(p.returncode == 2 and "--tls-ca" in p.stderr, "dedupctl cert without CA: %r" % (p,))
     harness.log("dedupctl: TLS options work")
+
+    # ---- dedupd-migrate over mutual TLS ---------------------------------------
+    mig_exe = harness.build_path("scripts", "migrate", "dedupd-migrate")
+    now_ms = int(time.time() * 1000)
+    subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(redis.port), "ZADD",
+                    "legacyplay:carol", str(now_ms - 60000), "m1", str(now_ms - 30000), "m2"],
+                   check=True, capture_output=True, timeout=30)
+
+    def migrate(pair, want):
+        argv = [mig_exe, "--source", redis.addr, "--plays", "legacyplay:{user}",
+                "--target", addr, "--parallel", "1", "--retry-s", "2", "--timeout-ms", "3000"]
+        if pair:
+            argv += ["--tls-ca", ca.ca, "--tls-cert", pair[0], "--tls-key", pair[1]]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if p.returncode != want:
+            harness.fail("%s: exit %d, want %d\n%s%s" % (" ".join(argv), p.returncode, want,
+                                                         p.stdout, p.stderr))
+        return p
+
+    migrate(None, 1)  # plaintext against a TLS server: nothing gets through
+    check(r.filter("carol", ["m1", "m2", "m3"]) == ["m1", "m2", "m3"],
+          "a migration without TLS wrote something")
+    migrate(reader, 1)  # not in rpc.allow_write
+    migrate(writer, 0)
+    check(r.filter("carol", ["m1", "m2", "m3"]) == ["m3"], "migrated plays not filtered")
+    harness.log("dedupd-migrate: TLS options work, the writer's certificate migrates")
     for c in (r, w, s):
         c.close()
     d1.stop()
