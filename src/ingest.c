@@ -9,7 +9,11 @@
  * commit and statistics callbacks. The flush thread writes the other
  * window as one WriteBatch and, once it is durable, stores and commits the
  * offsets it accounts for. A failed write is retried with backoff; nothing
- * is stored until it succeeds. librdkafka's own threads only log.
+ * is stored until it succeeds. So is a failed durability flush (after
+ * durable_interval_ms), its offsets kept. A full disk is such a failure
+ * (history.h, "Full disk": the store refuses writes and flushes until there
+ * is room and RocksDB has resumed), so ingest resumes by itself and stores
+ * no offset past what is durable. librdkafka's own threads only log.
  *
  * Slots. Two, each a window plus, per partition, the next offset of every
  * message consumed while it was active, good or bad. The poll thread owns
