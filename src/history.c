@@ -362,9 +362,9 @@ enum dd_history_place dd_history_place(const dd_history *h, int64_t at_ms, uint3
 
 /* ---- writability ---------------------------------------------------------- */
 
-#define WAL_FAILED_MSG                                                                    \
-    "no space left on device: the write-ahead log could not be written; RocksDB 7.8 "    \
-    "cannot reuse it, so writes are refused until dedupd is restarted"
+/* Short: /readyz shows it. RocksDB 7.8 cannot reuse a WAL writer that
+ * failed (history.h, "Full disk"). */
+#define WAL_FAILED_MSG "no space left on device: the WAL failed; restart dedupd to write again"
 
 /* Free bytes on history.path's filesystem; UINT64_MAX when unknown (then
  * nothing is refused for it). */

@@ -19,6 +19,8 @@ ingest (ingest.wal=false) and RecordPlays:
    the C produced after it are written and made durable, RecordPlays works
    again, and every play (A, B, C, RecordPlays) is filtered; after a clean
    stop the store has all of them and a restart consumes nothing again.
+Then without ingest and without the reserve, a RecordPlays whose WAL append
+fails (run_wal).
 """
 import errno
 import os
@@ -245,6 +247,86 @@ def run(mnt, min_free_mb):
     shutil.rmtree(os.path.join(mnt, "db"))
 
 
+def run_wal(mnt):
+    """No reserve, no ingest: RecordPlays' WAL append meets the full disk.
+    RocksDB 7.8 cannot reuse that WAL writer (Debian's build aborts at its
+    next append), so dedupd refuses writes from then on, says so, keeps
+    serving Filter, survives the space coming back and stops cleanly; a
+    restart writes again and has every acknowledged play."""
+    harness.log("== history.min_free_mb = 0, RecordPlays only: the WAL fails")
+    pb, pbg, grpc = python_stubs()
+    redis = harness.Redis()
+    admin = harness.free_port()
+    dd = harness.Dedupd({"history.path": os.path.join(mnt, "db"), "history.min_free_mb": "0",
+                         "history.sync": "false", "ingest.enabled": "false",
+                         # no WAL preallocation, whose slack would take the
+                         # first writes after the disk fills
+                         "rocksdb.allow_fallocate": "false",
+                         "recent.redis": redis.addr, "admin.listen": "127.0.0.1:%d" % admin})
+
+    def connect():
+        ch = grpc.insecure_channel("127.0.0.1:%d" % dd.rpc_port)
+        grpc.channel_ready_future(ch).result(timeout=20)
+        return ch, pbg.DedupStub(ch)
+
+    def record(stub, item):
+        stub.RecordPlays(pb.RecordPlaysRequest(user_id="w", plays=[pb.Play(item_id=item)]),
+                         timeout=10)
+
+    def refused(stub, item, what):
+        try:
+            record(stub, item)
+            harness.fail("RecordPlays succeeded %s" % what)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE or "no space" not in e.details():
+                harness.fail("RecordPlays %s: %s %r" % (what, e.code(), e.details()))
+
+    ch, stub = connect()
+    record(stub, "w1")
+    filler = os.path.join(mnt, "filler")
+    fill(filler)
+    # The WAL's last page still has room for a few records: write until a
+    # call is refused (each call is about 10 KiB of WAL).
+    for i in range(200):
+        try:
+            stub.RecordPlays(pb.RecordPlaysRequest(user_id="w", plays=[
+                pb.Play(item_id="fill-%d-%d" % (i, j)) for j in range(1000)]), timeout=10)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE or "no space" not in e.details():
+                harness.fail("RecordPlays on a full disk: %s %r" % (e.code(), e.details()))
+            harness.log("RecordPlays refused after %d calls: %r" % (i, e.details()))
+            break
+    else:
+        harness.fail("RecordPlays never refused on a full disk")
+    refused(stub, "w2", "on a full disk")
+    text = http_get(admin, "/metrics")[1]
+    if metric(text, "dedupd_history_wal_failed") != 1 or metric(text, "dedupd_history_writable"):
+        harness.fail("WAL failure not reported: wal_failed=%s writable=%s" % (
+            metric(text, "dedupd_history_wal_failed"), metric(text, "dedupd_history_writable")))
+    st, body = http_get(admin, "/readyz")
+    if st != 200 or "restart dedupd" not in body:
+        harness.fail("/readyz after a WAL failure: %d %r" % (st, body))
+    os.unlink(filler)
+    time.sleep(6)  # RocksDB's own resume (every 5 s) has had its chance
+    refused(stub, "w3", "after a WAL failure, space back")
+    r = stub.Filter(pb.FilterRequest(user_id="w", candidate_ids=["w1", "x"]), timeout=10)
+    if list(r.kept_ids) != ["x"]:
+        harness.fail("Filter after a WAL failure kept %s" % list(r.kept_ids))
+    ch.close()
+    dd.stop()
+    dd.start()
+    ch, stub = connect()
+    record(stub, "w4")
+    r = stub.Filter(pb.FilterRequest(user_id="w", candidate_ids=["w1", "w4", "x"]), timeout=10)
+    if list(r.kept_ids) != ["x"]:
+        harness.fail("after the restart Filter kept %s" % list(r.kept_ids))
+    harness.log("WAL failure: refused, survived, restarted with every acknowledged play")
+    ch.close()
+    dd.stop()
+    redis.stop()
+    shutil.rmtree(os.path.join(mnt, "db"))
+
+
 def main():
     if not os.environ.get(NS_MARK):
         reexec_in_namespace()
@@ -257,6 +339,7 @@ def main():
     try:
         run(mnt, 8)
         run(mnt, 0)
+        run_wal(mnt)
     finally:
         harness._cleanup()
         subprocess.run(["umount", "-l", mnt])
