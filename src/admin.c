@@ -39,6 +39,7 @@ struct dd_admin {
         void *module;
         dd_metrics_collect_fn collect;
         dd_admin_probe_fn probe;
+        dd_admin_degraded_fn degraded;
     } attached[DD_ADMIN_COMPONENT_COUNT];
 
     /* the watchdog thread, when WATCHDOG_USEC asked for one */
@@ -95,8 +96,27 @@ bool dd_admin_ready(dd_admin *a, char *why, size_t whylen)
         }
         ok = false;
     }
-    if (ok && why) snprintf(why, whylen, "ready");
+    if (ok && why) {
+        int n = snprintf(why, whylen, "ready");
+        pthread_mutex_lock(&a->lock);
+        for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) {
+            char note[128];
+            if (n < 0 || (size_t)n >= whylen) break;
+            if (a->attached[c].degraded && a->attached[c].module &&
+                a->attached[c].degraded(a->attached[c].module, note, sizeof note))
+                n += snprintf(why + n, whylen - (size_t)n, "; degraded: %s", note);
+        }
+        pthread_mutex_unlock(&a->lock);
+    }
     return ok;
+}
+
+void dd_admin_set_degraded(dd_admin *a, enum dd_admin_component c, dd_admin_degraded_fn fn)
+{
+    if ((unsigned)c >= DD_ADMIN_COMPONENT_COUNT) return;
+    pthread_mutex_lock(&a->lock);
+    a->attached[c].degraded = fn;
+    pthread_mutex_unlock(&a->lock);
 }
 
 void dd_admin_stopping(dd_admin *a)

@@ -25,8 +25,12 @@
  *
  * Ready (/readyz 200) = not stopping, and the store is open, and gRPC is
  * serving, and (when ingest.enabled) ingest has partitions assigned.
- * Otherwise 503 with one line naming what is missing. /healthz is 200
- * while the process answers at all.
+ * Otherwise 503 with one line naming what is missing. A ready component
+ * may be degraded (the store cannot write: full disk): /readyz stays 200,
+ * since Filter still answers correctly from what is stored and taking the
+ * node out would only move load onto nodes sharing the fault, and its body
+ * says "ready; degraded: ..." (the store's own metrics alert). /healthz is
+ * 200 while the process answers at all.
  */
 #ifndef DD_ADMIN_H
 #define DD_ADMIN_H
@@ -94,8 +98,19 @@ int dd_admin_attach(dd_admin *a, enum dd_admin_component c, void *module,
                     dd_metrics_collect_fn collect, dd_admin_probe_fn probe);
 void dd_admin_detach(dd_admin *a, enum dd_admin_component c);
 
+/* Whether the attached MODULE works only in part (the store: cannot
+ * write); if so, writes a short reason into WHY and returns true. Called
+ * like a probe, under the admin's mutex, on the HTTP thread. */
+typedef bool (*dd_admin_degraded_fn)(void *module, char *why, size_t whylen);
+
+/* Set component C's degraded check (NULL = none), kept across attach and
+ * detach; /readyz adds "; degraded: WHY" to "ready" while it says so (the
+ * status stays 200). Cannot fail. */
+void dd_admin_set_degraded(dd_admin *a, enum dd_admin_component c, dd_admin_degraded_fn fn);
+
 /* Whether /readyz would answer 200 now; if WHY is not NULL, a short text
- * ("ready", "stopping", or what is missing) is written into it. */
+ * ("ready", "ready; degraded: ...", "stopping", or what is missing) is
+ * written into it. */
 bool dd_admin_ready(dd_admin *a, char *why, size_t whylen);
 
 /* Tell the service manager the daemon is serving (READY=1; a no-op

@@ -97,6 +97,7 @@ static const struct key keys[] = {
     /* at most 10 years, so that now + max_future_ms cannot overflow */
     ROW_I64("history.max_future_ms", history.max_future_ms, "3600000", 0,
             3650 * DD_MS_PER_DAY),
+    ROW_U64("history.min_free_mb", history.min_free_mb, "256", 0, UINT64_MAX >> 20),
 
     ROW_BOOL("ingest.enabled", ingest.enabled, "true"),
     ROW_STR("ingest.topic", ingest.topic, "plays"),

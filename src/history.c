@@ -28,11 +28,13 @@
  */
 #include "history.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include <rocksdb/c.h>
 
@@ -59,10 +61,14 @@
  * files older than a day are pushed down (ttl), so operands meet their base
  * within days; every file goes through the compaction filter at least every
  * two days (periodic compaction), so segments expire and are re-encoded
- * without waiting for write traffic.
+ * without waiting for write traffic. RocksDB's info LOG is off (FATAL
+ * only): Debian 12's librocksdb 7.8 is built with assertions, and a LOG
+ * line after one that failed (a full disk) aborts the process; operators
+ * who want the LOG set rocksdb.info_log_level and put it on another
+ * filesystem with rocksdb.db_log_dir (README, "Full disk").
  * Not wal_compression: kZSTD is experimental in RocksDB 7.8, and with it
  * the million-play ingest test lost plays across a clean stop and reopen. */
-#define BASE_OPTIONS "ttl=86400;periodic_compaction_seconds=172800"
+#define BASE_OPTIONS "ttl=86400;periodic_compaction_seconds=172800;info_log_level=FATAL_LEVEL"
 
 /* RocksDB's BottommostLevelCompaction::kForce: compaction filter and
  * re-encoding must see the bottom level too. */
@@ -85,6 +91,14 @@ struct dd_history {
 
     _Atomic uint64_t writes;
     _Atomic uint64_t operands_written;
+
+    /* Full disk (history.h, "Full disk"). */
+    char *path;                        /* history.path, for statvfs */
+    uint64_t min_free_bytes;           /* history.min_free_mb; 0 = no reserve */
+    atomic_bool no_space;              /* the last write was refused or failed for lack of space */
+    atomic_bool wal_failed;            /* a WAL append failed: refuse writes until restart */
+    _Atomic uint64_t errors_no_space;
+    _Atomic uint64_t errors_other;
 };
 
 struct dd_history_batch {
@@ -178,6 +192,13 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     }
     if (clock) h->clock = *clock;
     h->max_future_ms = conf->max_future_ms;
+    h->min_free_bytes = conf->min_free_mb > UINT64_MAX >> 20 ? UINT64_MAX
+                                                             : conf->min_free_mb << 20;
+    if (!(h->path = strdup(conf->path))) {
+        free(h);
+        dd_set_err(err, errlen, "out of memory");
+        return DD_ERR_NOMEM;
+    }
     struct dd_segments g = {conf->segment_days, conf->retention_days};
     dd_fold_init(&h->fold, &g, conf->fp_rate, h->clock.now_ms, h->clock.ud);
 
@@ -282,7 +303,11 @@ fail:
 void dd_history_close(dd_history *h)
 {
     if (!h) return;
-    if (h->db && h->fopts) {
+    if (atomic_load(&h->wal_failed)) {
+        /* Syncing a WAL writer that failed aborts inside RocksDB 7.8; only
+         * unlogged plays are lost, which their writer replays (ingest). */
+        dd_error(MODULE, "msg=\"closing without a final flush: the write-ahead log failed\"");
+    } else if (h->db && h->fopts) {
         /* A clean stop leaves nothing to the WAL: sync it, then write the
          * memtables to SST files, so a restart needs no replay and does not
          * depend on the WAL's tail (rocksdb_close alone does neither while
@@ -307,6 +332,7 @@ void dd_history_close(dd_history *h)
     if (h->fopts) rocksdb_flushoptions_destroy(h->fopts);
     if (h->copts) rocksdb_compactoptions_destroy(h->copts);
     if (h->cache) rocksdb_cache_destroy(h->cache);
+    free(h->path);
     free(h);
 }
 
@@ -332,6 +358,97 @@ enum dd_history_place dd_history_place(const dd_history *h, int64_t at_ms, uint3
         return DD_HISTORY_PLACE_EXPIRED;
     *segment = dd_segment_of_day(&h->fold.seg, day);
     return DD_HISTORY_PLACE_OK;
+}
+
+/* ---- writability ---------------------------------------------------------- */
+
+/* Short: /readyz shows it. RocksDB 7.8 cannot reuse a WAL writer that
+ * failed (history.h, "Full disk"). */
+#define WAL_FAILED_MSG "no space left on device: the WAL failed; restart dedupd to write again"
+
+/* Free bytes on history.path's filesystem; UINT64_MAX when unknown (then
+ * nothing is refused for it). */
+static uint64_t free_bytes(const dd_history *h)
+{
+    struct statvfs v;
+    if (statvfs(h->path, &v) != 0) return UINT64_MAX;
+    return (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+}
+
+/* Whether a write must be refused now (the WAL failed, or less than
+ * history.min_free_mb free); if so the reason goes into WHY. No counting. */
+static bool refused(dd_history *h, char *why, size_t whylen)
+{
+    if (atomic_load(&h->wal_failed)) {
+        dd_set_err(why, whylen, "%s", WAL_FAILED_MSG);
+        return true;
+    }
+    if (h->min_free_bytes == 0) return false;
+    uint64_t f = free_bytes(h);
+    if (f >= h->min_free_bytes) return false;
+    dd_set_err(why, whylen,
+               "no space left on device (%" PRIu64 " MiB free under %s, history.min_free_mb=%" PRIu64
+               ")", f >> 20, h->path, h->min_free_bytes >> 20);
+    return true;
+}
+
+/* Before a write or flush: 0, or DD_ERR_IO (counted, message in err). */
+static int check_writable(dd_history *h, char *err, size_t errlen)
+{
+    if (!refused(h, err, errlen)) return DD_OK;
+    atomic_store(&h->no_space, true);
+    atomic_fetch_add_explicit(&h->errors_no_space, 1, memory_order_relaxed);
+    return DD_ERR_IO;
+}
+
+/* RocksDB failed WHAT with E (freed by the caller). LOGGED: the write went
+ * through the WAL. Counts it, marks the store short of space if it was
+ * ENOSPC (and the WAL failed if the error names a WAL file, *.log), and
+ * returns DD_ERR_IO with a message in err. */
+static int write_failed(dd_history *h, const char *what, const char *e, bool logged, char *err,
+                        size_t errlen)
+{
+    if (!strstr(e, "No space left on device")) {
+        atomic_fetch_add_explicit(&h->errors_other, 1, memory_order_relaxed);
+        dd_set_err(err, errlen, "%s: %s", what, e);
+        return DD_ERR_IO;
+    }
+    atomic_store(&h->no_space, true);
+    atomic_fetch_add_explicit(&h->errors_no_space, 1, memory_order_relaxed);
+    if (logged && strstr(e, ".log: ") && !atomic_exchange(&h->wal_failed, true))
+        dd_error(MODULE, "msg=\"write-ahead log append failed for lack of space; writes are "
+                         "refused until restart\" error=\"%s\"", e);
+    dd_set_err(err, errlen, "no space left on device (%s: %s)", what, e);
+    return DD_ERR_IO;
+}
+
+/* A write or flush succeeded: the store is writable (again). */
+static void note_written(dd_history *h)
+{
+    if (atomic_load_explicit(&h->no_space, memory_order_relaxed) &&
+        atomic_exchange(&h->no_space, false))
+        dd_info(MODULE, "msg=\"store writable again\"");
+}
+
+bool dd_history_writable(dd_history *h, char *why, size_t whylen)
+{
+    if (refused(h, why, whylen)) return false;
+    if (!atomic_load(&h->no_space)) return true;
+    /* Refused or failed for lack of space before, and there is room now:
+     * RocksDB may still be stopped by its background error until its
+     * SstFileManager resumes it. An empty unlogged write touches neither
+     * the WAL nor the data, but RocksDB refuses it while stopped. */
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    char *e = NULL;
+    rocksdb_write(h->db, h->wopts_unlogged, wb, &e);
+    rocksdb_writebatch_destroy(wb);
+    if (e) {
+        dd_set_err(why, whylen, "no space left on device (not resumed yet: %s)", e);
+        rocksdb_free(e);
+        return false;
+    }
+    note_written(h);
+    return true;
 }
 
 /* ---- batches -------------------------------------------------------------- */
@@ -410,13 +527,15 @@ size_t dd_history_batch_bytes(const dd_history_batch *b)
 int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errlen)
 {
     if (b->operands == 0) return 0;
+    if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
     char *e = NULL;
     rocksdb_write(h->db, b->unlogged ? h->wopts_unlogged : h->wopts, b->wb, &e);
     if (e) {
-        dd_set_err(err, errlen, "write: %s", e);
+        int rc = write_failed(h, "write", e, !b->unlogged, err, errlen);
         rocksdb_free(e);
-        return DD_ERR_IO;
+        return rc;
     }
+    note_written(h);
     atomic_fetch_add_explicit(&h->writes, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->operands_written, b->operands, memory_order_relaxed);
     return 0;
@@ -699,6 +818,10 @@ int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const 
     dd_key_put_segment(hi + plen, UINT32_MAX);
     hi[plen + 4] = 0;
 
+    if (check_writable(h, err, errlen) != DD_OK) {
+        free(b);
+        return DD_ERR_IO;
+    }
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_writebatch_delete_range(wb, (const char *)lo, plen + 4, (const char *)hi, plen + 5);
     char *e = NULL;
@@ -706,22 +829,25 @@ int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const 
     rocksdb_writebatch_destroy(wb);
     free(b);
     if (e) {
-        dd_set_err(err, errlen, "forget: %s", e);
+        int rc = write_failed(h, "forget", e, true, err, errlen);
         rocksdb_free(e);
-        return DD_ERR_IO;
+        return rc;
     }
+    note_written(h);
     return 0;
 }
 
 int dd_history_flush(dd_history *h, char *err, size_t errlen)
 {
+    if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
     char *e = NULL;
     rocksdb_flush(h->db, h->fopts, &e);
     if (e) {
-        dd_set_err(err, errlen, "flush: %s", e);
+        int rc = write_failed(h, "flush", e, false, err, errlen);
         rocksdb_free(e);
-        return DD_ERR_IO;
+        return rc;
     }
+    note_written(h);
     return 0;
 }
 
@@ -776,6 +902,11 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
     uint64_t v;
     if (rocksdb_property_int(h->db, "rocksdb.live-sst-files-size", &v) == 0)
         out->live_sst_bytes = v;
+    out->free_bytes = free_bytes(h);
+    out->write_errors_no_space = atomic_load_explicit(&h->errors_no_space, memory_order_relaxed);
+    out->write_errors_other = atomic_load_explicit(&h->errors_other, memory_order_relaxed);
+    out->wal_failed = atomic_load(&h->wal_failed);
+    out->writable = !out->wal_failed && !atomic_load(&h->no_space);
     char *s = rocksdb_options_statistics_get_string(h->opts);
     if (s) {
         /* What the store wrote to disk: WAL, flushes and compactions. */
@@ -800,6 +931,7 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
 void dd_history_collect(struct dd_prom *p, void *h)
 {
     struct dd_history_stats s;
+    bool writable = dd_history_writable(h, NULL, 0); /* re-checks after a refusal */
     dd_history_get_stats(h, &s);
     dd_prom_counter(p, "dedupd_history_bytes_written_total",
             "Bytes RocksDB wrote (WAL, flushes and compactions)", s.bytes_written);
@@ -829,4 +961,20 @@ void dd_history_collect(struct dd_prom *p, void *h)
     dd_prom_counter(p, "dedupd_history_writes_total", "Write batches written", s.writes);
     dd_prom_counter(p, "dedupd_history_operands_written_total", "Merge operands written",
             s.operands_written);
+    dd_prom_gauge(p, "dedupd_history_writable",
+                  "1 while the store accepts writes; 0 while it refuses them (see "
+                  "dedupd_history_write_errors_total and the log)", writable);
+    dd_prom_gauge(p, "dedupd_history_wal_failed",
+                  "1 after a write-ahead log append failed for lack of space: restart needed",
+                  s.wal_failed);
+    if (s.free_bytes != UINT64_MAX)
+        dd_prom_gauge(p, "dedupd_history_free_bytes",
+                      "Bytes free on the filesystem of history.path", s.free_bytes);
+    dd_prom_family(p, "dedupd_history_write_errors_total",
+                   "Writes and flushes refused or failed, by kind (no_space: below "
+                   "history.min_free_mb or ENOSPC)", DD_PROM_COUNTER);
+    struct dd_prom_label kind = {"kind", "no_space"};
+    dd_prom_sample_u64(p, "dedupd_history_write_errors_total", &kind, 1, s.write_errors_no_space);
+    kind.value = "other";
+    dd_prom_sample_u64(p, "dedupd_history_write_errors_total", &kind, 1, s.write_errors_other);
 }

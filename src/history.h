@@ -27,6 +27,22 @@
  * as empty; the next fold replaces it. A read that fails is an error, never
  * "not seen".
  *
+ * Full disk: writes and flushes are refused (DD_ERR_IO, "no space left on
+ *        device: ...") while the filesystem of history.path has less than
+ *        history.min_free_mb free (statvfs before each), and a write that
+ *        RocksDB fails with ENOSPC is reported the same way. Reads go on.
+ *        RocksDB stops writing after a failed flush or compaction (its
+ *        background error) and, through its default SstFileManager, resumes
+ *        by itself about every 5 s once there is room again (RocksDB 7.8's C
+ *        API has no rocksdb_resume); unlogged writes still in the memtables
+ *        are kept and flushed then. The reserve exists because RocksDB 7.8
+ *        cannot recover from a failed write-ahead log append: the log
+ *        writer keeps the error and Debian's build (assertions on) aborts at
+ *        its next use. After such a failure ("wal_failed") every write is
+ *        refused until a restart, and close skips the WAL sync. RocksDB's
+ *        info LOG is off by default (info_log_level=FATAL_LEVEL) for the same
+ *        reason: a LOG line after a failed one aborts the process.
+ *
  * Threads: a dd_history is safe to use from any number of threads at once
  * (RocksDB is); batches are not shared between threads.
  */
@@ -60,6 +76,7 @@ struct dd_history_conf {
     uint64_t block_cache_mb;    /* RocksDB block cache */
     bool sync;                  /* fsync the WAL on every write batch */
     int64_t max_future_ms;      /* plays dated further ahead than this are rejected */
+    uint64_t min_free_mb;       /* writes are refused while path's filesystem has less free */
 };
 
 typedef struct dd_history dd_history;
@@ -170,6 +187,14 @@ int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, con
 int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const char *user,
                       size_t user_len, char *err, size_t errlen);
 
+/* Whether writes are accepted now. If not, a short reason ("no space left
+ * on device (N MiB free, history.min_free_mb=M)", or the WAL failure that
+ * needs a restart) is written into WHY (may be NULL). After a write was
+ * refused for lack of space this checks again (free space, then an empty
+ * unlogged write that RocksDB refuses while it is stopped), so the answer
+ * turns true by itself once RocksDB has resumed. Safe from any thread. */
+bool dd_history_writable(dd_history *h, char *why, size_t whylen);
+
 /* dd_history_flush writes the memtables to SST files (fsync'd) and waits:
  * on 0, every write that returned before the call is durable, unlogged
  * ones included. dd_history_compact compacts the whole key space (tests,
@@ -192,6 +217,11 @@ struct dd_history_stats {
     uint64_t live_sst_bytes;
     uint64_t block_cache_hits;
     uint64_t block_cache_misses;
+    uint64_t free_bytes;         /* now: free on history.path's filesystem (UINT64_MAX unknown) */
+    uint64_t write_errors_no_space; /* writes and flushes refused or failed for lack of space */
+    uint64_t write_errors_other; /* other failed writes and flushes */
+    bool writable;               /* as of the last write (dd_history_writable re-checks) */
+    bool wal_failed;             /* a WAL append failed: writes need a restart */
 };
 void dd_history_get_stats(dd_history *h, struct dd_history_stats *out);
 

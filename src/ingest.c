@@ -13,6 +13,9 @@
  * is durable. The flusher owns its slot while flush_busy is set (mu, cv);
  * slots swap only while it is idle, so windows are written, and offsets
  * stored, in consumption order. librdkafka's own threads only log.
+ * A failed write or durability flush is retried and stores nothing; a
+ * full disk is such a failure (history.h, "Full disk"), so ingest resumes
+ * by itself once there is room, no offset past what is durable.
  *
  * Durability: with ingest.wal = false (the default: Kafka already is a
  * durable log) windows skip RocksDB's WAL and their offsets wait in the

@@ -36,6 +36,16 @@ static void usage(FILE *f)
             "  -h        this help\n");
 }
 
+/* The store is degraded while it refuses writes (full disk): /readyz stays
+ * 200 and says why (admin.h, "Ready"). */
+static bool store_degraded(void *h, char *why, size_t whylen)
+{
+    char r[256];
+    if (dd_history_writable(h, r, sizeof r)) return false;
+    snprintf(why, whylen, "store not writable: %s", r);
+    return true;
+}
+
 /* Ingest is ready while it has partitions (admin.h's probe). */
 static bool ingest_assigned(void *in) { return dd_ingest_assigned(in); }
 
@@ -171,6 +181,7 @@ int main(int argc, char **argv)
     }
     dd_info("main", "msg=\"history open\" path=\"%s\" segment_days=%u retention_days=%u",
             cfg.history.path, cfg.history.segment_days, cfg.history.retention_days);
+    dd_admin_set_degraded(admin, DD_ADMIN_STORE, store_degraded);
     if (dd_admin_attach(admin, DD_ADMIN_STORE, history, dd_history_collect, NULL) != DD_OK) {
         dd_error("main", "msg=\"out of memory\"");
         goto out;

@@ -348,7 +348,9 @@ def main():
                 "dedupd_flush_duration_seconds", "dedupd_plays_written_total",
                 "dedupd_plays_expired_total", "dedupd_history_bytes_written_total",
                 "dedupd_history_live_sst_bytes", "dedupd_history_block_cache_hit_ratio",
-                "dedupd_history_corrupt_values_total", "dedupd_history_segments_expired_total"):
+                "dedupd_history_corrupt_values_total", "dedupd_history_segments_expired_total",
+                "dedupd_history_writable", "dedupd_history_write_errors_total",
+                "dedupd_history_free_bytes", "dedupd_history_wal_failed"):
         if fam not in s0.types:
             fail("family %s missing from /metrics" % fam)
     if s0.types["dedupd_rpc_duration_seconds"] != "histogram":

@@ -14,6 +14,7 @@
 #include "bloom.h"
 #include "candset.h"
 #include "config.h"
+#include "metrics.h"
 #include "dd.h"
 #include "history.h"
 #include "testlib.h"
@@ -154,6 +155,73 @@ static void flush_compact(dd_history *h)
 }
 
 /* ---- tests ---------------------------------------------------------------- */
+
+/* Full disk: below history.min_free_mb every write, forget and flush is
+ * refused with "no space left on device" before RocksDB sees it, counted,
+ * and reported by dd_history_writable and the collector, while reads go on
+ * answering from what is stored. A reserve larger than any disk stands in
+ * for a full one (the integration test fills a real filesystem). */
+static void test_full_disk(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256], why[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    uint64_t x[2] = {item("full", 1), item("full", 2)};
+    play(h, "", "u", x, 1, T0);
+    CHECK(dd_history_writable(h, why, sizeof why));
+    dd_history_close(h);
+
+    REQUIRE(dd_config_set(&cfg, "history.min_free_mb", "17592186044415", err, sizeof err) ==
+            DD_OK);
+    h = open_store(&cfg);
+    uint32_t seg;
+    REQUIRE(dd_history_place(h, T0, &seg) == DD_HISTORY_PLACE_OK);
+    dd_history_batch *b = dd_history_batch_new();
+    REQUIRE(b && dd_history_batch_add(b, "", 0, "u", 1, seg, x + 1, 1) == DD_OK);
+    CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_ERR_IO);
+    CHECK_MSG(strstr(err, "no space left on device") && strstr(err, "history.min_free_mb"),
+              "write error: %s", err);
+    dd_history_batch_set_unlogged(b, true);
+    CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_ERR_IO);
+    dd_history_batch_free(b);
+    CHECK_EQ_INT(dd_history_forget(h, "", 0, "u", 1, err, sizeof err), DD_ERR_IO);
+    CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_ERR_IO);
+    CHECK(!dd_history_writable(h, why, sizeof why));
+    CHECK_MSG(strstr(why, "no space left on device"), "why: %s", why);
+    CHECK(has(h, "", "u", x[0]));  /* reads go on; the forget did not happen */
+    CHECK(!has(h, "", "u", x[1]));
+
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.write_errors_no_space, 4);
+    CHECK_EQ_INT(st.write_errors_other, 0);
+    CHECK(!st.writable);
+    CHECK(!st.wal_failed);
+    CHECK(st.free_bytes > 0 && st.free_bytes != UINT64_MAX);
+    dd_prom *p = dd_prom_new();
+    REQUIRE(p);
+    dd_history_collect(p, h);
+    size_t len;
+    char *text = dd_prom_take(p, &len);
+    dd_prom_free(p);
+    REQUIRE(text);
+    CHECK(strstr(text, "\ndedupd_history_writable 0\n") != NULL);
+    CHECK(strstr(text, "\ndedupd_history_write_errors_total{kind=\"no_space\"} 4\n") != NULL);
+    CHECK(strstr(text, "\ndedupd_history_free_bytes ") != NULL);
+    free(text);
+    dd_history_close(h);
+
+    /* Room again (no reserve): writable, and everything written is there. */
+    REQUIRE(dd_config_set(&cfg, "history.min_free_mb", "0", err, sizeof err) == DD_OK);
+    h = open_store(&cfg);
+    CHECK(dd_history_writable(h, why, sizeof why));
+    play(h, "", "u", x + 1, 1, T0);
+    CHECK(has(h, "", "u", x[0]) && has(h, "", "u", x[1]));
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
 
 static void test_place(void)
 {
@@ -1206,6 +1274,7 @@ int main(void)
     test_place();
     test_roundtrip();
     test_stats_counts_writes();
+    test_full_disk();
     test_expiry();
     test_reduce_fp();
     test_late_plays();
