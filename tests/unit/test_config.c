@@ -154,6 +154,14 @@ static void test_defaults(void)
     CHECK_EQ_INT(c.rpc.shutdown_grace_ms, 5000);
     CHECK_STR(c.rpc.poller, "poll");
     CHECK_EQ_INT(c.rpc.spin_us, 500);
+    CHECK_EQ_INT(c.rpc.send_timeout_ms, 2000);
+    CHECK_EQ_INT(c.rpc.max_streams_per_connection, 100);
+    CHECK_EQ_INT(c.rpc.max_buffer_mb, 256);
+    CHECK_EQ_INT(c.rpc.max_connection_idle_ms, 300000);
+    CHECK_EQ_INT(c.rpc.max_connection_age_ms, 0);
+    CHECK_EQ_INT(c.rpc.max_connection_age_grace_ms, 30000);
+    CHECK_EQ_INT(c.rpc.keepalive_min_ms, 300000);
+    CHECK_STR(c.rpc.compression, "off");
     CHECK_STR(c.admin.listen, "127.0.0.1:9464");
     CHECK_STR(c.log.level, "info");
     CHECK_STR(c.log.file, "");
