@@ -41,6 +41,19 @@ struct dd_admin {
         dd_admin_probe_fn probe;
     } attached[DD_ADMIN_COMPONENT_COUNT];
 
+    /* Open connections, for the reaper (admin.h, "Slow clients"). An
+     * entry is added when libmicrohttpd reports the connection started
+     * and removed when it reports it closed, which it does before it
+     * closes the socket: so under conn_lock an entry's fd is still the
+     * connection's own. */
+    pthread_mutex_t conn_lock;
+    struct conn *conns;
+    int64_t request_timeout_ns;
+    pthread_t reaper;
+    bool reaper_running;
+    pthread_cond_t reaper_cond;
+    bool reaper_stop;
+
     /* the watchdog thread, when WATCHDOG_USEC asked for one */
     pthread_t wd_thread;
     bool wd_running;
@@ -48,6 +61,13 @@ struct dd_admin {
     pthread_mutex_t wd_lock;
     pthread_cond_t wd_cond;
     bool wd_stop;
+};
+
+struct conn {
+    struct conn *prev, *next;
+    int fd;
+    int64_t since_ns; /* opened, or its last request completed */
+    bool cut;         /* the reaper shut it down */
 };
 
 static const char *const component_names[DD_ADMIN_COMPONENT_COUNT] = {"store", "grpc",
@@ -335,6 +355,125 @@ static void stop_watchdog(dd_admin *a)
     a->wd_running = false;
 }
 
+/* ---- slow clients ---------------------------------------------------- */
+
+static void notify_connection(void *cls, struct MHD_Connection *connection,
+                              void **socket_context, enum MHD_ConnectionNotificationCode toe)
+{
+    dd_admin *a = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct conn *c = calloc(1, sizeof *c);
+        /* Out of memory: this connection has only the idle timeout. */
+        if (!c || !ci) {
+            free(c);
+            *socket_context = NULL;
+            return;
+        }
+        c->fd = ci->connect_fd;
+        c->since_ns = dd_mono_ns();
+        pthread_mutex_lock(&a->conn_lock);
+        c->next = a->conns;
+        if (a->conns) a->conns->prev = c;
+        a->conns = c;
+        pthread_mutex_unlock(&a->conn_lock);
+        *socket_context = c;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct conn *c = *socket_context;
+        if (!c) return;
+        pthread_mutex_lock(&a->conn_lock);
+        if (c->prev) c->prev->next = c->next;
+        else a->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+        pthread_mutex_unlock(&a->conn_lock);
+        free(c);
+        *socket_context = NULL;
+    }
+}
+
+/* A request was answered (or failed): the connection's next request gets
+ * a deadline of its own. */
+static void notify_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+                             enum MHD_RequestTerminationCode toe)
+{
+    dd_admin *a = cls;
+    (void)con_cls;
+    (void)toe;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn *c = ci ? ci->socket_context : NULL;
+    if (!c) return;
+    pthread_mutex_lock(&a->conn_lock);
+    c->since_ns = dd_mono_ns();
+    pthread_mutex_unlock(&a->conn_lock);
+}
+
+/* Every quarter of admin.request_timeout_ms (at most 250 ms), shut down
+ * the sockets of connections past their deadline. shutdown(2), not
+ * close: the fd stays libmicrohttpd's, which sees end of file and closes
+ * the connection in its own thread. */
+static void *reaper_main(void *arg)
+{
+    dd_admin *a = arg;
+    int64_t tick_ns = a->request_timeout_ns / 4;
+    if (tick_ns > 250000000) tick_ns = 250000000;
+    pthread_mutex_lock(&a->conn_lock);
+    while (!a->reaper_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + tick_ns;
+        ts.tv_sec = t / 1000000000;
+        ts.tv_nsec = t % 1000000000;
+        pthread_cond_timedwait(&a->reaper_cond, &a->conn_lock, &ts);
+        if (a->reaper_stop) break;
+        int64_t now = dd_mono_ns();
+        unsigned cut = 0;
+        for (struct conn *c = a->conns; c; c = c->next) {
+            if (c->cut || now - c->since_ns < a->request_timeout_ns) continue;
+            shutdown(c->fd, SHUT_RDWR);
+            c->cut = true;
+            cut++;
+        }
+        if (cut)
+            dd_debug("admin", "msg=\"closed connections past admin.request_timeout_ms\" count=%u",
+                     cut);
+    }
+    pthread_mutex_unlock(&a->conn_lock);
+    return NULL;
+}
+
+static int start_reaper(dd_admin *a, char *err, size_t errlen)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) goto fail;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&a->reaper_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) goto fail;
+    if (pthread_create(&a->reaper, NULL, reaper_main, a) != 0) {
+        pthread_cond_destroy(&a->reaper_cond);
+        goto fail;
+    }
+    a->reaper_running = true;
+    return DD_OK;
+fail:
+    snprintf(err, errlen, "admin.listen: cannot start the connection reaper");
+    return DD_ERR_NOMEM;
+}
+
+static void stop_reaper(dd_admin *a)
+{
+    if (!a->reaper_running) return;
+    pthread_mutex_lock(&a->conn_lock);
+    a->reaper_stop = true;
+    pthread_cond_signal(&a->reaper_cond);
+    pthread_mutex_unlock(&a->conn_lock);
+    pthread_join(a->reaper, NULL);
+    pthread_cond_destroy(&a->reaper_cond);
+    a->reaper_running = false;
+}
+
 /* ---- lifecycle ------------------------------------------------------- */
 
 int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_required,
@@ -347,7 +486,7 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
         return DD_ERR_NOMEM;
     }
     int rc = DD_ERR_NOMEM;
-    bool lock_ok = false, wd_lock_ok = false;
+    bool lock_ok = false, wd_lock_ok = false, conn_lock_ok = false;
     for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) atomic_init(&a->ready[c], false);
     atomic_init(&a->stopping, false);
     a->ingest_required = ingest_required;
@@ -356,6 +495,10 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
     lock_ok = true;
     if (pthread_mutex_init(&a->wd_lock, NULL) != 0) goto err;
     wd_lock_ok = true;
+    if (pthread_mutex_init(&a->conn_lock, NULL) != 0) goto err;
+    conn_lock_ok = true;
+    a->request_timeout_ns = (int64_t)(conf->request_timeout_ms ? conf->request_timeout_ms : 1)
+                            * 1000000;
     if ((rc = dd_metrics_new(&a->metrics)) != DD_OK) goto err;
     if ((rc = dd_metrics_add(a->metrics, collect_process, a)) != DD_OK) goto err;
 
@@ -365,11 +508,19 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
         if ((rc = listen_on(conf->listen, &fd, &v6, err, errlen)) != DD_OK) goto err_msg;
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
         if (v6) flags |= MHD_USE_IPv6;
-        a->httpd = MHD_start_daemon(flags, 0, NULL, NULL, handle, a,
-                                    MHD_OPTION_LISTEN_SOCKET, fd,
-                                    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-                                    MHD_OPTION_END);
+        /* The idle timeout (whole seconds) no longer than the deadline;
+         * the reaper enforces the deadline itself. */
+        unsigned idle_s = (conf->request_timeout_ms + 999) / 1000;
+        a->httpd = MHD_start_daemon(
+            flags, 0, NULL, NULL, handle, a, MHD_OPTION_LISTEN_SOCKET, fd,
+            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(conf->threads ? conf->threads : 1),
+            MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->max_connections,
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)conf->max_connections_per_ip,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
+            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, a,
+            MHD_OPTION_NOTIFY_COMPLETED, notify_completed, a,
+            MHD_OPTION_END);
         if (!a->httpd) {
             close(fd);
             snprintf(err, errlen, "admin.listen: cannot start the HTTP server on %s",
@@ -389,13 +540,16 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
                                     : ((struct sockaddr_in *)&ss)->sin_port);
         }
     }
+    if (a->httpd && (rc = start_reaper(a, err, errlen)) != DD_OK) goto err_msg;
     if ((rc = start_watchdog(a, err, errlen)) != DD_OK) goto err_msg;
     *out = a;
     return DD_OK;
 err:
     snprintf(err, errlen, "out of memory");
 err_msg:
+    stop_reaper(a);
     if (a->httpd) MHD_stop_daemon(a->httpd);
+    if (conn_lock_ok) pthread_mutex_destroy(&a->conn_lock);
     dd_metrics_free(a->metrics);
     if (wd_lock_ok) pthread_mutex_destroy(&a->wd_lock);
     if (lock_ok) pthread_mutex_destroy(&a->lock);
@@ -407,7 +561,11 @@ void dd_admin_free(dd_admin *a)
 {
     if (!a) return;
     stop_watchdog(a);
-    if (a->httpd) MHD_stop_daemon(a->httpd); /* joins its thread: no request runs after */
+    stop_reaper(a);
+    /* Joins its threads, closing every connection (each reported closed,
+     * so the list is empty after): no request runs after. */
+    if (a->httpd) MHD_stop_daemon(a->httpd);
+    pthread_mutex_destroy(&a->conn_lock);
     dd_metrics_free(a->metrics);
     pthread_mutex_destroy(&a->wd_lock);
     pthread_mutex_destroy(&a->lock);

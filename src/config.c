@@ -142,6 +142,10 @@ static const struct key keys[] = {
 
     ROW_ADDR("admin.listen", admin.listen, "127.0.0.1:9464", true),
     ROW_U32("admin.drain_ms", admin.drain_ms, "0", 0, 600000),
+    ROW_U32("admin.threads", admin.threads, "2", 1, 64),
+    ROW_U32("admin.max_connections", admin.max_connections, "64", 1, 4096),
+    ROW_U32("admin.max_connections_per_ip", admin.max_connections_per_ip, "8", 1, 4096),
+    ROW_U32("admin.request_timeout_ms", admin.request_timeout_ms, "10000", 100, 3600000),
 
     ROW_ENUM("log.level", log.level, "info", level_words),
     ROW_STR("log.file", log.file, ""),

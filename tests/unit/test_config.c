@@ -163,6 +163,10 @@ static void test_defaults(void)
     CHECK_EQ_INT(c.rpc.keepalive_min_ms, 300000);
     CHECK_STR(c.rpc.compression, "off");
     CHECK_STR(c.admin.listen, "127.0.0.1:9464");
+    CHECK_EQ_INT(c.admin.threads, 2);
+    CHECK_EQ_INT(c.admin.max_connections, 64);
+    CHECK_EQ_INT(c.admin.max_connections_per_ip, 8);
+    CHECK_EQ_INT(c.admin.request_timeout_ms, 10000);
     CHECK_STR(c.log.level, "info");
     CHECK_STR(c.log.file, "");
     CHECK_EQ_INT(c.kafka.len, 2);
