@@ -34,6 +34,32 @@ static void test_future_rejects_whole_request(void)
     CHECK_EQ_INT(pr.accepted, 2);
 }
 
+/* RecordDelivery dated more than history.max_future_ms ahead is refused
+ * (it would sort above every genuine delivery and push them out of the
+ * last recent.size); within the bound it goes on to Redis (down here, so
+ * UNAVAILABLE). */
+static void test_delivery_future(void)
+{
+    Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
+    Dedup__V1__RecordDeliveryResponse dresp;
+    char *ids[] = {"d1"};
+    dr.user_id = "fred";
+    dr.item_ids = ids;
+    dr.n_item_ids = 1;
+    dr.delivered_at_ms = T0 + cfg.history.max_future_ms + 1;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err), DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "delivered_at_ms") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "history.max_future_ms") != NULL, "%s", err);
+    dr.delivered_at_ms = INT64_MAX;
+    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err), DD_ERR_INVALID);
+    dr.delivered_at_ms = T0 + cfg.history.max_future_ms;
+    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
+                 DD_ERR_UNAVAILABLE);
+    dr.delivered_at_ms = 0; /* now */
+    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
+                 DD_ERR_UNAVAILABLE);
+}
 
 static void test_bad_input(void)
 {
@@ -105,6 +131,7 @@ int main(void)
 {
     setup();
     test_future_rejects_whole_request();
+    test_delivery_future();
     test_bad_input();
     test_redis_down_writes();
     teardown();
