@@ -261,6 +261,31 @@ def phase_gzip(d, stub, pb, grpc, good):
     good.check("(c) gzip request")
 
 
+def compression_on_bounds_inflated(redis, pb, pbg, grpc):
+    """(c) with rpc.compression = on: a gzip request is served, and one
+    that inflates past rpc.max_message_bytes is RESOURCE_EXHAUSTED."""
+    d = Dedupd(redis.addr, name="dedupd-gzip",
+               extra={"rpc.compression": "on", "rpc.max_message_bytes": "50000"})
+    ch = grpc.insecure_channel(d.addr)
+    stub = pbg.DedupStub(ch)
+    ids = ["a" * 100 + str(i) for i in range(1000)]   # 105 KB, a few KB gzipped
+    r = stub.Filter(pb.FilterRequest(user_id="gz", candidate_ids=ids[:10]), timeout=10,
+                    compression=grpc.Compression.Gzip)
+    if len(r.kept_ids) != 10:
+        harness.fail("(c) compression on: small gzip request kept %d" % len(r.kept_ids))
+    try:
+        stub.Filter(pb.FilterRequest(user_id="gz", candidate_ids=ids), timeout=10,
+                    compression=grpc.Compression.Gzip)
+        harness.fail("(c) compression on: a request inflating past max_message_bytes was served")
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+            harness.fail("(c) compression on, inflated request: %s, want RESOURCE_EXHAUSTED"
+                         % e.code())
+        harness.log("(c) compression on: inflated request refused (%s)" % e.details())
+    ch.close()
+    d.stop()
+
+
 def phase_huge_count(d, ch, grpc, good):
     """(d): 15 MB RecordPlays requests of 7.5 million empty plays each.
     Decoded, one cost the daemon over 600 MB; counted on the wire, it is
@@ -313,6 +338,7 @@ def main():
     phase_idle_connections(d, GoodClient(stub, pb))
     phase_gzip(d, stub, pb, grpc, GoodClient(stub, pb))
     phase_huge_count(d, ch, grpc, GoodClient(stub, pb))
+    compression_on_bounds_inflated(redis, pb, pbg, grpc)
 
     if not d.alive():
         harness.fail("dedupd died:\n" + d.proc.tail())
