@@ -23,6 +23,62 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A thread that wakes periodically until told to stop: its state is
+ * guarded by LOCK (the caller's), which the thread holds but while it
+ * waits. */
+struct ticker {
+    pthread_t thread;
+    pthread_mutex_t *lock;
+    pthread_cond_t cond; /* on CLOCK_MONOTONIC */
+    bool running, stop;
+};
+
+/* Start FN(ARG) as T's thread. Returns DD_OK or DD_ERR_NOMEM. */
+static int ticker_start(struct ticker *t, pthread_mutex_t *lock, void *(*fn)(void *), void *arg)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) return DD_ERR_NOMEM;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&t->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) return DD_ERR_NOMEM;
+    t->lock = lock;
+    t->stop = false;
+    if (pthread_create(&t->thread, NULL, fn, arg) != 0) {
+        pthread_cond_destroy(&t->cond);
+        return DD_ERR_NOMEM;
+    }
+    t->running = true;
+    return DD_OK;
+}
+
+/* With T's lock held: wait NS nanoseconds, or less if told to stop.
+ * Returns whether T is to stop. */
+static bool ticker_wait(struct ticker *t, int64_t ns)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    ns += until.tv_nsec;
+    until.tv_sec += (time_t)(ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    while (!t->stop && pthread_cond_timedwait(&t->cond, t->lock, &until) == 0) {
+    }
+    return t->stop;
+}
+
+/* Tell T's thread to stop and join it. A no-op if it never started. */
+static void ticker_stop(struct ticker *t)
+{
+    if (!t->running) return;
+    pthread_mutex_lock(t->lock);
+    t->stop = true;
+    pthread_cond_signal(&t->cond);
+    pthread_mutex_unlock(t->lock);
+    pthread_join(t->thread, NULL);
+    pthread_cond_destroy(&t->cond);
+    t->running = false;
+}
+
 struct dd_admin {
     struct MHD_Daemon *httpd;
     int port;
@@ -49,18 +105,12 @@ struct dd_admin {
     pthread_mutex_t conn_lock;
     struct conn *conns;
     int64_t request_timeout_ns;
-    pthread_t reaper;
-    bool reaper_running;
-    pthread_cond_t reaper_cond;
-    bool reaper_stop;
+    struct ticker reaper;
 
     /* the watchdog thread, when WATCHDOG_USEC asked for one */
-    pthread_t wd_thread;
-    bool wd_running;
     uint64_t wd_usec;
     pthread_mutex_t wd_lock;
-    pthread_cond_t wd_cond;
-    bool wd_stop;
+    struct ticker wd;
 };
 
 struct conn {
@@ -303,18 +353,11 @@ static void *watchdog_main(void *arg)
     /* Ping at half the interval, as sd_watchdog_enabled(3) advises. */
     int64_t period_ns = (int64_t)(a->wd_usec / 2) * 1000;
     pthread_mutex_lock(&a->wd_lock);
-    while (!a->wd_stop) {
+    do {
         pthread_mutex_unlock(&a->wd_lock);
         sd_notify(0, "WATCHDOG=1");
         pthread_mutex_lock(&a->wd_lock);
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        int64_t ns = (int64_t)until.tv_nsec + period_ns;
-        until.tv_sec += (time_t)(ns / 1000000000);
-        until.tv_nsec = (long)(ns % 1000000000);
-        while (!a->wd_stop && pthread_cond_timedwait(&a->wd_cond, &a->wd_lock, &until) == 0) {
-        }
-    }
+    } while (!ticker_wait(&a->wd, period_ns));
     pthread_mutex_unlock(&a->wd_lock);
     return NULL;
 }
@@ -323,36 +366,14 @@ static int start_watchdog(dd_admin *a, char *err, size_t errlen)
 {
     uint64_t usec = 0;
     if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return DD_OK;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) goto nomem;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&a->wd_cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) goto nomem;
     a->wd_usec = usec;
-    if (pthread_create(&a->wd_thread, NULL, watchdog_main, a) != 0) {
-        pthread_cond_destroy(&a->wd_cond);
-        goto nomem;
+    if (ticker_start(&a->wd, &a->wd_lock, watchdog_main, a) != DD_OK) {
+        snprintf(err, errlen, "cannot start the watchdog thread");
+        return DD_ERR_NOMEM;
     }
-    a->wd_running = true;
     dd_info("admin", "msg=\"systemd watchdog on\" interval_ms=%llu",
             (unsigned long long)(usec / 1000));
     return DD_OK;
-nomem:
-    snprintf(err, errlen, "cannot start the watchdog thread");
-    return DD_ERR_NOMEM;
-}
-
-static void stop_watchdog(dd_admin *a)
-{
-    if (!a->wd_running) return;
-    pthread_mutex_lock(&a->wd_lock);
-    a->wd_stop = true;
-    pthread_cond_signal(&a->wd_cond);
-    pthread_mutex_unlock(&a->wd_lock);
-    pthread_join(a->wd_thread, NULL);
-    pthread_cond_destroy(&a->wd_cond);
-    a->wd_running = false;
 }
 
 /* ---- slow clients ---------------------------------------------------- */
@@ -419,14 +440,7 @@ static void *reaper_main(void *arg)
     int64_t tick_ns = a->request_timeout_ns / 4;
     if (tick_ns > 250000000) tick_ns = 250000000;
     pthread_mutex_lock(&a->conn_lock);
-    while (!a->reaper_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + tick_ns;
-        ts.tv_sec = t / 1000000000;
-        ts.tv_nsec = t % 1000000000;
-        pthread_cond_timedwait(&a->reaper_cond, &a->conn_lock, &ts);
-        if (a->reaper_stop) break;
+    while (!ticker_wait(&a->reaper, tick_ns)) {
         int64_t now = dd_mono_ns();
         unsigned cut = 0;
         for (struct conn *c = a->conns; c; c = c->next) {
@@ -441,37 +455,6 @@ static void *reaper_main(void *arg)
     }
     pthread_mutex_unlock(&a->conn_lock);
     return NULL;
-}
-
-static int start_reaper(dd_admin *a, char *err, size_t errlen)
-{
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) goto fail;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&a->reaper_cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) goto fail;
-    if (pthread_create(&a->reaper, NULL, reaper_main, a) != 0) {
-        pthread_cond_destroy(&a->reaper_cond);
-        goto fail;
-    }
-    a->reaper_running = true;
-    return DD_OK;
-fail:
-    snprintf(err, errlen, "admin.listen: cannot start the connection reaper");
-    return DD_ERR_NOMEM;
-}
-
-static void stop_reaper(dd_admin *a)
-{
-    if (!a->reaper_running) return;
-    pthread_mutex_lock(&a->conn_lock);
-    a->reaper_stop = true;
-    pthread_cond_signal(&a->reaper_cond);
-    pthread_mutex_unlock(&a->conn_lock);
-    pthread_join(a->reaper, NULL);
-    pthread_cond_destroy(&a->reaper_cond);
-    a->reaper_running = false;
 }
 
 /* ---- lifecycle ------------------------------------------------------- */
@@ -540,14 +523,18 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
                                     : ((struct sockaddr_in *)&ss)->sin_port);
         }
     }
-    if (a->httpd && (rc = start_reaper(a, err, errlen)) != DD_OK) goto err_msg;
+    if (a->httpd && ticker_start(&a->reaper, &a->conn_lock, reaper_main, a) != DD_OK) {
+        snprintf(err, errlen, "admin.listen: cannot start the connection reaper");
+        rc = DD_ERR_NOMEM;
+        goto err_msg;
+    }
     if ((rc = start_watchdog(a, err, errlen)) != DD_OK) goto err_msg;
     *out = a;
     return DD_OK;
 err:
     snprintf(err, errlen, "out of memory");
 err_msg:
-    stop_reaper(a);
+    ticker_stop(&a->reaper);
     if (a->httpd) MHD_stop_daemon(a->httpd);
     if (conn_lock_ok) pthread_mutex_destroy(&a->conn_lock);
     dd_metrics_free(a->metrics);
@@ -560,8 +547,8 @@ err_msg:
 void dd_admin_free(dd_admin *a)
 {
     if (!a) return;
-    stop_watchdog(a);
-    stop_reaper(a);
+    ticker_stop(&a->wd);
+    ticker_stop(&a->reaper);
     /* Joins its threads, closing every connection (each reported closed,
      * so the list is empty after): no request runs after. */
     if (a->httpd) MHD_stop_daemon(a->httpd);

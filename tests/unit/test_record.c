@@ -38,27 +38,28 @@ static void test_future_rejects_whole_request(void)
  * (it would sort above every genuine delivery and push them out of the
  * last recent.size); within the bound it goes on to Redis (down here, so
  * UNAVAILABLE). */
-static void test_delivery_future(void)
+/* RecordDelivery of the one item "d1" for USER dated AT. */
+static int deliver(const char *user, int64_t at)
 {
     Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
     Dedup__V1__RecordDeliveryResponse dresp;
     char *ids[] = {"d1"};
-    dr.user_id = "fred";
+    dr.user_id = (char *)user;
     dr.item_ids = ids;
     dr.n_item_ids = 1;
-    dr.delivered_at_ms = T0 + cfg.history.max_future_ms + 1;
+    dr.delivered_at_ms = at;
     dd_arena_reset(arena);
-    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err), DD_ERR_INVALID);
+    return dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err);
+}
+
+static void test_delivery_future(void)
+{
+    CHECK_EQ_INT(deliver("fred", T0 + cfg.history.max_future_ms + 1), DD_ERR_INVALID);
     CHECK_MSG(strstr(err, "delivered_at_ms") != NULL, "%s", err);
     CHECK_MSG(strstr(err, "history.max_future_ms") != NULL, "%s", err);
-    dr.delivered_at_ms = INT64_MAX;
-    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err), DD_ERR_INVALID);
-    dr.delivered_at_ms = T0 + cfg.history.max_future_ms;
-    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
-                 DD_ERR_UNAVAILABLE);
-    dr.delivered_at_ms = 0; /* now */
-    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
-                 DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(deliver("fred", INT64_MAX), DD_ERR_INVALID);
+    CHECK_EQ_INT(deliver("fred", T0 + cfg.history.max_future_ms), DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(deliver("fred", 0), DD_ERR_UNAVAILABLE); /* 0 = now */
 }
 
 static void test_bad_input(void)
@@ -96,15 +97,7 @@ static void test_bad_input(void)
 
 static void test_redis_down_writes(void)
 {
-    Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
-    Dedup__V1__RecordDeliveryResponse dresp;
-    char *ids[] = {"d1"};
-    dr.user_id = "erin";
-    dr.item_ids = ids;
-    dr.n_item_ids = 1;
-    dd_arena_reset(arena);
-    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
-                 DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(deliver("erin", 0), DD_ERR_UNAVAILABLE);
     CHECK_MSG(strstr(err, "recent deliveries unavailable") != NULL, "%s", err);
 
     /* ForgetUser: the plays go even though Redis is down, and the caller
