@@ -24,9 +24,10 @@
  *   response encoded by hand, in one pass, into one grpc_slice of a
  *   bound's size trimmed to what was written; the other requests are
  *   decoded by protobuf-c with the arena as allocator and packed by it.
- *   The filter's scratch lives in the same arena, reset at the start of
- *   the next call. Per call there is one grpc_slice for the response;
- *   nothing per candidate.
+ *   The filter's scratch lives in the same arena, reset as soon as the
+ *   reply is built (an oversized call's memory goes back at once). Per
+ *   call there is one grpc_slice for the response; nothing per
+ *   candidate.
  * Transport: grpc's HTTP/2 flow-control defaults (see dd_rpc_new: larger
  *   windows and frames cost CPU without saving time), with limits on what
  *   one client holds: streams per connection, idle and age of a
@@ -42,11 +43,11 @@
  *   call waits up to about send_timeout x (the peer's calls / slots).
  *   RecordPlays and RecordDelivery are refused on their item count,
  *   counted on the wire (dd_wire_count_field) before protobuf-c
- *   allocates per item. The arena is reset as soon as the reply is
- *   built, so an oversized call's memory goes back at once. Sockets are polled by each
- *   connection's own worker (rpc.poller = poll) or by grpc's epoll1
- *   engine; after a call a worker polls without blocking for rpc.spin_us
- *   (rpc.h, dd_rpc_process_init, says why).
+ *   allocates per item.
+ * Polling: sockets are polled by each connection's own worker
+ *   (rpc.poller = poll) or by grpc's epoll1 engine; after a call a worker
+ *   polls without blocking for rpc.spin_us (rpc.h, dd_rpc_process_init,
+ *   says why).
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.
@@ -390,10 +391,10 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
             strcmp(conf->compression, "on") == 0 ? (1u << GRPC_COMPRESS_ALGORITHMS_COUNT) - 1
                                                   : 1u << GRPC_COMPRESS_NONE);
 #undef INT_ARG
-    /* The resource quota bounds the memory grpc's transport buffers over
-     * all connections (reads it cannot hand on yet, frames queued); past
-     * it grpc stops reading and refuses new streams. The server keeps its
-     * own reference. */
+    /* The resource quota bounds the memory grpc's transport accounts to
+     * it over all connections (read buffers, frames not yet handed on):
+     * under pressure grpc core reads less and shrinks its windows rather
+     * than grow. The server keeps its own reference. */
     grpc_resource_quota *quota = grpc_resource_quota_create("dedupd");
     if (!quota) {
         dd_fail(rc, err, errlen, "cannot create the gRPC resource quota");
