@@ -23,6 +23,62 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A thread that wakes periodically until told to stop: its state is
+ * guarded by LOCK (the caller's), which the thread holds but while it
+ * waits. */
+struct ticker {
+    pthread_t thread;
+    pthread_mutex_t *lock;
+    pthread_cond_t cond; /* on CLOCK_MONOTONIC */
+    bool running, stop;
+};
+
+/* Start FN(ARG) as T's thread. Returns DD_OK or DD_ERR_NOMEM. */
+static int ticker_start(struct ticker *t, pthread_mutex_t *lock, void *(*fn)(void *), void *arg)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) return DD_ERR_NOMEM;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&t->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) return DD_ERR_NOMEM;
+    t->lock = lock;
+    t->stop = false;
+    if (pthread_create(&t->thread, NULL, fn, arg) != 0) {
+        pthread_cond_destroy(&t->cond);
+        return DD_ERR_NOMEM;
+    }
+    t->running = true;
+    return DD_OK;
+}
+
+/* With T's lock held: wait NS nanoseconds, or less if told to stop.
+ * Returns whether T is to stop. */
+static bool ticker_wait(struct ticker *t, int64_t ns)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    ns += until.tv_nsec;
+    until.tv_sec += (time_t)(ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    while (!t->stop && pthread_cond_timedwait(&t->cond, t->lock, &until) == 0) {
+    }
+    return t->stop;
+}
+
+/* Tell T's thread to stop and join it. A no-op if it never started. */
+static void ticker_stop(struct ticker *t)
+{
+    if (!t->running) return;
+    pthread_mutex_lock(t->lock);
+    t->stop = true;
+    pthread_cond_signal(&t->cond);
+    pthread_mutex_unlock(t->lock);
+    pthread_join(t->thread, NULL);
+    pthread_cond_destroy(&t->cond);
+    t->running = false;
+}
+
 struct dd_admin {
     struct MHD_Daemon *httpd;
     int port;
@@ -42,13 +98,27 @@ struct dd_admin {
         dd_admin_degraded_fn degraded;
     } attached[DD_ADMIN_COMPONENT_COUNT];
 
+    /* Open connections, for the reaper (admin.h, "Slow clients"). An
+     * entry is added when libmicrohttpd reports the connection started
+     * and removed when it reports it closed, which it does before it
+     * closes the socket: so under conn_lock an entry's fd is still the
+     * connection's own. */
+    pthread_mutex_t conn_lock;
+    struct conn *conns;
+    int64_t request_timeout_ns;
+    struct ticker reaper;
+
     /* the watchdog thread, when WATCHDOG_USEC asked for one */
-    pthread_t wd_thread;
-    bool wd_running;
     uint64_t wd_usec;
     pthread_mutex_t wd_lock;
-    pthread_cond_t wd_cond;
-    bool wd_stop;
+    struct ticker wd;
+};
+
+struct conn {
+    struct conn *prev, *next;
+    int fd;
+    int64_t since_ns; /* opened, or its last request completed */
+    bool cut;         /* the reaper shut it down */
 };
 
 static const char *const component_names[DD_ADMIN_COMPONENT_COUNT] = {"store", "grpc",
@@ -303,18 +373,11 @@ static void *watchdog_main(void *arg)
     /* Ping at half the interval, as sd_watchdog_enabled(3) advises. */
     int64_t period_ns = (int64_t)(a->wd_usec / 2) * 1000;
     pthread_mutex_lock(&a->wd_lock);
-    while (!a->wd_stop) {
+    do {
         pthread_mutex_unlock(&a->wd_lock);
         sd_notify(0, "WATCHDOG=1");
         pthread_mutex_lock(&a->wd_lock);
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        int64_t ns = (int64_t)until.tv_nsec + period_ns;
-        until.tv_sec += (time_t)(ns / 1000000000);
-        until.tv_nsec = (long)(ns % 1000000000);
-        while (!a->wd_stop && pthread_cond_timedwait(&a->wd_cond, &a->wd_lock, &until) == 0) {
-        }
-    }
+    } while (!ticker_wait(&a->wd, period_ns));
     pthread_mutex_unlock(&a->wd_lock);
     return NULL;
 }
@@ -323,36 +386,95 @@ static int start_watchdog(dd_admin *a, char *err, size_t errlen)
 {
     uint64_t usec = 0;
     if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) return DD_OK;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) goto nomem;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&a->wd_cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) goto nomem;
     a->wd_usec = usec;
-    if (pthread_create(&a->wd_thread, NULL, watchdog_main, a) != 0) {
-        pthread_cond_destroy(&a->wd_cond);
-        goto nomem;
+    if (ticker_start(&a->wd, &a->wd_lock, watchdog_main, a) != DD_OK) {
+        snprintf(err, errlen, "cannot start the watchdog thread");
+        return DD_ERR_NOMEM;
     }
-    a->wd_running = true;
     dd_info("admin", "msg=\"systemd watchdog on\" interval_ms=%llu",
             (unsigned long long)(usec / 1000));
     return DD_OK;
-nomem:
-    snprintf(err, errlen, "cannot start the watchdog thread");
-    return DD_ERR_NOMEM;
 }
 
-static void stop_watchdog(dd_admin *a)
+/* ---- slow clients ---------------------------------------------------- */
+
+static void notify_connection(void *cls, struct MHD_Connection *connection,
+                              void **socket_context, enum MHD_ConnectionNotificationCode toe)
 {
-    if (!a->wd_running) return;
-    pthread_mutex_lock(&a->wd_lock);
-    a->wd_stop = true;
-    pthread_cond_signal(&a->wd_cond);
-    pthread_mutex_unlock(&a->wd_lock);
-    pthread_join(a->wd_thread, NULL);
-    pthread_cond_destroy(&a->wd_cond);
-    a->wd_running = false;
+    dd_admin *a = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct conn *c = calloc(1, sizeof *c);
+        /* Out of memory: this connection has only the idle timeout. */
+        if (!c || !ci) {
+            free(c);
+            *socket_context = NULL;
+            return;
+        }
+        c->fd = ci->connect_fd;
+        c->since_ns = dd_mono_ns();
+        pthread_mutex_lock(&a->conn_lock);
+        c->next = a->conns;
+        if (a->conns) a->conns->prev = c;
+        a->conns = c;
+        pthread_mutex_unlock(&a->conn_lock);
+        *socket_context = c;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct conn *c = *socket_context;
+        if (!c) return;
+        pthread_mutex_lock(&a->conn_lock);
+        if (c->prev) c->prev->next = c->next;
+        else a->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+        pthread_mutex_unlock(&a->conn_lock);
+        free(c);
+        *socket_context = NULL;
+    }
+}
+
+/* A request was answered (or failed): the connection's next request gets
+ * a deadline of its own. */
+static void notify_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+                             enum MHD_RequestTerminationCode toe)
+{
+    dd_admin *a = cls;
+    (void)con_cls;
+    (void)toe;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn *c = ci ? ci->socket_context : NULL;
+    if (!c) return;
+    pthread_mutex_lock(&a->conn_lock);
+    c->since_ns = dd_mono_ns();
+    pthread_mutex_unlock(&a->conn_lock);
+}
+
+/* Every quarter of admin.request_timeout_ms (at most 250 ms), shut down
+ * the sockets of connections past their deadline. shutdown(2), not
+ * close: the fd stays libmicrohttpd's, which sees end of file and closes
+ * the connection in its own thread. */
+static void *reaper_main(void *arg)
+{
+    dd_admin *a = arg;
+    int64_t tick_ns = a->request_timeout_ns / 4;
+    if (tick_ns > 250000000) tick_ns = 250000000;
+    pthread_mutex_lock(&a->conn_lock);
+    while (!ticker_wait(&a->reaper, tick_ns)) {
+        int64_t now = dd_mono_ns();
+        unsigned cut = 0;
+        for (struct conn *c = a->conns; c; c = c->next) {
+            if (c->cut || now - c->since_ns < a->request_timeout_ns) continue;
+            shutdown(c->fd, SHUT_RDWR);
+            c->cut = true;
+            cut++;
+        }
+        if (cut)
+            dd_debug("admin", "msg=\"closed connections past admin.request_timeout_ms\" count=%u",
+                     cut);
+    }
+    pthread_mutex_unlock(&a->conn_lock);
+    return NULL;
 }
 
 /* ---- lifecycle ------------------------------------------------------- */
@@ -367,7 +489,7 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
         return DD_ERR_NOMEM;
     }
     int rc = DD_ERR_NOMEM;
-    bool lock_ok = false, wd_lock_ok = false;
+    bool lock_ok = false, wd_lock_ok = false, conn_lock_ok = false;
     for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) atomic_init(&a->ready[c], false);
     atomic_init(&a->stopping, false);
     a->ingest_required = ingest_required;
@@ -376,6 +498,10 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
     lock_ok = true;
     if (pthread_mutex_init(&a->wd_lock, NULL) != 0) goto err;
     wd_lock_ok = true;
+    if (pthread_mutex_init(&a->conn_lock, NULL) != 0) goto err;
+    conn_lock_ok = true;
+    a->request_timeout_ns = (int64_t)(conf->request_timeout_ms ? conf->request_timeout_ms : 1)
+                            * 1000000;
     if ((rc = dd_metrics_new(&a->metrics)) != DD_OK) goto err;
     if ((rc = dd_metrics_add(a->metrics, collect_process, a)) != DD_OK) goto err;
 
@@ -385,11 +511,19 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
         if ((rc = listen_on(conf->listen, &fd, &v6, err, errlen)) != DD_OK) goto err_msg;
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
         if (v6) flags |= MHD_USE_IPv6;
-        a->httpd = MHD_start_daemon(flags, 0, NULL, NULL, handle, a,
-                                    MHD_OPTION_LISTEN_SOCKET, fd,
-                                    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-                                    MHD_OPTION_END);
+        /* The idle timeout (whole seconds) no longer than the deadline;
+         * the reaper enforces the deadline itself. */
+        unsigned idle_s = (conf->request_timeout_ms + 999) / 1000;
+        a->httpd = MHD_start_daemon(
+            flags, 0, NULL, NULL, handle, a, MHD_OPTION_LISTEN_SOCKET, fd,
+            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(conf->threads ? conf->threads : 1),
+            MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->max_connections,
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)conf->max_connections_per_ip,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
+            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, a,
+            MHD_OPTION_NOTIFY_COMPLETED, notify_completed, a,
+            MHD_OPTION_END);
         if (!a->httpd) {
             close(fd);
             snprintf(err, errlen, "admin.listen: cannot start the HTTP server on %s",
@@ -409,13 +543,20 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
                                     : ((struct sockaddr_in *)&ss)->sin_port);
         }
     }
+    if (a->httpd && ticker_start(&a->reaper, &a->conn_lock, reaper_main, a) != DD_OK) {
+        snprintf(err, errlen, "admin.listen: cannot start the connection reaper");
+        rc = DD_ERR_NOMEM;
+        goto err_msg;
+    }
     if ((rc = start_watchdog(a, err, errlen)) != DD_OK) goto err_msg;
     *out = a;
     return DD_OK;
 err:
     snprintf(err, errlen, "out of memory");
 err_msg:
+    ticker_stop(&a->reaper);
     if (a->httpd) MHD_stop_daemon(a->httpd);
+    if (conn_lock_ok) pthread_mutex_destroy(&a->conn_lock);
     dd_metrics_free(a->metrics);
     if (wd_lock_ok) pthread_mutex_destroy(&a->wd_lock);
     if (lock_ok) pthread_mutex_destroy(&a->lock);
@@ -426,8 +567,12 @@ err_msg:
 void dd_admin_free(dd_admin *a)
 {
     if (!a) return;
-    stop_watchdog(a);
-    if (a->httpd) MHD_stop_daemon(a->httpd); /* joins its thread: no request runs after */
+    ticker_stop(&a->wd);
+    ticker_stop(&a->reaper);
+    /* Joins its threads, closing every connection (each reported closed,
+     * so the list is empty after): no request runs after. */
+    if (a->httpd) MHD_stop_daemon(a->httpd);
+    pthread_mutex_destroy(&a->conn_lock);
     dd_metrics_free(a->metrics);
     pthread_mutex_destroy(&a->wd_lock);
     pthread_mutex_destroy(&a->lock);

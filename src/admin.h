@@ -10,9 +10,19 @@
  *
  * DESIGN
  *
- * Threads: libmicrohttpd runs one internal polling thread that answers
- * every request; a watchdog thread exists only when systemd asked for one
- * (WATCHDOG_USEC). Readiness flags are atomics. Attaching a module adds
+ * Threads: libmicrohttpd runs admin.threads internal polling threads (a
+ * pool) that answer the requests; a reaper thread closes connections past
+ * their deadline (below); a watchdog thread exists only when systemd asked
+ * for one (WATCHDOG_USEC).
+ *
+ * Slow clients: libmicrohttpd's own timeout is an idle one, which every
+ * trickled byte resets, so a client sending a header line a second would
+ * hold a connection for ever. Connections are bounded in number
+ * (admin.max_connections, admin.max_connections_per_ip; more are refused
+ * at accept) and in time: a connection must complete a request within
+ * admin.request_timeout_ms of opening (or of its previous request), else
+ * the reaper shuts its socket down and libmicrohttpd closes it. A request
+ * may use at most libmicrohttpd's connection memory limit (32 KiB). Readiness flags are atomics. Attaching a module adds
  * its collector to the metrics registry and detaching removes it; the
  * registry's mutex keeps a collector from running after its removal. The
  * attached module and its readiness probe, which /readyz calls, are
@@ -44,6 +54,12 @@
 struct dd_admin_conf {
     char *listen;               /* host:port for /metrics, /healthz, /readyz; "" = off */
     uint32_t drain_ms;          /* on shutdown: /readyz says 503 this long before gRPC stops */
+    uint32_t threads;           /* libmicrohttpd worker threads (a pool when > 1) */
+    uint32_t max_connections;   /* connections at once; more are refused */
+    uint32_t max_connections_per_ip; /* connections at once from one address */
+    uint32_t request_timeout_ms; /* a connection that has not completed a request this
+                                  * long after it opened (or after its last
+                                  * request) is closed, however it trickles bytes */
 };
 typedef struct dd_admin dd_admin;
 

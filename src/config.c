@@ -82,6 +82,7 @@ struct key {
 static const char *const format_words[] = {"json", "protobuf", NULL};
 static const char *const level_words[] = {"debug", "info", "warn", "error", NULL};
 static const char *const poller_words[] = {"poll", "epoll1", NULL};
+static const char *const compression_words[] = {"off", "on", NULL};
 
 /* Keep rows of one section together, in the order conf/dedupd.conf
  * documents them; dd_config_write prints them in this order. */
@@ -135,9 +136,23 @@ static const struct key keys[] = {
     ROW_U32("rpc.shutdown_grace_ms", rpc.shutdown_grace_ms, "5000", 0, UINT32_MAX),
     ROW_ENUM("rpc.poller", rpc.poller, "poll", poller_words),
     ROW_U32("rpc.spin_us", rpc.spin_us, "500", 0, 1000000),
+    ROW_U32("rpc.send_timeout_ms", rpc.send_timeout_ms, "2000", 10, 86400000),
+    /* gRPC takes these as ints; 0 = off where rpc.h says so */
+    ROW_U32("rpc.max_streams_per_connection", rpc.max_streams_per_connection, "100", 1, 65536),
+    ROW_U32("rpc.max_buffer_mb", rpc.max_buffer_mb, "256", 1, 1048576),
+    ROW_U32("rpc.max_connection_idle_ms", rpc.max_connection_idle_ms, "300000", 0, INT32_MAX),
+    ROW_U32("rpc.max_connection_age_ms", rpc.max_connection_age_ms, "0", 0, INT32_MAX),
+    ROW_U32("rpc.max_connection_age_grace_ms", rpc.max_connection_age_grace_ms, "30000", 0,
+            INT32_MAX),
+    ROW_U32("rpc.keepalive_min_ms", rpc.keepalive_min_ms, "300000", 0, INT32_MAX),
+    ROW_ENUM("rpc.compression", rpc.compression, "off", compression_words),
 
     ROW_ADDR("admin.listen", admin.listen, "127.0.0.1:9464", true),
     ROW_U32("admin.drain_ms", admin.drain_ms, "0", 0, 600000),
+    ROW_U32("admin.threads", admin.threads, "2", 1, 64),
+    ROW_U32("admin.max_connections", admin.max_connections, "64", 1, 4096),
+    ROW_U32("admin.max_connections_per_ip", admin.max_connections_per_ip, "8", 1, 4096),
+    ROW_U32("admin.request_timeout_ms", admin.request_timeout_ms, "10000", 100, 3600000),
 
     ROW_ENUM("log.level", log.level, "info", level_words),
     ROW_STR("log.file", log.file, ""),

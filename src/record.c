@@ -90,6 +90,19 @@ int dd_record_delivery(dd_record *w, dd_arena *arena,
     if (req->delivered_at_ms < 0)
         return dd_fail(DD_ERR_INVALID, err, errlen, "delivered_at_ms is negative (%" PRId64 ")",
                     (int64_t)req->delivered_at_ms);
+    if (req->delivered_at_ms) {
+        /* Refused, not clamped: a delivery dated ahead sorts above every
+         * genuine one and pushes them out of the last recent.size, and a
+         * clamped one would still sort above them until the clock caught
+         * up; a caller whose clock is that far off should hear of it, as
+         * RecordPlays' callers do. The bound is RecordPlays'. */
+        int64_t now = dd_history_now_ms(w->history);
+        if (req->delivered_at_ms - now > w->max_future_ms)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "delivered_at_ms is %" PRId64
+                           " ms in the future, more than history.max_future_ms=%" PRId64,
+                           (int64_t)req->delivered_at_ms - now, w->max_future_ms);
+    }
     size_t *lens = dd_arena_alloc(arena, n * sizeof *lens);
     if (!lens) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu item_ids", n);
     for (size_t i = 0; i < n; i++) {

@@ -59,7 +59,10 @@ void dd_record_free(dd_record *r);
 /* RecordDelivery: the ids go to recent deliveries (dd_recent_record);
  * delivered_at_ms 0 = now. Redis down or timing out: DD_ERR_UNAVAILABLE
  * (nothing was recorded, or not for sure). Empty item_ids is
- * DD_ERR_INVALID. Scratch lives in ARENA. */
+ * DD_ERR_INVALID, and so is a delivered_at_ms more than
+ * history.max_future_ms ahead of the history's clock (it would push
+ * genuine deliveries out of the last recent.size). Scratch lives in
+ * ARENA. */
 int dd_record_delivery(dd_record *r, dd_arena *arena,
                        const Dedup__V1__RecordDeliveryRequest *req,
                        Dedup__V1__RecordDeliveryResponse *resp, char *err, size_t errlen);

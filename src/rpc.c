@@ -24,14 +24,30 @@
  *   response encoded by hand, in one pass, into one grpc_slice of a
  *   bound's size trimmed to what was written; the other requests are
  *   decoded by protobuf-c with the arena as allocator and packed by it.
- *   The filter's scratch lives in the same arena, reset at the start of
- *   the next call. Per call there is one grpc_slice for the response;
- *   nothing per candidate.
- * Transport: grpc's HTTP/2 defaults (see dd_rpc_new: larger windows and
- *   frames cost CPU without saving time). Sockets are polled by each
- *   connection's own worker (rpc.poller = poll) or by grpc's epoll1
- *   engine; after a call a worker polls without blocking for rpc.spin_us
- *   (rpc.h, dd_rpc_process_init, says why).
+ *   The filter's scratch lives in the same arena, reset as soon as the
+ *   reply is built (an oversized call's memory goes back at once). Per
+ *   call there is one grpc_slice for the response; nothing per
+ *   candidate.
+ * Transport: grpc's HTTP/2 flow-control defaults (see dd_rpc_new: larger
+ *   windows and frames cost CPU without saving time), with limits on what
+ *   one client holds: streams per connection, idle and age of a
+ *   connection, ping strikes, a resource quota over all connections'
+ *   buffers, compression off unless asked for (a compressed request is
+ *   answered UNIMPLEMENTED by grpc core).
+ * Hostile clients: a slot is held while its reply is SENDING, and a peer
+ *   that never opens its window holds it for as long as it stays
+ *   connected, so a reply not taken within rpc.send_timeout_ms gets its
+ *   call cancelled (sweep_sends, from the worker's loop, which wakes at
+ *   least every WORKER_TICK_MS). Calls waiting for a slot are matched in
+ *   arrival order, so while a hostile peer keeps slots busy an honest
+ *   call waits up to about send_timeout x (the peer's calls / slots).
+ *   RecordPlays and RecordDelivery are refused on their item count,
+ *   counted on the wire (dd_wire_count_field) before protobuf-c
+ *   allocates per item.
+ * Polling: sockets are polled by each connection's own worker
+ *   (rpc.poller = poll) or by grpc's epoll1 engine; after a call a worker
+ *   polls without blocking for rpc.spin_us (rpc.h, dd_rpc_process_init,
+ *   says why).
  * Deadlines: a call whose deadline has passed when a worker picks it up is
  *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
  *   handed to the filter, which stops between stages when it runs out.
@@ -116,6 +132,8 @@ struct slot {
     grpc_status_code status;
     int cancelled;
     int64_t start_ns;
+    int64_t send_deadline_ns; /* SENDING: cancelled if still pending then */
+    int send_cancelled;       /* SENDING: cancelled for rpc.send_timeout_ms */
 };
 
 struct worker {
@@ -131,6 +149,8 @@ struct worker {
     struct slot *slots;
     size_t nslots;
     size_t outstanding; /* slots with an op pending on cq (REQUESTED or SENDING) */
+    size_t sending;     /* of them SENDING */
+    int64_t next_sweep_ns; /* when sweep_sends looks at the SENDING slots next */
     int cq_shut;        /* grpc_completion_queue_shutdown called on cq */
     char msg[512];      /* the status message of the call in hand */
 };
@@ -139,6 +159,7 @@ struct method_stats {
     _Atomic uint64_t by_status[DD_API_STATUS_COUNT];
     struct dd_histogram latency; /* seconds, over latency_bounds */
     _Atomic uint64_t cancelled;
+    _Atomic uint64_t send_timeouts;
 };
 
 /* One parsed allow list (rpc.h: rpc.allow_read, rpc.allow_write). */
@@ -161,6 +182,8 @@ struct dd_rpc {
     struct dd_record_conf record_conf; /* every worker's writer's limits */
     uint32_t grace_ms;
     int64_t spin_ns;          /* rpc.spin_us */
+    int64_t send_timeout_ns;  /* rpc.send_timeout_ms */
+    int64_t sweep_ns;         /* how often a worker looks for replies past it */
     unsigned spin_max;        /* workers that may spin at once: usable CPUs - 1 */
     _Atomic unsigned spinning;
     int port;
@@ -418,6 +441,10 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     rpc->record_conf = (struct dd_record_conf){conf->max_candidates, conf->max_id_bytes};
     rpc->grace_ms = conf->shutdown_grace_ms;
     rpc->spin_ns = (int64_t)conf->spin_us * 1000;
+    rpc->send_timeout_ns = (int64_t)(conf->send_timeout_ms ? conf->send_timeout_ms : 1) * 1000000;
+    /* A quarter of the timeout, so a stuck reply is cancelled at most 25%
+     * late; a worker also wakes every WORKER_TICK_MS to look. */
+    rpc->sweep_ns = rpc->send_timeout_ns / 4;
     {
         /* Spinning workers leave a core for the busy ones, the kernel and
          * whatever shares the machine: at most cores - 1 spin at once,
@@ -449,18 +476,60 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
         goto err;
     rc = DD_ERR_NOMEM;
 
-    /* Transport settings are grpc's defaults on purpose: a larger stream
+    /* Flow-control settings are grpc's defaults on purpose: a larger stream
      * window (grpc.http2.lookahead_bytes), bigger frames, a larger minimum
      * TCP read chunk or no BDP probe each make a large Filter cost more
      * server CPU and save no time, because BDP probing already opens the
-     * window past the largest request. */
-    grpc_arg args[1];
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer =
-        conf->max_message_bytes > INT_MAX ? INT_MAX : (int)conf->max_message_bytes;
-    grpc_channel_args chargs = {.num_args = 1, .args = args};
+     * window past the largest request. The limits below bound what one
+     * client can hold (rpc.h's conf, rpc.c's DESIGN). */
+    grpc_arg args[10];
+    size_t nargs = 0;
+#define INT_ARG(k, v)                                                                    \
+    do {                                                                                 \
+        args[nargs].type = GRPC_ARG_INTEGER;                                             \
+        args[nargs].key = (char *)(k);                                                   \
+        args[nargs].value.integer = (v) > INT_MAX ? INT_MAX : (int)(v);                  \
+        nargs++;                                                                         \
+    } while (0)
+    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, conf->max_message_bytes);
+    INT_ARG(GRPC_ARG_MAX_CONCURRENT_STREAMS, conf->max_streams_per_connection);
+    if (conf->max_connection_idle_ms)
+        INT_ARG(GRPC_ARG_MAX_CONNECTION_IDLE_MS, conf->max_connection_idle_ms);
+    if (conf->max_connection_age_ms) {
+        INT_ARG(GRPC_ARG_MAX_CONNECTION_AGE_MS, conf->max_connection_age_ms);
+        INT_ARG(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, conf->max_connection_age_grace_ms);
+    }
+    if (conf->keepalive_min_ms) {
+        INT_ARG(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, conf->keepalive_min_ms);
+        INT_ARG(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+    }
+    /* Compression off: only identity is enabled, and grpc core answers a
+     * request in any other encoding UNIMPLEMENTED before it reaches us, so
+     * nobody makes the server inflate a small message into a large one.
+     * On: grpc's limit on a received message applies to the decompressed
+     * size. */
+    INT_ARG(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
+            strcmp(conf->compression, "on") == 0 ? (1u << GRPC_COMPRESS_ALGORITHMS_COUNT) - 1
+                                                  : 1u << GRPC_COMPRESS_NONE);
+#undef INT_ARG
+    /* The resource quota bounds the memory grpc's transport accounts to
+     * it over all connections (read buffers, frames not yet handed on):
+     * under pressure grpc core reads less and shrinks its windows rather
+     * than grow. The server keeps its own reference. */
+    grpc_resource_quota *quota = grpc_resource_quota_create("dedupd");
+    if (!quota) {
+        dd_fail(rc, err, errlen, "cannot create the gRPC resource quota");
+        goto err;
+    }
+    grpc_resource_quota_resize(quota, (size_t)conf->max_buffer_mb << 20);
+    args[nargs].type = GRPC_ARG_POINTER;
+    args[nargs].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+    args[nargs].value.pointer.p = quota;
+    args[nargs].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+    nargs++;
+    grpc_channel_args chargs = {.num_args = nargs, .args = args};
     rpc->server = grpc_server_create(&chargs, NULL);
+    grpc_resource_quota_unref(quota);
     if (!rpc->server) {
         dd_fail(rc, err, errlen, "cannot create the gRPC server");
         goto err;
@@ -707,6 +776,22 @@ static grpc_status_code authorize(struct worker *w, struct slot *s)
     return ok ? GRPC_STATUS_OK : GRPC_STATUS_PERMISSION_DENIED;
 }
 
+/* Whether the request in DATA repeats field NUM (named NAME in the
+ * proto) more than rpc.max_candidates times, counted on the wire before
+ * protobuf-c allocates a struct per element: record.h would refuse the
+ * request on its count anyway, but only after the decoder had spent memory
+ * many times the request's size (empty elements are two bytes each). The
+ * message is record.h's. */
+static bool too_many(struct worker *w, const uint8_t *data, size_t len, uint32_t num,
+                     const char *name)
+{
+    size_t max = w->rpc->max_candidates;
+    size_t n = dd_wire_count_field(data, len, num, max);
+    if (n <= max) return false;
+    snprintf(w->msg, sizeof w->msg, "%s has more than rpc.max_candidates=%zu entries", name, max);
+    return true;
+}
+
 /* Decode, decide, encode. Returns the status; on OK *reply is set. */
 static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const uint8_t *data,
                                  size_t len, int64_t deadline_ns, grpc_byte_buffer **reply)
@@ -731,6 +816,7 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         return status_of(rc);
     }
     case DD_API_RECORD_DELIVERY: {
+        if (too_many(w, data, len, 2, "item_ids")) return GRPC_STATUS_RESOURCE_EXHAUSTED;
         if (bad_strings(w, &dedup__v1__record_delivery_request__descriptor, data, len, 1))
             return GRPC_STATUS_INVALID_ARGUMENT;
         Dedup__V1__RecordDeliveryRequest *req =
@@ -742,6 +828,7 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         return status_of(rc);
     }
     case DD_API_RECORD_PLAYS: {
+        if (too_many(w, data, len, 2, "plays")) return GRPC_STATUS_RESOURCE_EXHAUSTED;
         if (bad_strings(w, &dedup__v1__record_plays_request__descriptor, data, len, 1))
             return GRPC_STATUS_INVALID_ARGUMENT;
         Dedup__V1__RecordPlaysRequest *req =
@@ -819,6 +906,7 @@ static void finish(struct worker *w, struct slot *s, int batch_ok)
     atomic_fetch_sub(&rpc->in_flight, 1);
     s->state = SLOT_IDLE;
     w->outstanding--;
+    w->sending--;
     if (!atomic_load(&rpc->stopping)) post(s);
 }
 
@@ -832,7 +920,6 @@ static void handle(struct worker *w, struct slot *s)
     s->start_ns = dd_mono_ns();
     atomic_fetch_add(&rpc->in_flight, 1);
     w->msg[0] = '\0';
-    dd_arena_reset(w->arena);
 
     gpr_timespec deadline = s->method == DD_API_UNKNOWN ? s->details.deadline : s->deadline;
     gpr_timespec now = gpr_now(deadline.clock_type);
@@ -893,13 +980,45 @@ static void handle(struct worker *w, struct slot *s)
     nops++;
 
     s->state = SLOT_SENDING;
+    s->send_deadline_ns = dd_mono_ns() + rpc->send_timeout_ns;
+    s->send_cancelled = 0;
+    w->sending++;
     grpc_call_error e = grpc_call_start_batch(s->call, ops, nops, s, NULL);
     /* status_details is not kept past start_batch. */
     grpc_slice_unref(details);
+    /* The reply owns its bytes: the arena can go back to its steady size
+     * now rather than at the next call, so a worker that served one
+     * oversized call does not sit on its memory until the next. */
+    dd_arena_reset(w->arena);
     if (e != GRPC_CALL_OK) {
         dd_error("rpc", "msg=\"cannot answer a call\" method=%s error=\"%s\"",
                  dd_api_method_path(s->method), grpc_call_error_to_string(e));
         finish(w, s, 0);
+    }
+}
+
+/* A reply the peer does not take (its HTTP/2 window stays shut, or it
+ * never reads) keeps its slot SENDING: with no deadline of its own, for as
+ * long as the connection lives, and prepost such calls starve a method on
+ * this worker. Every SENDING slot past its send deadline (rpc.send_timeout_ms
+ * after its batch started) has its call cancelled; the batch then
+ * completes and finish() re-posts the slot. grpc_call_cancel_with_status is
+ * safe with the batch pending; a slot is cancelled once. */
+static void sweep_sends(struct worker *w, int64_t now)
+{
+    static struct dd_log_limit limit;
+    for (size_t i = 0; i < w->nslots; i++) {
+        struct slot *s = &w->slots[i];
+        if (s->state != SLOT_SENDING || s->send_cancelled || now < s->send_deadline_ns) continue;
+        s->send_cancelled = 1;
+        grpc_call_cancel_with_status(s->call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                     "reply not taken within rpc.send_timeout_ms", NULL);
+        atomic_fetch_add_explicit(&w->rpc->stats[s->method].send_timeouts, 1,
+                                  memory_order_relaxed);
+        dd_log_limited(&limit, 10000, DD_LOG_WARN, "rpc",
+                       "msg=\"reply not taken in time; call cancelled\" method=%s "
+                       "send_timeout_ms=%" PRId64,
+                       dd_api_method_path(s->method), w->rpc->send_timeout_ns / 1000000);
     }
 }
 
@@ -949,6 +1068,13 @@ static void *worker_main(void *arg)
                 handle(w, s);
             } else if (s->state == SLOT_SENDING) {
                 finish(w, s, ev.success);
+            }
+        }
+        if (w->sending) {
+            int64_t now = dd_mono_ns();
+            if (now >= w->next_sweep_ns) {
+                sweep_sends(w, now);
+                w->next_sweep_ns = now + rpc->sweep_ns;
             }
         }
         if (!w->cq_shut && w->outstanding == 0 && atomic_load(&w->rpc->drain)) {
@@ -1105,6 +1231,7 @@ void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out)
             o->by_status[c] = atomic_load_explicit(&st->by_status[c], memory_order_relaxed);
         dd_histogram_snapshot(&st->latency, &o->latency);
         o->cancelled = atomic_load_explicit(&st->cancelled, memory_order_relaxed);
+        o->send_timeouts = atomic_load_explicit(&st->send_timeouts, memory_order_relaxed);
     }
     out->in_flight = atomic_load_explicit(&rpc->in_flight, memory_order_relaxed);
     out->serving = atomic_load(&rpc->serving);
@@ -1141,6 +1268,14 @@ void dd_rpc_collect(dd_prom *p, void *ud)
     for (int m = 0; m <= DD_API_FORGET_USER; m++) {
         struct dd_prom_label l = {"method", dd_api_method_name(m)};
         dd_prom_sample_u64(p, "dedupd_rpc_cancelled_total", &l, 1, s.method[m].cancelled);
+    }
+    dd_prom_family(p, "dedupd_rpc_send_timeouts_total",
+                   "gRPC calls cancelled because the peer did not take the reply within "
+                   "rpc.send_timeout_ms",
+                   DD_PROM_COUNTER);
+    for (int m = 0; m <= DD_API_FORGET_USER; m++) {
+        struct dd_prom_label l = {"method", dd_api_method_name(m)};
+        dd_prom_sample_u64(p, "dedupd_rpc_send_timeouts_total", &l, 1, s.method[m].send_timeouts);
     }
     dd_prom_gauge(p, "dedupd_rpc_in_flight", "gRPC calls being worked on", s.in_flight);
 

@@ -43,6 +43,17 @@ struct dd_rpc_conf {
     uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
     char *poller;               /* grpc poll strategy: poll or epoll1 (dd_rpc_process_init) */
     uint32_t spin_us;           /* a worker polls without blocking this long after a call */
+    /* Hostile or broken clients (see rpc.c DESIGN, "Transport"). */
+    uint32_t send_timeout_ms;   /* a reply not delivered this long after it is ready:
+                                 * the call is cancelled and its slot re-posted */
+    uint32_t max_streams_per_connection; /* HTTP/2 concurrent streams per connection */
+    uint32_t max_buffer_mb;     /* grpc resource quota: all connections' buffers */
+    uint32_t max_connection_idle_ms;  /* GOAWAY a connection with no call this long; 0 = never */
+    uint32_t max_connection_age_ms;   /* GOAWAY a connection this old; 0 = never */
+    uint32_t max_connection_age_grace_ms; /* calls then get this long before it closes */
+    uint32_t keepalive_min_ms;  /* client pings closer than this (no data) are strikes;
+                                 * after 2 the connection is closed; 0 = grpc's default */
+    char *compression;          /* "off": compressed requests get UNIMPLEMENTED; "on" */
 };
 typedef struct dd_history dd_history;
 typedef struct dd_rpc dd_rpc;
@@ -147,6 +158,7 @@ struct dd_rpc_method_stats {
     struct dd_histogram_snap latency;              /* seconds, from the call being
                                                     * matched to its status sent */
     uint64_t cancelled;                            /* calls the peer or deadline cancelled */
+    uint64_t send_timeouts;                        /* of them, cancelled for rpc.send_timeout_ms */
 };
 struct dd_rpc_stats {
     struct dd_rpc_method_stats method[DD_API_METHOD_COUNT];

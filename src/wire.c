@@ -813,3 +813,16 @@ int dd_wire_pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *da
 {
     return pb_text_check(d, data, len, utf8, "", 0, why, why_cap);
 }
+
+size_t dd_wire_count_field(const uint8_t *data, size_t len, uint32_t num, size_t max)
+{
+    size_t n = 0, off = 0;
+    struct field f;
+    while (off < len && n <= max) {
+        size_t used = scan_field(data + off, len - off, &f);
+        if (used == 0) break; /* malformed: the decoder that follows says so */
+        if (f.num == num) n++;
+        off += used;
+    }
+    return n;
+}

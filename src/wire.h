@@ -112,4 +112,12 @@ size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
 size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
                                      const struct dd_filter_result *r, uint8_t *out);
 
+/* How many times field NUM occurs at the top level of the message in DATA
+ * (LEN bytes), counting no further than MAX + 1, so a caller can refuse a
+ * request by its repeated field's count before a full decoder (protobuf-c,
+ * which allocates per element) runs: one pass, no allocation. Counting
+ * stops at the first malformed field; the decoder that follows rejects
+ * that message. Cannot fail. */
+size_t dd_wire_count_field(const uint8_t *data, size_t len, uint32_t num, size_t max);
+
 #endif

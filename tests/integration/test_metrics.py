@@ -373,6 +373,10 @@ def main():
     except grpc.RpcError as e:
         if e.code() != grpc.StatusCode.INVALID_ARGUMENT:
             fail("empty user: %s" % e.code())
+    # A call is counted once the server has seen its batch complete, which
+    # can be just after the client has its status.
+    wait_until("the empty-user call counted", lambda: Scrape(admin).get(
+        "dedupd_rpc_requests_total", method="Filter", code="INVALID_ARGUMENT") is not None)
     s1 = Scrape(admin)
     counters_monotonic(s0, s1)
     expect(s0, s1, "dedupd_rpc_requests_total", 5, method="Filter", code="OK")

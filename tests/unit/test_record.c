@@ -34,6 +34,33 @@ static void test_future_rejects_whole_request(void)
     CHECK_EQ_INT(pr.accepted, 2);
 }
 
+/* RecordDelivery dated more than history.max_future_ms ahead is refused
+ * (it would sort above every genuine delivery and push them out of the
+ * last recent.size); within the bound it goes on to Redis (down here, so
+ * UNAVAILABLE). */
+/* RecordDelivery of the one item "d1" for USER dated AT. */
+static int deliver(const char *user, int64_t at)
+{
+    Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
+    Dedup__V1__RecordDeliveryResponse dresp;
+    char *ids[] = {"d1"};
+    dr.user_id = (char *)user;
+    dr.item_ids = ids;
+    dr.n_item_ids = 1;
+    dr.delivered_at_ms = at;
+    dd_arena_reset(arena);
+    return dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err);
+}
+
+static void test_delivery_future(void)
+{
+    CHECK_EQ_INT(deliver("fred", T0 + cfg.history.max_future_ms + 1), DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "delivered_at_ms") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "history.max_future_ms") != NULL, "%s", err);
+    CHECK_EQ_INT(deliver("fred", INT64_MAX), DD_ERR_INVALID);
+    CHECK_EQ_INT(deliver("fred", T0 + cfg.history.max_future_ms), DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(deliver("fred", 0), DD_ERR_UNAVAILABLE); /* 0 = now */
+}
 
 static void test_bad_input(void)
 {
@@ -70,15 +97,7 @@ static void test_bad_input(void)
 
 static void test_redis_down_writes(void)
 {
-    Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
-    Dedup__V1__RecordDeliveryResponse dresp;
-    char *ids[] = {"d1"};
-    dr.user_id = "erin";
-    dr.item_ids = ids;
-    dr.n_item_ids = 1;
-    dd_arena_reset(arena);
-    CHECK_EQ_INT(dd_record_delivery(wr, arena, &dr, &dresp, err, sizeof err),
-                 DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(deliver("erin", 0), DD_ERR_UNAVAILABLE);
     CHECK_MSG(strstr(err, "recent deliveries unavailable") != NULL, "%s", err);
 
     /* ForgetUser: the plays go even though Redis is down, and the caller
@@ -105,6 +124,7 @@ int main(void)
 {
     setup();
     test_future_rejects_whole_request();
+    test_delivery_future();
     test_bad_input();
     test_redis_down_writes();
     teardown();

@@ -717,6 +717,34 @@ static void test_pb_text_check(void)
     free(play.b);
 }
 
+/* dd_wire_count_field counts a repeated field on the wire, stops past
+ * MAX, and stops at a malformed field. */
+static void test_count_field(void)
+{
+    /* RecordPlaysRequest: user_id "u", then empty plays (0x12 0x00),
+     * scene "s" in between. */
+    uint8_t m[64];
+    size_t n = 0;
+    m[n++] = 0x0a; m[n++] = 1; m[n++] = 'u';
+    for (int i = 0; i < 5; i++) { m[n++] = 0x12; m[n++] = 0; }
+    m[n++] = 0x1a; m[n++] = 1; m[n++] = 's';
+    for (int i = 0; i < 3; i++) { m[n++] = 0x12; m[n++] = 2; m[n++] = 0x0a; m[n++] = 0; }
+    CHECK_EQ_INT(dd_wire_count_field(m, n, 2, 100), 8);
+    CHECK_EQ_INT(dd_wire_count_field(m, n, 1, 100), 1);
+    CHECK_EQ_INT(dd_wire_count_field(m, n, 7, 100), 0);
+    CHECK_EQ_INT(dd_wire_count_field(m, n, 2, 8), 8);
+    CHECK_EQ_INT(dd_wire_count_field(m, n, 2, 7), 8);  /* past MAX: MAX + 1 */
+    CHECK_EQ_INT(dd_wire_count_field(m, n, 2, 3), 4);
+    CHECK_EQ_INT(dd_wire_count_field(m, n, 2, 0), 1);
+    CHECK_EQ_INT(dd_wire_count_field(m, 0, 2, 10), 0);
+    /* A length past the end stops the count where it is. */
+    uint8_t bad[] = {0x12, 0, 0x12, 0, 0x12, 9, 'x'};
+    CHECK_EQ_INT(dd_wire_count_field(bad, sizeof bad, 2, 10), 2);
+    /* A nested field 2 (inside a play) is not counted. */
+    uint8_t nested[] = {0x12, 2, 0x10, 5};
+    CHECK_EQ_INT(dd_wire_count_field(nested, sizeof nested, 2, 10), 1);
+}
+
 int main(void)
 {
     arena = dd_arena_new(0, 0);
@@ -735,6 +763,7 @@ int main(void)
     test_large_garbage();
     test_response_index_boundaries();
     test_response_id_lengths();
+    test_count_field();
     dd_arena_free(arena);
     TEST_MAIN_END();
 }
