@@ -4,79 +4,34 @@
  *
  * DESIGN
  *
- * Threads: rpc.threads workers, each blocked in grpc_completion_queue_next
- *   on its own completion queue (GRPC_CQ_NEXT, registered with the server).
- *   A worker owns everything a call needs: a Redis connection (dd_recent),
- *   a dd_filter, a dd_record (with its history write batch) and an arena,
- *   so a call takes no lock of ours; the history (RocksDB) is shared and
- *   thread-safe.
- * Calls: each worker pre-posts rpc.prepost requests per registered method
- *   (plus as many generic requests, so an unregistered method such as
- *   Health/Watch is answered UNIMPLEMENTED instead of waiting forever).
- *   A request slot cycles REQUESTED -> (call matched) -> worked on
- *   synchronously in the worker -> SENDING (one batch: initial metadata,
- *   message, status, recv-close) -> (batch done) -> unref, re-posted.
- *   A worker works on one call at a time; its other slots wait matched in
- *   its queue, so throughput scales with rpc.threads.
- * Memory: a single-slice payload is read in place, else copied once into
- *   the worker's arena. Filter's request is decoded in place (wire.h: ids
- *   stay in the payload, which lives until the reply is built) and its
- *   response encoded by hand, in one pass, into one grpc_slice of a
- *   bound's size trimmed to what was written; the other requests are
- *   decoded by protobuf-c with the arena as allocator and packed by it.
- *   The filter's scratch lives in the same arena, reset as soon as the
- *   reply is built (an oversized call's memory goes back at once). Per
- *   call there is one grpc_slice for the response; nothing per
- *   candidate.
- * Transport: grpc's HTTP/2 flow-control defaults (see dd_rpc_new: larger
- *   windows and frames cost CPU without saving time), with limits on what
- *   one client holds: streams per connection, idle and age of a
- *   connection, ping strikes, a resource quota over all connections'
- *   buffers, compression off unless asked for (a compressed request is
- *   answered UNIMPLEMENTED by grpc core).
- * Hostile clients: a slot is held while its reply is SENDING, and a peer
- *   that never opens its window holds it for as long as it stays
- *   connected, so a reply not taken within rpc.send_timeout_ms gets its
- *   call cancelled (sweep_sends, from the worker's loop, which wakes at
- *   least every WORKER_TICK_MS). Calls waiting for a slot are matched in
- *   arrival order, so while a hostile peer keeps slots busy an honest
- *   call waits up to about send_timeout x (the peer's calls / slots).
- *   RecordPlays and RecordDelivery are refused on their item count,
- *   counted on the wire (dd_wire_count_field) before protobuf-c
- *   allocates per item.
- * Polling: sockets are polled by each connection's own worker
- *   (rpc.poller = poll) or by grpc's epoll1 engine; after a call a worker
- *   polls without blocking for rpc.spin_us (rpc.h, dd_rpc_process_init,
- *   says why).
- * Deadlines: a call whose deadline has passed when a worker picks it up is
- *   answered DEADLINE_EXCEEDED without being decoded; the remaining time is
- *   handed to the filter, which stops between stages when it runs out.
- * Shutdown (main thread): health NOT_SERVING and the stopping flag (so
- *   slots are not re-posted), grpc_server_shutdown_and_notify on a separate
- *   non-polling queue, wait up to rpc.shutdown_grace_ms for the tag, else
- *   grpc_server_cancel_all_calls and wait again. The tag does not wait
- *   for calls a worker still holds, so each worker finishes what it holds
- *   (a cancelled call's batch fails at once; a call stuck in Redis or
- *   RocksDB ends within recent.timeout_ms or the store's own time), and
- *   when none of its slots has an op pending it shuts its own queue down
- *   and drains it to GRPC_QUEUE_SHUTDOWN. Main joins the workers, then
- *   destroys the server and the queues.
- * Security: rpc.tls_cert/rpc.tls_key make the port TLS only; with
- *   rpc.tls_client_ca the handshake requires a client certificate that CA
- *   signed (grpc verifies it; a connection without one never makes a
- *   call). Each call of a method class whose allow list is not "*" is then
- *   checked against the identities grpc put in the call's auth context
- *   (rpc.h says which) before anything is decoded; the lists are parsed
- *   once in dd_rpc_new and read-only after, so workers share them without
- *   a lock. A "*" class costs nothing per call.
- * Stats: per method, relaxed atomic counters (status codes,
- *   cancellations) and a metrics.h latency histogram, read without locks;
- *   dd_rpc_collect renders them.
+ * Threads: rpc.threads workers, each blocked on its own completion queue.
+ *   A worker owns everything a call needs: a Redis connection, a
+ *   dd_filter, a dd_record and an arena, so a call takes no lock of ours;
+ *   the history (RocksDB) and the allow lists (auth.h) are shared and
+ *   read-only or thread-safe. Sockets are polled by each connection's own
+ *   worker (rpc.poller = poll) or grpc's epoll1; after a call a worker
+ *   polls without blocking for rpc.spin_us (dd_rpc_process_init says why).
+ * Calls: each worker pre-posts rpc.prepost requests per method (plus
+ *   generic ones, so an unknown method is answered UNIMPLEMENTED). A slot
+ *   cycles REQUESTED -> worked on synchronously -> SENDING (one batch:
+ *   metadata, message, status) -> re-posted. The request is read in place
+ *   where it can be, Filter's decoded in place and its reply encoded in
+ *   one pass (wire.h); the arena is reset once the reply is built, so a
+ *   call allocates nothing per candidate and an oversized one's memory
+ *   goes back at once.
+ * Limits: a call past its deadline is answered without being decoded; a
+ *   reply not taken within rpc.send_timeout_ms is cancelled (sweep_sends),
+ *   so no client holds a slot; RecordPlays and RecordDelivery are refused
+ *   on an item count taken on the wire, before protobuf-c allocates; grpc's
+ *   own limits bound streams, idle connections and buffers (dd_rpc_new).
+ * Shutdown and stats: see dd_rpc_shutdown and dd_rpc_collect; counters
+ *   are relaxed atomics and a metrics.h histogram, read without locks.
  */
 #include "rpc.h"
 
 #include "addr.h"
 #include "api.h"
+#include "auth.h"
 #include "arena.h"
 #include "dd.h"
 #include "filter.h"
@@ -162,14 +117,6 @@ struct method_stats {
     _Atomic uint64_t send_timeouts;
 };
 
-/* One parsed allow list (rpc.h: rpc.allow_read, rpc.allow_write). */
-struct allow {
-    const char *key;  /* "rpc.allow_read", static */
-    bool any;         /* "*" */
-    size_t n;         /* identities; 0 and !any = nobody */
-    char **ids;       /* n malloc'd strings, trimmed */
-};
-
 struct dd_rpc {
     grpc_server *server;
     grpc_completion_queue *shutdown_cq;
@@ -190,8 +137,7 @@ struct dd_rpc {
     char *listen;
     const char *tls_mode;     /* "off", "server" or "mutual", for the log */
     bool open_to_all;         /* not loopback and no client certificates */
-    struct allow allow_read;  /* Filter */
-    struct allow allow_write; /* RecordDelivery, RecordPlays, ForgetUser */
+    dd_auth *auth;            /* who may call what; read-only once built */
     int started, shut_down;
     atomic_bool serving;
     atomic_bool stopping;     /* do not re-post slots */
@@ -203,148 +149,12 @@ struct dd_rpc {
 
 /* ---- settings ----------------------------------------------------------- */
 
-static bool blank(char c) { return c == ' ' || c == '\t'; }
-
-static void allow_free(struct allow *a)
-{
-    for (size_t i = 0; i < a->n; i++) free(a->ids[i]);
-    free(a->ids);
-    a->ids = NULL;
-    a->n = 0;
-}
-
-/* Parse LIST (the value of KEY) into *A (rpc.h gives the syntax). With A
- * NULL only check it, allocating nothing; *NAMED tells whether it names
- * identities. Returns 0, DD_ERR_INVALID or DD_ERR_NOMEM, with a message
- * naming KEY; on error *A holds nothing. */
-static int allow_parse(const char *key, const char *list, struct allow *a, bool *named,
-                       char *err, size_t errlen)
-{
-    const char *p = list;
-    while (blank(*p)) p++;
-    size_t len = strlen(p);
-    while (len > 0 && blank(p[len - 1])) len--;
-    *named = false;
-    if (a) *a = (struct allow){.key = key};
-    if (len == 1 && p[0] == '*') {
-        if (a) a->any = true;
-        return DD_OK;
-    }
-    if (len == 0) return DD_OK; /* nobody */
-    const char *end = p + len;
-    for (const char *q = p; q <= end;) {
-        const char *comma = memchr(q, ',', (size_t)(end - q));
-        const char *stop = comma ? comma : end;
-        const char *b = q, *e = stop;
-        while (b < e && blank(*b)) b++;
-        while (e > b && blank(e[-1])) e--;
-        if (b == e) {
-            if (a) allow_free(a);
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                           "%s: \"%s\" has an empty entry (a comma-separated list of client "
-                           "identities, \"*\" for any client, \"\" for none)", key, list);
-        }
-        if (e - b == 1 && *b == '*') {
-            if (a) allow_free(a);
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                           "%s: \"*\" (any client) must be the whole list, not one entry of "
-                           "\"%s\"", key, list);
-        }
-        *named = true;
-        if (a) {
-            char **ids = realloc(a->ids, (a->n + 1) * sizeof *ids);
-            char *id = ids ? strndup(b, (size_t)(e - b)) : NULL;
-            if (ids) a->ids = ids;
-            if (!id) {
-                allow_free(a);
-                return dd_fail(DD_ERR_NOMEM, err, errlen, "%s: out of memory", key);
-            }
-            a->ids[a->n++] = id;
-        }
-        q = stop + 1;
-    }
-    return DD_OK;
-}
-
 int dd_rpc_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen)
 {
-    if (!conf->tls_cert[0] != !conf->tls_key[0])
-        return dd_fail(DD_ERR_INVALID, err, errlen, "%s: must be set together with %s",
-                       conf->tls_cert[0] ? "rpc.tls_key" : "rpc.tls_cert",
-                       conf->tls_cert[0] ? "rpc.tls_cert" : "rpc.tls_key");
-    bool mutual = conf->tls_client_ca[0] != '\0';
-    if (mutual && !conf->tls_cert[0])
-        return dd_fail(DD_ERR_INVALID, err, errlen,
-                       "rpc.tls_client_ca: needs rpc.tls_cert and rpc.tls_key (client "
-                       "certificates are asked for only over TLS)");
-    const char *keys[] = {"rpc.allow_read", "rpc.allow_write"};
-    const char *lists[] = {conf->allow_read, conf->allow_write};
-    for (size_t i = 0; i < DD_ARRAY_LEN(keys); i++) {
-        bool named;
-        int rc = allow_parse(keys[i], lists[i], NULL, &named, err, errlen);
-        if (rc != DD_OK) return rc;
-        if (named && !mutual)
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                           "%s: \"%s\" names client identities, which only rpc.tls_client_ca "
-                           "(mutual TLS) provides; without it use \"*\" (anyone) or \"\" "
-                           "(no one)", keys[i], lists[i]);
-    }
-    if (!mutual && !conf->allow_insecure && !dd_hostport_is_loopback(conf->listen))
-        return dd_fail(DD_ERR_INVALID, err, errlen,
-                       "rpc.listen: \"%s\" is not a loopback address and clients are not "
-                       "authenticated (%s): set rpc.tls_cert, rpc.tls_key and "
-                       "rpc.tls_client_ca for mutual TLS, or rpc.allow_insecure = true to "
-                       "let any peer call every method",
-                       conf->listen, conf->tls_cert[0] ? "TLS without rpc.tls_client_ca"
-                                                       : "plaintext");
-    return DD_OK;
+    return dd_auth_conf_check(conf, err, errlen);
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */
-
-/* Plaintext, TLS, or TLS that requires and verifies a client certificate
- * signed by rpc.tls_client_ca. NULL on error (message in err). */
-static grpc_server_credentials *make_credentials(const struct dd_rpc_conf *conf, char *err,
-                                                 size_t errlen)
-{
-    if (!conf->tls_cert[0]) return grpc_insecure_server_credentials_create();
-    grpc_server_credentials *c = NULL;
-    char *key = NULL, *ca = NULL;
-    char *cert = dd_read_file(conf->tls_cert, err, errlen);
-    if (!cert) goto out;
-    key = dd_read_file(conf->tls_key, err, errlen);
-    if (!key) goto out;
-    if (conf->tls_client_ca[0]) {
-        ca = dd_read_file(conf->tls_client_ca, err, errlen);
-        if (!ca) goto out;
-        /* grpc would take an empty or wrong file and fail every handshake
-         * later, which looks like a client problem; say so now. */
-        if (!strstr(ca, "-----BEGIN CERTIFICATE-----")) {
-            dd_fail(DD_ERR_INVALID, err, errlen, "rpc.tls_client_ca: %s holds no PEM certificate",
-                    conf->tls_client_ca);
-            goto out;
-        }
-    }
-    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
-    /* The config copies the PEM text; the options take the config, the
-     * credentials the options. */
-    grpc_ssl_server_certificate_config *cfg = grpc_ssl_server_certificate_config_create(ca, &pair, 1);
-    grpc_ssl_server_credentials_options *opts =
-        cfg ? grpc_ssl_server_credentials_create_options_using_config(
-                  ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                     : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
-                  cfg)
-            : NULL;
-    c = opts ? grpc_ssl_server_credentials_create_with_options(opts) : NULL;
-    if (!c)
-        dd_fail(DD_ERR_INVALID, err, errlen,
-                "rpc.tls_cert/rpc.tls_key/rpc.tls_client_ca: cannot create TLS credentials");
-out:
-    free(ca);
-    free(key);
-    free(cert);
-    return c;
-}
 
 static void worker_release(struct worker *w)
 {
@@ -468,12 +278,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     }
     rpc->tls_mode = !conf->tls_cert[0] ? "off" : conf->tls_client_ca[0] ? "mutual" : "server";
     rpc->open_to_all = !conf->tls_client_ca[0] && !dd_hostport_is_loopback(conf->listen);
-    bool named;
-    if ((rc = allow_parse("rpc.allow_read", conf->allow_read, &rpc->allow_read, &named, err,
-                          errlen)) != DD_OK ||
-        (rc = allow_parse("rpc.allow_write", conf->allow_write, &rpc->allow_write, &named, err,
-                          errlen)) != DD_OK)
-        goto err;
+    if ((rc = dd_auth_new(&rpc->auth, conf, err, errlen)) != DD_OK) goto err;
     rc = DD_ERR_NOMEM;
 
     /* Flow-control settings are grpc's defaults on purpose: a larger stream
@@ -566,7 +371,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
         if (rc != DD_OK) goto err;
     }
 
-    grpc_server_credentials *creds = make_credentials(conf, err, errlen);
+    grpc_server_credentials *creds = dd_auth_credentials(conf, err, errlen);
     if (!creds) {
         rc = DD_ERR_INVALID;
         goto err;
@@ -718,62 +523,6 @@ static int bad_strings(struct worker *w, const ProtobufCMessageDescriptor *d,
                        const uint8_t *data, size_t len, int utf8)
 {
     return dd_wire_pb_text_check(d, data, len, utf8, w->msg, sizeof w->msg) != DD_OK;
-}
-
-/* Whether property NAME of CTX has a value equal to ID (by length too, so
- * a value with a NUL inside never matches a shorter entry). */
-static bool has_identity(const grpc_auth_context *ctx, const char *name, const char *id)
-{
-    size_t len = strlen(id);
-    grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, name);
-    const grpc_auth_property *p;
-    while ((p = grpc_auth_property_iterator_next(&it)))
-        if (p->value && p->value_length == len && memcmp(p->value, id, len) == 0) return true;
-    return false;
-}
-
-/* The allow list for method M, or NULL for a method anyone may call. */
-static const struct allow *allow_of(const dd_rpc *rpc, enum dd_api_method m)
-{
-    switch (m) {
-    case DD_API_FILTER: return &rpc->allow_read;
-    case DD_API_RECORD_DELIVERY:
-    case DD_API_RECORD_PLAYS:
-    case DD_API_FORGET_USER: return &rpc->allow_write;
-    default: return NULL;
-    }
-}
-
-/* May the peer of S call its method (rpc.h: rpc.allow_read/allow_write)?
- * GRPC_STATUS_OK, or PERMISSION_DENIED with the client and key named in
- * w->msg. Reads only the call's auth context: nothing is decoded yet. */
-static grpc_status_code authorize(struct worker *w, struct slot *s)
-{
-    static struct dd_log_limit denied_log;
-    const struct allow *a = allow_of(w->rpc, s->method);
-    if (!a || a->any) return GRPC_STATUS_OK;
-    grpc_auth_context *ctx = grpc_call_auth_context(s->call);
-    bool ok = false;
-    for (size_t i = 0; ctx && !ok && i < a->n; i++)
-        ok = has_identity(ctx, GRPC_X509_CN_PROPERTY_NAME, a->ids[i]) ||
-             has_identity(ctx, GRPC_X509_SAN_PROPERTY_NAME, a->ids[i]);
-    if (!ok) {
-        /* Name the client by what grpc calls its identity (the SANs, else
-         * the CN); the first one is enough to tell certificates apart. */
-        const grpc_auth_property *p = NULL;
-        if (ctx) {
-            grpc_auth_property_iterator it = grpc_auth_context_peer_identity(ctx);
-            p = grpc_auth_property_iterator_next(&it);
-        }
-        const char *who = p && p->value ? p->value : "(no client certificate)";
-        snprintf(w->msg, sizeof w->msg, "client \"%.200s\" may not call %s (not in %s)", who,
-                 dd_api_method_name(s->method), a->key);
-        dd_log_limited(&denied_log, 10000, DD_LOG_WARN, "rpc",
-                       "msg=\"call denied\" method=%s client=\"%.200s\" setting=%s",
-                       dd_api_method_path(s->method), who, a->key);
-    }
-    if (ctx) grpc_auth_context_release(ctx);
-    return ok ? GRPC_STATUS_OK : GRPC_STATUS_PERMISSION_DENIED;
 }
 
 /* Whether the request in DATA repeats field NUM (named NAME in the
@@ -931,7 +680,8 @@ static void handle(struct worker *w, struct slot *s)
         snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
         gpr_free(name);
         s->status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if ((s->status = authorize(w, s)) != GRPC_STATUS_OK) {
+    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method, w->msg,
+                                         sizeof w->msg)) != GRPC_STATUS_OK) {
         /* message set by authorize; the payload is never looked at */
     } else if (!s->payload) {
         s->status = GRPC_STATUS_INVALID_ARGUMENT;
@@ -1000,7 +750,9 @@ static void handle(struct worker *w, struct slot *s)
 /* A reply the peer does not take (its HTTP/2 window stays shut, or it
  * never reads) keeps its slot SENDING: with no deadline of its own, for as
  * long as the connection lives, and prepost such calls starve a method on
- * this worker. Every SENDING slot past its send deadline (rpc.send_timeout_ms
+ * this worker. Calls waiting for a slot are matched in arrival order, so
+ * while a hostile peer keeps slots busy an honest call waits up to about
+ * send_timeout x (the peer's calls / slots). Every SENDING slot past its send deadline (rpc.send_timeout_ms
  * after its batch started) has its call cancelled; the batch then
  * completes and finish() re-posts the slot. grpc_call_cancel_with_status is
  * safe with the batch pending; a slot is cancelled once. */
@@ -1125,6 +877,15 @@ err:
     return DD_ERR_IO;
 }
 
+/* Health NOT_SERVING and the stopping flag (so slots are not re-posted),
+ * grpc_server_shutdown_and_notify on a separate non-polling queue, wait up
+ * to rpc.shutdown_grace_ms for the tag, else grpc_server_cancel_all_calls
+ * and wait again. The tag does not wait for calls a worker still holds,
+ * so each worker finishes what it holds (a cancelled call's batch fails at
+ * once; a call stuck in Redis or RocksDB ends within recent.timeout_ms or
+ * the store's own time), and when none of its slots has an op pending it
+ * shuts its own queue down and drains it. Then the workers are joined and
+ * the server and queues destroyed. */
 void dd_rpc_shutdown(dd_rpc *rpc)
 {
     if (!rpc || !rpc->started || rpc->shut_down) return;
@@ -1214,8 +975,7 @@ void dd_rpc_free(dd_rpc *rpc)
         grpc_completion_queue_destroy(rpc->shutdown_cq);
     }
     free(rpc->listen);
-    allow_free(&rpc->allow_read);
-    allow_free(&rpc->allow_write);
+    dd_auth_free(rpc->auth);
     free(rpc);
     grpc_shutdown();
 }

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * auth.h - who may call what on the gRPC port: the server's credentials
+ * (plaintext, TLS, or mutual TLS against rpc.tls_client_ca), the allow
+ * lists of the read class (Filter) and the write class (RecordDelivery,
+ * RecordPlays, ForgetUser), and the per-call check of the client's
+ * certificate identities against them. rpc.h documents the settings.
+ *
+ * DESIGN
+ *
+ * grpc verifies a client certificate during the handshake, so a connection
+ * without one never makes a call; what is left per call is whether one of
+ * the identities grpc put in the call's auth context (the certificate's CN
+ * and its subject alternative names) is on the method class's list. The
+ * lists are parsed once and read-only after, so every worker reads one
+ * dd_auth without a lock, and a "*" class costs nothing per call. The
+ * check reads only the auth context: it runs before a request is decoded.
+ */
+#ifndef DD_AUTH_H
+#define DD_AUTH_H
+
+#include <stddef.h>
+
+#include <grpc/grpc.h>
+
+#include "api.h"
+#include "rpc.h"
+
+typedef struct dd_auth dd_auth;
+
+/* Check CONF's TLS and allow-list settings alone, reading no file (rpc.h,
+ * dd_rpc_conf_check, which calls this, says what is checked). Returns 0 or
+ * DD_ERR_INVALID with a message naming the keys. */
+int dd_auth_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen);
+
+/* Parse CONF's allow lists. Returns 0, DD_ERR_INVALID or DD_ERR_NOMEM (a
+ * message naming the key in err; *out NULL). Free with dd_auth_free (NULL
+ * is a no-op). */
+int dd_auth_new(dd_auth **out, const struct dd_rpc_conf *conf, char *err, size_t errlen);
+void dd_auth_free(dd_auth *a);
+
+/* The port's credentials: plaintext without rpc.tls_cert; TLS with it;
+ * TLS that requires and verifies a client certificate signed by
+ * rpc.tls_client_ca with that too. The PEM files are read now. NULL on
+ * error (a message naming the file or key in err). The caller releases
+ * them (grpc_server_credentials_release). */
+grpc_server_credentials *dd_auth_credentials(const struct dd_rpc_conf *conf, char *err,
+                                             size_t errlen);
+
+/* May the client of CALL call method M? GRPC_STATUS_OK, or
+ * GRPC_STATUS_PERMISSION_DENIED with the client and the key named in MSG
+ * (MSG_CAP bytes) and a rate-limited warning logged. Thread-safe. */
+grpc_status_code dd_auth_call(const dd_auth *a, grpc_call *call, enum dd_api_method m,
+                              char *msg, size_t msg_cap);
+
+#endif
