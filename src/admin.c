@@ -3,6 +3,15 @@
  * admin.c - see admin.h: the admin HTTP listener (libmicrohttpd), readiness
  * and its metrics, and sd_notify. The modules' families are their own
  * collectors'; this file only adds and removes them.
+ *
+ * Slow clients: libmicrohttpd's own timeout is an idle one, which every
+ * trickled byte resets, so a client sending a header line a second would
+ * hold a connection for ever. Connections are bounded in number
+ * (admin.max_connections, admin.max_connections_per_ip; more are refused
+ * at accept) and in time: a connection must complete a request within
+ * admin.request_timeout_ms of opening (or of its previous request), else
+ * the reaper shuts its socket down and libmicrohttpd closes it. A request
+ * may use at most libmicrohttpd's connection memory limit (32 KiB).
  */
 #include "admin.h"
 #include "addr.h"
@@ -98,7 +107,7 @@ struct dd_admin {
         dd_admin_degraded_fn degraded;
     } attached[DD_ADMIN_COMPONENT_COUNT];
 
-    /* Open connections, for the reaper (admin.h, "Slow clients"). An
+    /* Open connections, for the reaper ("Slow clients" above). An
      * entry is added when libmicrohttpd reports the connection started
      * and removed when it reports it closed, which it does before it
      * closes the socket: so under conn_lock an entry's fd is still the

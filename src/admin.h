@@ -10,37 +10,27 @@
  *
  * DESIGN
  *
- * Threads: libmicrohttpd runs admin.threads internal polling threads (a
- * pool) that answer the requests; a reaper thread closes connections past
- * their deadline (below); a watchdog thread exists only when systemd asked
- * for one (WATCHDOG_USEC).
+ * Threads: libmicrohttpd's pool of admin.threads answers requests; a
+ * reaper thread closes connections past their deadline; a watchdog thread
+ * exists only when systemd asked for one (WATCHDOG_USEC). Connections are
+ * bounded in number and in time (admin.c, "Slow clients"), so clients that
+ * trickle bytes cannot keep /healthz from answering.
  *
- * Slow clients: libmicrohttpd's own timeout is an idle one, which every
- * trickled byte resets, so a client sending a header line a second would
- * hold a connection for ever. Connections are bounded in number
- * (admin.max_connections, admin.max_connections_per_ip; more are refused
- * at accept) and in time: a connection must complete a request within
- * admin.request_timeout_ms of opening (or of its previous request), else
- * the reaper shuts its socket down and libmicrohttpd closes it. A request
- * may use at most libmicrohttpd's connection memory limit (32 KiB). Readiness flags are atomics. Attaching a module adds
- * its collector to the metrics registry and detaching removes it; the
- * registry's mutex keeps a collector from running after its removal. The
- * attached module and its readiness probe, which /readyz calls, are
- * guarded by the admin's own mutex (taken after the registry's, never
- * around it). So the one rule for main is: attach after the module is
- * started, detach before it is freed; then neither a scrape nor /readyz
- * ever touches a freed module. Collectors that are no component's (such
- * as plays.h's) main adds to dd_admin_metrics itself and removes, or
- * frees the admin, before freeing what they read.
+ * Lifetimes: attaching a module adds its collector to the metrics
+ * registry, detaching removes it, and the registry's mutex keeps a
+ * collector from running after its removal; the attached module and its
+ * readiness probe are guarded by the admin's own mutex (taken after the
+ * registry's, never around it). The one rule for main: attach after the
+ * module is started, detach before it is freed. Collectors that are no
+ * component's (plays.h) main adds to dd_admin_metrics itself.
  *
  * Ready (/readyz 200) = not stopping, and the store is open, and gRPC is
- * serving, and (when ingest.enabled) ingest has partitions assigned.
- * Otherwise 503 with one line naming what is missing. A ready component
- * may be degraded (the store cannot write: full disk): /readyz stays 200,
- * since Filter still answers correctly from what is stored and taking the
- * node out would only move load onto nodes sharing the fault, and its body
- * says "ready; degraded: ..." (the store's own metrics alert). /healthz is
- * 200 while the process answers at all.
+ * serving, and (when ingest.enabled) ingest has partitions assigned;
+ * otherwise 503 with one line naming what is missing. A ready component
+ * may be degraded (full disk): /readyz stays 200, since Filter still
+ * answers correctly and taking the node out would move load onto nodes
+ * sharing the fault, and says "ready; degraded: ...". /healthz is 200
+ * while the process answers at all.
  */
 #ifndef DD_ADMIN_H
 #define DD_ADMIN_H

@@ -27,21 +27,8 @@
  * as empty; the next fold replaces it. A read that fails is an error, never
  * "not seen".
  *
- * Full disk: writes and flushes are refused (DD_ERR_IO, "no space left on
- *        device: ...") while the filesystem of history.path has less than
- *        history.min_free_mb free (statvfs before each), and a write that
- *        RocksDB fails with ENOSPC is reported the same way. Reads go on.
- *        RocksDB stops writing after a failed flush or compaction (its
- *        background error) and, through its default SstFileManager, resumes
- *        by itself about every 5 s once there is room again (RocksDB 7.8's C
- *        API has no rocksdb_resume); unlogged writes still in the memtables
- *        are kept and flushed then. The reserve exists because RocksDB 7.8
- *        cannot recover from a failed write-ahead log append: the log
- *        writer keeps the error and Debian's build (assertions on) aborts at
- *        its next use. After such a failure ("wal_failed") every write is
- *        refused until a restart, and close skips the WAL sync. RocksDB's
- *        info LOG is off by default (info_log_level=FATAL_LEVEL) for the same
- *        reason: a LOG line after a failed one aborts the process.
+ * Full disk: writes and flushes are refused, reads go on, and the store
+ * resumes by itself once there is room (see dd_history_write).
  *
  * Threads: a dd_history is safe to use from any number of threads at once
  * (RocksDB is); batches are not shared between threads.
@@ -147,7 +134,23 @@ size_t dd_history_batch_bytes(const dd_history_batch *b);
  * plays are visible to every later probe and durable (unless the batch is
  * unlogged: then durable after the next dd_history_flush). DD_ERR_IO with a
  * message in err otherwise (nothing of the batch may be assumed written).
- * The batch is left as it was. */
+ * The batch is left as it was.
+ *
+ * Full disk: writes and flushes are refused (DD_ERR_IO, "no space left on
+ * device: ...") while the filesystem of history.path has less than
+ * history.min_free_mb free (statvfs before each), and a write that RocksDB
+ * fails with ENOSPC is reported the same way. Reads go on. RocksDB stops
+ * writing after a failed flush or compaction (its background error) and,
+ * through its default SstFileManager, resumes by itself about every 5 s
+ * once there is room again (RocksDB 7.8's C API has no rocksdb_resume);
+ * unlogged writes still in the memtables are kept and flushed then. The
+ * reserve exists because RocksDB 7.8 cannot recover from a failed
+ * write-ahead log append: the log writer keeps the error and Debian's
+ * build (assertions on) aborts at its next use. After such a failure
+ * ("wal_failed") every write is refused until a restart, and close skips
+ * the WAL sync. RocksDB's info LOG is off by default
+ * (info_log_level=FATAL_LEVEL) for the same reason: a LOG line after a
+ * failed one aborts the process. */
 int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errlen);
 
 /* Probe: for the N hashes in SORTED (ascending by h >> 32: see
