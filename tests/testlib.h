@@ -56,6 +56,18 @@ static inline int tl_rm_entry(const char *path, const struct stat *sb, int flag,
     return remove(path);
 }
 
+/* Make a fresh directory "$TMPDIR/dd-test-NAME-XXXXXX" (TMPDIR unset or
+ * empty: /tmp) into BUF (CAP bytes) and return BUF; stop the test if it
+ * cannot be made. Remove it with tl_rm_tree. */
+static inline char *tl_tmpdir(char *buf, size_t cap, const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    int n = snprintf(buf, cap, "%s/dd-test-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    REQUIRE(n > 0 && (size_t)n < cap);
+    REQUIRE(mkdtemp(buf) != NULL);
+    return buf;
+}
+
 /* Remove PATH and everything below it (a test's temporary directory). */
 static inline void tl_rm_tree(const char *path)
 {

@@ -146,8 +146,7 @@ static void cleanup(void)
 static void redis_new(struct redis *rs, const char *password)
 {
     memset(rs, 0, sizeof *rs);
-    snprintf(rs->dir, sizeof rs->dir, "/tmp/dedupd-recent-XXXXXX");
-    REQUIRE(mkdtemp(rs->dir) != NULL);
+    tl_tmpdir(rs->dir, sizeof rs->dir, "recent");
     rs->port = tl_free_port();
     rs->password = password;
     started[nstarted++] = rs;

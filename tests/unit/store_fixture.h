@@ -47,8 +47,7 @@ static char err[512];
 
 static void setup(void)
 {
-    snprintf(root, sizeof root, "/tmp/dd-test-store-XXXXXX");
-    REQUIRE(mkdtemp(root) != NULL);
+    tl_tmpdir(root, sizeof root, "store");
     REQUIRE(dd_config_init(&cfg) == DD_OK);
     char path[128], addr[64];
     snprintf(path, sizeof path, "%s/history", root);

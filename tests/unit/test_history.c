@@ -1267,9 +1267,7 @@ static void test_probe_any_ways(void)
 
 int main(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(root, sizeof root, "%s/dd_history_XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    REQUIRE(mkdtemp(root) != NULL);
+    tl_tmpdir(root, sizeof root, "history");
 
     test_place();
     test_roundtrip();

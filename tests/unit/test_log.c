@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/dd_test_log_XXXXXX";
+static char dir[128];
 
 /* The whole file at PATH as a malloc'd string ("" when missing). */
 static char *slurp(const char *path)
@@ -159,7 +159,7 @@ static void test_limited(void)
 
 int main(void)
 {
-    REQUIRE(mkdtemp(dir) != NULL);
+    tl_tmpdir(dir, sizeof dir, "log");
     test_levels();
     test_file_lines();
     test_open_failure_keeps_file();

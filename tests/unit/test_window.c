@@ -207,8 +207,7 @@ static void test_memory_bound(dd_history *h, dd_history_batch *b, int heavy)
 
 int main(void)
 {
-    snprintf(root, sizeof root, "/tmp/dd-test-window-XXXXXX");
-    REQUIRE(mkdtemp(root));
+    tl_tmpdir(root, sizeof root, "window");
     char path[128], err[256];
     snprintf(path, sizeof path, "%s/db", root);
     struct dd_config cfg;
