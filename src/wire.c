@@ -97,14 +97,17 @@ static size_t scan_field(const uint8_t *p, size_t rem, struct field *f)
         break;
     case WT_LEN: {
         size_t m = rem < 5 ? rem : 5, i = 0;
-        uint32_t v = 0;
+        uint64_t v = 0;
         unsigned shift = 0;
         for (; i < m; i++) {
-            v |= (uint32_t)(p[i] & 0x7f) << shift;
+            v |= (uint64_t)(p[i] & 0x7f) << shift;
             shift += 7;
             if ((p[i] & 0x80) == 0) break;
         }
         if (i == m) return 0;
+        /* protobuf-c reads the prefix into a size_t and refuses a length
+         * over INT_MAX (its fifth byte can carry bits past 32). */
+        if (v > INT32_MAX) return 0;
         size_t hdr = i + 1;
         if ((uint64_t)hdr + v > rem) return 0;
         f->payload = p + hdr;

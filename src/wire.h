@@ -45,7 +45,8 @@ typedef struct ProtobufCMessageDescriptor ProtobufCMessageDescriptor;
  * Read as protobuf-c 1.4 reads it: a tag is a varint of at most 5 bytes;
  * wire types 3, 4 (groups), 6 and 7 are errors; unknown fields of the
  * other types are skipped; a length prefix is a varint of at most 5
- * bytes, read as 32 bits, that must fit the remaining bytes; varints are
+ * bytes whose value is at most INT_MAX and fits the remaining bytes (its
+ * fifth byte may carry bits past 32: protobuf-c refuses those); varints are
  * at most 10 bytes; strings (1, 2, 3) must be length-delimited;
  * lookback_days (4) and mode (5) must be varints, read as their low 32
  * bits; explain (6) is true when any byte of the field, as scanned, has a

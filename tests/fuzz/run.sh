@@ -13,8 +13,11 @@ name=$(basename "$target")
 work=${DD_FUZZ_WORK:-$(dirname "$target")/fuzz-work}/$name
 mkdir -p "$work/corpus"
 cp -n "$seeds"/* "$work/corpus/" 2>/dev/null || true
+# A finding exits 1, not libFuzzer's default 77, which meson reads as a
+# skipped test.
 args=(-max_total_time="${DD_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 -timeout=10
-      -max_len=8192 -print_final_stats=1 -artifact_prefix="$work/")
+      -max_len=8192 -print_final_stats=1 -artifact_prefix="$work/"
+      -error_exitcode=1 -timeout_exitcode=1)
 [ -n "$dict" ] && args+=(-dict="$dict")
 # symbolized stack traces (llvm-14 installs the symbolizer under this name)
 if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ] && [ -x /usr/lib/llvm-14/bin/llvm-symbolizer ]; then

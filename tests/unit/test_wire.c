@@ -200,6 +200,19 @@ static void test_garbage(void)
     free_ids(ids, 40);
 }
 
+/* A length prefix whose fifth byte carries bits past 32: protobuf-c reads
+ * it into a size_t and refuses it (over INT_MAX), so must the decoder,
+ * which once read it as 32 bits (0 here). Found by fuzz_wire. */
+static void test_long_length_prefix(void)
+{
+    static const uint8_t user[] = {0x0a, 0x80, 0x80, 0x80, 0x80, 0x40};
+    static const uint8_t cand[] = {0x12, 0x01, 'a', 0x12, 0x81, 0x80, 0x80, 0x80, 0x10};
+    static const uint8_t big_ok[] = {0x0a, 0x80, 0x80, 0x80, 0x80, 0x00}; /* 0, padded */
+    CHECK(agree(user, sizeof user, 1));
+    CHECK(agree(cand, sizeof cand, 1));
+    CHECK(agree(big_ok, sizeof big_ok, 1));
+}
+
 static void test_unknown_and_odd_fields(void)
 {
     size_t len;
@@ -752,6 +765,7 @@ int main(void)
     test_valid_and_truncated();
     test_garbage();
     test_unknown_and_odd_fields();
+    test_long_length_prefix();
     test_response_bytes();
     test_response_large();
     test_id_lengths_and_nuls();
