@@ -63,13 +63,22 @@ void dd_record_free(dd_record *r)
     free(r);
 }
 
-/* user_id and scene rules (api.h) on protobuf-c's C strings. */
-static int check_user_scene(const dd_record *r, const char *user, size_t *user_len,
-                            const char *scene, size_t *scene_len, char *err, size_t errlen)
+/* What every write request is checked for first: the user_id and scene
+ * rules (api.h) on protobuf-c's C strings, and at most rpc.max_candidates
+ * entries in its repeated FIELD (N of them). */
+static int check_request(const dd_record *r, const char *user, size_t *user_len,
+                         const char *scene, size_t *scene_len, const char *field, size_t n,
+                         char *err, size_t errlen)
 {
     *user_len = strlen(user);
     *scene_len = strlen(scene);
-    return dd_api_check_user_scene(*user_len, *scene_len, r->max_id_bytes, err, errlen);
+    int rc = dd_api_check_user_scene(*user_len, *scene_len, r->max_id_bytes, err, errlen);
+    if (rc) return rc;
+    if (n > r->max_candidates)
+        return dd_fail(DD_ERR_LIMIT, err, errlen,
+                       "%s has %zu entries, more than rpc.max_candidates=%" PRIu32, field, n,
+                       r->max_candidates);
+    return DD_OK;
 }
 
 int dd_record_delivery(dd_record *w, dd_arena *arena,
@@ -80,13 +89,10 @@ int dd_record_delivery(dd_record *w, dd_arena *arena,
     const size_t n = req->n_item_ids;
 
     dedup__v1__record_delivery_response__init(resp);
-    int rc = check_user_scene(w, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "item_ids", n,
+                           err, errlen);
     if (rc) return rc;
     if (n == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids is empty");
-    if (n > w->max_candidates)
-        return dd_fail(DD_ERR_LIMIT, err, errlen,
-                    "item_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
-                    w->max_candidates);
     if (req->delivered_at_ms < 0)
         return dd_fail(DD_ERR_INVALID, err, errlen, "delivered_at_ms is negative (%" PRId64 ")",
                     (int64_t)req->delivered_at_ms);
@@ -145,12 +151,9 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
     const size_t n = req->n_plays;
 
     dedup__v1__record_plays_response__init(resp);
-    int rc = check_user_scene(w, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "plays", n, err,
+                           errlen);
     if (rc) return rc;
-    if (n > w->max_candidates)
-        return dd_fail(DD_ERR_LIMIT, err, errlen,
-                    "plays has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
-                    w->max_candidates);
     if (n == 0) return DD_OK;
 
     struct seg_hash *sh = dd_arena_alloc(arena, n * sizeof *sh);
@@ -233,7 +236,8 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
     size_t user_len, scene_len;
 
     dedup__v1__forget_user_response__init(resp);
-    int rc = check_user_scene(w, req->user_id, &user_len, req->scene, &scene_len, err, errlen);
+    int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "", 0, err,
+                           errlen);
     if (rc) return rc;
     char herr[256];
     rc = dd_history_forget(w->history, req->scene, scene_len, req->user_id, user_len, herr,
