@@ -115,27 +115,10 @@ static void arena_reset(struct arena *a)
 
 /* ----------------------------------------------------------------- client */
 
-enum method {
-    M_FILTER,
-    M_RECORD_DELIVERY,
-    M_RECORD_PLAYS,
-    M_FORGET,
-    M_HEALTH,
-    M_COUNT
-};
-
-static const char *const method_paths[M_COUNT] = {
-    [M_FILTER] = DD_API_PATH_FILTER,
-    [M_RECORD_DELIVERY] = DD_API_PATH_RECORD_DELIVERY,
-    [M_RECORD_PLAYS] = DD_API_PATH_RECORD_PLAYS,
-    [M_FORGET] = DD_API_PATH_FORGET_USER,
-    [M_HEALTH] = DD_API_PATH_HEALTH_CHECK,
-};
-
 struct dd_client {
     grpc_channel *channel;
     grpc_completion_queue *cq;
-    void *methods[M_COUNT];
+    void *methods[DD_API_UNKNOWN]; /* registered call handles, by api.h method */
     int timeout_ms;
     struct arena arena;
     ProtobufCAllocator alloc;
@@ -228,10 +211,11 @@ int dd_client_new_tls(dd_client **out, const char *addr, const struct dd_client_
     }
     /* The paths are string literals: they outlive the channel, as grpc
      * requires of registered methods. */
-    for (int m = 0; m < M_COUNT; m++) {
-        c->methods[m] = grpc_channel_register_call(c->channel, method_paths[m], NULL, NULL);
+    for (int m = 0; m < DD_API_UNKNOWN; m++) {
+        const char *path = dd_api_method_path((enum dd_api_method)m);
+        c->methods[m] = grpc_channel_register_call(c->channel, path, NULL, NULL);
         if (!c->methods[m]) {
-            dd_set_err(err, errlen, "cannot register method %s", method_paths[m]);
+            dd_set_err(err, errlen, "cannot register method %s", path);
             goto err;
         }
     }
@@ -304,7 +288,7 @@ static int local_fail(dd_client *c, grpc_status_code status, int rc, const char 
 }
 
 /* One unary call: REQ out, a RESP_DESC message into the arena (*resp). */
-static int call_unary(dd_client *c, enum method m, const ProtobufCMessage *req,
+static int call_unary(dd_client *c, enum dd_api_method m, const ProtobufCMessage *req,
                       const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp)
 {
     *resp = NULL;
@@ -419,7 +403,7 @@ int dd_client_filter(dd_client *c, const Dedup__V1__FilterRequest *req,
                      const Dedup__V1__FilterResponse **resp)
 {
     ProtobufCMessage *m;
-    int rc = call_unary(c, M_FILTER, &req->base, &dedup__v1__filter_response__descriptor, &m);
+    int rc = call_unary(c, DD_API_FILTER, &req->base, &dedup__v1__filter_response__descriptor, &m);
     if (resp) *resp = (const Dedup__V1__FilterResponse *)m;
     return rc;
 }
@@ -428,7 +412,7 @@ int dd_client_record_delivery(dd_client *c, const Dedup__V1__RecordDeliveryReque
                               const Dedup__V1__RecordDeliveryResponse **resp)
 {
     ProtobufCMessage *m;
-    int rc = call_unary(c, M_RECORD_DELIVERY, &req->base,
+    int rc = call_unary(c, DD_API_RECORD_DELIVERY, &req->base,
                         &dedup__v1__record_delivery_response__descriptor, &m);
     if (resp) *resp = (const Dedup__V1__RecordDeliveryResponse *)m;
     return rc;
@@ -438,7 +422,7 @@ int dd_client_record_plays(dd_client *c, const Dedup__V1__RecordPlaysRequest *re
                            const Dedup__V1__RecordPlaysResponse **resp)
 {
     ProtobufCMessage *m;
-    int rc = call_unary(c, M_RECORD_PLAYS, &req->base,
+    int rc = call_unary(c, DD_API_RECORD_PLAYS, &req->base,
                         &dedup__v1__record_plays_response__descriptor, &m);
     if (resp) *resp = (const Dedup__V1__RecordPlaysResponse *)m;
     return rc;
@@ -447,7 +431,8 @@ int dd_client_record_plays(dd_client *c, const Dedup__V1__RecordPlaysRequest *re
 int dd_client_forget(dd_client *c, const Dedup__V1__ForgetUserRequest *req)
 {
     ProtobufCMessage *m;
-    return call_unary(c, M_FORGET, &req->base, &dedup__v1__forget_user_response__descriptor, &m);
+    return call_unary(c, DD_API_FORGET_USER, &req->base,
+                      &dedup__v1__forget_user_response__descriptor, &m);
 }
 
 int dd_client_health(dd_client *c, const char *service, int *serving_status)
@@ -455,8 +440,8 @@ int dd_client_health(dd_client *c, const char *service, int *serving_status)
     Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     req.service = (char *)(service ? service : "");
     ProtobufCMessage *m;
-    int rc = call_unary(c, M_HEALTH, &req.base, &grpc__health__v1__health_check_response__descriptor,
-                        &m);
+    int rc = call_unary(c, DD_API_HEALTH_CHECK, &req.base,
+                        &grpc__health__v1__health_check_response__descriptor, &m);
     if (rc == DD_OK)
         *serving_status = (int)((const Grpc__Health__V1__HealthCheckResponse *)m)->status;
     return rc;
