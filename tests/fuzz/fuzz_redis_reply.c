@@ -27,15 +27,16 @@ static void collect(const redisReply *r, int top, uint64_t *h, size_t *n)
         for (size_t i = 0; i < r->elements; i++) collect(r->element[i], 0, h, n);
 }
 
-/* Whether some line of DATA starts with '*' and a count over 4096. hiredis
+/* Whether some '*' in DATA is followed by a count over 4096. hiredis
  * 0.14's own reader allocates an array's element pointers up front, so
  * "*666666661" would have the oracle (not recent.c's functions, which
  * allocate nothing) ask for gigabytes: such inputs are parsed by ours only.
- * Conservative: a bulk string's bytes can look like such a line too. */
+ * Any '*', not only one at a line's start: hiredis does not check the CRLF
+ * after a bulk string, so a header can follow one mid-line. */
 static int huge_array(const uint8_t *data, size_t size)
 {
     for (size_t i = 0; i < size; i++) {
-        if (data[i] != '*' || (i > 0 && data[i - 1] != '\n')) continue;
+        if (data[i] != '*') continue;
         unsigned long long v = 0;
         size_t j = i + 1;
         if (j < size && data[j] == '-') continue;
