@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * cluster.h - shards and replicas on Kafka partitions: the static cluster
+ * map ([cluster] in conf/dedupd.conf), which shard owns a user, the peers'
+ * gRPC channels and states, and which replica a call for another shard
+ * goes to. Forwarding itself (the asynchronous client call) is rpc.c's;
+ * which partitions ingest consumes is ingest.h's. Knows nothing of
+ * RocksDB, Redis or librdkafka.
+ *
+ * DESIGN
+ *
+ * Ownership: plays are keyed by user id, so a partition holds whole users;
+ *   with N shards, shard s owns the partitions p with p mod N = s, and a
+ *   user belongs to the shard of partition(user) as the producers'
+ *   partitioner computes it (partition.h). The map (shards, each shard's
+ *   replicas' addresses, the partitioner) is static configuration; its
+ *   hash travels with every forwarded call and every status probe, so two
+ *   nodes that disagree find out and refuse instead of answering for
+ *   users the other thinks they own.
+ * Peers: one grpc channel per peer, shared by every worker (grpc channels
+ *   are thread-safe). A health thread asks every peer's
+ *   dedup.v1.Cluster/Status each cluster.health_interval_ms: up or down,
+ *   ingest lag, map hash. Replica choice reads those states without a
+ *   lock (relaxed atomics): caught-up replicas first (round robin), then
+ *   replicas that are behind (the answer is then degraded), then replicas
+ *   the last probe found down (the probe may be stale).
+ * Lifecycle: dd_cluster_new (parse, channels) -> dd_cluster_start (health
+ *   thread) -> dd_cluster_stop -> dd_cluster_free, from main's thread;
+ *   everything else from any thread.
+ */
+#ifndef DD_CLUSTER_H
+#define DD_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics.h"
+
+/* The cluster's settings ([cluster] in conf/dedupd.conf). */
+struct dd_cluster_conf {
+    uint32_t shards;            /* N; 1 with one node = a single node, no cluster */
+    char *shard;                /* this node's shard, "0".."N-1", or "auto" (dd_cluster_conf_check) */
+    char *replica;              /* its index in the shard's replicas, or "auto" */
+    char *nodes;                /* "a:1,b:1;c:1,d:1": shards by ';', replicas by ',' */
+    char *partitioner;          /* the producers' partitioner, librdkafka's name */
+    uint32_t max_lag_ms;        /* a replica further behind is "behind" */
+    uint32_t health_interval_ms; /* how often each peer is probed */
+    uint32_t forward_timeout_ms; /* a forwarded call's deadline when the caller's is later */
+    char *tls_ca;               /* PEM roots to verify peers by; "" = rpc.tls_client_ca,
+                                 * else rpc.tls_cert itself */
+    char *tls_server_name;      /* name peers' certificates are checked against; "" = the
+                                 * host of the peer's address */
+};
+
+/* The limits of the map. */
+#define DD_CLUSTER_MAX_SHARDS 1024
+#define DD_CLUSTER_MAX_REPLICAS 16
+
+/* The parsed map, with this node's place in it. Owned by whoever parsed it;
+ * dd_cluster_map_free releases it. */
+struct dd_cluster_map {
+    uint32_t shards;
+    uint32_t shard, replica;    /* this node */
+    uint32_t *nreplicas;        /* [shard] */
+    char ***addr;               /* [shard][replica], host:port */
+    int partitioner;            /* enum dd_partitioner (partition.h) */
+    uint64_t hash;              /* of shards, addresses and partitioner, not of shard/replica */
+};
+
+/* Whether CONF describes a cluster (more than one shard or replica) rather
+ * than today's single node. Only meaningful after dd_cluster_conf_check. */
+bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
+
+/* Check CONF alone and parse it into MAP (NULL: check only): cluster.nodes
+ * has exactly cluster.shards shards, each with 1..DD_CLUSTER_MAX_REPLICAS
+ * host:port entries, no address twice; cluster.shard/replica are numbers
+ * inside the map or "auto", which takes this node's place from HOSTNAME's
+ * trailing "-ORDINAL" (a StatefulSet pod, "dedupd-5"): ordinal = shard x R
+ * + replica, with R replicas in every shard; a known partitioner. With
+ * cluster.shards = 1 and cluster.nodes empty, the single node: MAP gets
+ * one shard of one replica with an empty address. HOSTNAME NULL = the
+ * system's. Returns 0 or DD_ERR_INVALID (message names the key) or
+ * DD_ERR_NOMEM. */
+int dd_cluster_conf_check(const struct dd_cluster_conf *conf, const char *hostname,
+                          struct dd_cluster_map *map, char *err, size_t errlen);
+void dd_cluster_map_free(struct dd_cluster_map *map);
+
+/* The map's hash as 16 lower-case hex digits and a NUL. */
+void dd_cluster_map_hash_hex(const struct dd_cluster_map *map, char out[17]);
+
+/* Which shard owns user USER[0..LEN) when the topic has PARTITIONS
+ * partitions (> 0): partition(user) mod shards. Sets *partition if not NULL. */
+uint32_t dd_cluster_shard_of(const struct dd_cluster_map *map, const char *user, size_t len,
+                             int32_t partitions, int32_t *partition);
+
+/* ---- the running cluster ------------------------------------------------ */
+
+typedef struct dd_cluster dd_cluster;
+
+/* What the cluster asks of this node's ingest (main wires ingest.h). Each
+ * function may be NULL (unknown) and is called from any thread. */
+struct dd_cluster_local {
+    int32_t (*partitions)(void *ud);     /* the topic's partition count, 0 = not known yet */
+    bool (*partitions_changed)(void *ud);/* the count changed while running */
+    int64_t (*lag_ms)(void *ud);         /* this node's ingest lag, -1 = unknown */
+    void *ud;
+};
+
+struct dd_rpc_conf;
+
+/* Build the running cluster for MAP (taken over: freed with the cluster)
+ * and CONF; RPC gives the TLS files (peers are called over TLS with
+ * rpc.tls_cert/rpc.tls_key as client certificate when rpc.tls_cert is
+ * set). One channel per peer, created now (connections open lazily).
+ * Returns 0, DD_ERR_INVALID (unreadable TLS file) or DD_ERR_NOMEM. */
+int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
+                   const struct dd_cluster_conf *conf, const struct dd_rpc_conf *rpc,
+                   const struct dd_cluster_local *local, char *err, size_t errlen);
+int dd_cluster_start(dd_cluster *cl, char *err, size_t errlen);
+void dd_cluster_stop(dd_cluster *cl);
+void dd_cluster_free(dd_cluster *cl);
+
+const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl);
+
+/* Where a call for USER goes. Returns 0 and sets *shard (and *local when
+ * this node's shard), or DD_ERR_UNAVAILABLE with a message when the
+ * partition count is not known yet or has changed (the node must not
+ * guess). */
+int dd_cluster_route(dd_cluster *cl, const char *user, size_t len, uint32_t *shard, bool *local,
+                     char *err, size_t errlen);
+
+/* A replica of SHARD to forward to, skipping the replicas in the bit set
+ * *TRIED (which gets the choice added). Returns the peer's index in the
+ * shard, or -1 when every replica has been tried. *BEHIND: the replica
+ * was behind (or down) when chosen, so the answer must say degraded.
+ * *CHANNEL is the peer's channel (borrowed, lives as long as CL). */
+typedef struct grpc_channel grpc_channel;
+int dd_cluster_pick(dd_cluster *cl, uint32_t shard, uint32_t *tried, grpc_channel **channel,
+                    bool *behind);
+
+/* How a forwarded call ended, for /metrics. */
+enum dd_cluster_outcome {
+    DD_FWD_OK = 0,          /* the peer answered (any status but UNAVAILABLE) */
+    DD_FWD_UNAVAILABLE,     /* UNAVAILABLE or no connection: the next replica was tried */
+    DD_FWD_DEADLINE,        /* the caller's deadline passed */
+    DD_FWD_CANCELLED,       /* the caller went away */
+    DD_FWD_OUTCOME_COUNT
+};
+void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
+                          enum dd_cluster_outcome outcome, int64_t ns);
+
+/* A forwarded call or a status probe carries the sender's map hash; 0 when
+ * it equals ours, else DD_ERR_STATE with a message (and the mismatch is
+ * remembered for readiness and logged once per peer). */
+int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *from,
+                              char *err, size_t errlen);
+
+/* This node's own state, as Status answers it. */
+struct dd_cluster_self {
+    uint32_t shard, replica;
+    char map_hash[17];
+    bool ready;
+    int64_t lag_ms;          /* -1 unknown */
+    int32_t partition_count; /* 0 unknown */
+    char why[160];           /* when not ready */
+};
+void dd_cluster_get_self(dd_cluster *cl, struct dd_cluster_self *out);
+
+/* Ready for the cluster (admin.h's probe): the partition count is known
+ * and unchanged, no peer disagrees about the map, and this node's ingest
+ * is within cluster.max_lag_ms. Else false with WHY. */
+bool dd_cluster_ready(dd_cluster *cl, char *why, size_t whylen);
+
+/* The metadata keys of a forwarded call: the sender's place ("s.r") and
+ * its map hash. A call that carries DD_CLUSTER_MD_FROM is never forwarded
+ * again. */
+#define DD_CLUSTER_MD_FROM "dedupd-forwarded-by"
+#define DD_CLUSTER_MD_MAP "dedupd-cluster-map"
+
+/* A metrics.h collector for UD (a dd_cluster *): dedupd_cluster_*. */
+void dd_cluster_collect(dd_prom *p, void *ud);
+
+/* The map and every peer's last known state as JSON (admin /cluster,
+ * dedupctl cluster), into a malloc'd string (*out); NULL on no memory. */
+char *dd_cluster_describe(dd_cluster *cl);
+
+#endif
