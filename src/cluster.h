@@ -44,6 +44,7 @@ struct dd_cluster_conf {
     char *replica;              /* its index in the shard's replicas, or "auto" */
     char *nodes;                /* "a:1,b:1;c:1,d:1": shards by ';', replicas by ',' */
     char *partitioner;          /* the producers' partitioner, librdkafka's name */
+    char *redis;                /* "a:6379;b:6379": each shard's Redis, by shard; "" = recent.redis */
     uint32_t max_lag_ms;        /* a replica further behind is "behind" */
     uint32_t health_interval_ms; /* how often each peer is probed */
     uint32_t forward_timeout_ms; /* a forwarded call's deadline when the caller's is later */
@@ -77,7 +78,8 @@ bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
  * host:port entries, no address twice; cluster.shard/replica are numbers
  * inside the map or "auto", which takes this node's place from HOSTNAME's
  * trailing "-ORDINAL" (a StatefulSet pod, "dedupd-5"): ordinal = shard x R
- * + replica, with R replicas in every shard; a known partitioner. With
+ * + replica, with R replicas in every shard; a known partitioner;
+ * cluster.redis empty or one host:port per shard. With
  * cluster.shards = 1 and cluster.nodes empty, the single node: MAP gets
  * one shard of one replica with an empty address. HOSTNAME NULL = the
  * system's. Returns 0 or DD_ERR_INVALID (message names the key) or
@@ -85,6 +87,12 @@ bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
 int dd_cluster_conf_check(const struct dd_cluster_conf *conf, const char *hostname,
                           struct dd_cluster_map *map, char *err, size_t errlen);
 void dd_cluster_map_free(struct dd_cluster_map *map);
+
+/* cluster.redis's entry for SHARD into OUT (true), or false when
+ * cluster.redis is "" (recent.redis applies). CONF passed
+ * dd_cluster_conf_check. */
+bool dd_cluster_shard_redis(const struct dd_cluster_conf *conf, uint32_t shard, char *out,
+                            size_t outlen);
 
 /* The map's hash as 16 lower-case hex digits and a NUL. */
 void dd_cluster_map_hash_hex(const struct dd_cluster_map *map, char out[17]);
@@ -122,6 +130,8 @@ void dd_cluster_stop(dd_cluster *cl);
 void dd_cluster_free(dd_cluster *cl);
 
 const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl);
+/* cluster.forward_timeout_ms. */
+int64_t dd_cluster_forward_timeout_ms(const dd_cluster *cl);
 
 /* Where a call for USER goes. Returns 0 and sets *shard (and *local when
  * this node's shard), or DD_ERR_UNAVAILABLE with a message when the
@@ -151,8 +161,8 @@ void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
                           enum dd_cluster_outcome outcome, int64_t ns);
 
 /* A forwarded call or a status probe carries the sender's map hash; 0 when
- * it equals ours, else DD_ERR_STATE with a message (and the mismatch is
- * remembered for readiness and logged once per peer). */
+ * it equals ours, else DD_ERR_STATE with a message (counted, logged at
+ * most every few seconds, and shown by dd_cluster_degraded for a while). */
 int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *from,
                               char *err, size_t errlen);
 
@@ -168,9 +178,15 @@ struct dd_cluster_self {
 void dd_cluster_get_self(dd_cluster *cl, struct dd_cluster_self *out);
 
 /* Ready for the cluster (admin.h's probe): the partition count is known
- * and unchanged, no peer disagrees about the map, and this node's ingest
- * is within cluster.max_lag_ms. Else false with WHY. */
+ * and unchanged, this node is not the odd one out about the map (fewer
+ * peers disagree with it than agree), and its ingest is within
+ * cluster.max_lag_ms. Else false with WHY. */
 bool dd_cluster_ready(dd_cluster *cl, char *why, size_t whylen);
+
+/* Ready but something is off (admin.h's degraded check): a peer of the
+ * map disagrees about it (and is not forwarded to), or a caller with
+ * another map was refused in the last few health intervals. */
+bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen);
 
 /* The metadata keys of a forwarded call: the sender's place ("s.r") and
  * its map hash. A call that carries DD_CLUSTER_MD_FROM is never forwarded

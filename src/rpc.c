@@ -33,6 +33,7 @@
 #include "api.h"
 #include "auth.h"
 #include "arena.h"
+#include "cluster.h"
 #include "dd.h"
 #include "filter.h"
 #include "log.h"
@@ -49,6 +50,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
+#include <grpc/impl/codegen/propagation_bits.h>
 #include <grpc/support/time.h>
 
 #include <errno.h>
@@ -69,12 +71,36 @@ static const double latency_bounds[] = {
     50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 1.0,
 };
 
-enum slot_state { SLOT_IDLE = 0, SLOT_REQUESTED, SLOT_SENDING };
+enum slot_state { SLOT_IDLE = 0, SLOT_REQUESTED, SLOT_FORWARDING, SLOT_SENDING };
+
+/* What a completion queue event's tag points to: a slot (its request was
+ * matched, or its answer sent) or a slot's forwarded call (cluster.h). */
+enum tag_kind { TAG_SLOT = 1, TAG_FORWARD };
 
 struct worker;
 
-/* One pre-posted call. Its address is the tag of both of its events. */
+/* A call for another shard, sent on to one of its replicas: an
+ * asynchronous client call on the worker's own queue, the caller's call
+ * its parent (grpc propagates its deadline and cancellation). */
+struct forward {
+    enum tag_kind kind;         /* TAG_FORWARD; first, as in struct slot */
+    grpc_call *call;
+    uint32_t shard;
+    uint32_t tried;             /* replicas tried, a bit each */
+    int replica;                /* the one being tried */
+    bool behind;                /* it was behind when chosen: answer degraded */
+    int64_t start_ns;           /* of this try */
+    gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
+    grpc_metadata md[2];
+    grpc_metadata_array md_in, trailers;
+    grpc_byte_buffer *recv;
+    grpc_status_code status;
+    grpc_slice details;
+};
+
+/* One pre-posted call. Its address is the tag of its own events. */
 struct slot {
+    enum tag_kind kind;         /* TAG_SLOT; first, so a tag's kind can be read */
     struct worker *w;
     enum dd_api_method method;
     enum slot_state state;
@@ -89,6 +115,7 @@ struct slot {
     int64_t start_ns;
     int64_t send_deadline_ns; /* SENDING: cancelled if still pending then */
     int send_cancelled;       /* SENDING: cancelled for rpc.send_timeout_ms */
+    struct forward fwd;       /* FORWARDING */
 };
 
 struct worker {
@@ -131,6 +158,7 @@ struct dd_rpc {
     int64_t spin_ns;          /* rpc.spin_us */
     int64_t send_timeout_ns;  /* rpc.send_timeout_ms */
     int64_t sweep_ns;         /* how often a worker looks for replies past it */
+    int64_t forward_timeout_ms; /* cluster.forward_timeout_ms */
     unsigned spin_max;        /* workers that may spin at once: usable CPUs - 1 */
     _Atomic unsigned spinning;
     int port;
@@ -138,6 +166,8 @@ struct dd_rpc {
     const char *tls_mode;     /* "off", "server" or "mutual", for the log */
     bool open_to_all;         /* not loopback and no client certificates */
     dd_auth *auth;            /* who may call what; read-only once built */
+    dd_cluster *cluster;      /* NULL: a single node, every call is served here */
+    grpc_slice md_from, md_map; /* our place and map hash, sent with forwarded calls */
     int started, shut_down;
     atomic_bool serving;
     atomic_bool stopping;     /* do not re-post slots */
@@ -162,6 +192,9 @@ static void worker_release(struct worker *w)
         for (size_t i = 0; i < w->nslots; i++) {
             grpc_metadata_array_destroy(&w->slots[i].md);
             grpc_call_details_destroy(&w->slots[i].details);
+            grpc_metadata_array_destroy(&w->slots[i].fwd.md_in);
+            grpc_metadata_array_destroy(&w->slots[i].fwd.trailers);
+            grpc_slice_unref(w->slots[i].fwd.details);
         }
         free(w->slots);
         w->slots = NULL;
@@ -194,10 +227,15 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
     if (!w->arena || !w->slots) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     for (size_t i = 0; i < w->nslots; i++) {
         struct slot *s = &w->slots[i];
+        s->kind = TAG_SLOT;
         s->w = w;
         s->method = (enum dd_api_method)(i / rpc->prepost);
         grpc_metadata_array_init(&s->md);
         grpc_call_details_init(&s->details);
+        s->fwd.kind = TAG_FORWARD;
+        grpc_metadata_array_init(&s->fwd.md_in);
+        grpc_metadata_array_init(&s->fwd.trailers);
+        s->fwd.details = grpc_empty_slice();
     }
     w->cq = grpc_completion_queue_create_for_next(NULL);
     if (!w->cq) return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
@@ -227,8 +265,8 @@ static unsigned usable_cpus(void)
 }
 
 int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
-               const struct dd_recent_conf *recent, dd_history *history, char *err,
-               size_t errlen)
+               const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
+               char *err, size_t errlen)
 {
     *out = NULL;
     grpc_init();
@@ -265,6 +303,18 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     }
     atomic_init(&rpc->spinning, 0);
     rpc->max_candidates = conf->max_candidates;
+    rpc->cluster = cluster;
+    rpc->md_from = grpc_empty_slice();
+    rpc->md_map = grpc_empty_slice();
+    if (cluster) {
+        const struct dd_cluster_map *map = dd_cluster_get_map(cluster);
+        char place[32], hex[17];
+        snprintf(place, sizeof place, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
+        dd_cluster_map_hash_hex(map, hex);
+        rpc->md_from = grpc_slice_from_copied_string(place);
+        rpc->md_map = grpc_slice_from_copied_string(hex);
+        rpc->forward_timeout_ms = dd_cluster_forward_timeout_ms(cluster);
+    }
     atomic_init(&rpc->serving, false);
     atomic_init(&rpc->stopping, false);
     atomic_init(&rpc->drain, false);
@@ -614,6 +664,31 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         *reply = pack_reply(&resp.base);
         return GRPC_STATUS_OK;
     }
+    case DD_API_CLUSTER_STATUS: {
+        if (!w->rpc->cluster) {
+            snprintf(w->msg, sizeof w->msg, "this node is not part of a cluster");
+            return GRPC_STATUS_UNIMPLEMENTED;
+        }
+        Dedup__V1__NodeStatusRequest *req = dedup__v1__node_status_request__unpack(al, len, data);
+        if (!req) return bad_message(w, "dedup.v1.NodeStatusRequest");
+        /* Answered either way, so that the asker sees the difference too;
+         * a difference makes this node not ready for a while. */
+        char ignored[256];
+        dd_cluster_check_peer_map(w->rpc->cluster, req->map_hash, req->from, ignored,
+                                  sizeof ignored);
+        struct dd_cluster_self self;
+        dd_cluster_get_self(w->rpc->cluster, &self);
+        Dedup__V1__NodeStatus resp = DEDUP__V1__NODE_STATUS__INIT;
+        resp.shard = self.shard;
+        resp.replica = self.replica;
+        resp.map_hash = self.map_hash;
+        resp.ready = self.ready && atomic_load(&w->rpc->serving);
+        resp.lag_ms = self.lag_ms;
+        resp.partition_count = self.partition_count;
+        resp.why = atomic_load(&w->rpc->serving) ? self.why : "not serving";
+        *reply = pack_reply(&resp.base);
+        return GRPC_STATUS_OK;
+    }
     case DD_API_UNKNOWN:
     case DD_API_METHOD_COUNT:
         break;
@@ -659,49 +734,11 @@ static void finish(struct worker *w, struct slot *s, int batch_ok)
     if (!atomic_load(&rpc->stopping)) post(s);
 }
 
-/* A call was matched to slot S: work on it and start its one batch. */
-static void handle(struct worker *w, struct slot *s)
+/* Send S's answer: s->status, REPLY (owned from now on; NULL for none) and,
+ * unless OK, w->msg as the status message; one batch, tag S. */
+static void respond(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
 {
     dd_rpc *rpc = w->rpc;
-    grpc_byte_buffer *reply = NULL;
-    int64_t deadline_ns = 0;
-
-    s->start_ns = dd_mono_ns();
-    atomic_fetch_add(&rpc->in_flight, 1);
-    w->msg[0] = '\0';
-
-    gpr_timespec deadline = s->method == DD_API_UNKNOWN ? s->details.deadline : s->deadline;
-    gpr_timespec now = gpr_now(deadline.clock_type);
-    if (gpr_time_cmp(deadline, now) <= 0) {
-        s->status = GRPC_STATUS_DEADLINE_EXCEEDED;
-        snprintf(w->msg, sizeof w->msg, "deadline exceeded before the call was worked on");
-    } else if (s->method == DD_API_UNKNOWN) {
-        char *name = grpc_slice_to_c_string(s->details.method);
-        snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
-        gpr_free(name);
-        s->status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method, w->msg,
-                                         sizeof w->msg)) != GRPC_STATUS_OK) {
-        /* message set by authorize; the payload is never looked at */
-    } else if (!s->payload) {
-        s->status = GRPC_STATUS_INVALID_ARGUMENT;
-        snprintf(w->msg, sizeof w->msg, "no request message");
-    } else {
-        if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) != 0) {
-            gpr_timespec left = gpr_time_sub(deadline, now);
-            /* Far-off deadlines (> 1 day) are as good as none. */
-            if (left.tv_sec < 86400)
-                deadline_ns = s->start_ns + (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
-        }
-        const uint8_t *data;
-        size_t len;
-        s->status = payload_bytes(w, s->payload, &data, &len);
-        if (s->status == GRPC_STATUS_OK)
-            s->status = dispatch(w, s->method, data, len, deadline_ns, &reply);
-        /* The decoded request lives in the arena: the payload can go now. */
-        grpc_byte_buffer_destroy(s->payload);
-        s->payload = NULL;
-    }
     if (s->status != GRPC_STATUS_OK && s->status != GRPC_STATUS_NOT_FOUND &&
         s->status != GRPC_STATUS_INVALID_ARGUMENT && s->status != GRPC_STATUS_UNIMPLEMENTED)
         dd_debug("rpc", "msg=\"call failed\" method=%s status=%d detail=\"%s\"",
@@ -745,6 +782,270 @@ static void handle(struct worker *w, struct slot *s)
                  dd_api_method_path(s->method), grpc_call_error_to_string(e));
         finish(w, s, 0);
     }
+}
+
+/* ---- forwarding (cluster.h) --------------------------------------------- */
+
+/* The value of metadata KEY in MD, or NULL. */
+static const grpc_slice *md_get(const grpc_metadata_array *md, const char *key)
+{
+    for (size_t i = 0; i < md->count; i++)
+        if (grpc_slice_str_cmp(md->metadata[i].key, key) == 0) return &md->metadata[i].value;
+    return NULL;
+}
+
+/* Release the try in S->fwd (its call, its received message, metadata). */
+static void forward_reset(struct slot *s)
+{
+    struct forward *f = &s->fwd;
+    if (f->call) grpc_call_unref(f->call);
+    f->call = NULL;
+    if (f->recv) grpc_byte_buffer_destroy(f->recv);
+    f->recv = NULL;
+    grpc_metadata_array_destroy(&f->md_in);
+    grpc_metadata_array_init(&f->md_in);
+    grpc_metadata_array_destroy(&f->trailers);
+    grpc_metadata_array_init(&f->trailers);
+    grpc_slice_unref(f->details);
+    f->details = grpc_empty_slice();
+}
+
+/* Send S's request (its payload, as received) to the next replica of
+ * s->fwd.shard. Returns 0 (the slot is FORWARDING, its batch pending) or
+ * DD_ERR_UNAVAILABLE when no replica is left or the call cannot start. */
+static int forward_try(struct worker *w, struct slot *s)
+{
+    dd_rpc *rpc = w->rpc;
+    struct forward *f = &s->fwd;
+    for (;;) {
+        grpc_channel *ch;
+        f->replica = dd_cluster_pick(rpc->cluster, f->shard, &f->tried, &ch, &f->behind);
+        if (f->replica < 0) return DD_ERR_UNAVAILABLE;
+        f->call = grpc_channel_create_call(ch, s->call, GRPC_PROPAGATE_DEFAULTS, w->cq,
+                                           grpc_slice_from_static_string(
+                                               dd_api_method_path(s->method)),
+                                           NULL, f->deadline, NULL);
+        if (!f->call) continue;
+        f->md[0].key = grpc_slice_from_static_string(DD_CLUSTER_MD_FROM);
+        f->md[0].value = rpc->md_from;
+        f->md[1].key = grpc_slice_from_static_string(DD_CLUSTER_MD_MAP);
+        f->md[1].value = rpc->md_map;
+        grpc_op ops[6];
+        memset(ops, 0, sizeof ops);
+        ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[0].data.send_initial_metadata.count = 2;
+        ops[0].data.send_initial_metadata.metadata = f->md;
+        ops[1].op = GRPC_OP_SEND_MESSAGE;
+        ops[1].data.send_message.send_message = s->payload;
+        ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[3].data.recv_initial_metadata.recv_initial_metadata = &f->md_in;
+        ops[4].op = GRPC_OP_RECV_MESSAGE;
+        ops[4].data.recv_message.recv_message = &f->recv;
+        ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+        ops[5].data.recv_status_on_client.trailing_metadata = &f->trailers;
+        ops[5].data.recv_status_on_client.status = &f->status;
+        ops[5].data.recv_status_on_client.status_details = &f->details;
+        f->start_ns = dd_mono_ns();
+        if (grpc_call_start_batch(f->call, ops, 6, f, NULL) != GRPC_CALL_OK) {
+            /* The parent is gone (cancelled): no other replica will do better. */
+            forward_reset(s);
+            return DD_ERR_UNAVAILABLE;
+        }
+        s->state = SLOT_FORWARDING;
+        w->outstanding++;
+        return DD_OK;
+    }
+}
+
+/* Answer a forwarded call: its payload is not needed any more. */
+static void respond_forwarded(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
+{
+    if (s->payload) grpc_byte_buffer_destroy(s->payload);
+    s->payload = NULL;
+    respond(w, s, reply);
+}
+
+/* A copy of the Filter response BB with degraded = true appended (a
+ * later occurrence of a scalar field wins in protobuf), or NULL. */
+static grpc_byte_buffer *mark_degraded(grpc_byte_buffer *bb)
+{
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
+    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    size_t n = GRPC_SLICE_LENGTH(all);
+    grpc_slice out = grpc_slice_malloc(n + 2);
+    memcpy(GRPC_SLICE_START_PTR(out), GRPC_SLICE_START_PTR(all), n);
+    GRPC_SLICE_START_PTR(out)[n] = (4 << 3) | 0; /* field 4 (degraded), varint */
+    GRPC_SLICE_START_PTR(out)[n + 1] = 1;
+    grpc_slice_unref(all);
+    grpc_byte_buffer *res = grpc_raw_byte_buffer_create(&out, 1);
+    grpc_slice_unref(out);
+    return res;
+}
+
+/* S's forwarded call ended (OK: its batch completed). UNAVAILABLE (the
+ * peer is gone, refused the connection or is shutting down) moves on to
+ * the next replica while the caller's deadline allows; anything else is
+ * the answer, passed through as it came, degraded when the replica was
+ * behind. */
+static void forward_done(struct worker *w, struct slot *s, int ok)
+{
+    dd_rpc *rpc = w->rpc;
+    struct forward *f = &s->fwd;
+    w->outstanding--;
+    int64_t ns = dd_mono_ns() - f->start_ns;
+    grpc_status_code st = ok ? f->status : GRPC_STATUS_UNAVAILABLE;
+    char *details = grpc_slice_to_c_string(f->details);
+    enum dd_cluster_outcome out = st == GRPC_STATUS_UNAVAILABLE        ? DD_FWD_UNAVAILABLE
+                                  : st == GRPC_STATUS_DEADLINE_EXCEEDED ? DD_FWD_DEADLINE
+                                  : st == GRPC_STATUS_CANCELLED         ? DD_FWD_CANCELLED
+                                                                        : DD_FWD_OK;
+    dd_cluster_forwarded(rpc->cluster, f->shard, f->replica, out, ns);
+    if (out == DD_FWD_UNAVAILABLE) {
+        dd_debug("rpc", "msg=\"replica unavailable; trying the next\" method=%s shard=%" PRIu32
+                        " replica=%d detail=\"%s\"",
+                 dd_api_method_path(s->method), f->shard, f->replica, details ? details : "");
+        gpr_free(details);
+        int replica = f->replica;
+        forward_reset(s);
+        gpr_timespec now = gpr_now(f->deadline.clock_type);
+        if (gpr_time_cmp(f->deadline, now) > 0 && forward_try(w, s) == DD_OK) return;
+        s->status = GRPC_STATUS_UNAVAILABLE;
+        snprintf(w->msg, sizeof w->msg,
+                 "no replica of shard %" PRIu32 " answered (last tried: replica %d)", f->shard,
+                 replica);
+        respond_forwarded(w, s, NULL);
+        return;
+    }
+    grpc_byte_buffer *reply = NULL;
+    s->status = st;
+    snprintf(w->msg, sizeof w->msg, "%s", details ? details : "");
+    gpr_free(details);
+    if (st == GRPC_STATUS_OK && f->recv) {
+        if (s->method == DD_API_FILTER && f->behind) {
+            reply = mark_degraded(f->recv);
+            if (!reply) {
+                s->status = GRPC_STATUS_INTERNAL;
+                snprintf(w->msg, sizeof w->msg, "cannot read the replica's answer");
+            }
+        } else {
+            reply = f->recv;
+            f->recv = NULL;
+        }
+    }
+    forward_reset(s);
+    respond_forwarded(w, s, reply);
+}
+
+/* Route S's call (its request in DATA) by its user: returns 1 when it has
+ * been forwarded (the slot waits for the peer), 0 to serve it here, -1
+ * when s->status (and w->msg) already say how to answer. */
+static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t len)
+{
+    dd_rpc *rpc = w->rpc;
+    const uint8_t *user = NULL;
+    size_t user_len = 0;
+    /* A missing user id: the call is served here and fails its checks. */
+    if (dd_wire_bytes_field(data, len, 1, &user, &user_len) != DD_OK) return 0;
+    uint32_t shard;
+    bool local;
+    int rc = dd_cluster_route(rpc->cluster, (const char *)user, user_len, &shard, &local, w->msg,
+                              sizeof w->msg);
+    if (rc != DD_OK) {
+        s->status = GRPC_STATUS_UNAVAILABLE;
+        return -1;
+    }
+    const grpc_slice *from = md_get(&s->md, DD_CLUSTER_MD_FROM);
+    if (from) {
+        /* Forwarded to us: never forwarded again, and only if we agree
+         * on the map with the sender. */
+        const grpc_slice *map = md_get(&s->md, DD_CLUSTER_MD_MAP);
+        char hex[40] = "", who[40] = "";
+        if (map && GRPC_SLICE_LENGTH(*map) < sizeof hex)
+            memcpy(hex, GRPC_SLICE_START_PTR(*map), GRPC_SLICE_LENGTH(*map));
+        if (GRPC_SLICE_LENGTH(*from) < sizeof who)
+            memcpy(who, GRPC_SLICE_START_PTR(*from), GRPC_SLICE_LENGTH(*from));
+        if (dd_cluster_check_peer_map(rpc->cluster, hex, who, w->msg, sizeof w->msg) != DD_OK) {
+            s->status = GRPC_STATUS_FAILED_PRECONDITION;
+            return -1;
+        }
+        if (!local) {
+            s->status = GRPC_STATUS_FAILED_PRECONDITION;
+            snprintf(w->msg, sizeof w->msg,
+                     "forwarded by node %s for shard %" PRIu32 ", but this node is of shard %" PRIu32,
+                     who, shard, dd_cluster_get_map(rpc->cluster)->shard);
+            return -1;
+        }
+        return 0;
+    }
+    if (local) return 0;
+    struct forward *f = &s->fwd;
+    f->shard = shard;
+    f->tried = 0;
+    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
+    if (forward_try(w, s) == DD_OK) return 1;
+    s->status = GRPC_STATUS_UNAVAILABLE;
+    snprintf(w->msg, sizeof w->msg, "no replica of shard %" PRIu32 " can be called", shard);
+    return -1;
+}
+
+/* A call was matched to slot S: work on it (or forward it) and start its
+ * answer. */
+static void handle(struct worker *w, struct slot *s)
+{
+    dd_rpc *rpc = w->rpc;
+    grpc_byte_buffer *reply = NULL;
+    int64_t deadline_ns = 0;
+
+    s->start_ns = dd_mono_ns();
+    atomic_fetch_add(&rpc->in_flight, 1);
+    w->msg[0] = '\0';
+
+    gpr_timespec deadline = s->method == DD_API_UNKNOWN ? s->details.deadline : s->deadline;
+    gpr_timespec now = gpr_now(deadline.clock_type);
+    if (gpr_time_cmp(deadline, now) <= 0) {
+        s->status = GRPC_STATUS_DEADLINE_EXCEEDED;
+        snprintf(w->msg, sizeof w->msg, "deadline exceeded before the call was worked on");
+    } else if (s->method == DD_API_UNKNOWN) {
+        char *name = grpc_slice_to_c_string(s->details.method);
+        snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
+        gpr_free(name);
+        s->status = GRPC_STATUS_UNIMPLEMENTED;
+    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method, w->msg,
+                                         sizeof w->msg)) != GRPC_STATUS_OK) {
+        /* message set by authorize; the payload is never looked at */
+    } else if (!s->payload) {
+        s->status = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(w->msg, sizeof w->msg, "no request message");
+    } else {
+        if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) != 0) {
+            gpr_timespec left = gpr_time_sub(deadline, now);
+            /* Far-off deadlines (> 1 day) are as good as none. */
+            if (left.tv_sec < 86400)
+                deadline_ns = s->start_ns + (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
+        }
+        const uint8_t *data;
+        size_t len;
+        s->status = payload_bytes(w, s->payload, &data, &len);
+        int routed = 0;
+        if (s->status == GRPC_STATUS_OK && rpc->cluster && s->method <= DD_API_FORGET_USER)
+            routed = route(w, s, data, len);
+        if (routed == 1) {
+            /* The payload goes to the peer as it came; nothing of the
+             * arena is kept while the peer answers. */
+            dd_arena_reset(w->arena);
+            return;
+        }
+        if (s->status == GRPC_STATUS_OK && routed == 0)
+            s->status = dispatch(w, s->method, data, len, deadline_ns, &reply);
+        /* The decoded request lives in the arena: the payload can go now. */
+        grpc_byte_buffer_destroy(s->payload);
+        s->payload = NULL;
+    }
+    respond(w, s, reply);
 }
 
 /* A reply the peer does not take (its HTTP/2 window stays shut, or it
@@ -811,6 +1112,12 @@ static void *worker_main(void *arg)
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type == GRPC_OP_COMPLETE) {
             if (spin_ns) spin_until = dd_mono_ns() + spin_ns;
+            if (*(enum tag_kind *)ev.tag == TAG_FORWARD) {
+                struct forward *f = ev.tag;
+                struct slot *fs = (struct slot *)((char *)f - offsetof(struct slot, fwd));
+                forward_done(w, fs, ev.success);
+                goto next;
+            }
             struct slot *s = ev.tag;
             if (s->state == SLOT_REQUESTED && !ev.success) {
                 /* The server is shutting down: never to be matched. */
@@ -822,6 +1129,7 @@ static void *worker_main(void *arg)
                 finish(w, s, ev.success);
             }
         }
+    next:
         if (w->sending) {
             int64_t now = dd_mono_ns();
             if (now >= w->next_sweep_ns) {
@@ -976,6 +1284,8 @@ void dd_rpc_free(dd_rpc *rpc)
     }
     free(rpc->listen);
     dd_auth_free(rpc->auth);
+    grpc_slice_unref(rpc->md_from);
+    grpc_slice_unref(rpc->md_map);
     free(rpc);
     grpc_shutdown();
 }

@@ -10,6 +10,7 @@
  */
 #include "client.h"
 #include "dd.h"
+#include "dedupctl_cluster.h"
 #include "dedupctl_stats.h"
 #include "health.pb-c.h"
 
@@ -45,6 +46,8 @@ static void usage(FILE *f)
             "  health [SERVICE]           SERVING / NOT_SERVING (exit 1 unless SERVING)\n"
             "  stats [ADMIN_ADDR]         requests/s, Filter p99, lag, degraded: two scrapes of\n"
             "                             /metrics 1 s apart (default 127.0.0.1:9464; not gRPC)\n"
+            "  cluster [ADMIN_ADDR]       the cluster map as that node sees it: nodes, health,\n"
+            "                             lag, partitions, where it forwards each shard\n"
             "options:\n"
             "  -a ADDR        dedupd gRPC address (default 127.0.0.1:50051)\n"
             "  -s SCENE       scene (namespace; default \"\")\n"
@@ -300,6 +303,17 @@ int main(int argc, char **argv)
         const char *admin = argc - optind == 2 ? argv[optind + 1] : "127.0.0.1:9464";
         if (dedupctl_stats(admin, 1000, stdout, err, sizeof err) == DD_OK) return 0;
         fprintf(stderr, "dedupctl: stats: %s\n", err);
+        return EXIT_RPC;
+    }
+    if (strcmp(cmd, "cluster") == 0) { /* the admin listener's /cluster, not gRPC */
+        if (argc - optind > 2) {
+            fprintf(stderr, "dedupctl: cluster: at most one ADMIN_ADDR\n");
+            return EXIT_USAGE;
+        }
+        char err[256];
+        const char *admin = argc - optind == 2 ? argv[optind + 1] : "127.0.0.1:9464";
+        if (dedupctl_cluster(admin, o.timeout_ms, stdout, err, sizeof err) == DD_OK) return 0;
+        fprintf(stderr, "dedupctl: cluster: %s\n", err);
         return EXIT_RPC;
     }
     for (size_t i = 0; i < DD_ARRAY_LEN(commands); i++) {
