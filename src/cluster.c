@@ -359,7 +359,20 @@ struct dd_cluster {
     char foreign_why[200];
     struct dd_histogram fwd_latency;
     _Atomic uint64_t map_refusals; /* forwarded calls or probes refused for the map */
+    atomic_bool self_behind;   /* this node's lag, as of the last health round */
 };
+
+bool dd_cluster_self_behind(const dd_cluster *cl)
+{
+    return atomic_load_explicit(&cl->self_behind, memory_order_relaxed);
+}
+
+/* Refresh self_behind (each health round, and at start). */
+static void update_self(dd_cluster *cl)
+{
+    int64_t lag = cl->local.lag_ms ? cl->local.lag_ms(cl->local.ud) : -1;
+    atomic_store(&cl->self_behind, lag < 0 || lag > cl->max_lag_ms);
+}
 
 const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl) { return &cl->map; }
 int64_t dd_cluster_forward_timeout_ms(const dd_cluster *cl) { return cl->forward_timeout_ms; }
@@ -419,6 +432,7 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
     cl->max_lag_ms = conf->max_lag_ms;
     cl->interval_ms = conf->health_interval_ms ? conf->health_interval_ms : 1000;
     cl->forward_timeout_ms = conf->forward_timeout_ms ? conf->forward_timeout_ms : 5000;
+    atomic_init(&cl->self_behind, true);
     int rc = DD_ERR_NOMEM;
     cl->first = calloc(cl->map.shards, sizeof *cl->first);
     for (uint32_t s = 0; s < cl->map.shards; s++) {
@@ -618,6 +632,7 @@ static void *health_main(void *arg)
     dd_cluster *cl = arg;
     for (;;) {
         int64_t start = dd_mono_ns();
+        update_self(cl);
         gpr_timespec deadline = gpr_time_add(
             gpr_now(GPR_CLOCK_MONOTONIC),
             gpr_time_from_millis(cl->interval_ms < 2000 ? cl->interval_ms : 2000, GPR_TIMESPAN));
@@ -744,8 +759,8 @@ static int tier_of(const dd_cluster *cl, struct peer *p)
     return TIER_BEHIND;
 }
 
-int dd_cluster_pick(dd_cluster *cl, uint32_t shard, uint32_t *tried, grpc_channel **channel,
-                    bool *behind)
+int dd_cluster_pick(dd_cluster *cl, uint32_t shard, bool good_only, uint32_t *tried,
+                    grpc_channel **channel, bool *behind)
 {
     uint32_t n = cl->map.nreplicas[shard];
     uint32_t start = atomic_fetch_add_explicit(&cl->rr, 1, memory_order_relaxed) % n;
@@ -755,6 +770,7 @@ int dd_cluster_pick(dd_cluster *cl, uint32_t shard, uint32_t *tried, grpc_channe
         struct peer *p = peer_at(cl, shard, r);
         if (!p->ch || (*tried & (1u << r))) continue;
         int t = tier_of(cl, p);
+        if (good_only && t != TIER_GOOD) continue;
         if (t >= 0 && t < best_tier) {
             best = (int)r;
             best_tier = t;
@@ -774,9 +790,9 @@ void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
         return;
     struct peer *p = peer_at(cl, shard, (uint32_t)replica);
     atomic_fetch_add_explicit(&p->fwd[outcome], 1, memory_order_relaxed);
+    /* The peer's state is the probes' alone: an UNAVAILABLE answer may be
+     * the peer's own (its Redis is down), not the peer being gone. */
     if (outcome == DD_FWD_OK) dd_histogram_observe(&cl->fwd_latency, (double)ns / 1e9);
-    if (outcome == DD_FWD_UNAVAILABLE && atomic_load(&p->state) != PEER_DOWN)
-        set_down(p, "a forwarded call found it unavailable");
 }
 
 int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *from, char *err,

@@ -140,14 +140,21 @@ int64_t dd_cluster_forward_timeout_ms(const dd_cluster *cl);
 int dd_cluster_route(dd_cluster *cl, const char *user, size_t len, uint32_t *shard, bool *local,
                      char *err, size_t errlen);
 
-/* A replica of SHARD to forward to, skipping the replicas in the bit set
- * *TRIED (which gets the choice added). Returns the peer's index in the
- * shard, or -1 when every replica has been tried. *BEHIND: the replica
- * was behind (or down) when chosen, so the answer must say degraded.
- * *CHANNEL is the peer's channel (borrowed, lives as long as CL). */
+/* A replica of SHARD to forward to, never this node, skipping the
+ * replicas in the bit set *TRIED (which gets the choice added); with
+ * GOOD_ONLY only a caught-up one. Returns the peer's index in the shard,
+ * or -1 when none is left. *BEHIND: the replica was behind (or down) when
+ * chosen, so the answer must say degraded. *CHANNEL is the peer's channel
+ * (borrowed, lives as long as CL). */
 typedef struct grpc_channel grpc_channel;
-int dd_cluster_pick(dd_cluster *cl, uint32_t shard, uint32_t *tried, grpc_channel **channel,
-                    bool *behind);
+int dd_cluster_pick(dd_cluster *cl, uint32_t shard, bool good_only, uint32_t *tried,
+                    grpc_channel **channel, bool *behind);
+
+/* Whether this node's own ingest was more than cluster.max_lag_ms behind
+ * (or its lag unknown) at the last health round: its own shard's calls
+ * then go to a caught-up replica if there is one, else are answered here
+ * as degraded. A relaxed load; cannot fail. */
+bool dd_cluster_self_behind(const dd_cluster *cl);
 
 /* How a forwarded call ended, for /metrics. */
 enum dd_cluster_outcome {

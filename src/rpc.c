@@ -89,6 +89,8 @@ struct forward {
     uint32_t tried;             /* replicas tried, a bit each */
     int replica;                /* the one being tried */
     bool behind;                /* it was behind when chosen: answer degraded */
+    bool own;                   /* our own shard (we are behind): caught-up replicas
+                                 * only, else answered here, degraded */
     int64_t start_ns;           /* of this try */
     gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
     grpc_metadata md[2];
@@ -115,6 +117,7 @@ struct slot {
     int64_t start_ns;
     int64_t send_deadline_ns; /* SENDING: cancelled if still pending then */
     int send_cancelled;       /* SENDING: cancelled for rpc.send_timeout_ms */
+    int64_t deadline_ns;      /* the caller's, on dd_mono_ns's clock; 0 = none */
     struct forward fwd;       /* FORWARDING */
 };
 
@@ -593,7 +596,8 @@ static bool too_many(struct worker *w, const uint8_t *data, size_t len, uint32_t
 
 /* Decode, decide, encode. Returns the status; on OK *reply is set. */
 static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const uint8_t *data,
-                                 size_t len, int64_t deadline_ns, grpc_byte_buffer **reply)
+                                 size_t len, int64_t deadline_ns, bool degraded,
+                                 grpc_byte_buffer **reply)
 {
     ProtobufCAllocator *al = dd_arena_allocator(w->arena);
     int rc;
@@ -611,6 +615,7 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         }
         struct dd_filter_result r;
         rc = dd_filter_decide(w->filter, w->arena, &q, &r, deadline_ns, w->msg, sizeof w->msg);
+        if (degraded) r.degraded = 1; /* a cluster node behind its own shard (rpc.c, route) */
         if (rc == DD_OK) *reply = filter_reply(&q, &r);
         return status_of(rc);
     }
@@ -819,7 +824,7 @@ static int forward_try(struct worker *w, struct slot *s)
     struct forward *f = &s->fwd;
     for (;;) {
         grpc_channel *ch;
-        f->replica = dd_cluster_pick(rpc->cluster, f->shard, &f->tried, &ch, &f->behind);
+        f->replica = dd_cluster_pick(rpc->cluster, f->shard, f->own, &f->tried, &ch, &f->behind);
         if (f->replica < 0) return DD_ERR_UNAVAILABLE;
         f->call = grpc_channel_create_call(ch, s->call, GRPC_PROPAGATE_DEFAULTS, w->cq,
                                            grpc_slice_from_static_string(
@@ -885,6 +890,9 @@ static grpc_byte_buffer *mark_degraded(grpc_byte_buffer *bb)
     return res;
 }
 
+static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, size_t len,
+                       bool degraded);
+
 /* S's forwarded call ended (OK: its batch completed). UNAVAILABLE (the
  * peer is gone, refused the connection or is shutting down) moves on to
  * the next replica while the caller's deadline allows; anything else is
@@ -912,6 +920,11 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
         forward_reset(s);
         gpr_timespec now = gpr_now(f->deadline.clock_type);
         if (gpr_time_cmp(f->deadline, now) > 0 && forward_try(w, s) == DD_OK) return;
+        if (f->own) {
+            /* No caught-up replica of our own shard answered: ours, degraded. */
+            serve_here(w, s, NULL, 0, true);
+            return;
+        }
         s->status = GRPC_STATUS_UNAVAILABLE;
         snprintf(w->msg, sizeof w->msg,
                  "no replica of shard %" PRIu32 " answered (last tried: replica %d)", f->shard,
@@ -939,23 +952,29 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
     respond_forwarded(w, s, reply);
 }
 
-/* Route S's call (its request in DATA) by its user: returns 1 when it has
- * been forwarded (the slot waits for the peer), 0 to serve it here, -1
- * when s->status (and w->msg) already say how to answer. */
+/* What route() decided. */
+enum { ROUTE_ERROR = -1, ROUTE_HERE = 0, ROUTE_HERE_DEGRADED, ROUTE_FORWARDED };
+
+/* Route S's call (its request in DATA) by its user: ROUTE_FORWARDED (the
+ * slot waits for the peer), ROUTE_HERE or ROUTE_HERE_DEGRADED (serve it
+ * here; this node is behind and no caught-up replica of its shard could be
+ * called), or ROUTE_ERROR when s->status (and w->msg) say how to answer.
+ * Calls of our own shard go to a caught-up replica while this node is
+ * behind (restarted, catching up), so that they are answered in full. */
 static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t len)
 {
     dd_rpc *rpc = w->rpc;
     const uint8_t *user = NULL;
     size_t user_len = 0;
     /* A missing user id: the call is served here and fails its checks. */
-    if (dd_wire_bytes_field(data, len, 1, &user, &user_len) != DD_OK) return 0;
+    if (dd_wire_bytes_field(data, len, 1, &user, &user_len) != DD_OK) return ROUTE_HERE;
     uint32_t shard;
     bool local;
     int rc = dd_cluster_route(rpc->cluster, (const char *)user, user_len, &shard, &local, w->msg,
                               sizeof w->msg);
     if (rc != DD_OK) {
         s->status = GRPC_STATUS_UNAVAILABLE;
-        return -1;
+        return ROUTE_ERROR;
     }
     const grpc_slice *from = md_get(&s->md, DD_CLUSTER_MD_FROM);
     if (from) {
@@ -969,27 +988,47 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
             memcpy(who, GRPC_SLICE_START_PTR(*from), GRPC_SLICE_LENGTH(*from));
         if (dd_cluster_check_peer_map(rpc->cluster, hex, who, w->msg, sizeof w->msg) != DD_OK) {
             s->status = GRPC_STATUS_FAILED_PRECONDITION;
-            return -1;
+            return ROUTE_ERROR;
         }
         if (!local) {
             s->status = GRPC_STATUS_FAILED_PRECONDITION;
             snprintf(w->msg, sizeof w->msg,
                      "forwarded by node %s for shard %" PRIu32 ", but this node is of shard %" PRIu32,
                      who, shard, dd_cluster_get_map(rpc->cluster)->shard);
-            return -1;
+            return ROUTE_ERROR;
         }
-        return 0;
+        /* The sender chose us: answer, and say so if we are behind. */
+        return dd_cluster_self_behind(rpc->cluster) ? ROUTE_HERE_DEGRADED : ROUTE_HERE;
     }
-    if (local) return 0;
+    bool behind_here = local && dd_cluster_self_behind(rpc->cluster);
+    if (local && !behind_here) return ROUTE_HERE;
     struct forward *f = &s->fwd;
     f->shard = shard;
     f->tried = 0;
+    f->own = local;
     gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
     f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
-    if (forward_try(w, s) == DD_OK) return 1;
+    if (forward_try(w, s) == DD_OK) return ROUTE_FORWARDED;
+    if (f->own) return ROUTE_HERE_DEGRADED;
     s->status = GRPC_STATUS_UNAVAILABLE;
     snprintf(w->msg, sizeof w->msg, "no replica of shard %" PRIu32 " can be called", shard);
-    return -1;
+    return ROUTE_ERROR;
+}
+
+/* Serve S's call here: decode, decide, encode, answer. DATA/LEN are its
+ * request bytes when already at hand (NULL: read from the payload);
+ * DEGRADED marks a Filter answer degraded. */
+static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, size_t len,
+                       bool degraded)
+{
+    grpc_byte_buffer *reply = NULL;
+    s->status = data ? GRPC_STATUS_OK : payload_bytes(w, s->payload, &data, &len);
+    if (s->status == GRPC_STATUS_OK)
+        s->status = dispatch(w, s->method, data, len, s->deadline_ns, degraded, &reply);
+    /* The decoded request lives in the arena: the payload can go now. */
+    grpc_byte_buffer_destroy(s->payload);
+    s->payload = NULL;
+    respond(w, s, reply);
 }
 
 /* A call was matched to slot S: work on it (or forward it) and start its
@@ -997,10 +1036,9 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
 static void handle(struct worker *w, struct slot *s)
 {
     dd_rpc *rpc = w->rpc;
-    grpc_byte_buffer *reply = NULL;
-    int64_t deadline_ns = 0;
 
     s->start_ns = dd_mono_ns();
+    s->deadline_ns = 0;
     atomic_fetch_add(&rpc->in_flight, 1);
     w->msg[0] = '\0';
 
@@ -1025,27 +1063,30 @@ static void handle(struct worker *w, struct slot *s)
             gpr_timespec left = gpr_time_sub(deadline, now);
             /* Far-off deadlines (> 1 day) are as good as none. */
             if (left.tv_sec < 86400)
-                deadline_ns = s->start_ns + (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
+                s->deadline_ns = s->start_ns + (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
+        }
+        if (!rpc->cluster || s->method > DD_API_FORGET_USER) {
+            serve_here(w, s, NULL, 0, false);
+            return;
         }
         const uint8_t *data;
         size_t len;
         s->status = payload_bytes(w, s->payload, &data, &len);
-        int routed = 0;
-        if (s->status == GRPC_STATUS_OK && rpc->cluster && s->method <= DD_API_FORGET_USER)
-            routed = route(w, s, data, len);
-        if (routed == 1) {
+        int routed = s->status == GRPC_STATUS_OK ? route(w, s, data, len) : ROUTE_ERROR;
+        if (routed == ROUTE_FORWARDED) {
             /* The payload goes to the peer as it came; nothing of the
              * arena is kept while the peer answers. */
             dd_arena_reset(w->arena);
             return;
         }
-        if (s->status == GRPC_STATUS_OK && routed == 0)
-            s->status = dispatch(w, s->method, data, len, deadline_ns, &reply);
-        /* The decoded request lives in the arena: the payload can go now. */
+        if (routed != ROUTE_ERROR) {
+            serve_here(w, s, data, len, routed == ROUTE_HERE_DEGRADED);
+            return;
+        }
         grpc_byte_buffer_destroy(s->payload);
         s->payload = NULL;
     }
-    respond(w, s, reply);
+    respond(w, s, NULL);
 }
 
 /* A reply the peer does not take (its HTTP/2 window stays shut, or it
