@@ -172,6 +172,27 @@ def main():
     view = json.loads(body)
     check(len(view["nodes"]) == 4 and view["partition_count"] == 8, "/cluster: %s" % body)
     check(sorted(view["nodes"][0]["partitions"]) == [0, 2, 4, 6], "/cluster partitions: %s" % body)
+    out = subprocess.run([harness.build_path("tools", "dedupctl"), "cluster",
+                          "127.0.0.1:%d" % admins[1][0]], capture_output=True, text=True,
+                         timeout=30)
+    check(out.returncode == 0, "dedupctl cluster: %d %s" % (out.returncode, out.stderr))
+    lines = out.stdout.splitlines()
+    harness.log("dedupctl cluster:\n" + out.stdout)
+    check(lines[0].startswith("cluster: 2 shards, partitioner murmur2_random, 8 partitions"),
+          "dedupctl cluster header: %r" % lines[0])
+    rows = {l.split()[0]: l.split() for l in lines[2:6]}
+    check(sorted(rows) == ["0.0", "0.1", "1.0", "1.1"], "dedupctl cluster rows: %s" % rows)
+    check(rows["1.0"][2] == "self" and rows["0.0"][2] == "up" and rows["0.1"][3] == "yes",
+          "dedupctl cluster states: %s" % rows)
+    check(rows["0.0"][5] == "0,2,4,6" and rows["1.1"][5] == "1,3,5,7",
+          "dedupctl cluster partitions: %s" % rows)
+    check(lines[-1].startswith("forwarding: shard 0 -> 0.") and "shard 1 -> local" in lines[-1],
+          "dedupctl cluster forwarding: %r" % lines[-1])
+    # Nothing listening there: an error, exit 1.
+    out = subprocess.run([harness.build_path("tools", "dedupctl"), "cluster",
+                          "127.0.0.1:%d" % harness.free_port()], capture_output=True, text=True,
+                         timeout=30)
+    check(out.returncode == 1, "dedupctl cluster against nothing: %d" % out.returncode)
 
     # Users by owning shard (whichever node forwarded is fine: ask Status-free,
     # by the plays' partitions as the metric of one node shows is not needed:
