@@ -152,7 +152,7 @@ static void test_auto(void)
                   m.shard, m.replica);
         dd_cluster_map_free(&m);
     }
-    const char *bad[] = {"dedupd-6", "dedupd", "dedupd-", "dedupd-x", "dedupd--1", "dedupd-1a"};
+    const char *bad[] = {"dedupd-6", "dedupd", "dedupd-", "dedupd-x", "dedupd-1a", "dedupd-+1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_MSG(dd_cluster_conf_check(&c, bad[i], NULL, err, sizeof err) == DD_ERR_INVALID,
                   "%s", bad[i]);
