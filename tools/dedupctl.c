@@ -312,7 +312,8 @@ int main(int argc, char **argv)
         }
         char err[256];
         const char *admin = argc - optind == 2 ? argv[optind + 1] : "127.0.0.1:9464";
-        if (dedupctl_cluster(admin, o.timeout_ms, stdout, err, sizeof err) == DD_OK) return 0;
+        int ms = o.timeout_ms > 0 ? o.timeout_ms : DD_CLIENT_DEFAULT_TIMEOUT_MS;
+        if (dedupctl_cluster(admin, ms, stdout, err, sizeof err) == DD_OK) return 0;
         fprintf(stderr, "dedupctl: cluster: %s\n", err);
         return EXIT_RPC;
     }
