@@ -332,10 +332,7 @@ struct peer {
     _Atomic uint64_t fwd[DD_FWD_OUTCOME_COUNT];
     /* The health thread's probe in flight. */
     grpc_call *call;
-    grpc_byte_buffer *send, *recv;
-    grpc_metadata_array md_in, trailers;
-    grpc_status_code status;
-    grpc_slice details;
+    struct dd_unary u;
     char why[160];             /* the health thread's; read under cl->mu */
 };
 
@@ -483,9 +480,7 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
             p->addr = cl->map.addr[s][r];
             snprintf(p->label, sizeof p->label, "%" PRIu32 ".%" PRIu32, s, r);
             atomic_init(&p->lag_ms, -1);
-            grpc_metadata_array_init(&p->md_in);
-            grpc_metadata_array_init(&p->trailers);
-            p->details = grpc_empty_slice();
+            dd_unary_init(&p->u);
             if (s == cl->map.shard && r == cl->map.replica) continue;
             p->ch = grpc_channel_create(p->addr, creds, &chargs);
             if (!p->ch) {
@@ -510,6 +505,44 @@ err:
 
 /* ---- probes ------------------------------------------------------------- */
 
+void dd_unary_init(struct dd_unary *u)
+{
+    memset(u, 0, sizeof *u);
+    grpc_metadata_array_init(&u->md_in);
+    grpc_metadata_array_init(&u->trailers);
+    u->details = grpc_empty_slice();
+}
+
+void dd_unary_reset(struct dd_unary *u)
+{
+    if (u->recv) grpc_byte_buffer_destroy(u->recv);
+    grpc_metadata_array_destroy(&u->md_in);
+    grpc_metadata_array_destroy(&u->trailers);
+    grpc_slice_unref(u->details);
+    dd_unary_init(u);
+}
+
+grpc_call_error dd_unary_start(grpc_call *call, struct dd_unary *u, void *tag)
+{
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = u->nmd;
+    ops[0].data.send_initial_metadata.metadata = (grpc_metadata *)u->md;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = u->send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &u->md_in;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &u->recv;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &u->trailers;
+    ops[5].data.recv_status_on_client.status = &u->status;
+    ops[5].data.recv_status_on_client.status_details = &u->details;
+    return grpc_call_start_batch(call, ops, 6, tag, NULL);
+}
+
 /* Start a Status call to P on the health thread's queue; its tag is P. */
 static void probe_start(dd_cluster *cl, struct peer *p, gpr_timespec deadline)
 {
@@ -521,29 +554,17 @@ static void probe_start(dd_cluster *cl, struct peer *p, gpr_timespec deadline)
     if (n > sizeof buf) return; /* cannot happen: two short strings */
     dedup__v1__node_status_request__pack(&req, buf);
     grpc_slice sl = grpc_slice_from_copied_buffer((const char *)buf, n);
-    p->send = grpc_raw_byte_buffer_create(&sl, 1);
+    p->u.send = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
     p->call = grpc_channel_create_call(p->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cl->cq,
                                        grpc_slice_from_static_string(DD_API_PATH_CLUSTER_STATUS),
                                        NULL, deadline, NULL);
-    grpc_op ops[6];
-    memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = p->send;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &p->md_in;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &p->recv;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &p->trailers;
-    ops[5].data.recv_status_on_client.status = &p->status;
-    ops[5].data.recv_status_on_client.status_details = &p->details;
-    if (!p->call || grpc_call_start_batch(p->call, ops, 6, p, NULL) != GRPC_CALL_OK) {
+    if (!p->call || dd_unary_start(p->call, &p->u, p) != GRPC_CALL_OK) {
         /* Counted as a failed probe at once. */
         if (p->call) grpc_call_unref(p->call);
         p->call = NULL;
+        grpc_byte_buffer_destroy(p->u.send);
+        p->u.send = NULL;
     }
 }
 
@@ -560,14 +581,14 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
 {
     char why[160] = "";
     Dedup__V1__NodeStatus *st = NULL;
-    if (!ok || p->status != GRPC_STATUS_OK || !p->recv) {
-        char *d = grpc_slice_to_c_string(p->details);
-        snprintf(why, sizeof why, "status %d: %.120s", ok ? (int)p->status : -1, d ? d : "");
+    if (!ok || p->u.status != GRPC_STATUS_OK || !p->u.recv) {
+        char *d = grpc_slice_to_c_string(p->u.details);
+        snprintf(why, sizeof why, "status %d: %.120s", ok ? (int)p->u.status : -1, d ? d : "");
         gpr_free(d);
         set_down(p, why);
     } else {
         grpc_byte_buffer_reader r;
-        if (grpc_byte_buffer_reader_init(&r, p->recv)) {
+        if (grpc_byte_buffer_reader_init(&r, p->u.recv)) {
             grpc_slice all = grpc_byte_buffer_reader_readall(&r);
             grpc_byte_buffer_reader_destroy(&r);
             st = dedup__v1__node_status__unpack(NULL, GRPC_SLICE_LENGTH(all),
@@ -613,16 +634,8 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
     pthread_mutex_unlock(&cl->mu);
     if (p->call) grpc_call_unref(p->call);
     p->call = NULL;
-    if (p->send) grpc_byte_buffer_destroy(p->send);
-    p->send = NULL;
-    if (p->recv) grpc_byte_buffer_destroy(p->recv);
-    p->recv = NULL;
-    grpc_slice_unref(p->details);
-    p->details = grpc_empty_slice();
-    grpc_metadata_array_destroy(&p->md_in);
-    grpc_metadata_array_init(&p->md_in);
-    grpc_metadata_array_destroy(&p->trailers);
-    grpc_metadata_array_init(&p->trailers);
+    grpc_byte_buffer_destroy(p->u.send);
+    dd_unary_reset(&p->u);
 }
 
 /* Each round probes every peer at once and waits for every answer (each
@@ -712,9 +725,7 @@ void dd_cluster_free(dd_cluster *cl)
     for (size_t i = 0; cl->peers && i < cl->npeers; i++) {
         struct peer *p = &cl->peers[i];
         if (p->ch) grpc_channel_destroy(p->ch);
-        grpc_metadata_array_destroy(&p->md_in);
-        grpc_metadata_array_destroy(&p->trailers);
-        grpc_slice_unref(p->details);
+        dd_unary_reset(&p->u);
     }
     free(cl->peers);
     free(cl->first);

@@ -37,6 +37,8 @@
 
 #include "metrics.h"
 
+#include <grpc/grpc.h>
+
 /* The cluster's settings ([cluster] in conf/dedupd.conf). */
 struct dd_cluster_conf {
     uint32_t shards;            /* N; 1 with one node = a single node, no cluster */
@@ -146,7 +148,6 @@ int dd_cluster_route(dd_cluster *cl, const char *user, size_t len, uint32_t *sha
  * or -1 when none is left. *BEHIND: the replica was behind (or down) when
  * chosen, so the answer must say degraded. *CHANNEL is the peer's channel
  * (borrowed, lives as long as CL). */
-typedef struct grpc_channel grpc_channel;
 int dd_cluster_pick(dd_cluster *cl, uint32_t shard, bool good_only, uint32_t *tried,
                     grpc_channel **channel, bool *behind);
 
@@ -200,6 +201,26 @@ bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen);
  * again. */
 #define DD_CLUSTER_MD_FROM "dedupd-forwarded-by"
 #define DD_CLUSTER_MD_MAP "dedupd-cluster-map"
+
+/* One unary client call to a peer, as one batch: send metadata MD[0..NMD),
+ * the message SEND (borrowed; kept by the caller until the batch
+ * completes) and close; receive metadata, the answer (RECV, owned here)
+ * and the status. Used by the health probes and by rpc.c's forwarding. */
+struct dd_unary {
+    const grpc_metadata *md;
+    size_t nmd;
+    grpc_byte_buffer *send;
+    grpc_metadata_array md_in, trailers;
+    grpc_byte_buffer *recv;
+    grpc_status_code status;
+    grpc_slice details;
+};
+/* Empty U (no allocation); dd_unary_reset releases what a finished batch
+ * left in it and empties it again. Cannot fail. */
+void dd_unary_init(struct dd_unary *u);
+void dd_unary_reset(struct dd_unary *u);
+/* Start U's batch on CALL with TAG; grpc's result. */
+grpc_call_error dd_unary_start(grpc_call *call, struct dd_unary *u, void *tag);
 
 /* A metrics.h collector for UD (a dd_cluster *): dedupd_cluster_*. */
 void dd_cluster_collect(dd_prom *p, void *ud);

@@ -94,10 +94,7 @@ struct forward {
     int64_t start_ns;           /* of this try */
     gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
     grpc_metadata md[2];
-    grpc_metadata_array md_in, trailers;
-    grpc_byte_buffer *recv;
-    grpc_status_code status;
-    grpc_slice details;
+    struct dd_unary u;          /* the payload is sent as it came */
 };
 
 /* One pre-posted call. Its address is the tag of its own events. */
@@ -195,9 +192,7 @@ static void worker_release(struct worker *w)
         for (size_t i = 0; i < w->nslots; i++) {
             grpc_metadata_array_destroy(&w->slots[i].md);
             grpc_call_details_destroy(&w->slots[i].details);
-            grpc_metadata_array_destroy(&w->slots[i].fwd.md_in);
-            grpc_metadata_array_destroy(&w->slots[i].fwd.trailers);
-            grpc_slice_unref(w->slots[i].fwd.details);
+            dd_unary_reset(&w->slots[i].fwd.u);
         }
         free(w->slots);
         w->slots = NULL;
@@ -236,9 +231,7 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
         grpc_metadata_array_init(&s->md);
         grpc_call_details_init(&s->details);
         s->fwd.kind = TAG_FORWARD;
-        grpc_metadata_array_init(&s->fwd.md_in);
-        grpc_metadata_array_init(&s->fwd.trailers);
-        s->fwd.details = grpc_empty_slice();
+        dd_unary_init(&s->fwd.u);
     }
     w->cq = grpc_completion_queue_create_for_next(NULL);
     if (!w->cq) return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
@@ -805,14 +798,7 @@ static void forward_reset(struct slot *s)
     struct forward *f = &s->fwd;
     if (f->call) grpc_call_unref(f->call);
     f->call = NULL;
-    if (f->recv) grpc_byte_buffer_destroy(f->recv);
-    f->recv = NULL;
-    grpc_metadata_array_destroy(&f->md_in);
-    grpc_metadata_array_init(&f->md_in);
-    grpc_metadata_array_destroy(&f->trailers);
-    grpc_metadata_array_init(&f->trailers);
-    grpc_slice_unref(f->details);
-    f->details = grpc_empty_slice();
+    dd_unary_reset(&f->u);
 }
 
 /* Send S's request (its payload, as received) to the next replica of
@@ -835,24 +821,11 @@ static int forward_try(struct worker *w, struct slot *s)
         f->md[0].value = rpc->md_from;
         f->md[1].key = grpc_slice_from_static_string(DD_CLUSTER_MD_MAP);
         f->md[1].value = rpc->md_map;
-        grpc_op ops[6];
-        memset(ops, 0, sizeof ops);
-        ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-        ops[0].data.send_initial_metadata.count = 2;
-        ops[0].data.send_initial_metadata.metadata = f->md;
-        ops[1].op = GRPC_OP_SEND_MESSAGE;
-        ops[1].data.send_message.send_message = s->payload;
-        ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-        ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-        ops[3].data.recv_initial_metadata.recv_initial_metadata = &f->md_in;
-        ops[4].op = GRPC_OP_RECV_MESSAGE;
-        ops[4].data.recv_message.recv_message = &f->recv;
-        ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-        ops[5].data.recv_status_on_client.trailing_metadata = &f->trailers;
-        ops[5].data.recv_status_on_client.status = &f->status;
-        ops[5].data.recv_status_on_client.status_details = &f->details;
+        f->u.md = f->md;
+        f->u.nmd = 2;
+        f->u.send = s->payload;
         f->start_ns = dd_mono_ns();
-        if (grpc_call_start_batch(f->call, ops, 6, f, NULL) != GRPC_CALL_OK) {
+        if (dd_unary_start(f->call, &f->u, f) != GRPC_CALL_OK) {
             /* The parent is gone (cancelled): no other replica will do better. */
             forward_reset(s);
             return DD_ERR_UNAVAILABLE;
@@ -904,8 +877,8 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
     struct forward *f = &s->fwd;
     w->outstanding--;
     int64_t ns = dd_mono_ns() - f->start_ns;
-    grpc_status_code st = ok ? f->status : GRPC_STATUS_UNAVAILABLE;
-    char *details = grpc_slice_to_c_string(f->details);
+    grpc_status_code st = ok ? f->u.status : GRPC_STATUS_UNAVAILABLE;
+    char *details = grpc_slice_to_c_string(f->u.details);
     enum dd_cluster_outcome out = st == GRPC_STATUS_UNAVAILABLE        ? DD_FWD_UNAVAILABLE
                                   : st == GRPC_STATUS_DEADLINE_EXCEEDED ? DD_FWD_DEADLINE
                                   : st == GRPC_STATUS_CANCELLED         ? DD_FWD_CANCELLED
@@ -936,16 +909,16 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
     s->status = st;
     snprintf(w->msg, sizeof w->msg, "%s", details ? details : "");
     gpr_free(details);
-    if (st == GRPC_STATUS_OK && f->recv) {
+    if (st == GRPC_STATUS_OK && f->u.recv) {
         if (s->method == DD_API_FILTER && f->behind) {
-            reply = mark_degraded(f->recv);
+            reply = mark_degraded(f->u.recv);
             if (!reply) {
                 s->status = GRPC_STATUS_INTERNAL;
                 snprintf(w->msg, sizeof w->msg, "cannot read the replica's answer");
             }
         } else {
-            reply = f->recv;
-            f->recv = NULL;
+            reply = f->u.recv;
+            f->u.recv = NULL;
         }
     }
     forward_reset(s);

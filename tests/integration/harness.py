@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 SOURCE_ROOT = os.environ.get("DD_SOURCE_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 BUILD_ROOT = os.environ.get("DD_BUILD_ROOT", os.path.join(SOURCE_ROOT, "build"))
@@ -58,6 +60,28 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def http_get(port, path, timeout=5):
+    """GET http://127.0.0.1:PORT PATH: (status, body text); (0, reason) when
+    nothing answers."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError as e:
+        return 0, str(e)
+
+
+def wait_until(what, fn, timeout=120.0, every=0.2):
+    """Call FN until it returns true; fail naming WHAT after TIMEOUT s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if fn():
+            return
+        time.sleep(every)
+    fail("timed out waiting for " + what)
 
 
 def wait_port(port, timeout=20.0, proc=None, host="127.0.0.1"):

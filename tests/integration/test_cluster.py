@@ -28,7 +28,6 @@ import random
 import subprocess
 import threading
 import time
-import urllib.request
 
 import harness
 import test_ingest_lib as il
@@ -44,25 +43,6 @@ ITEMS_PER_USER = 4
 def check(cond, msg):
     if not cond:
         harness.fail(msg)
-
-
-def http_get(port, path):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError as e:
-        return 0, str(e)
-
-
-def wait_until(what, fn, timeout=120.0, every=0.2):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if fn():
-            return
-        time.sleep(every)
-    harness.fail("timed out waiting for " + what)
 
 
 class Node:
@@ -96,14 +76,14 @@ class Node:
         return "%d.%d" % (self.shard, self.replica)
 
     def ready(self):
-        return http_get(self.admin, "/readyz")[0] == 200
+        return harness.http_get(self.admin, "/readyz")[0] == 200
 
     def filter(self, user, ids, timeout=10):
         return self.stub.Filter(pb.FilterRequest(user_id=user, candidate_ids=ids), timeout=timeout)
 
 
 def metric_sum(port, name, must=()):
-    st, body = http_get(port, "/metrics")
+    st, body = harness.http_get(port, "/metrics")
     total = 0.0
     for line in body.splitlines():
         if line.startswith(name) and all(m in line for m in must):
@@ -139,7 +119,7 @@ def main():
                        capture_output=True, text=True, timeout=300)
     check(r.returncode == 0, "ddproduce failed: %s %s" % (r.stdout, r.stderr))
     harness.log("produced", len(plays), "plays for", USERS, "users")
-    wait_until("every node ready", lambda: all(n.ready() for n in allnodes), timeout=120)
+    harness.wait_until("every node ready", lambda: all(n.ready() for n in allnodes), timeout=120)
 
     def all_found(node, sample):
         for u in sample:
@@ -152,7 +132,7 @@ def main():
     # Wait for ingest on every node (a sample), then check every user on every node.
     sample = users[:: max(1, USERS // 50)]
     for n in allnodes:
-        wait_until("node %s has ingested" % n.label, lambda: all_found(n, sample), timeout=180,
+        harness.wait_until("node %s has ingested" % n.label, lambda: all_found(n, sample), timeout=180,
                    every=0.5)
     for n in allnodes:
         missing = 0
@@ -167,7 +147,7 @@ def main():
         fwd = metric_sum(n.admin, "dedupd_cluster_forwarded_total", ('outcome="ok"',))
         check(fwd > USERS / 4, "node %s forwarded only %d calls" % (n.label, fwd))
         harness.log("node %s: all %d users right, %d calls forwarded" % (n.label, USERS, fwd))
-    st, body = http_get(admins[0][0], "/cluster")
+    st, body = harness.http_get(admins[0][0], "/cluster")
     check(st == 200, "/cluster: %d %s" % (st, body))
     view = json.loads(body)
     check(len(view["nodes"]) == 4 and view["partition_count"] == 8, "/cluster: %s" % body)
@@ -241,17 +221,17 @@ def main():
 
     for stopped, alive in (((0, 0), (0, 1)), ((0, 1), (0, 0))):
         cluster[stopped].dd.stop()
-        wait_until("replica %d.%d seen as down" % stopped,
+        harness.wait_until("replica %d.%d seen as down" % stopped,
                    lambda: metric_sum(admins[1][1], "dedupd_cluster_peer_up",
                                       ('peer="%d.%d"' % stopped,)) == 0, timeout=30)
-        wait_until("RecordPlays on replica %d.%d" % alive,
+        harness.wait_until("RecordPlays on replica %d.%d" % alive,
                    lambda: seen_through(cluster[(1, 1)], u0, "rp-1"), timeout=30)
         # Forgotten: the earlier play is gone on this replica too (in log order).
         kept = list(cluster[(1, 1)].filter(u0f, ["rp-f", "v-%s-0" % u0f]).kept_ids)
         check(kept == ["rp-f", "v-%s-0" % u0f],
               "ForgetUser not applied on replica %d.%d: kept %s" % (alive + (kept,)))
         cluster[stopped].dd.start()
-        wait_until("replica %d.%d ready again" % stopped, cluster[stopped].ready, timeout=120)
+        harness.wait_until("replica %d.%d ready again" % stopped, cluster[stopped].ready, timeout=120)
     harness.log("RecordPlays and ForgetUser reached both replicas")
 
     # ---- 4. SIGKILL one node under load -----------------------------------
@@ -297,8 +277,8 @@ def main():
                                                                       errors[:5]))
     harness.log("%d Filter calls to the other three nodes, none failed" % calls[0])
     victim.dd.start()
-    wait_until("node 0.0 ready after restart", victim.ready, timeout=120)
-    wait_until("node 0.0 has the plays produced while it was down",
+    harness.wait_until("node 0.0 ready after restart", victim.ready, timeout=120)
+    harness.wait_until("node 0.0 has the plays produced while it was down",
                lambda: all(list(victim.filter(u, ["late-%s" % u]).kept_ids) == []
                            for u in by_shard[0]), timeout=60)
     harness.log("node 0.0 caught up after SIGKILL")
@@ -314,11 +294,11 @@ def main():
               "recent.redis": redis[0].addr, "log.level": "info"})
     odd = harness.Dedupd(o, name="dd-odd")
     odd_stub = pbg.DedupStub(grpc.insecure_channel("127.0.0.1:%d" % odd_port))
-    wait_until("odd node knows partitions",
-               lambda: "partition count" not in http_get(odd_admin, "/readyz")[1], timeout=60)
-    wait_until("odd node not ready for its map",
-               lambda: "cluster map" in http_get(odd_admin, "/readyz")[1], timeout=30)
-    st, body = http_get(odd_admin, "/readyz")
+    harness.wait_until("odd node knows partitions",
+               lambda: "partition count" not in harness.http_get(odd_admin, "/readyz")[1], timeout=60)
+    harness.wait_until("odd node not ready for its map",
+               lambda: "cluster map" in harness.http_get(odd_admin, "/readyz")[1], timeout=30)
+    st, body = harness.http_get(odd_admin, "/readyz")
     check(st == 503, "odd node /readyz: %d %s" % (st, body))
     # Its calls for the others' users are refused: by the peers (map
     # mismatch) or by itself once its probes found every peer disagreeing.
@@ -330,7 +310,7 @@ def main():
             if e.code() not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE):
                 harness.fail("odd node: %s %s" % (e.code(), e.details()))
     # The cluster keeps serving, and says what it refused.
-    st, body = http_get(admins[0][0], "/readyz")
+    st, body = harness.http_get(admins[0][0], "/readyz")
     check(st == 200 and "cluster map" in body, "node 0.0 /readyz with an odd peer: %d %s" %
           (st, body))
     refused = metric_sum(admins[0][0], "dedupd_cluster_map_refusals_total")

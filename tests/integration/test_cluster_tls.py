@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import time
-import urllib.request
 
 import harness
 import test_ingest_lib as il
@@ -34,20 +33,7 @@ def check(cond, msg):
 
 
 def ready(port):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % port, timeout=5) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-def wait_until(what, fn, timeout=120.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if fn():
-            return
-        time.sleep(0.2)
-    harness.fail("timed out waiting for " + what)
+    return harness.http_get(port, "/readyz")[0] == 200
 
 
 def start_cluster(broker, redis, certs, node, allow_read, group):
@@ -68,7 +54,7 @@ def start_cluster(broker, redis, certs, node, allow_read, group):
             "cluster.health_interval_ms": "200", "window.flush_ms": "100",
         })
         dds.append(harness.Dedupd(o, name="dd-tls-%d-%s" % (s, group)))
-    wait_until("both nodes ready", lambda: all(ready(a) for a in admins))
+    harness.wait_until("both nodes ready", lambda: all(ready(a) for a in admins))
     return dds, ports
 
 
@@ -102,7 +88,7 @@ def main():
         return all(c.filter(u, ["v-%s" % u, "fresh"]) == ["fresh"] for u in users)
 
     for i, c in enumerate(clients):
-        wait_until("node %d answers for every user" % i, lambda: all_seen(c), timeout=120)
+        harness.wait_until("node %d answers for every user" % i, lambda: all_seen(c), timeout=120)
     harness.log("Filter through both nodes finds all %d users' plays over TLS" % len(users))
     for x in dds:
         check("tls=mutual" in x.run_log(), "node not on mutual TLS")
