@@ -3,9 +3,13 @@
 """dedupctl against a real dedupd and redis-server: every command's output
 and exit code (0 ok, 1 RPC error or not serving, 2 usage), scenes, lookback,
 and a daemon that is not there. Options anywhere on the line and in long
-form, '--' before ids that begin with '-', unknown options refused.
+form, '--' before ids that begin with '-', unknown options refused; and
+`dedupctl stats`' consumer lag line against a canned /metrics (the live one
+is in test_metrics.py).
 """
+import http.server
 import subprocess
+import threading
 import time
 
 import harness
@@ -52,9 +56,69 @@ def check_usage(exe):
     harness.log("usage: --help anywhere, unknown options refused and named")
 
 
+def check_stats_lag(exe):
+    """`dedupctl stats`' lag line from canned /metrics: in ms where
+    dedupd_ingest_lag_ms is exported (negative: not known), else messages
+    behind, else why there is none."""
+    common = ("# TYPE dedupd_rpc_requests_total counter\n"
+              "dedupd_rpc_requests_total{method=\"Filter\",code=\"OK\"} 0\n"
+              "# TYPE dedupd_filter_degraded_total counter\n"
+              "dedupd_filter_degraded_total 0\n"
+              "# TYPE dedupd_ingest_messages_total counter\n"
+              "dedupd_ingest_messages_total{result=\"ok\"} 10\n"
+              "# TYPE dedupd_ingest_assigned_partitions gauge\n"
+              "dedupd_ingest_assigned_partitions 8\n")
+    lags = ("# TYPE dedupd_ingest_consumer_lag gauge\n"
+            "dedupd_ingest_consumer_lag{partition=\"0\"} 3\n"
+            "dedupd_ingest_consumer_lag{partition=\"5\"} 9\n")
+    no_lags = "# TYPE dedupd_ingest_consumer_lag gauge\n"
+
+    def ms(v):
+        return "# TYPE dedupd_ingest_lag_ms gauge\ndedupd_ingest_lag_ms %s\n" % v
+    body = {"text": ""}
+
+    class Admin(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            data = (body["text"] if self.path == "/metrics" else "ready\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Admin)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    addr = "127.0.0.1:%d" % srv.server_address[1]
+    cases = (
+        (common + lags + ms(1500),
+         "1500 ms behind; 12 messages over 2 partitions (max 9 on partition 5)"),
+        (common + lags + ms(-1), "12 messages over 2 partitions (max 9 on partition 5)"),
+        (common + lags, "12 messages over 2 partitions (max 9 on partition 5)"),
+        (common + no_lags + ms(250), "250 ms behind\n"),
+        (common + no_lags, "- (8 partitions assigned, no lag in librdkafka's statistics yet"),
+        (common.replace("assigned_partitions 8", "assigned_partitions 0") + no_lags,
+         "- (no partition assigned)"),
+    )
+    try:
+        for text, want in cases:
+            body["text"] = text
+            # stats takes the options anywhere too
+            out, _ = run(exe, ["stats", addr, "--timeout", "3000"], 0)
+            line = next((l for l in out.splitlines() if l.startswith("consumer lag")), "")
+            if want not in line + "\n":
+                harness.fail("stats lag line %r, want %r, from\n%s" % (line, want, text))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    harness.log("stats: lag in ms when exported, else messages behind, else why not")
+
+
 def main():
     exe = harness.build_path("tools", "dedupctl")
     check_usage(exe)
+    check_stats_lag(exe)
     redis = harness.Redis()
     d = Dedupd(redis.addr)
 
