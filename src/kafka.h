@@ -36,9 +36,14 @@ rd_kafka_conf_t *dd_kafka_conf_new(rd_kafka_type_t type, const struct dd_config_
 void dd_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
 
 /* Read the consumer lag of TOPIC's partitions from statistics JSON (LEN
- * bytes, not necessarily terminated). For each partition with a lag of 0
- * or more, EACH (if not NULL) is called with its number and lag. Returns
- * the sum, or -1 when the JSON cannot be parsed or names no lag of TOPIC. */
+ * bytes, not necessarily terminated): librdkafka's consumer_lag (messages
+ * from the group's committed offset to the partition's end), or, for a
+ * partition being fetched that has no committed offset in the group yet,
+ * the messages from the consumer's position to the end (so a partition
+ * that has received nothing since the group began counts 0, not unknown).
+ * For each partition with a lag of 0 or more, EACH (if not NULL) is called
+ * with its number and lag. Returns the sum, or -1 when the JSON cannot be
+ * parsed or names no lag of TOPIC. */
 int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
                            void (*each)(void *ud, int32_t partition, int64_t lag), void *ud);
 
