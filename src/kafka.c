@@ -79,9 +79,15 @@ rd_kafka_conf_t *dd_kafka_conf_new(rd_kafka_type_t type, const struct dd_config_
                                     "stored once the plays are written)");
             goto fail;
         }
+        if (consumer && strcmp(kv->key, "enable.partition.eof") == 0 && !is_true(kv->value)) {
+            dd_set_err(err, errlen, "kafka.enable.partition.eof: must be true (the ingest lag "
+                                    "needs to know when a partition is caught up)");
+            goto fail;
+        }
         if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
     }
-    if (consumer && conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK)
+    if (consumer && (conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK ||
+                     conf_set(conf, "enable.partition.eof", "true", err, errlen) != DD_OK))
         goto fail;
     return conf;
 fail:
@@ -124,4 +130,23 @@ int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
     }
     json_object_put(root);
     return lag;
+}
+
+int32_t dd_kafka_partition_count(rd_kafka_t *rk, rd_kafka_topic_t *rkt, int timeout_ms,
+                                 rd_kafka_resp_err_t *err)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    *err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+    if (*err) return 0;
+    int32_t n = 0;
+    *err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    for (int i = 0; i < md->topic_cnt; i++) {
+        const rd_kafka_metadata_topic_t *t = &md->topics[i];
+        if (strcmp(t->topic, rd_kafka_topic_name(rkt)) != 0) continue;
+        *err = t->err;
+        if (!t->err) n = t->partition_cnt;
+    }
+    rd_kafka_metadata_destroy(md);
+    if (n <= 0 && !*err) *err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    return n > 0 ? n : 0;
 }
