@@ -193,12 +193,21 @@ bool dd_cluster_shard_redis(const struct dd_cluster_conf *c, uint32_t shard, cha
     return true;
 }
 
+/* The ownership hash: what decides which node owns a user (the shard
+ * count and the partitioner). Two nodes that differ here would answer for
+ * each other's users. */
 static uint64_t map_hash(const struct dd_cluster_map *m)
+{
+    uint32_t head[2] = {m->shards, (uint32_t)m->partitioner};
+    return XXH3_64bits(head, sizeof head);
+}
+
+/* The node list's hash: differs between nodes during a rolling change of
+ * replicas, which is harmless (each forwards to the replicas it knows). */
+static uint64_t nodes_hash(const struct dd_cluster_map *m)
 {
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
-    uint32_t head[2] = {m->shards, (uint32_t)m->partitioner};
-    XXH3_64bits_update(&st, head, sizeof head);
     for (uint32_t s = 0; s < m->shards; s++) {
         XXH3_64bits_update(&st, ";", 1);
         for (uint32_t r = 0; r < m->nreplicas[s]; r++)
@@ -252,12 +261,14 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
         if (ord < 0 || (uint64_t)ord >= (uint64_t)m.shards * r) {
             rc = dd_fail(DD_ERR_INVALID, err, errlen,
                          "cluster.shard = auto: host name \"%s\" does not end in -N with N below "
-                         "%" PRIu32 " (shards x replicas)",
+                         "%" PRIu32 " (shards x replicas; ordinal = replica x shards + shard)",
                          name, m.shards * r);
             goto done;
         }
-        m.shard = (uint32_t)ord / r;
-        m.replica = (uint32_t)ord % r;
+        /* Replica-major: adding a replica to every shard appends N pods
+         * and moves no existing one (shard-major would renumber them). */
+        m.shard = (uint32_t)ord % m.shards;
+        m.replica = (uint32_t)ord / m.shards;
     }
     if (m.replica >= m.nreplicas[m.shard]) {
         rc = dd_fail(DD_ERR_INVALID, err, errlen,
@@ -286,6 +297,7 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
         }
     }
     m.hash = map_hash(&m);
+    m.nodes_hash = nodes_hash(&m);
     rc = DD_OK;
 done:
     if (rc == DD_OK && out)
@@ -325,7 +337,8 @@ struct peer {
     grpc_channel *ch;          /* NULL for this node */
     _Atomic int state;         /* enum peer_state, from the last probe */
     atomic_bool ready;         /* the peer's own readiness */
-    atomic_bool mismatch;      /* its map differs from ours */
+    atomic_bool mismatch;      /* it would own other users than our map says */
+    atomic_bool nodes_differ;  /* it lists other nodes (a rolling change) */
     _Atomic int64_t lag_ms;
     _Atomic int64_t last_ok_ms; /* wall clock of the last answered probe; 0 never */
     _Atomic int32_t partitions;
@@ -339,6 +352,7 @@ struct peer {
 struct dd_cluster {
     struct dd_cluster_map map;
     char hash_hex[17];
+    char nodes_hex[17];
     char self_label[32];
     struct peer *peers;        /* every node of the map, shard-major */
     uint32_t *first;           /* [shard]: index of its first replica in peers */
@@ -423,6 +437,7 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
     pthread_cond_init(&cl->cv, NULL);
     dd_histogram_init(&cl->fwd_latency, fwd_bounds, DD_ARRAY_LEN(fwd_bounds));
     dd_cluster_map_hash_hex(&cl->map, cl->hash_hex);
+    snprintf(cl->nodes_hex, sizeof cl->nodes_hex, "%016" PRIx64, cl->map.nodes_hash);
     snprintf(cl->self_label, sizeof cl->self_label, "%" PRIu32 ".%" PRIu32, cl->map.shard,
              cl->map.replica);
     cl->local = *local;
@@ -595,11 +610,12 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
                                                 GRPC_SLICE_START_PTR(all));
             grpc_slice_unref(all);
         }
-        if (!st || st->shard != p->shard || st->replica != p->replica) {
+        if (!st || st->shard != p->shard) {
+            /* The address serves another shard than the map says: it
+             * would answer for other users. */
             if (st)
-                snprintf(why, sizeof why,
-                         "it says it is node %" PRIu32 ".%" PRIu32 ", the map says %s", st->shard,
-                         st->replica, p->label);
+                snprintf(why, sizeof why, "it says it is of shard %" PRIu32 ", the map says %s",
+                         st->shard, p->label);
             else
                 snprintf(why, sizeof why, "its status cannot be decoded");
             bool was = atomic_exchange(&p->mismatch, true);
@@ -613,11 +629,17 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
             bool differ = strcmp(st->map_hash, cl->hash_hex) != 0;
             bool was = atomic_exchange(&p->mismatch, differ);
             if (differ && !was)
-                dd_error(MOD, "msg=\"peer has another cluster map; not ready until they agree\" "
-                              "peer=%s addr=%s ours=%s theirs=\"%.32s\"",
+                dd_error(MOD, "msg=\"peer has another cluster map (shards or partitioner); not "
+                              "used\" peer=%s addr=%s ours=%s theirs=\"%.32s\"",
                          p->label, p->addr, cl->hash_hex, st->map_hash);
             else if (!differ && was)
                 dd_info(MOD, "msg=\"peer agrees about the cluster map again\" peer=%s", p->label);
+            bool nodes = strcmp(st->nodes_hash, cl->nodes_hex) != 0 || st->replica != p->replica;
+            bool nodes_was = atomic_exchange(&p->nodes_differ, nodes);
+            if (nodes && !nodes_was)
+                dd_warn(MOD, "msg=\"peer lists other nodes than this node (cluster.nodes)\" "
+                             "peer=%s addr=%s its_place=%" PRIu32 ".%" PRIu32,
+                        p->label, p->addr, st->shard, st->replica);
             if (differ) snprintf(why, sizeof why, "cluster map %.32s differs", st->map_hash);
             else if (!st->ready) snprintf(why, sizeof why, "%.150s", st->why);
             atomic_store(&p->lag_ms, st->lag_ms);
@@ -886,6 +908,14 @@ bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen)
                    first->addr);
         return true;
     }
+    for (size_t i = 0; i < cl->npeers; i++) {
+        const struct peer *p = &cl->peers[i];
+        if (p->ch && atomic_load(&p->nodes_differ)) {
+            dd_set_err(why, whylen, "peer %s (%s) lists other nodes in cluster.nodes", p->label,
+                       p->addr);
+            return true;
+        }
+    }
     if (dd_now_ms() < atomic_load(&cl->foreign_mismatch_until_ms)) {
         pthread_mutex_lock(&cl->mu);
         dd_set_err(why, whylen, "refused a call: %s", cl->foreign_why);
@@ -901,6 +931,7 @@ void dd_cluster_get_self(dd_cluster *cl, struct dd_cluster_self *out)
     out->shard = cl->map.shard;
     out->replica = cl->map.replica;
     memcpy(out->map_hash, cl->hash_hex, sizeof out->map_hash);
+    memcpy(out->nodes_hash, cl->nodes_hex, sizeof out->nodes_hash);
     out->lag_ms = cl->local.lag_ms ? cl->local.lag_ms(cl->local.ud) : -1;
     out->partition_count = cl->local.partitions ? cl->local.partitions(cl->local.ud) : 0;
     out->ready = dd_cluster_ready(cl, out->why, sizeof out->why);
@@ -996,6 +1027,7 @@ char *dd_cluster_describe(dd_cluster *cl)
     json_object_object_add(root, "shard", json_object_new_int64(self.shard));
     json_object_object_add(root, "replica", json_object_new_int64(self.replica));
     json_object_object_add(root, "map_hash", json_object_new_string(cl->hash_hex));
+    json_object_object_add(root, "nodes_hash", json_object_new_string(cl->nodes_hex));
     json_object_object_add(root, "partitioner",
                            json_object_new_string(dd_partitioner_name(
                                (enum dd_partitioner)cl->map.partitioner)));
@@ -1028,6 +1060,7 @@ char *dd_cluster_describe(dd_cluster *cl)
             json_object_object_add(o, "ready", json_object_new_boolean(atomic_load(&p->ready)));
             json_object_object_add(o, "lag_ms", json_object_new_int64(atomic_load(&p->lag_ms)));
             json_object_object_add(o, "map_mismatch", json_object_new_boolean(atomic_load(&p->mismatch)));
+            json_object_object_add(o, "nodes_differ", json_object_new_boolean(atomic_load(&p->nodes_differ)));
             int64_t last = atomic_load(&p->last_ok_ms);
             json_object_object_add(o, "last_seen_ms_ago", json_object_new_int64(last ? now - last : -1));
             pthread_mutex_lock(&cl->mu);

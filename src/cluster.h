@@ -13,10 +13,13 @@
  *   with N shards, shard s owns the partitions p with p mod N = s, and a
  *   user belongs to the shard of partition(user) as the producers'
  *   partitioner computes it (partition.h). The map (shards, each shard's
- *   replicas' addresses, the partitioner) is static configuration; its
- *   hash travels with every forwarded call and every status probe, so two
- *   nodes that disagree find out and refuse instead of answering for
- *   users the other thinks they own.
+ *   replicas' addresses, the partitioner) is static configuration. The
+ *   hash of what decides ownership (shards, partitioner) travels with
+ *   every forwarded call and status probe, so two nodes that would answer
+ *   for each other's users find out and refuse; a probe also checks that
+ *   the peer at an address is the shard the map says. Node lists may
+ *   differ for a while (replicas being added, one pod at a time): that
+ *   only changes where a node forwards, and is shown, not refused.
  * Peers: one grpc channel per peer, shared by every worker (grpc channels
  *   are thread-safe). A health thread asks every peer's
  *   dedup.v1.Cluster/Status each cluster.health_interval_ms: up or down,
@@ -68,7 +71,9 @@ struct dd_cluster_map {
     uint32_t *nreplicas;        /* [shard] */
     char ***addr;               /* [shard][replica], host:port */
     int partitioner;            /* enum dd_partitioner (partition.h) */
-    uint64_t hash;              /* of shards, addresses and partitioner, not of shard/replica */
+    uint64_t hash;              /* ownership: of shards and partitioner; nodes that differ
+                                 * here refuse each other */
+    uint64_t nodes_hash;        /* of the node list: may differ while replicas are added */
 };
 
 /* Whether CONF describes a cluster (more than one shard or replica) rather
@@ -79,8 +84,10 @@ bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
  * has exactly cluster.shards shards, each with 1..DD_CLUSTER_MAX_REPLICAS
  * host:port entries, no address twice; cluster.shard/replica are numbers
  * inside the map or "auto", which takes this node's place from HOSTNAME's
- * trailing "-ORDINAL" (a StatefulSet pod, "dedupd-5"): ordinal = shard x R
- * + replica, with R replicas in every shard; a known partitioner;
+ * trailing "-ORDINAL" (a StatefulSet pod, "dedupd-5"), replica-major:
+ * shard = ordinal mod N, replica = ordinal / N, with the same number of
+ * replicas R in every shard (so adding a replica to every shard appends
+ * N pods and moves none); a known partitioner;
  * cluster.redis empty or one host:port per shard. With
  * cluster.shards = 1 and cluster.nodes empty, the single node: MAP gets
  * one shard of one replica with an empty address. HOSTNAME NULL = the
@@ -178,6 +185,7 @@ int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *
 struct dd_cluster_self {
     uint32_t shard, replica;
     char map_hash[17];
+    char nodes_hash[17];
     bool ready;
     int64_t lag_ms;          /* -1 unknown */
     int32_t partition_count; /* 0 unknown */

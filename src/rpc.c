@@ -680,6 +680,7 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         resp.shard = self.shard;
         resp.replica = self.replica;
         resp.map_hash = self.map_hash;
+        resp.nodes_hash = self.nodes_hash;
         resp.ready = self.ready && atomic_load(&w->rpc->serving);
         resp.lag_ms = self.lag_ms;
         resp.partition_count = self.partition_count;

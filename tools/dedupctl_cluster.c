@@ -76,9 +76,14 @@ int dedupctl_cluster(const char *addr, int timeout_ms, FILE *out, char *err, siz
     fprintf(out, "cluster: %s shards, partitioner %s, %s partitions, map %s; this node %s.%s\n",
             str_of(root, "shards"), str_of(root, "partitioner"), str_of(root, "partition_count"),
             str_of(root, "map_hash"), str_of(root, "shard"), str_of(root, "replica"));
-    fprintf(out, "%-6s %-24s %-8s %-5s %8s  %-16s %-14s %s\n", "NODE", "ADDRESS", "STATE",
-            "READY", "LAG_MS", "PARTITIONS", "FWD ok/unav", "NOTE");
     size_t n = json_object_array_length(nodes);
+    int aw = 7; /* "ADDRESS"; pod DNS names are long */
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(str_of(json_object_array_get_idx(nodes, i), "addr"));
+        if (l > (size_t)aw) aw = l > 200 ? 200 : (int)l;
+    }
+    fprintf(out, "%-6s %-*s %-8s %-5s %8s  %-16s %-14s %s\n", "NODE", aw, "ADDRESS", "STATE",
+            "READY", "LAG_MS", "PARTITIONS", "FWD ok/unav", "NOTE");
     for (size_t i = 0; i < n; i++) {
         json_object *o = json_object_array_get_idx(nodes, i), *f;
         char parts[128], fw[32] = "-";
@@ -93,7 +98,9 @@ int dedupctl_cluster(const char *addr, int timeout_ms, FILE *out, char *err, siz
         const char *note = str_of(o, "why");
         if (json_object_object_get_ex(o, "map_mismatch", &mm) && json_object_get_boolean(mm))
             note = "ANOTHER CLUSTER MAP";
-        fprintf(out, "%-6s %-24s %-8s %-5s %8s  %-16s %-14s %s\n", str_of(o, "node"),
+        else if (json_object_object_get_ex(o, "nodes_differ", &mm) && json_object_get_boolean(mm))
+            note = "lists other nodes";
+        fprintf(out, "%-6s %-*s %-8s %-5s %8s  %-16s %-14s %s\n", str_of(o, "node"), aw,
                 str_of(o, "addr"), str_of(o, "state"),
                 strcmp(str_of(o, "ready"), "true") == 0 ? "yes" : "no", lagbuf, parts, fw,
                 strcmp(note, "-") == 0 ? "" : note);

@@ -73,22 +73,29 @@ static void test_map(void)
     dd_cluster_map_hash_hex(&m, hex);
     CHECK_EQ_INT(strlen(hex), 16);
 
-    /* The same map from another node (other place, other blanks): same hash. */
+    /* The same map from another node (other place, other blanks): same
+     * hashes. */
     struct dd_cluster_conf c2 = conf(2, "0", "1", "a:1,b:2;c:3,d:4,e:5");
     struct dd_cluster_map m2;
     CHECK_EQ_INT(dd_cluster_conf_check(&c2, "h", &m2, err, sizeof err), DD_OK);
-    CHECK(m.hash == m2.hash);
+    CHECK(m.hash == m2.hash && m.nodes_hash == m2.nodes_hash);
     dd_cluster_map_free(&m2);
-    /* Another order, another partitioner, another address: another hash. */
+    /* Another order, address or replica count: the same ownership, another
+     * node list. */
     const char *others[] = {"b:2,a:1;c:3,d:4,e:5", "a:1,b:2;c:3,d:4,e:6", "a:1,b:2;c:3,d:4"};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         c2 = conf(2, "0", "0", others[i]);
         CHECK_EQ_INT(dd_cluster_conf_check(&c2, "h", &m2, err, sizeof err), DD_OK);
-        CHECK_MSG(m.hash != m2.hash, "%s", others[i]);
+        CHECK_MSG(m.hash == m2.hash && m.nodes_hash != m2.nodes_hash, "%s", others[i]);
         dd_cluster_map_free(&m2);
     }
+    /* Another partitioner or shard count: another owner for some users. */
     c2 = conf(2, "0", "0", "a:1,b:2;c:3,d:4,e:5");
     c2.partitioner = (char *)"consistent_random";
+    CHECK_EQ_INT(dd_cluster_conf_check(&c2, "h", &m2, err, sizeof err), DD_OK);
+    CHECK(m.hash != m2.hash);
+    dd_cluster_map_free(&m2);
+    c2 = conf(3, "0", "0", "a:1,b:2;c:3,d:4,e:5;f:6");
     CHECK_EQ_INT(dd_cluster_conf_check(&c2, "h", &m2, err, sizeof err), DD_OK);
     CHECK(m.hash != m2.hash);
     dd_cluster_map_free(&m2);
@@ -140,12 +147,12 @@ static void test_auto(void)
     char err[256];
     struct dd_cluster_conf c = conf(3, "auto", "auto", "a:1,a:2;b:1,b:2;c:1,c:2");
     struct dd_cluster_map m;
-    /* ordinal = shard x replicas + replica */
+    /* Replica-major: shard = ordinal mod shards, replica = ordinal / shards. */
     const struct {
         const char *host;
         uint32_t shard, replica;
-    } ok[] = {{"dedupd-0", 0, 0}, {"dedupd-1", 0, 1}, {"dedupd-4", 2, 0},
-              {"my-dedupd-5", 2, 1}};
+    } ok[] = {{"dedupd-0", 0, 0}, {"dedupd-1", 1, 0}, {"dedupd-2", 2, 0},
+              {"dedupd-4", 1, 1}, {"my-dedupd-5", 2, 1}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         CHECK_EQ_INT(dd_cluster_conf_check(&c, ok[i].host, &m, err, sizeof err), DD_OK);
         CHECK_MSG(m.shard == ok[i].shard && m.replica == ok[i].replica, "%s: %u.%u", ok[i].host,
