@@ -1182,19 +1182,6 @@ static void *poll_main(void *arg)
 
 /* ---- the watch thread ------------------------------------------------------ */
 
-/* The topic's partition count from a metadata request (blocks up to
- * METADATA_MS), or 0 when it cannot be had (logged, rate-limited). */
-static int32_t read_partition_count(dd_ingest *in)
-{
-    rd_kafka_resp_err_t e;
-    int32_t n = dd_kafka_partition_count(in->rk, in->rkt, METADATA_MS, &e);
-    if (!n)
-        dd_log_limited(&in->lim_meta, 30000, DD_LOG_WARN, MOD,
-                       "msg=\"cannot read the topic's partition count; retrying\" topic=%s "
-                       "error=\"%s\"", in->topic, rd_kafka_err2str(e));
-    return n;
-}
-
 /* The broker says the topic has N partitions (N > 0); *LAST is the count
  * seen before (0 = none). */
 static void note_partition_count(dd_ingest *in, int32_t n, int32_t *last)
@@ -1231,7 +1218,7 @@ static void *watch_main(void *arg)
     pthread_mutex_lock(&in->mu);
     while (!in->watch_quit) {
         pthread_mutex_unlock(&in->mu);
-        int32_t n = read_partition_count(in);
+        int32_t n = dd_kafka_partition_count(in->rk, in->rkt, METADATA_MS, &in->lim_meta);
         if (n > 0) note_partition_count(in, n, &last);
         int64_t at = dd_mono_ns() + (int64_t)(last ? WATCH_MS : WATCH_RETRY_MS) * 1000000;
         struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};

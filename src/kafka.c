@@ -133,20 +133,25 @@ int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
 }
 
 int32_t dd_kafka_partition_count(rd_kafka_t *rk, rd_kafka_topic_t *rkt, int timeout_ms,
-                                 rd_kafka_resp_err_t *err)
+                                 struct dd_log_limit *lim)
 {
     const struct rd_kafka_metadata *md = NULL;
-    *err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
-    if (*err) return 0;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
     int32_t n = 0;
-    *err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
-    for (int i = 0; i < md->topic_cnt; i++) {
-        const rd_kafka_metadata_topic_t *t = &md->topics[i];
-        if (strcmp(t->topic, rd_kafka_topic_name(rkt)) != 0) continue;
-        *err = t->err;
-        if (!t->err) n = t->partition_cnt;
+    if (!err) {
+        err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+        for (int i = 0; i < md->topic_cnt; i++) {
+            const rd_kafka_metadata_topic_t *t = &md->topics[i];
+            if (strcmp(t->topic, rd_kafka_topic_name(rkt)) != 0) continue;
+            err = t->err;
+            if (!t->err && t->partition_cnt > 0) n = t->partition_cnt;
+        }
+        rd_kafka_metadata_destroy(md);
     }
-    rd_kafka_metadata_destroy(md);
-    if (n <= 0 && !*err) *err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
-    return n > 0 ? n : 0;
+    if (!n)
+        dd_log_limited(lim, 30000, DD_LOG_WARN, "kafka",
+                       "msg=\"cannot read the topic's partition count; retrying\" topic=%s "
+                       "error=\"%s\"", rd_kafka_topic_name(rkt),
+                       rd_kafka_err2str(err ? err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
+    return n;
 }

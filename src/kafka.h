@@ -47,9 +47,11 @@ int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
 
 /* RKT's partition count, from a metadata request on RK that waits at most
  * TIMEOUT_MS (so not for a thread that must not block). Returns it (> 0),
- * or 0 with *ERR set: the request failed, or the broker reports the topic
- * with an error (UNKNOWN_TOPIC_OR_PART: it does not exist). */
+ * or 0 when the request failed or the broker reports the topic with an
+ * error (UNKNOWN_TOPIC_OR_PART: it does not exist), which is logged as a
+ * warning through LIM (the caller's, one per caller: callers retry). */
+struct dd_log_limit;
 int32_t dd_kafka_partition_count(rd_kafka_t *rk, rd_kafka_topic_t *rkt, int timeout_ms,
-                                 rd_kafka_resp_err_t *err);
+                                 struct dd_log_limit *lim);
 
 #endif

@@ -114,18 +114,6 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 /* ---- the poll thread ------------------------------------------------------ */
 
-/* The topic's partition count from the broker, or 0 (logged). */
-static int32_t read_partitions(dd_producer *p)
-{
-    rd_kafka_resp_err_t e;
-    int32_t n = dd_kafka_partition_count(p->rk, p->rkt, METADATA_MS, &e);
-    if (!n)
-        dd_log_limited(&p->lim_meta, 30000, DD_LOG_WARN, MOD,
-                       "msg=\"cannot read the topic's partition count; retrying\" topic=%s "
-                       "error=\"%s\"", rd_kafka_topic_name(p->rkt), rd_kafka_err2str(e));
-    return n;
-}
-
 static void *poll_main(void *arg)
 {
     dd_producer *p = arg;
@@ -135,7 +123,7 @@ static void *poll_main(void *arg)
         bool read = (p->refresh || p->partitions == 0) && dd_mono_ns() >= next_read;
         pthread_mutex_unlock(&p->mu);
         if (read) {
-            int32_t n = read_partitions(p);
+            int32_t n = dd_kafka_partition_count(p->rk, p->rkt, METADATA_MS, &p->lim_meta);
             next_read = dd_mono_ns() + (int64_t)METADATA_RETRY_MS * 1000000;
             pthread_mutex_lock(&p->mu);
             if (n > 0) {
