@@ -79,9 +79,15 @@ rd_kafka_conf_t *dd_kafka_conf_new(rd_kafka_type_t type, const struct dd_config_
                                     "stored once the plays are written)");
             goto fail;
         }
+        if (consumer && strcmp(kv->key, "enable.partition.eof") == 0 && !is_true(kv->value)) {
+            dd_set_err(err, errlen, "kafka.enable.partition.eof: must be true (the ingest lag "
+                                    "needs to know when a partition is caught up)");
+            goto fail;
+        }
         if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
     }
-    if (consumer && conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK)
+    if (consumer && (conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK ||
+                     conf_set(conf, "enable.partition.eof", "true", err, errlen) != DD_OK))
         goto fail;
     return conf;
 fail:
@@ -164,4 +170,28 @@ int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
     }
     json_object_put(root);
     return lag;
+}
+
+int32_t dd_kafka_partition_count(rd_kafka_t *rk, rd_kafka_topic_t *rkt, int timeout_ms,
+                                 struct dd_log_limit *lim)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+    int32_t n = 0;
+    if (!err) {
+        err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+        for (int i = 0; i < md->topic_cnt; i++) {
+            const rd_kafka_metadata_topic_t *t = &md->topics[i];
+            if (strcmp(t->topic, rd_kafka_topic_name(rkt)) != 0) continue;
+            err = t->err;
+            if (!t->err && t->partition_cnt > 0) n = t->partition_cnt;
+        }
+        rd_kafka_metadata_destroy(md);
+    }
+    if (!n)
+        dd_log_limited(lim, 30000, DD_LOG_WARN, "kafka",
+                       "msg=\"cannot read the topic's partition count; retrying\" topic=%s "
+                       "error=\"%s\"", rd_kafka_topic_name(rkt),
+                       rd_kafka_err2str(err ? err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
+    return n;
 }

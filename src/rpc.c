@@ -217,7 +217,7 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
     if (rc != DD_OK) return rc;
     rc = dd_filter_new(&w->filter, &rpc->filter_conf, history, w->recent, err, errlen);
     if (rc != DD_OK) return rc;
-    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, err, errlen);
+    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, NULL, err, errlen);
     if (rc != DD_OK) return rc;
     w->arena = dd_arena_new(0, 0);
     w->nslots = (size_t)rpc->prepost * DD_API_METHOD_COUNT;

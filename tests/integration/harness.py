@@ -197,15 +197,18 @@ class Redis:
 class DevBroker:
     """tools/devbroker (librdkafka's mock cluster over TCP) with the given
     topics ("name:partitions"); down()/up() take the brokers down and back
-    (SIGUSR1/SIGUSR2)."""
+    (SIGUSR1/SIGUSR2). Topics named in UNAVAILABLE (of TOPICS) look missing
+    to metadata requests until available() (SIGHUP)."""
 
-    def __init__(self, topics=("plays:8",), brokers=1):
+    def __init__(self, topics=("plays:8",), brokers=1, unavailable=()):
         self.dir = tmpdir("dedupd-broker-")
         bootstrap = os.path.join(self.dir, "bootstrap")
         argv = [build_path("tools", "devbroker"), "--bootstrap-file", bootstrap,
                 "--brokers", str(brokers)]
         for t in topics:
             argv += ["--topic", t]
+        for t in unavailable:
+            argv += ["--unavailable", t]
         self.proc = Proc(argv, "devbroker")
         deadline = time.time() + 15
         while not os.path.exists(bootstrap):
@@ -221,6 +224,9 @@ class DevBroker:
 
     def up(self):
         self.proc.signal(signal.SIGUSR2)
+
+    def available(self):
+        self.proc.signal(signal.SIGHUP)
 
     def stop(self):
         return self.proc.stop()

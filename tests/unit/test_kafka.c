@@ -46,6 +46,7 @@ static void test_consumer(void)
     CHECK_STR(get(c, "partition.assignment.strategy"), "cooperative-sticky");
     CHECK_STR(get(c, "queued.min.messages"), "1000000");
     CHECK_STR(get(c, "enable.auto.offset.store"), "false");
+    CHECK_STR(get(c, "enable.partition.eof"), "true");
     rd_kafka_conf_destroy(c);
 
     list.len = 0;
@@ -53,6 +54,12 @@ static void test_consumer(void)
     err[0] = '\0';
     CHECK(dd_kafka_conf_new(RD_KAFKA_CONSUMER, &list, err, sizeof err) == NULL);
     CHECK(strstr(err, "kafka.enable.auto.offset.store") != NULL);
+
+    list.len = 0;
+    set("enable.partition.eof", "false");
+    err[0] = '\0';
+    CHECK(dd_kafka_conf_new(RD_KAFKA_CONSUMER, &list, err, sizeof err) == NULL);
+    CHECK(strstr(err, "kafka.enable.partition.eof") != NULL);
 
     list.len = 0;
     set("no.such.key", "1");
