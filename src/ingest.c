@@ -127,6 +127,7 @@ struct dd_ingest {
 
     /* Assign mode (conf->assign). */
     bool assign;
+    bool from_beginning;  /* assign: ignore committed offsets (ingest.h) */
     uint32_t shards, shard;
     enum dd_partitioner partitioner;
     int32_t assign_count; /* the count the partitions were assigned by (poll thread) */
@@ -1089,7 +1090,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* ---- the poll thread ------------------------------------------------------ */
 
 /* Assign mode: once the watcher knows the partition count, assign this
- * shard's partitions from their committed offsets, for good. Retried a
+ * shard's partitions from their committed offsets (from their beginning
+ * when the store is new), for good. Retried a
  * second later if librdkafka refuses. */
 static void self_assign(dd_ingest *in)
 {
@@ -1102,7 +1104,8 @@ static void self_assign(dd_ingest *in)
     char list[256] = "";
     size_t len = 0;
     for (int32_t p = (int32_t)in->shard; p < n; p += (int32_t)in->shards) {
-        rd_kafka_topic_partition_list_add(l, in->topic, p)->offset = RD_KAFKA_OFFSET_STORED;
+        rd_kafka_topic_partition_list_add(l, in->topic, p)->offset =
+            in->from_beginning ? RD_KAFKA_OFFSET_BEGINNING : RD_KAFKA_OFFSET_STORED;
         if (len < sizeof list - 16)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%" PRId32, len ? "," : "",
                                     p);
@@ -1349,6 +1352,7 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     rc = DD_ERR_NOMEM;
     in->group_id = group;
     in->assign = conf->assign;
+    in->from_beginning = conf->from_beginning;
     in->shards = conf->shards;
     in->shard = conf->shard;
     in->partitioner = (enum dd_partitioner)conf->partitioner;

@@ -81,6 +81,9 @@ struct dd_ingest_conf {
     bool assign;          /* self-assign partitions p with p % shards == shard, no group */
     uint32_t shards, shard, replica; /* assign: shards >= 1, shard < shards */
     int partitioner;      /* assign: enum dd_partitioner (partition.h) the producers use */
+    bool from_beginning;  /* assign: the store is new (dd_history_created): start every
+                           * partition at its beginning, not at offsets committed for a
+                           * store that was lost (a replaced volume) */
 };
 
 typedef struct dd_ingest dd_ingest;

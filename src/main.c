@@ -15,6 +15,7 @@
 #include "dd.h"
 #include "history.h"
 #include "ingest.h"
+#include "producer.h"
 #include "log.h"
 #include "plays.h"
 #include "rpc.h"
@@ -93,6 +94,7 @@ int main(int argc, char **argv)
     dd_ingest *ingest = NULL;
     dd_plays *plays = NULL;
     dd_cluster *cluster = NULL;
+    dd_producer *producer = NULL;
     struct dd_cluster_map map = {0};
 
     if (dd_config_init(&cfg) != DD_OK) {
@@ -232,7 +234,11 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    /* Kafka ingest once the store is open; it stops before the store closes. */
+    /* Kafka ingest once the store is open; it stops before the store closes.
+     * A cluster node on a new store (a new replica, a replaced volume)
+     * replays its partitions from their beginning: its group's committed
+     * offsets belonged to a store that is gone. */
+    cfg.ingest.from_beginning = clustered && dd_history_created(history);
     if (cfg.ingest.enabled) {
         if (dd_ingest_new(&ingest, &cfg.ingest, &cfg.window, &cfg.kafka, history, err,
                           sizeof err) != DD_OK) {
@@ -272,7 +278,15 @@ int main(int argc, char **argv)
     }
 
     /* gRPC last: once it answers, everything behind it is up. */
-    if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, cluster, err, sizeof err) != DD_OK ||
+    if (clustered) {
+        struct dd_producer_conf pc = {cfg.ingest.topic, cfg.ingest.format, cfg.ingest.partitioner,
+                                      cfg.cluster.forward_timeout_ms};
+        if (dd_producer_new(&producer, &pc, &cfg.kafka, err, sizeof err) != DD_OK) {
+            dd_error("main", "msg=\"cannot start the producer\" error=\"%s\"", err);
+            goto out;
+        }
+    }
+    if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, cluster, producer, err, sizeof err) != DD_OK ||
         dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",
                  cfg.rpc.listen, err);
@@ -316,6 +330,7 @@ out:
     /* Every module leaves /metrics before it is freed. */
     dd_admin_detach(admin, DD_ADMIN_RPC);
     dd_rpc_free(rpc);
+    dd_producer_free(producer);
     dd_admin_detach(admin, DD_ADMIN_CLUSTER);
     dd_cluster_free(cluster);
     dd_cluster_map_free(&map);

@@ -167,6 +167,7 @@ struct dd_rpc {
     bool open_to_all;         /* not loopback and no client certificates */
     dd_auth *auth;            /* who may call what; read-only once built */
     dd_cluster *cluster;      /* NULL: a single node, every call is served here */
+    struct dd_producer *producer;
     grpc_slice md_from, md_map; /* our place and map hash, sent with forwarded calls */
     int started, shut_down;
     atomic_bool serving;
@@ -217,7 +218,7 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
     if (rc != DD_OK) return rc;
     rc = dd_filter_new(&w->filter, &rpc->filter_conf, history, w->recent, err, errlen);
     if (rc != DD_OK) return rc;
-    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, NULL, err, errlen);
+    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, rpc->producer, err, errlen);
     if (rc != DD_OK) return rc;
     w->arena = dd_arena_new(0, 0);
     w->nslots = (size_t)rpc->prepost * DD_API_METHOD_COUNT;
@@ -262,7 +263,7 @@ static unsigned usable_cpus(void)
 
 int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
                const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
-               char *err, size_t errlen)
+               struct dd_producer *producer, char *err, size_t errlen)
 {
     *out = NULL;
     grpc_init();
@@ -271,6 +272,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
         grpc_shutdown();
         return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     }
+    rpc->producer = producer;
     int rc = dd_rpc_conf_check(conf, err, errlen);
     if (rc != DD_OK) {
         free(rpc);

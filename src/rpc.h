@@ -121,14 +121,17 @@ int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen
  * outlive the server, and so is CLUSTER (NULL = a single node): with it,
  * a Dedup call for a user of another shard is forwarded to a replica of
  * that shard (rpc.c, "Forwarding") and dedup.v1.Cluster/Status answers
- * peers. Returns 0, or
+ * peers; PRODUCER (NULL = a single node; borrowed) is handed to every
+ * worker's writer (record.h: RecordPlays and ForgetUser also go through
+ * Kafka). Returns 0, or
  * DD_ERR_INVALID (bad address, unreadable TLS files), DD_ERR_IO (cannot
  * bind) or DD_ERR_NOMEM, with a message in err; *out is NULL on error.
  * Nothing is served until dd_rpc_start. Free with dd_rpc_free. */
 typedef struct dd_cluster dd_cluster;
+struct dd_producer;
 int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
                const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
-               char *err, size_t errlen);
+               struct dd_producer *producer, char *err, size_t errlen);
 
 /* Start serving: rpc.threads workers, each with its own completion queue,
  * Redis connection and arena, with rpc.prepost calls pre-posted per method.
