@@ -371,6 +371,7 @@ struct dd_cluster {
     struct dd_histogram fwd_latency;
     _Atomic uint64_t map_refusals; /* forwarded calls or probes refused for the map */
     atomic_bool self_behind;   /* this node's lag, as of the last health round */
+    atomic_bool odd_one_out;   /* its map differs from as many peers as agree (last round) */
 };
 
 bool dd_cluster_self_behind(const dd_cluster *cl)
@@ -378,9 +379,22 @@ bool dd_cluster_self_behind(const dd_cluster *cl)
     return atomic_load_explicit(&cl->self_behind, memory_order_relaxed);
 }
 
-/* Refresh self_behind (each health round, and at start). */
+static void map_votes(dd_cluster *cl, size_t *disagree, size_t *agree, const struct peer **first);
+
+/* Refresh self_behind and odd_one_out (each health round, and at start). */
 static void update_self(dd_cluster *cl)
 {
+    size_t disagree, agree;
+    const struct peer *first;
+    map_votes(cl, &disagree, &agree, &first);
+    bool odd = disagree && disagree >= agree;
+    bool was = atomic_exchange(&cl->odd_one_out, odd);
+    if (odd && !was)
+        dd_error(MOD, "msg=\"this node's cluster map differs from its peers'; refusing calls "
+                      "until they agree\" disagree=%zu agree=%zu",
+                 disagree, agree);
+    else if (!odd && was)
+        dd_info(MOD, "msg=\"cluster map agreed again; serving\"");
     int64_t lag = cl->local.lag_ms ? cl->local.lag_ms(cl->local.ud) : -1;
     atomic_store(&cl->self_behind, lag < 0 || lag > cl->max_lag_ms);
 }
@@ -544,6 +558,7 @@ grpc_call_error dd_unary_start(grpc_call *call, struct dd_unary *u, void *tag)
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].data.send_initial_metadata.count = u->nmd;
     ops[0].data.send_initial_metadata.metadata = (grpc_metadata *)u->md;
+    ops[0].flags = u->flags;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = u->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -571,6 +586,11 @@ static void probe_start(dd_cluster *cl, struct peer *p, gpr_timespec deadline)
     grpc_slice sl = grpc_slice_from_copied_buffer((const char *)buf, n);
     p->u.send = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
+    /* Wait for a connection within the round's deadline rather than fail
+     * fast: a channel connects only while a call on it is pending and its
+     * queue is polled (rpc.poller = poll), so a peer only probed, never
+     * forwarded to, would otherwise stay "down" after any failed connect. */
+    p->u.flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY;
     p->call = grpc_channel_create_call(p->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cl->cq,
                                        grpc_slice_from_static_string(DD_API_PATH_CLUSTER_STATUS),
                                        NULL, deadline, NULL);
@@ -688,6 +708,7 @@ static void *health_main(void *arg)
             probe_done(cl, ev.tag, ev.success);
             pending--;
         }
+        update_self(cl);
         pthread_mutex_lock(&cl->mu);
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
@@ -763,6 +784,10 @@ void dd_cluster_free(dd_cluster *cl)
 int dd_cluster_route(dd_cluster *cl, const char *user, size_t len, uint32_t *shard, bool *local,
                      char *err, size_t errlen)
 {
+    if (atomic_load_explicit(&cl->odd_one_out, memory_order_relaxed))
+        return dd_fail(DD_ERR_STATE, err, errlen,
+                       "this node's cluster map (shards, partitioner) differs from its peers': "
+                       "it answers no call until they agree (see its log and /readyz)");
     int32_t n = cl->local.partitions ? cl->local.partitions(cl->local.ud) : 0;
     if (n <= 0)
         return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,

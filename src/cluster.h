@@ -143,9 +143,11 @@ const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl);
 int64_t dd_cluster_forward_timeout_ms(const dd_cluster *cl);
 
 /* Where a call for USER goes. Returns 0 and sets *shard (and *local when
- * this node's shard), or DD_ERR_UNAVAILABLE with a message when the
+ * this node's shard); DD_ERR_UNAVAILABLE with a message when the
  * partition count is not known yet or has changed (the node must not
- * guess). */
+ * guess); DD_ERR_STATE when this node is the odd one out about the map
+ * (dd_cluster_ready): it refuses every call rather than answer for users
+ * its peers think are theirs. */
 int dd_cluster_route(dd_cluster *cl, const char *user, size_t len, uint32_t *shard, bool *local,
                      char *err, size_t errlen);
 
@@ -217,6 +219,7 @@ bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen);
 struct dd_unary {
     const grpc_metadata *md;
     size_t nmd;
+    uint32_t flags;             /* GRPC_INITIAL_METADATA_* of the send (wait for ready) */
     grpc_byte_buffer *send;
     grpc_metadata_array md_in, trailers;
     grpc_byte_buffer *recv;

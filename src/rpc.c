@@ -91,10 +91,11 @@ struct forward {
     bool behind;                /* it was behind when chosen: answer degraded */
     bool own;                   /* our own shard (we are behind): caught-up replicas
                                  * only, else answered here, degraded */
+    bool patient;               /* second round: wait for a connection (forward_try) */
     int64_t start_ns;           /* of this try */
     gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
     grpc_metadata md[2];
-    struct dd_unary u;          /* the payload is sent as it came */
+    struct dd_unary u;          /* the payload is sent as it came (a copy per try) */
 };
 
 /* One pre-posted call. Its address is the tag of its own events. */
@@ -801,12 +802,23 @@ static void forward_reset(struct slot *s)
     struct forward *f = &s->fwd;
     if (f->call) grpc_call_unref(f->call);
     f->call = NULL;
+    if (f->u.send) grpc_byte_buffer_destroy(f->u.send);
     dd_unary_reset(&f->u);
 }
 
+/* How long one try of the second round may wait for its replica to
+ * connect: longer than grpc's longest reconnect backoff on peer channels
+ * (cluster.c), so a replica that is up is reached. */
+#define PATIENT_TRY_MS 1500
+
 /* Send S's request (its payload, as received) to the next replica of
  * s->fwd.shard. Returns 0 (the slot is FORWARDING, its batch pending) or
- * DD_ERR_UNAVAILABLE when no replica is left or the call cannot start. */
+ * DD_ERR_UNAVAILABLE when no replica is left or the call cannot start.
+ * Two rounds: the first fails fast on a replica whose channel is not
+ * connected (so a dead replica costs nothing); when every replica failed
+ * so, a second round waits for each in turn to connect, up to
+ * PATIENT_TRY_MS: a peer that has just started, or one whose channel is
+ * in reconnect backoff after a restart, fails fast although it is up. */
 static int forward_try(struct worker *w, struct slot *s)
 {
     dd_rpc *rpc = w->rpc;
@@ -814,11 +826,22 @@ static int forward_try(struct worker *w, struct slot *s)
     for (;;) {
         grpc_channel *ch;
         f->replica = dd_cluster_pick(rpc->cluster, f->shard, f->own, &f->tried, &ch, &f->behind);
-        if (f->replica < 0) return DD_ERR_UNAVAILABLE;
+        gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+        if (f->replica < 0) {
+            if (f->patient || gpr_time_cmp(f->deadline, now) <= 0) return DD_ERR_UNAVAILABLE;
+            f->patient = true;
+            f->tried = 0;
+            continue;
+        }
+        gpr_timespec deadline = f->deadline;
+        if (f->patient) {
+            gpr_timespec t = gpr_time_add(now, gpr_time_from_millis(PATIENT_TRY_MS, GPR_TIMESPAN));
+            if (gpr_time_cmp(t, deadline) < 0) deadline = t;
+        }
         f->call = grpc_channel_create_call(ch, s->call, GRPC_PROPAGATE_DEFAULTS, w->cq,
                                            grpc_slice_from_static_string(
                                                dd_api_method_path(s->method)),
-                                           NULL, f->deadline, NULL);
+                                           NULL, deadline, NULL);
         if (!f->call) continue;
         f->md[0].key = grpc_slice_from_static_string(DD_CLUSTER_MD_FROM);
         f->md[0].value = rpc->md_from;
@@ -826,7 +849,10 @@ static int forward_try(struct worker *w, struct slot *s)
         f->md[1].value = rpc->md_map;
         f->u.md = f->md;
         f->u.nmd = 2;
-        f->u.send = s->payload;
+        f->u.flags = f->patient ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+        /* grpc core moves the slices out of a message it sends: each try
+         * sends its own copy (references to the same bytes). */
+        f->u.send = grpc_byte_buffer_copy(s->payload);
         f->start_ns = dd_mono_ns();
         if (dd_unary_start(f->call, &f->u, f) != GRPC_CALL_OK) {
             /* The parent is gone (cancelled): no other replica will do better. */
@@ -887,7 +913,12 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
                                   : st == GRPC_STATUS_CANCELLED         ? DD_FWD_CANCELLED
                                                                         : DD_FWD_OK;
     dd_cluster_forwarded(rpc->cluster, f->shard, f->replica, out, ns);
-    if (out == DD_FWD_UNAVAILABLE) {
+    /* A patient try that ran out of its own time, with the caller's time
+     * left, is a replica that did not connect: try the next. */
+    bool retry = out == DD_FWD_UNAVAILABLE ||
+                 (out == DD_FWD_DEADLINE && f->patient &&
+                  (!s->deadline_ns || dd_mono_ns() < s->deadline_ns));
+    if (retry) {
         dd_debug("rpc", "msg=\"replica unavailable; trying the next\" method=%s shard=%" PRIu32
                         " replica=%d detail=\"%s\"",
                  dd_api_method_path(s->method), f->shard, f->replica, details ? details : "");
@@ -949,7 +980,7 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
     int rc = dd_cluster_route(rpc->cluster, (const char *)user, user_len, &shard, &local, w->msg,
                               sizeof w->msg);
     if (rc != DD_OK) {
-        s->status = GRPC_STATUS_UNAVAILABLE;
+        s->status = rc == DD_ERR_STATE ? GRPC_STATUS_FAILED_PRECONDITION : GRPC_STATUS_UNAVAILABLE;
         return ROUTE_ERROR;
     }
     const grpc_slice *from = md_get(&s->md, DD_CLUSTER_MD_FROM);
@@ -982,6 +1013,7 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
     f->shard = shard;
     f->tried = 0;
     f->own = local;
+    f->patient = false;
     gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
     f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
     if (forward_try(w, s) == DD_OK) return ROUTE_FORWARDED;

@@ -52,7 +52,7 @@ class Node:
         self.admin = admin_port
         o = il.ingest_overrides(broker, group="dd-cluster")
         o.update({
-            "log.level": "info",
+            "log.level": os.environ.get("DD_LOG_LEVEL", "info"),
             "rpc.listen": "127.0.0.1:%d" % self.port,
             "admin.listen": "127.0.0.1:%d" % admin_port,
             "cluster.shards": str(SHARDS),
