@@ -11,7 +11,7 @@ ddproduce (murmur2_random). Then:
 - the reader's Filter through either node finds every play of every user,
   half of them forwarded over TLS to the other node;
 - a node whose allow_read does not name the nodes' identity refuses the
-  calls its peer forwards (PERMISSION_DENIED naming dedupd-node), and the
+  calls its peer forwards (PERMISSION_DENIED naming rpc.allow_read), and the
   peer passes that answer on: the node identity must be in the lists.
 """
 import os
@@ -105,7 +105,8 @@ def main():
         try:
             c.filter(u, ["v-%s" % u])
         except grpc.RpcError as e:
-            check(e.code() == grpc.StatusCode.PERMISSION_DENIED and "dedupd-node" in e.details(),
+            check(e.code() == grpc.StatusCode.PERMISSION_DENIED and
+                  "rpc.allow_read" in e.details(),
                   "forwarded to a node that does not allow the node identity: %s %s" %
                   (e.code(), e.details()))
             denied += 1
