@@ -82,4 +82,4 @@ echo "run_forward: A (owner, shard 0) 127.0.0.1:$a_port, B (shard 1, forwards) 1
     --phase setup "$@" || exit $?
 "$loadgen" --addr 127.0.0.1:"$a_port" --redis 127.0.0.1:"$redis_port" --user "$user" \
     --server-pid "$a_pid" --compare 127.0.0.1:"$b_port" --compare-pid "$b_pid" \
-    --phase run "$@"
+    --phase run "$@" || { rc=$?; [ -z "${DEBUG_FORWARD:-}" ] || { curl -s "127.0.0.1:$a_admin/cluster"; echo; curl -s "127.0.0.1:$b_admin/cluster"; echo; }; exit $rc; }

@@ -396,7 +396,12 @@ static void update_self(dd_cluster *cl)
     else if (!odd && was)
         dd_info(MOD, "msg=\"cluster map agreed again; serving\"");
     int64_t lag = cl->local.lag_ms ? cl->local.lag_ms(cl->local.ud) : -1;
-    atomic_store(&cl->self_behind, lag < 0 || lag > cl->max_lag_ms);
+    bool behind = lag < 0 || lag > cl->max_lag_ms;
+    if (atomic_exchange(&cl->self_behind, behind) != behind)
+        dd_info(MOD, "msg=\"%s\" lag_ms=%" PRId64 " max_lag_ms=%" PRId64,
+                behind ? "this node is behind: calls of its shard go to caught-up replicas"
+                       : "this node has caught up",
+                lag, cl->max_lag_ms);
 }
 
 const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl) { return &cl->map; }
@@ -911,9 +916,15 @@ bool dd_cluster_ready(dd_cluster *cl, char *why, size_t whylen)
                    disagree, first->label, first->addr, agree);
         return false;
     }
+    /* The health round's verdict, not a fresh reading: routing uses it
+     * (own-shard calls go elsewhere while behind), so readiness must not
+     * say caught up before routing does. */
     int64_t lag = cl->local.lag_ms ? cl->local.lag_ms(cl->local.ud) : -1;
-    if (lag < 0 || lag > cl->max_lag_ms) {
-        if (lag < 0)
+    if (dd_cluster_self_behind(cl)) {
+        if (lag >= 0 && lag <= cl->max_lag_ms)
+            dd_set_err(why, whylen, "cluster: catching up (lag %" PRId64 " ms; the next health "
+                                    "round decides)", lag);
+        else if (lag < 0)
             dd_set_err(why, whylen, "cluster: ingest lag not known yet");
         else
             dd_set_err(why, whylen, "cluster: ingest %" PRId64 " ms behind (cluster.max_lag_ms=%" PRId64 ")",
@@ -1079,6 +1090,7 @@ char *dd_cluster_describe(dd_cluster *cl)
             json_object_object_add(o, "state", json_object_new_string("self"));
             json_object_object_add(o, "ready", json_object_new_boolean(self.ready));
             json_object_object_add(o, "lag_ms", json_object_new_int64(self.lag_ms));
+            json_object_object_add(o, "behind", json_object_new_boolean(dd_cluster_self_behind(cl)));
             json_object_object_add(o, "why", json_object_new_string(self.why));
         } else {
             json_object_object_add(o, "state", json_object_new_string(state_name(atomic_load(&p->state))));

@@ -107,6 +107,9 @@ struct plag {
     int64_t visible_ts;   /* Kafka timestamp of the last message made visible; 0 = none */
     int64_t pending_ts[2]; /* per slot: timestamp of its first message of this partition */
     int64_t eof;          /* end reached while messages were pending; -1 = none */
+    bool caught_up;       /* lag has been seen at 0 since the assignment */
+    int64_t behind_since; /* caught_up: wall clock when the end was first seen past
+                           * visible, with nothing pending yet; 0 = not behind */
 };
 
 struct dd_ingest {
@@ -185,6 +188,7 @@ struct dd_ingest {
      * thread (stats_cb), read by scrapes. And the lag in ms (struct plag,
      * by partition). */
     pthread_mutex_t lag_mu;
+    pthread_cond_t lag_cv;     /* CLOCK_MONOTONIC: a window became visible */
     int32_t *lag_part;
     int64_t *lag_val;
     size_t lag_n, lag_cap;
@@ -353,20 +357,32 @@ static void lag_visible(dd_ingest *in, const struct slot *s)
             e->eof = -1;
         }
     }
+    pthread_cond_broadcast(&in->lag_cv);
     pthread_mutex_unlock(&in->lag_mu);
 }
 
 /* E's lag at NOW given the high watermark librdkafka last saw for
  * PARTITION; -1 when that is not known (lag_mu held). */
-static int64_t plag_ms(dd_ingest *in, const struct plag *e, int32_t partition, int64_t now)
+static int64_t plag_ms(dd_ingest *in, struct plag *e, int32_t partition, int64_t now)
 {
     int64_t lo, hi;
     if (rd_kafka_get_watermark_offsets(in->rk, in->topic, partition, &lo, &hi) || hi < 0)
         return -1;
-    if (e->visible >= hi) return 0;
+    if (e->visible >= hi) {
+        e->caught_up = true;
+        e->behind_since = 0;
+        return 0;
+    }
     int64_t since = 0;
     for (int k = 0; k < 2; k++)
         if (e->pending_ts[k] && (!since || e->pending_ts[k] < since)) since = e->pending_ts[k];
+    if (!since && e->caught_up) {
+        /* New messages fetched but not consumed yet (a moment): measured
+         * from when that was first seen, not from the last visible
+         * message, which on a quiet partition may be long ago. */
+        if (!e->behind_since) e->behind_since = now;
+        since = e->behind_since;
+    }
     if (!since) since = e->visible_ts ? e->visible_ts : e->assigned_ms;
     return now > since ? now - since : 0;
 }
@@ -1377,11 +1393,15 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
             locks++;
             if (cond_init_mono(&in->watch_cv) == 0) {
                 locks++;
-                if (pthread_mutex_init(&in->lag_mu, NULL) == 0) locks++;
+                if (pthread_mutex_init(&in->lag_mu, NULL) == 0) {
+                    locks++;
+                    if (cond_init_mono(&in->lag_cv) == 0) locks++;
+                }
             }
         }
     }
-    if (locks < 4) {
+    if (locks < 5) {
+        if (locks > 3) pthread_mutex_destroy(&in->lag_mu);
         if (locks > 2) pthread_cond_destroy(&in->watch_cv);
         if (locks > 1) pthread_cond_destroy(&in->cv);
         if (locks > 0) pthread_mutex_destroy(&in->mu);
@@ -1567,6 +1587,7 @@ void dd_ingest_free(dd_ingest *in)
     pthread_cond_destroy(&in->watch_cv);
     pthread_mutex_destroy(&in->mu);
     pthread_mutex_destroy(&in->lag_mu);
+    pthread_cond_destroy(&in->lag_cv);
     free(in->rewound);
     free(in->lag_part);
     free(in->lag_val);
@@ -1593,6 +1614,28 @@ int32_t dd_ingest_partition_count(const dd_ingest *in)
 bool dd_ingest_partitions_changed(const dd_ingest *in)
 {
     return atomic_load(&in->changed);
+}
+
+int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset,
+                           int64_t deadline_ns)
+{
+    int rc = DD_OK;
+    pthread_mutex_lock(&in->lag_mu);
+    for (;;) {
+        if (partition < 0 || (size_t)partition >= in->nplag || !in->plag[partition].assigned_ms) {
+            rc = DD_ERR_STATE;
+            break;
+        }
+        if (in->plag[partition].visible > offset) break;
+        if (dd_mono_ns() >= deadline_ns) {
+            rc = DD_ERR_TIMEOUT;
+            break;
+        }
+        struct timespec ts = {(time_t)(deadline_ns / 1000000000), (long)(deadline_ns % 1000000000)};
+        pthread_cond_timedwait(&in->lag_cv, &in->lag_mu, &ts);
+    }
+    pthread_mutex_unlock(&in->lag_mu);
+    return rc;
 }
 
 int64_t dd_ingest_lag_ms(const dd_ingest *in)

@@ -116,6 +116,14 @@ int dd_ingest_start(dd_ingest *in);
  * A no-op when not started or already stopped. */
 void dd_ingest_stop(dd_ingest *in);
 
+/* Wait until the message at OFFSET of PARTITION has been applied here (its
+ * window written, a forget marker's delete done): read-your-writes for a
+ * message this node produced (producer.h). Returns 0, DD_ERR_TIMEOUT at
+ * DEADLINE_NS (dd_mono_ns clock), or DD_ERR_STATE when PARTITION is not
+ * assigned here. Any thread. */
+int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset,
+                           int64_t deadline_ns);
+
 /* Stop (if running) and free everything. NULL is a no-op. */
 void dd_ingest_free(dd_ingest *in);
 

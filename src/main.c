@@ -55,6 +55,10 @@ static bool ingest_assigned(void *in) { return dd_ingest_assigned(in); }
 static int32_t ingest_partitions(void *in) { return dd_ingest_partition_count(in); }
 static bool ingest_partitions_changed(void *in) { return dd_ingest_partitions_changed(in); }
 static int64_t ingest_lag_ms(void *in) { return dd_ingest_lag_ms(in); }
+static int ingest_applied(void *in, int32_t partition, int64_t offset, int64_t deadline_ns)
+{
+    return dd_ingest_wait_visible(in, partition, offset, deadline_ns);
+}
 
 /* The cluster's readiness, and why not (admin.h's probe and why). */
 static bool cluster_ready(void *cl)
@@ -285,6 +289,7 @@ int main(int argc, char **argv)
             dd_error("main", "msg=\"cannot start the producer\" error=\"%s\"", err);
             goto out;
         }
+        dd_producer_set_applied(producer, ingest_applied, ingest);
     }
     if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, cluster, producer, err, sizeof err) != DD_OK ||
         dd_rpc_start(rpc, err, sizeof err) != DD_OK) {

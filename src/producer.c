@@ -38,6 +38,7 @@ struct waiter {
     size_t pending;             /* messages queued and not yet reported */
     size_t failed;
     rd_kafka_resp_err_t first_err;
+    int64_t last_offset;        /* the highest offset acknowledged; -1 none */
 };
 
 struct dd_producer {
@@ -46,6 +47,8 @@ struct dd_producer {
     enum dd_playevent_format format;
     enum dd_partitioner partitioner;
     int64_t timeout_ns;
+    dd_producer_applied_fn applied; /* NULL: forget returns once acknowledged */
+    void *applied_ud;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;          /* CLOCK_MONOTONIC: reports, partition count, quit */
@@ -90,6 +93,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
         INC(delivered);
     }
     pthread_mutex_lock(&p->mu);
+    if (!m->err && m->offset > w->last_offset) w->last_offset = m->offset;
     if (m->err) {
         if (partition_error(m->err)) p->refresh = true;
         if (w->failed++ == 0) w->first_err = m->err;
@@ -188,7 +192,8 @@ static rd_kafka_resp_err_t send_one(dd_producer *p, struct waiter *w, int32_t pa
 /* Produce N plays (FORGET false) or one marker (true) for USER in SCENE. */
 static int produce(dd_producer *p, const char *user, const char *scene,
                    const char *const *items, const int64_t *at, size_t n, bool forget,
-                   int64_t deadline, char *err, size_t errlen)
+                   int64_t deadline, int32_t *partition_out, int64_t *offset_out, char *err,
+                   size_t errlen)
 {
     if (n == 0) return DD_OK;
     if (!deadline) deadline = dd_mono_ns() + p->timeout_ns;
@@ -206,6 +211,7 @@ static int produce(dd_producer *p, const char *user, const char *scene,
     struct waiter *w = calloc(1, sizeof *w);
     if (!w) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     w->refs = 1;
+    w->last_offset = -1;
     struct dd_buf b = {0};
     int rc = DD_OK;
     rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -247,6 +253,8 @@ static int produce(dd_producer *p, const char *user, const char *scene,
     else if (rc == DD_OK && w->pending)
         rc = dd_fail(DD_ERR_TIMEOUT, err, errlen, "%zu of %zu messages to %s not acknowledged "
                      "by the deadline", w->pending, n, rd_kafka_topic_name(p->rkt));
+    if (partition_out) *partition_out = partition;
+    if (offset_out) *offset_out = w->last_offset;
     waiter_unref(w);
     pthread_mutex_unlock(&p->mu);
     if (rc == DD_OK) INC(ok);
@@ -259,13 +267,35 @@ int dd_producer_plays(dd_producer *p, const char *user, const char *scene,
                       const char *const *items, const int64_t *played_at_ms, size_t n,
                       int64_t deadline_ns, char *err, size_t errlen)
 {
-    return produce(p, user, scene, items, played_at_ms, n, false, deadline_ns, err, errlen);
+    return produce(p, user, scene, items, played_at_ms, n, false, deadline_ns, NULL, NULL, err,
+                   errlen);
 }
 
 int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int64_t deadline_ns,
                        char *err, size_t errlen)
 {
-    return produce(p, user, scene, NULL, NULL, 1, true, deadline_ns, err, errlen);
+    if (!deadline_ns) deadline_ns = dd_mono_ns() + p->timeout_ns;
+    int32_t partition = -1;
+    int64_t offset = -1;
+    int rc = produce(p, user, scene, NULL, NULL, 1, true, deadline_ns, &partition, &offset, err,
+                     errlen);
+    if (rc != DD_OK || !p->applied) return rc;
+    rc = p->applied(p->applied_ud, partition, offset, deadline_ns);
+    if (rc == DD_ERR_TIMEOUT)
+        return dd_fail(DD_ERR_TIMEOUT, err, errlen, "the forget marker (partition %" PRId32
+                       " offset %" PRId64 ") was not applied here by the deadline",
+                       partition, offset);
+    if (rc != DD_OK)
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "the forget marker (partition %" PRId32
+                       ") cannot be applied here: this node does not consume that partition",
+                       partition);
+    return DD_OK;
+}
+
+void dd_producer_set_applied(dd_producer *p, dd_producer_applied_fn fn, void *ud)
+{
+    p->applied = fn;
+    p->applied_ud = ud;
 }
 
 int32_t dd_producer_partitions(dd_producer *p)

@@ -77,7 +77,19 @@ int dd_producer_plays(dd_producer *p, const char *user, const char *scene,
                       int64_t deadline_ns, char *err, size_t errlen);
 
 /* Produce a forget marker for (SCENE, USER) into USER's partition; the
- * same returns as dd_producer_plays. */
+ * same returns as dd_producer_plays. With an applied hook
+ * (dd_producer_set_applied), it then waits, within the same deadline,
+ * until this node's own ingest has applied the marker: the forget is then
+ * done here in log order, so plays recorded here after it returns are
+ * never deleted by it (a local delete would be undone by plays still in
+ * the log before the marker, and would delete plays recorded after it
+ * once ingest reached it). DD_ERR_TIMEOUT when it was not applied in time;
+ * DD_ERR_UNAVAILABLE when this node does not consume that partition. */
+typedef int (*dd_producer_applied_fn)(void *ud, int32_t partition, int64_t offset,
+                                      int64_t deadline_ns);
+/* Set the hook that waits for this node's ingest to apply a message it
+ * produced (main wires dd_ingest_wait_visible). Call before any call. */
+void dd_producer_set_applied(dd_producer *p, dd_producer_applied_fn fn, void *ud);
 int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int64_t deadline_ns,
                        char *err, size_t errlen);
 

@@ -268,6 +268,23 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
     int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "", 0, err,
                            errlen);
     if (rc) return rc;
+    if (w->producer) {
+        /* A cluster: deliveries in the shard's Redis here; plays through
+         * the log, which every replica (this one included, before this
+         * returns) applies in order (producer.h). */
+        rc = dd_recent_forget(w->recent, req->scene, scene_len, req->user_id, user_len);
+        if (rc != DD_OK)
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
+                           dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
+                                                          : dd_strerror(rc));
+        char perr[256];
+        rc = dd_producer_forget(w->producer, req->user_id, req->scene, 0, perr, sizeof perr);
+        if (rc != DD_OK)
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                           "deliveries forgotten, plays not yet: %s; the call is safe to retry",
+                           perr);
+        return DD_OK;
+    }
     char herr[256];
     rc = dd_history_forget(w->history, req->scene, scene_len, req->user_id, user_len, herr,
                            sizeof herr);
@@ -281,12 +298,6 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
                     "plays forgotten, but recent deliveries unavailable: %s",
                     dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
                                                    : dd_strerror(rc));
-    if (w->producer) {
-        char perr[256];
-        rc = dd_producer_forget(w->producer, req->user_id, req->scene, 0, perr, sizeof perr);
-        if (rc != DD_OK)
-            return produce_failed(err, errlen, "plays and deliveries forgotten here", perr);
-    }
     return DD_OK;
 }
 

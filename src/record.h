@@ -21,9 +21,10 @@
  *
  * On a cluster node (a dd_producer given) the writes that bypass Kafka
  * also go to the plays topic (producer.h), for the shard's other
- * replicas: RecordPlays produces the plays it wrote, ForgetUser a forget
- * marker (ingest.h), each after the local write, and the call succeeds
- * only once both are durable. A failed produce leaves the local write in
+ * replicas: RecordPlays produces the plays it wrote, after the local
+ * write; ForgetUser produces a forget marker (ingest.h) and returns once
+ * this node's ingest applied it, so that it takes effect here in log
+ * order. A call succeeds only once both halves are durable. A failed produce leaves the local write in
  * place and answers UNAVAILABLE; both halves are idempotent, so the
  * caller retries the whole call.
  *
@@ -91,9 +92,11 @@ int dd_record_delivery(dd_record *r, dd_arena *arena,
 int dd_record_plays(dd_record *r, dd_arena *arena, const Dedup__V1__RecordPlaysRequest *req,
                     Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen);
 
-/* ForgetUser: delete the user's plays, then deliveries, then (with a
- * producer) produce a forget marker. Any of them failing is
- * DD_ERR_UNAVAILABLE (the call is idempotent: retry it). */
+/* ForgetUser: delete the user's plays, then deliveries. With a producer
+ * (a cluster): delete deliveries, then produce a forget marker and wait
+ * until this node's ingest has applied it (producer.h says why the plays
+ * are not deleted here directly). Any of them failing is
+ * DD_ERR_UNAVAILABLE or DD_ERR_TIMEOUT (the call is idempotent: retry it). */
 int dd_record_forget(dd_record *r, const Dedup__V1__ForgetUserRequest *req,
                      Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen);
 
