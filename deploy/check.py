@@ -25,7 +25,7 @@ real build:
   StatefulSet's replicas equals shards x replicas in cluster.nodes, every
   address in cluster.nodes is the DNS name of the pod that `auto` puts at
   that place (<statefulset>-K.<headless service>.<ns>.svc.cluster.local
-  on the gRPC port, K = shard x replicas + replica), the headless service
+  on the gRPC port, K = replica x shards + shard), the headless service
   selects the pods and publishes not-ready ones, and both allow lists name
   the pods' own identity (<service>.<ns>.svc, the Service name the pods'
   certificate carries, or a pod DNS name or wildcard), which forwarded
@@ -411,10 +411,10 @@ def check_cluster(entry, sts, services, cm):
                      "StatefulSet %s through service %s (%s-K.%s.<ns>.svc.cluster.local:%d)"
                      % (a, sh, rep, name, headless["metadata"]["name"], name,
                         headless["metadata"]["name"], grpc_port))
-            if int(m.group(1)) != sh * r_count + rep:
+            if int(m.group(1)) != rep * shards + sh:
                 fail("k8s: cluster.nodes has %s at shard %d, replica %d, where auto puts pod "
-                     "%s-%d (ordinal = shard x %d + replica)"
-                     % (a, sh, rep, name, sh * r_count + rep, r_count))
+                     "%s-%d (ordinal = replica x %d + shard)"
+                     % (a, sh, rep, name, rep * shards + sh, shards))
             if int(m.group(3)) != grpc_port:
                 fail("k8s: cluster.nodes entry %r is not on the grpc port %d" % (a, grpc_port))
             namespaces.add(m.group(2))
@@ -432,8 +432,8 @@ def check_cluster(entry, sts, services, cm):
         if uts:
             check_config(entry, args_for(k), cm, "k8s ConfigMap, pod %s" % host, hostname=host)
         else:
-            check_config(entry, args_for(k) + ["-o", "cluster.shard=%d" % (k // r_count),
-                                               "-o", "cluster.replica=%d" % (k % r_count)],
+            check_config(entry, args_for(k) + ["-o", "cluster.shard=%d" % (k % shards),
+                                               "-o", "cluster.replica=%d" % (k // shards)],
                          cm, "k8s ConfigMap, pod %s (place passed with -o)" % host)
     if uts:
         host = "%s-%d" % (name, replicas)
