@@ -154,7 +154,7 @@ int main(int argc, char **argv)
     struct dd_filter_conf fconf_flt = dd_config_filter_conf(&cfg);
     if (dd_filter_new(&flt, &fconf_flt, hist, rec, err, sizeof err) != DD_OK) die("filter", err);
     struct dd_record_conf rconf_wr = dd_config_record_conf(&cfg);
-    if (dd_record_new(&wr, &rconf_wr, hist, rec, err, sizeof err) != DD_OK) die("record", err);
+    if (dd_record_new(&wr, &rconf_wr, hist, rec, NULL, err, sizeof err) != DD_OK) die("record", err);
     dd_arena *arena = dd_arena_new(0, 0);
     if (!arena) die("arena", "out of memory");
 

@@ -10,9 +10,26 @@ real build:
   (dedupd and the tools meson installs) need; the build stage installs
   deploy/packages/build.txt, the list CI installs.
 - The image's ENTRYPOINT + compose's and the StatefulSet's arguments +
-  the ConfigMap's dedupd.conf are accepted by the built dedupd (-t).
+  the ConfigMap's dedupd.conf are accepted by the built dedupd (-t): for
+  the StatefulSet, once per pod, each run with the host name that pod
+  gets (dedupd-K, in a UTS namespace of its own: unshare --uts, root or a
+  user namespace), since cluster.shard = auto takes the pod's place from
+  it; a pod one past the map (dedupd-<replicas>) must be refused. Where no
+  UTS namespace can be made (never in CI, which fails instead), each pod's
+  place is passed as -o cluster.shard/-o cluster.replica by the same
+  formula, and the log says that `auto` itself was not exercised.
 - Kubernetes manifests and compose.yaml parse, with the kinds, probes,
   ports and volume claim the issue asks for.
+- The cluster in the manifests is consistent: the ConfigMap's effective
+  configuration has cluster.shard = cluster.replica = auto, the
+  StatefulSet's replicas equals shards x replicas in cluster.nodes, every
+  address in cluster.nodes is the DNS name of the pod that `auto` puts at
+  that place (<statefulset>-K.<headless service>.<ns>.svc.cluster.local
+  on the gRPC port, K = replica x shards + shard), the headless service
+  selects the pods and publishes not-ready ones, and both allow lists name
+  the pods' own identity (<service>.<ns>.svc, the Service name the pods'
+  certificate carries, or a pod DNS name or wildcard), which forwarded
+  calls present.
 - gRPC is mutual TLS in both: the effective configuration (dedupd -p) has
   rpc.tls_cert, rpc.tls_key and rpc.tls_client_ca in the directory the
   Secret dedupd-tls (k8s) or ./certs (compose) is mounted at, under the
@@ -27,6 +44,7 @@ Exit 0 pass, 1 fail, 77 skip (never in CI).
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -177,14 +195,49 @@ def check_docker():
     return json.loads(m.group(1))
 
 
-def check_config(entrypoint, extra_args, conf_text, what):
-    dedupd = harness.build_path("src", "dedupd")
+_uts = None
+
+
+def uts_prefix():
+    """The argv prefix that runs a command as `PREFIX + [hostname, cmd...]`
+    in a UTS namespace of its own with that host name, or None where this
+    machine cannot make one."""
+    global _uts
+    if _uts is None:
+        unshare = shutil.which("unshare")
+        setname = ("import os, socket, sys; socket.sethostname(sys.argv[1]); "
+                   "os.execv(sys.argv[2], sys.argv[2:])")
+        _uts = []
+        if unshare:
+            userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+            prefix = [unshare, "--uts"] + userns + [sys.executable, "-c", setname]
+            r = subprocess.run(prefix + ["dedupd-check-7", "/bin/sh", "-c", "uname -n"],
+                               capture_output=True, text=True)
+            if r.returncode == 0 and r.stdout.strip() == "dedupd-check-7":
+                _uts = prefix
+            else:
+                log("unshare --uts: %s" % (r.stderr.strip() or r.stdout.strip()))
+    return _uts or None
+
+
+def run_dedupd(entrypoint, extra_args, conf_text, flag, hostname=None):
+    """The built dedupd with the image's ENTRYPOINT arguments (its -c
+    pointing at CONF_TEXT), EXTRA_ARGS and FLAG (-t or -p); with HOSTNAME,
+    as a process whose host name that is (uts_prefix must be available)."""
     d = harness.tmpdir("dedupd-deploy-")
     conf = os.path.join(d, "dedupd.conf")
     with open(conf, "w") as f:
         f.write(conf_text)
-    argv = [dedupd] + [conf if a == "/etc/dedupd/dedupd.conf" else a for a in entrypoint[1:]]
-    r = subprocess.run(argv + extra_args + ["-t"], capture_output=True, text=True)
+    argv = [harness.build_path("src", "dedupd")] + \
+        [conf if a == "/etc/dedupd/dedupd.conf" else a for a in entrypoint[1:]]
+    argv = argv + extra_args + [flag]
+    if hostname is not None:
+        argv = uts_prefix() + [hostname] + argv
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+def check_config(entrypoint, extra_args, conf_text, what, hostname=None):
+    r = run_dedupd(entrypoint, extra_args, conf_text, "-t", hostname)
     if r.returncode != 0 or "configuration ok" not in r.stdout:
         fail("%s: dedupd rejects its configuration: %s%s" % (what, r.stdout, r.stderr))
     log("%s: dedupd -t accepts it" % what)
@@ -193,25 +246,26 @@ def check_config(entrypoint, extra_args, conf_text, what):
 TLS_FILES = {"rpc.tls_cert": "tls.crt", "rpc.tls_key": "tls.key", "rpc.tls_client_ca": "ca.crt"}
 
 
-def effective_rpc(entrypoint, extra_args, conf_text):
-    """The [rpc] keys of what dedupd -p prints for this configuration."""
-    d = harness.tmpdir("dedupd-deploy-")
-    conf = os.path.join(d, "dedupd.conf")
-    with open(conf, "w") as f:
-        f.write(conf_text)
-    argv = [harness.build_path("src", "dedupd")] + \
-        [conf if a == "/etc/dedupd/dedupd.conf" else a for a in entrypoint[1:]]
-    r = subprocess.run(argv + extra_args + ["-p"], capture_output=True, text=True)
+def effective(entrypoint, extra_args, conf_text, hostname=None):
+    """Every key of what dedupd -p prints for this configuration, as
+    {"section.key": value} (quotes removed)."""
+    r = run_dedupd(entrypoint, extra_args, conf_text, "-p", hostname)
     if r.returncode != 0:
         fail("dedupd -p: %s" % r.stderr)
     out, section = {}, None
     for line in r.stdout.splitlines():
         if line.startswith("["):
             section = line.strip("[]")
-        elif " = " in line and section == "rpc":
+        elif " = " in line and section:
             k, v = line.split(" = ", 1)
-            out["rpc." + k] = v[1:-1] if v.startswith('"') else v
+            out[section + "." + k] = v[1:-1] if v.startswith('"') else v
     return out
+
+
+def effective_rpc(entrypoint, extra_args, conf_text, hostname=None):
+    """The [rpc] keys of what dedupd -p prints for this configuration."""
+    return {k: v for k, v in effective(entrypoint, extra_args, conf_text, hostname).items()
+            if k.startswith("rpc.")}
 
 
 def check_tls(rpc, tls_dir, what):
@@ -266,6 +320,148 @@ def check_dev_certs(compose_args):
         fail("dev certs: feed may not write: %s%s" % (r.stdout, r.stderr))
     dd.stop()
     log("make-dev-certs.sh: dedupd and dedupctl accept its certificates; feed writes, recall not")
+
+
+def ini_value(text, section, key):
+    """KEY's last value in [SECTION] of the INI TEXT (quotes removed), or None."""
+    value, current = None, None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            current = line.strip("[]").strip()
+        elif current == section and "=" in line and not line.startswith(("#", ";")):
+            k, v = (x.strip() for x in line.split("=", 1))
+            if k == key:
+                value = v[1:-1] if v.startswith('"') and v.endswith('"') else v
+    return value
+
+
+def check_cluster(entry, sts, services, cm):
+    """The StatefulSet's pods and the ConfigMap's [cluster] agree (see the
+    module's docstring); returns pod 0's effective [rpc] keys."""
+    name = sts["metadata"]["name"]
+    replicas = sts["spec"]["replicas"]
+    pod = sts["spec"]["template"]
+    c = pod["spec"]["containers"][0]
+    grpc_port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+    pod_labels = pod["metadata"].get("labels", {})
+
+    def selects(svc):
+        sel = svc["spec"].get("selector") or {}
+        return bool(sel) and all(pod_labels.get(k) == v for k, v in sel.items())
+
+    headless = next((v for v in services if v["metadata"]["name"] == sts["spec"]["serviceName"]),
+                    None)
+    if not headless or headless["spec"].get("clusterIP") != "None" or not selects(headless):
+        fail("k8s: the StatefulSet's serviceName %r is not a headless Service selecting its pods"
+             % sts["spec"]["serviceName"])
+    if not headless["spec"].get("publishNotReadyAddresses"):
+        fail("k8s: %s does not publish pods that are not ready: a peer catching up would not "
+             "resolve" % headless["metadata"]["name"])
+    front = [v["metadata"]["name"] for v in services
+             if v["spec"].get("clusterIP") != "None" and selects(v)]
+    if not front:
+        fail("k8s: no ClusterIP Service over the pods for clients")
+    sel = sts["spec"]["selector"]["matchLabels"]
+    if any(pod_labels.get(k) != v for k, v in sel.items()):
+        fail("k8s: the StatefulSet's selector %r does not match its pod labels %r"
+             % (sel, pod_labels))
+
+    def args_for(k):
+        return [a.replace("$(POD_NAME)", "%s-%d" % (name, k)) for a in c.get("args", [])]
+
+    # The map, as dedupd reads it (pod 0's effective configuration).
+    uts = uts_prefix()
+    if not uts:
+        if harness.IN_CI:
+            fail("k8s: cannot run dedupd with a pod's host name (no UTS namespace: unshare "
+                 "--uts needs root or user namespaces), so cluster.shard = auto is not checked")
+        log("k8s: NOT CHECKED: cluster.shard = auto itself (this machine cannot make a UTS "
+            "namespace); each pod's place is passed with -o instead")
+    if uts:
+        eff = effective(entry, args_for(0), cm, hostname="%s-0" % name)
+        auto = (eff.get("cluster.shard"), eff.get("cluster.replica"))
+    else:
+        eff = effective(entry, args_for(0) + ["-o", "cluster.shard=0", "-o", "cluster.replica=0"],
+                        cm)
+        auto = (ini_value(cm, "cluster", "shard"), ini_value(cm, "cluster", "replica"))
+    if auto != ("auto", "auto"):
+        fail("k8s: cluster.shard and cluster.replica are %r, not auto: every pod would take the "
+             "same place" % (auto,))
+    shards = int(eff["cluster.shards"])
+    layout = [[a.strip() for a in part.split(",")] for part in eff["cluster.nodes"].split(";")]
+    if len(layout) != shards or shards < 1:
+        fail("k8s: cluster.nodes lists %d shards, cluster.shards is %d" % (len(layout), shards))
+    per_shard = {len(x) for x in layout}
+    if len(per_shard) != 1:
+        fail("k8s: the shards of cluster.nodes have different replica counts %r: auto needs the "
+             "same number in every shard" % sorted(per_shard))
+    r_count = per_shard.pop()
+    if replicas != shards * r_count:
+        fail("k8s: the StatefulSet has replicas: %d, but cluster.nodes is %d shards x %d "
+             "replicas = %d pods" % (replicas, shards, r_count, shards * r_count))
+    addr = re.compile(r"^%s-(\d+)\.%s\.([a-z0-9-]+)\.svc\.cluster\.local:(\d+)$"
+                      % (re.escape(name), re.escape(headless["metadata"]["name"])))
+    namespaces = set()
+    for sh, reps in enumerate(layout):
+        for rep, a in enumerate(reps):
+            m = addr.match(a)
+            if not m:
+                fail("k8s: cluster.nodes entry %r (shard %d, replica %d) is not a pod of "
+                     "StatefulSet %s through service %s (%s-K.%s.<ns>.svc.cluster.local:%d)"
+                     % (a, sh, rep, name, headless["metadata"]["name"], name,
+                        headless["metadata"]["name"], grpc_port))
+            if int(m.group(1)) != rep * shards + sh:
+                fail("k8s: cluster.nodes has %s at shard %d, replica %d, where auto puts pod "
+                     "%s-%d (ordinal = replica x %d + shard)"
+                     % (a, sh, rep, name, rep * shards + sh, shards))
+            if int(m.group(3)) != grpc_port:
+                fail("k8s: cluster.nodes entry %r is not on the grpc port %d" % (a, grpc_port))
+            namespaces.add(m.group(2))
+    if len(namespaces) != 1:
+        fail("k8s: cluster.nodes spans namespaces %r" % sorted(namespaces))
+    ns = namespaces.pop()
+    log("k8s: %d pods = %d shards x %d replicas; cluster.nodes names pods %s-0..%d of service "
+        "%s in namespace %s, each where auto puts it"
+        % (replicas, shards, r_count, name, replicas - 1, headless["metadata"]["name"], ns))
+
+    # Every pod's configuration is accepted with the place it gets; one
+    # past the map is refused.
+    for k in range(replicas):
+        host = "%s-%d" % (name, k)
+        if uts:
+            check_config(entry, args_for(k), cm, "k8s ConfigMap, pod %s" % host, hostname=host)
+        else:
+            check_config(entry, args_for(k) + ["-o", "cluster.shard=%d" % (k % shards),
+                                               "-o", "cluster.replica=%d" % (k // shards)],
+                         cm, "k8s ConfigMap, pod %s (place passed with -o)" % host)
+    if uts:
+        host = "%s-%d" % (name, replicas)
+        r = run_dedupd(entry, args_for(replicas), cm, "-t", hostname=host)
+        if r.returncode == 0 or "cluster.shard = auto" not in r.stderr:
+            fail("k8s: a pod %s, beyond the map, is not refused: %s%s" % (host, r.stdout, r.stderr))
+        log("k8s: a pod %s (replicas raised without the map) is refused: %s"
+            % (host, r.stderr.strip()))
+
+    # Forwarded calls present the pods' own certificate: its identity must
+    # be allowed to read and to write.
+    own = {"%s.%s.svc" % (f, ns) for f in front} | \
+        {"%s.%s.svc.cluster.local" % (f, ns) for f in front} | \
+        {"*.%s.%s.svc.cluster.local" % (headless["metadata"]["name"], ns)}
+    pod_name = re.compile(r"^%s-\d+\.%s\.%s\.svc\.cluster\.local$"
+                          % (re.escape(name), re.escape(headless["metadata"]["name"]), re.escape(ns)))
+    lists = {k: {x.strip() for x in eff.get(k, "").split(",")}
+             for k in ("rpc.allow_read", "rpc.allow_write")}
+    for k, ids in lists.items():
+        if "*" in ids:
+            continue
+        if not any(i in own or pod_name.match(i) for i in ids):
+            fail("k8s: %s %r names no identity of the pods' own certificate (e.g. %s): pods "
+                 "forward calls to each other with it" % (k, eff.get(k), "%s.%s.svc" % (front[0], ns)))
+    log("k8s: both allow lists name the pods' identity (%s)"
+        % ", ".join(sorted((lists["rpc.allow_read"] & lists["rpc.allow_write"]) & own)
+                    or "a pod name"))
+    return {k: v for k, v in eff.items() if k.startswith("rpc.")}
 
 
 def main():
@@ -330,9 +526,8 @@ def main():
     if mounts.get("config") != "/etc/dedupd":
         fail("k8s: the ConfigMap is not mounted at /etc/dedupd")
     cm = docs["ConfigMap"][0]["data"]["dedupd.conf"]
-    args = [a.replace("$(POD_NAME)", "dedupd-0") for a in c.get("args", [])]
-    check_config(entry, args, cm, "k8s ConfigMap")
-    check_tls(effective_rpc(entry, args, cm), tls_dir, "k8s")
+    rpc = check_cluster(entry, sts, docs["Service"], cm)
+    check_tls(rpc, tls_dir, "k8s")
     secret = next((v for v in pod["volumes"] if v.get("secret", {}).get("secretName")
                    == "dedupd-tls"), None)
     if not secret:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# Run dedupd locally, everything real: installs what is missing, builds,
-# starts redis-server and the dev Kafka broker (tools/devbroker, librdkafka's
-# mock cluster) under a run directory, then dedupd in the foreground with
+# Run dedupd locally, everything real: installs what is missing, builds
+# dedupd, the dev broker and dedupctl (not the tests), starts redis-server
+# and the dev Kafka broker (tools/devbroker, librdkafka's mock cluster)
+# under a run directory, then dedupd in the foreground with
 # conf/dedupd.conf and its RocksDB data under that directory. Ctrl-C stops
 # all of it.
 #   scripts/run-local.sh [RUN_DIR]        (default: ./.dedupd-run)
@@ -16,7 +17,10 @@ redis_port=${DD_REDIS_PORT:-6379}
 admin_port=${DD_ADMIN_PORT:-9464}
 
 "$here/scripts/install-deps.sh"
-"$here/scripts/build.sh" "$here/build"
+# Only what this script runs and tells you to try; the rest of the build dir
+# (tests, benchmarks, C++ and Java clients) is built by the first plain
+# `ninja -C build` or `meson test -C build`, which reuse these objects.
+"$here/scripts/build.sh" "$here/build" src/dedupd tools/devbroker tools/dedupctl
 
 pids=()
 cleanup() {

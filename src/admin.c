@@ -92,7 +92,7 @@ struct dd_admin {
     struct MHD_Daemon *httpd;
     int port;
     dd_metrics *metrics;
-    bool ingest_required;
+    bool required[DD_ADMIN_COMPONENT_COUNT];
     uint32_t drain_ms;
     atomic_bool ready[DD_ADMIN_COMPONENT_COUNT];
     atomic_bool stopping;
@@ -105,6 +105,9 @@ struct dd_admin {
         dd_metrics_collect_fn collect;
         dd_admin_probe_fn probe;
         dd_admin_degraded_fn degraded;
+        dd_admin_degraded_fn why;   /* why not ready */
+        const char *page_path;      /* static; NULL = no page */
+        dd_admin_page_fn page;
     } attached[DD_ADMIN_COMPONENT_COUNT];
 
     /* Open connections, for the reaper ("Slow clients" above). An
@@ -131,7 +134,7 @@ struct conn {
 };
 
 static const char *const component_names[DD_ADMIN_COMPONENT_COUNT] = {"store", "grpc",
-                                                                         "ingest"};
+                                                                         "ingest", "cluster"};
 
 /* ---- readiness ------------------------------------------------------- */
 
@@ -140,12 +143,13 @@ void dd_admin_set_ready(dd_admin *a, enum dd_admin_component c, bool ready)
     if ((unsigned)c < DD_ADMIN_COMPONENT_COUNT) atomic_store(&a->ready[c], ready);
 }
 
-/* Ingest counts only while attached; a component attached with a probe
- * is ready only while the probe says so (ingest: while it has partitions). */
+/* Ingest and cluster count only while attached; a component attached
+ * with a probe is ready only while the probe says so (ingest: while it has
+ * partitions). */
 static bool component_ready(dd_admin *a, int c)
 {
     if (!atomic_load(&a->ready[c])) return false;
-    if (c != DD_ADMIN_INGEST && !a->attached[c].probe) return true;
+    if (c != DD_ADMIN_INGEST && c != DD_ADMIN_CLUSTER && !a->attached[c].probe) return true;
     pthread_mutex_lock(&a->lock);
     void *m = a->attached[c].module;
     dd_admin_probe_fn probe = a->attached[c].probe;
@@ -164,13 +168,20 @@ bool dd_admin_ready(dd_admin *a, char *why, size_t whylen)
     size_t off = 0;
     if (why && whylen) why[0] = '\0';
     for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) {
-        if (c == DD_ADMIN_INGEST && !a->ingest_required) continue;
+        if (!a->required[c]) continue;
         if (component_ready(a, c)) continue;
         static const char *const missing[DD_ADMIN_COMPONENT_COUNT] = {
-            "store not open", "grpc not serving", "ingest has no partitions assigned"};
+            "store not open", "grpc not serving", "ingest has no partitions assigned",
+            "cluster not ready"};
         if (why && off < whylen) {
+            char reason[160];
+            snprintf(reason, sizeof reason, "%s", missing[c]);
+            pthread_mutex_lock(&a->lock);
+            if (a->attached[c].why && a->attached[c].module)
+                a->attached[c].why(a->attached[c].module, reason, sizeof reason);
+            pthread_mutex_unlock(&a->lock);
             int n = snprintf(why + off, whylen - off, "%s%s", ok ? "not ready: " : ", ",
-                             missing[c]);
+                             reason);
             if (n > 0) off += (size_t)n;
         }
         ok = false;
@@ -196,6 +207,45 @@ void dd_admin_set_degraded(dd_admin *a, enum dd_admin_component c, dd_admin_degr
     pthread_mutex_lock(&a->lock);
     a->attached[c].degraded = fn;
     pthread_mutex_unlock(&a->lock);
+}
+
+void dd_admin_require(dd_admin *a, enum dd_admin_component c)
+{
+    if ((unsigned)c < DD_ADMIN_COMPONENT_COUNT) a->required[c] = true;
+}
+
+void dd_admin_set_why(dd_admin *a, enum dd_admin_component c, dd_admin_degraded_fn fn)
+{
+    if ((unsigned)c >= DD_ADMIN_COMPONENT_COUNT) return;
+    pthread_mutex_lock(&a->lock);
+    a->attached[c].why = fn;
+    pthread_mutex_unlock(&a->lock);
+}
+
+void dd_admin_set_page(dd_admin *a, enum dd_admin_component c, const char *path,
+                       dd_admin_page_fn fn)
+{
+    if ((unsigned)c >= DD_ADMIN_COMPONENT_COUNT) return;
+    pthread_mutex_lock(&a->lock);
+    a->attached[c].page_path = path;
+    a->attached[c].page = fn;
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* A component's page for URL, rendered under the lock: 1 and *BODY (NULL
+ * on no memory) when URL is one, else 0. */
+static int component_page(dd_admin *a, const char *url, char **body)
+{
+    int found = 0;
+    pthread_mutex_lock(&a->lock);
+    for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT && !found; c++) {
+        if (!a->attached[c].page_path || strcmp(a->attached[c].page_path, url) != 0) continue;
+        if (!a->attached[c].module) break; /* not attached: not found */
+        found = 1;
+        *body = a->attached[c].page(a->attached[c].module);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return found;
 }
 
 void dd_admin_stopping(dd_admin *a)
@@ -226,7 +276,7 @@ static void collect_process(dd_prom *p, void *ud)
     dd_prom_family(p, "dedupd_component_ready", "1 when the component is up",
                    DD_PROM_GAUGE);
     for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) {
-        if (c == DD_ADMIN_INGEST && !a->ingest_required) continue;
+        if (!a->required[c]) continue;
         struct dd_prom_label l = {"component", component_names[c]};
         dd_prom_sample_u64(p, "dedupd_component_ready", &l, 1, component_ready(a, c));
     }
@@ -335,10 +385,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     }
     if (strcmp(url, "/healthz") == 0) return reply_text(conn, MHD_HTTP_OK, "ok\n");
     if (strcmp(url, "/readyz") == 0) {
-        char why[160];
+        char why[512];
         bool ok = dd_admin_ready(a, why, sizeof why - 1);
         strcat(why, "\n");
         return reply_text(conn, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, why);
+    }
+    char *page = NULL;
+    if (component_page(a, url, &page)) {
+        if (!page) return reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+        return reply(conn, MHD_HTTP_OK, page, strlen(page), MHD_RESPMEM_MUST_FREE,
+                     "application/json");
     }
     if (strcmp(url, "/") == 0)
         return reply_text(conn, MHD_HTTP_OK, "dedupd admin: /metrics /healthz /readyz\n");
@@ -501,7 +557,8 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
     bool lock_ok = false, wd_lock_ok = false, conn_lock_ok = false;
     for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) atomic_init(&a->ready[c], false);
     atomic_init(&a->stopping, false);
-    a->ingest_required = ingest_required;
+    a->required[DD_ADMIN_STORE] = a->required[DD_ADMIN_RPC] = true;
+    a->required[DD_ADMIN_INGEST] = ingest_required;
     a->drain_ms = conf->drain_ms;
     if (pthread_mutex_init(&a->lock, NULL) != 0) goto err;
     lock_ok = true;

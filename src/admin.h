@@ -57,6 +57,7 @@ enum dd_admin_component {
     DD_ADMIN_STORE = 0,   /* the history store is open */
     DD_ADMIN_RPC,         /* the gRPC front end is serving */
     DD_ADMIN_INGEST,      /* the Kafka consumer has partitions (only when ingest.enabled) */
+    DD_ADMIN_CLUSTER,     /* the node's place in the cluster holds (only once required) */
     DD_ADMIN_COMPONENT_COUNT,
 };
 
@@ -118,6 +119,23 @@ void dd_admin_set_degraded(dd_admin *a, enum dd_admin_component c, dd_admin_degr
  * ("ready", "ready; degraded: ...", "stopping", or what is missing) is
  * written into it. */
 bool dd_admin_ready(dd_admin *a, char *why, size_t whylen);
+
+/* Readiness also waits for component C (DD_ADMIN_CLUSTER is not
+ * required until this is called). Call before serving. Cannot fail. */
+void dd_admin_require(dd_admin *a, enum dd_admin_component c);
+
+/* Set component C's reason for not being ready (NULL = the generic
+ * "<component> not ready"), kept across attach and detach; called like a
+ * probe while C is attached and not ready. Cannot fail. */
+void dd_admin_set_why(dd_admin *a, enum dd_admin_component c, dd_admin_degraded_fn fn);
+
+/* Serve PATH (e.g. "/cluster") while component C is attached: the body is
+ * FN(module), a malloc'd JSON text the listener frees (NULL: 500). FN is
+ * called under the admin's mutex on the HTTP thread. One page per
+ * component; kept across attach and detach. Cannot fail. */
+typedef char *(*dd_admin_page_fn)(void *module);
+void dd_admin_set_page(dd_admin *a, enum dd_admin_component c, const char *path,
+                       dd_admin_page_fn fn);
 
 /* Tell the service manager the daemon is serving (READY=1; a no-op
  * without NOTIFY_SOCKET). Call once the store is open and gRPC serves. */

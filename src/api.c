@@ -17,6 +17,7 @@ static const struct {
     [DD_API_RECORD_PLAYS] = {"RecordPlays", DD_API_PATH_RECORD_PLAYS},
     [DD_API_FORGET_USER] = {"ForgetUser", DD_API_PATH_FORGET_USER},
     [DD_API_HEALTH_CHECK] = {"HealthCheck", DD_API_PATH_HEALTH_CHECK},
+    [DD_API_CLUSTER_STATUS] = {"ClusterStatus", DD_API_PATH_CLUSTER_STATUS},
     [DD_API_UNKNOWN] = {"unknown", "unknown"},
 };
 

@@ -19,6 +19,7 @@ enum dd_api_method {
     DD_API_RECORD_PLAYS,
     DD_API_FORGET_USER,
     DD_API_HEALTH_CHECK,
+    DD_API_CLUSTER_STATUS, /* dedup.v1.Cluster/Status: nodes of a cluster ask each other */
     DD_API_UNKNOWN,       /* any other method (the server answers UNIMPLEMENTED) */
     DD_API_METHOD_COUNT,
 };
@@ -29,11 +30,12 @@ enum dd_api_method {
 #define DD_API_PATH_RECORD_PLAYS "/dedup.v1.Dedup/RecordPlays"
 #define DD_API_PATH_FORGET_USER "/dedup.v1.Dedup/ForgetUser"
 #define DD_API_PATH_HEALTH_CHECK "/grpc.health.v1.Health/Check"
+#define DD_API_PATH_CLUSTER_STATUS "/dedup.v1.Cluster/Status"
 
 /* The service the Dedup methods belong to, as health checks name it. */
 #define DD_API_SERVICE "dedup.v1.Dedup"
 
-/* "Filter", ..., "HealthCheck", "unknown"; NULL outside the enum. Static. */
+/* "Filter", ..., "HealthCheck", "ClusterStatus", "unknown"; NULL outside the enum. Static. */
 const char *dd_api_method_name(enum dd_api_method m);
 
 /* "/dedup.v1.Dedup/Filter", ..., "/grpc.health.v1.Health/Check", and

@@ -13,10 +13,13 @@
  *   with N shards, shard s owns the partitions p with p mod N = s, and a
  *   user belongs to the shard of partition(user) as the producers'
  *   partitioner computes it (partition.h). The map (shards, each shard's
- *   replicas' addresses, the partitioner) is static configuration; its
- *   hash travels with every forwarded call and every status probe, so two
- *   nodes that disagree find out and refuse instead of answering for
- *   users the other thinks they own.
+ *   replicas' addresses, the partitioner) is static configuration. The
+ *   hash of what decides ownership (shards, partitioner) travels with
+ *   every forwarded call and status probe, so two nodes that would answer
+ *   for each other's users find out and refuse; a probe also checks that
+ *   the peer at an address is the shard the map says. Node lists may
+ *   differ for a while (replicas being added, one pod at a time): that
+ *   only changes where a node forwards, and is shown, not refused.
  * Peers: one grpc channel per peer, shared by every worker (grpc channels
  *   are thread-safe). A health thread asks every peer's
  *   dedup.v1.Cluster/Status each cluster.health_interval_ms: up or down,
@@ -37,6 +40,8 @@
 
 #include "metrics.h"
 
+#include <grpc/grpc.h>
+
 /* The cluster's settings ([cluster] in conf/dedupd.conf). */
 struct dd_cluster_conf {
     uint32_t shards;            /* N; 1 with one node = a single node, no cluster */
@@ -44,6 +49,7 @@ struct dd_cluster_conf {
     char *replica;              /* its index in the shard's replicas, or "auto" */
     char *nodes;                /* "a:1,b:1;c:1,d:1": shards by ';', replicas by ',' */
     char *partitioner;          /* the producers' partitioner, librdkafka's name */
+    char *redis;                /* "a:6379;b:6379": each shard's Redis, by shard; "" = recent.redis */
     uint32_t max_lag_ms;        /* a replica further behind is "behind" */
     uint32_t health_interval_ms; /* how often each peer is probed */
     uint32_t forward_timeout_ms; /* a forwarded call's deadline when the caller's is later */
@@ -65,7 +71,9 @@ struct dd_cluster_map {
     uint32_t *nreplicas;        /* [shard] */
     char ***addr;               /* [shard][replica], host:port */
     int partitioner;            /* enum dd_partitioner (partition.h) */
-    uint64_t hash;              /* of shards, addresses and partitioner, not of shard/replica */
+    uint64_t hash;              /* ownership: of shards and partitioner; nodes that differ
+                                 * here refuse each other */
+    uint64_t nodes_hash;        /* of the node list: may differ while replicas are added */
 };
 
 /* Whether CONF describes a cluster (more than one shard or replica) rather
@@ -76,8 +84,11 @@ bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
  * has exactly cluster.shards shards, each with 1..DD_CLUSTER_MAX_REPLICAS
  * host:port entries, no address twice; cluster.shard/replica are numbers
  * inside the map or "auto", which takes this node's place from HOSTNAME's
- * trailing "-ORDINAL" (a StatefulSet pod, "dedupd-5"): ordinal = shard x R
- * + replica, with R replicas in every shard; a known partitioner. With
+ * trailing "-ORDINAL" (a StatefulSet pod, "dedupd-5"), replica-major:
+ * shard = ordinal mod N, replica = ordinal / N, with the same number of
+ * replicas R in every shard (so adding a replica to every shard appends
+ * N pods and moves none); a known partitioner;
+ * cluster.redis empty or one host:port per shard. With
  * cluster.shards = 1 and cluster.nodes empty, the single node: MAP gets
  * one shard of one replica with an empty address. HOSTNAME NULL = the
  * system's. Returns 0 or DD_ERR_INVALID (message names the key) or
@@ -85,6 +96,12 @@ bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
 int dd_cluster_conf_check(const struct dd_cluster_conf *conf, const char *hostname,
                           struct dd_cluster_map *map, char *err, size_t errlen);
 void dd_cluster_map_free(struct dd_cluster_map *map);
+
+/* cluster.redis's entry for SHARD into OUT (true), or false when
+ * cluster.redis is "" (recent.redis applies). CONF passed
+ * dd_cluster_conf_check. */
+bool dd_cluster_shard_redis(const struct dd_cluster_conf *conf, uint32_t shard, char *out,
+                            size_t outlen);
 
 /* The map's hash as 16 lower-case hex digits and a NUL. */
 void dd_cluster_map_hash_hex(const struct dd_cluster_map *map, char out[17]);
@@ -122,22 +139,32 @@ void dd_cluster_stop(dd_cluster *cl);
 void dd_cluster_free(dd_cluster *cl);
 
 const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl);
+/* cluster.forward_timeout_ms. */
+int64_t dd_cluster_forward_timeout_ms(const dd_cluster *cl);
 
 /* Where a call for USER goes. Returns 0 and sets *shard (and *local when
- * this node's shard), or DD_ERR_UNAVAILABLE with a message when the
+ * this node's shard); DD_ERR_UNAVAILABLE with a message when the
  * partition count is not known yet or has changed (the node must not
- * guess). */
+ * guess); DD_ERR_STATE when this node is the odd one out about the map
+ * (dd_cluster_ready): it refuses every call rather than answer for users
+ * its peers think are theirs. */
 int dd_cluster_route(dd_cluster *cl, const char *user, size_t len, uint32_t *shard, bool *local,
                      char *err, size_t errlen);
 
-/* A replica of SHARD to forward to, skipping the replicas in the bit set
- * *TRIED (which gets the choice added). Returns the peer's index in the
- * shard, or -1 when every replica has been tried. *BEHIND: the replica
- * was behind (or down) when chosen, so the answer must say degraded.
- * *CHANNEL is the peer's channel (borrowed, lives as long as CL). */
-typedef struct grpc_channel grpc_channel;
-int dd_cluster_pick(dd_cluster *cl, uint32_t shard, uint32_t *tried, grpc_channel **channel,
-                    bool *behind);
+/* A replica of SHARD to forward to, never this node, skipping the
+ * replicas in the bit set *TRIED (which gets the choice added); with
+ * GOOD_ONLY only a caught-up one. Returns the peer's index in the shard,
+ * or -1 when none is left. *BEHIND: the replica was behind (or down) when
+ * chosen, so the answer must say degraded. *CHANNEL is the peer's channel
+ * (borrowed, lives as long as CL). */
+int dd_cluster_pick(dd_cluster *cl, uint32_t shard, bool good_only, uint32_t *tried,
+                    grpc_channel **channel, bool *behind);
+
+/* Whether this node's own ingest was more than cluster.max_lag_ms behind
+ * (or its lag unknown) at the last health round: its own shard's calls
+ * then go to a caught-up replica if there is one, else are answered here
+ * as degraded. A relaxed load; cannot fail. */
+bool dd_cluster_self_behind(const dd_cluster *cl);
 
 /* How a forwarded call ended, for /metrics. */
 enum dd_cluster_outcome {
@@ -151,8 +178,8 @@ void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
                           enum dd_cluster_outcome outcome, int64_t ns);
 
 /* A forwarded call or a status probe carries the sender's map hash; 0 when
- * it equals ours, else DD_ERR_STATE with a message (and the mismatch is
- * remembered for readiness and logged once per peer). */
+ * it equals ours, else DD_ERR_STATE with a message (counted, logged at
+ * most every few seconds, and shown by dd_cluster_degraded for a while). */
 int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *from,
                               char *err, size_t errlen);
 
@@ -160,6 +187,7 @@ int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *
 struct dd_cluster_self {
     uint32_t shard, replica;
     char map_hash[17];
+    char nodes_hash[17];
     bool ready;
     int64_t lag_ms;          /* -1 unknown */
     int32_t partition_count; /* 0 unknown */
@@ -168,15 +196,42 @@ struct dd_cluster_self {
 void dd_cluster_get_self(dd_cluster *cl, struct dd_cluster_self *out);
 
 /* Ready for the cluster (admin.h's probe): the partition count is known
- * and unchanged, no peer disagrees about the map, and this node's ingest
- * is within cluster.max_lag_ms. Else false with WHY. */
+ * and unchanged, this node is not the odd one out about the map (fewer
+ * peers disagree with it than agree), and its ingest is within
+ * cluster.max_lag_ms. Else false with WHY. */
 bool dd_cluster_ready(dd_cluster *cl, char *why, size_t whylen);
+
+/* Ready but something is off (admin.h's degraded check): a peer of the
+ * map disagrees about it (and is not forwarded to), or a caller with
+ * another map was refused in the last few health intervals. */
+bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen);
 
 /* The metadata keys of a forwarded call: the sender's place ("s.r") and
  * its map hash. A call that carries DD_CLUSTER_MD_FROM is never forwarded
  * again. */
 #define DD_CLUSTER_MD_FROM "dedupd-forwarded-by"
 #define DD_CLUSTER_MD_MAP "dedupd-cluster-map"
+
+/* One unary client call to a peer, as one batch: send metadata MD[0..NMD),
+ * the message SEND (borrowed; kept by the caller until the batch
+ * completes) and close; receive metadata, the answer (RECV, owned here)
+ * and the status. Used by the health probes and by rpc.c's forwarding. */
+struct dd_unary {
+    const grpc_metadata *md;
+    size_t nmd;
+    uint32_t flags;             /* GRPC_INITIAL_METADATA_* of the send (wait for ready) */
+    grpc_byte_buffer *send;
+    grpc_metadata_array md_in, trailers;
+    grpc_byte_buffer *recv;
+    grpc_status_code status;
+    grpc_slice details;
+};
+/* Empty U (no allocation); dd_unary_reset releases what a finished batch
+ * left in it and empties it again. Cannot fail. */
+void dd_unary_init(struct dd_unary *u);
+void dd_unary_reset(struct dd_unary *u);
+/* Start U's batch on CALL with TAG; grpc's result. */
+grpc_call_error dd_unary_start(grpc_call *call, struct dd_unary *u, void *tag);
 
 /* A metrics.h collector for UD (a dd_cluster *): dedupd_cluster_*. */
 void dd_cluster_collect(dd_prom *p, void *ud);

@@ -24,6 +24,8 @@
  * dd_config_write can always write them back on one line.
  */
 #include "config.h"
+
+#include "partition.h"
 #include "addr.h"
 #include "dd.h"
 #include "log.h"
@@ -153,6 +155,18 @@ static const struct key keys[] = {
     ROW_U32("admin.max_connections", admin.max_connections, "64", 1, 4096),
     ROW_U32("admin.max_connections_per_ip", admin.max_connections_per_ip, "8", 1, 4096),
     ROW_U32("admin.request_timeout_ms", admin.request_timeout_ms, "10000", 100, 3600000),
+
+    ROW_U32("cluster.shards", cluster.shards, "1", 1, DD_CLUSTER_MAX_SHARDS),
+    ROW_STR("cluster.shard", cluster.shard, "0"),
+    ROW_STR("cluster.replica", cluster.replica, "0"),
+    ROW_STR("cluster.nodes", cluster.nodes, ""),
+    ROW_ENUM("cluster.partitioner", cluster.partitioner, "murmur2_random", dd_partitioner_names),
+    ROW_STR("cluster.redis", cluster.redis, ""),
+    ROW_U32("cluster.max_lag_ms", cluster.max_lag_ms, "10000", 1, INT32_MAX),
+    ROW_U32("cluster.health_interval_ms", cluster.health_interval_ms, "1000", 50, 600000),
+    ROW_U32("cluster.forward_timeout_ms", cluster.forward_timeout_ms, "5000", 1, INT32_MAX),
+    ROW_STR("cluster.tls_ca", cluster.tls_ca, ""),
+    ROW_STR("cluster.tls_server_name", cluster.tls_server_name, ""),
 
     ROW_ENUM("log.level", log.level, "info", level_words),
     ROW_STR("log.file", log.file, ""),
@@ -776,6 +790,13 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
     if (c->admin.listen[0] && strcmp(c->admin.listen, c->rpc.listen) == 0 &&
         addr_port(c->admin.listen) != 0) {
         dd_set_err(err, errlen, "admin.listen: \"%s\" is also rpc.listen", c->admin.listen);
+        return DD_ERR_INVALID;
+    }
+    /* The map, this node's place in it and the partitioner: cluster.h. */
+    if (dd_cluster_conf_check(&c->cluster, NULL, NULL, err, errlen) != DD_OK) return DD_ERR_INVALID;
+    if (dd_cluster_enabled(&c->cluster) && !c->ingest.enabled) {
+        dd_set_err(err, errlen, "cluster.shards: a cluster needs ingest.enabled = true (a node "
+                                "owns its users by the plays topic's partitions)");
         return DD_ERR_INVALID;
     }
     if (c->ingest.enabled) {

@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "admin.h"
+#include "cluster.h"
 #include "dd.h"
 #include "filter.h"
 #include "history.h"
@@ -47,6 +48,7 @@ struct dd_config {
     struct dd_recent_conf recent;
     struct dd_rpc_conf rpc;
     struct dd_admin_conf admin;
+    struct dd_cluster_conf cluster;
     struct dd_log_conf log;
     struct dd_config_list kafka;    /* pass-through to librdkafka */
     struct dd_config_list rocksdb;  /* pass-through to RocksDB options */

@@ -28,6 +28,7 @@
  */
 #include "history.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <rocksdb/c.h>
 
@@ -97,6 +99,7 @@ struct dd_history {
     uint64_t min_free_bytes;           /* history.min_free_mb; 0 = no reserve */
     atomic_bool no_space;              /* the last write was refused or failed for lack of space */
     atomic_bool wal_failed;            /* a WAL append failed: refuse writes until restart */
+    bool created;                      /* this open created the store (no CURRENT file before) */
     _Atomic uint64_t errors_no_space;
     _Atomic uint64_t errors_other;
 };
@@ -272,6 +275,19 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     const char *cf_names[1] = {"default"};
     const rocksdb_options_t *cf_opts[1] = {opts};
     rocksdb_column_family_handle_t *cfs[1] = {NULL};
+    {
+        /* Every RocksDB database has a CURRENT file; none: this open creates it. */
+        size_t n = strlen(conf->path) + sizeof "/CURRENT";
+        char *current = malloc(n);
+        if (!current) {
+            rc = DD_ERR_NOMEM;
+            dd_set_err(err, errlen, "out of memory");
+            goto fail;
+        }
+        snprintf(current, n, "%s/CURRENT", conf->path);
+        h->created = access(current, F_OK) != 0 && errno == ENOENT;
+        free(current);
+    }
     h->db = rocksdb_open_column_families(opts, conf->path, 1, cf_names, cf_opts, cfs, &e);
     if (e) {
         dd_set_err(err, errlen, "%s: %s", conf->path, e);
@@ -978,3 +994,5 @@ void dd_history_collect(struct dd_prom *p, void *h)
     kind.value = "other";
     dd_prom_sample_u64(p, "dedupd_history_write_errors_total", &kind, 1, s.write_errors_other);
 }
+
+bool dd_history_created(const dd_history *h) { return h->created; }

@@ -83,6 +83,11 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
                     const struct dd_config_list *rocksdb,
                     const struct dd_history_clock *clock, char *err, size_t errlen);
 
+/* Whether dd_history_open created the store (its directory held no
+ * database): a node whose store is new must not resume from offsets a
+ * lost store had committed (cluster.h). Cannot fail. */
+bool dd_history_created(const dd_history *h);
+
 /* Close the store: syncs the WAL and flushes the memtables first, so
  * unlogged writes are kept too (if that flush fails it is logged, and
  * unlogged writes since the last flush are lost). NULL is a no-op. */

@@ -29,6 +29,25 @@
  * every partition until the swap (on_message). Commits are asynchronous
  * after every durable window and synchronous on revoke and stop, so a
  * crash replays about one window, not an auto-commit interval.
+ *
+ * Forget markers end their window: the poll thread puts the marker last
+ * in the active slot and hands the slot over at once, so it waits (kept,
+ * partitions paused, as for a full window) while the flusher is busy. The
+ * flusher writes that window, then runs the forget, then stores the
+ * offsets: plays before the marker, pending or written, are deleted; the
+ * ones after it are in the next window. A slot holds at most one forget.
+ *
+ * The watch thread reads the topic's partition count from the broker
+ * (a metadata request, which blocks, so not on the poll thread): every
+ * second until known, then every WATCH_MS. In assign mode the poll thread
+ * assigns its partitions once the count is known.
+ *
+ * Lag (dd_ingest_lag_ms): a table per partition under lag_mu, touched at
+ * window granularity, never per message: the poll thread notes a
+ * partition's first message in each slot (pending since) and the end of
+ * the partition (librdkafka's partition EOF event: caught up), the
+ * flusher what a written window made visible. Readers add the high
+ * watermarks librdkafka caches.
  */
 #include "ingest.h"
 
@@ -36,6 +55,7 @@
 #include "kafka.h"
 #include "log.h"
 #include "metrics.h"
+#include "partition.h"
 #include "playevent.h"
 #include "window.h"
 
@@ -57,14 +77,39 @@
 #define DLQ_FLUSH_MS 5000
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
+/* The partition count is read again this often once known, every
+ * WATCH_RETRY_MS until then; a metadata request waits at most
+ * METADATA_MS (it also bounds how long stop waits for the watcher). */
+#define WATCH_MS 5000
+#define WATCH_RETRY_MS 1000
+#define METADATA_MS 2000
+/* The header that makes a message of the plays topic an operation. */
+#define OP_HEADER "dedupd-op"
 
 struct slot {
     dd_window *w;
     int64_t *next;        /* per partition: offset + 1 to store, -1 = none */
+    int64_t *last_ts;     /* per partition: Kafka timestamp of its last message here */
     size_t nparts;
     uint64_t messages;    /* consumed into this slot */
     int64_t since_ns;     /* monotonic time of its first message */
     uint64_t dups_seen;   /* window duplicates already added to stats */
+    /* A forget marker ends the slot: run after its window is written. */
+    bool forget;
+    char *fscene, *fuser; /* DD_SCENE_MAX and max_id_bytes bytes */
+    size_t fscene_len, fuser_len;
+};
+
+/* One partition's lag state (lag_mu). Offsets are "next to read". */
+struct plag {
+    int64_t assigned_ms;  /* wall clock of the assignment; 0 = not assigned here */
+    int64_t visible;      /* every message before it is visible; -1 = not known */
+    int64_t visible_ts;   /* Kafka timestamp of the last message made visible; 0 = none */
+    int64_t pending_ts[2]; /* per slot: timestamp of its first message of this partition */
+    int64_t eof;          /* end reached while messages were pending; -1 = none */
+    bool caught_up;       /* lag has been seen at 0 since the assignment */
+    int64_t behind_since; /* caught_up: wall clock when the end was first seen past
+                           * visible, with nothing pending yet; 0 = not behind */
 };
 
 struct dd_ingest {
@@ -79,7 +124,21 @@ struct dd_ingest {
     int64_t durable_ns;   /* ingest.durable_interval_ms, in ns */
 
     rd_kafka_t *rk;       /* consumer */
+    rd_kafka_topic_t *rkt; /* the topic, for metadata requests */
     rd_kafka_t *dlq;      /* producer, or NULL */
+    char *group_id;       /* the group offsets are committed under */
+
+    /* Assign mode (conf->assign). */
+    bool assign;
+    bool from_beginning;  /* assign: ignore committed offsets (ingest.h) */
+    uint32_t shards, shard;
+    enum dd_partitioner partitioner;
+    int32_t assign_count; /* the count the partitions were assigned by (poll thread) */
+    bool self_assigned;   /* poll thread */
+    int64_t assign_retry_ns;
+    atomic_int_least32_t partitions;  /* dd_ingest_partition_count */
+    atomic_bool changed;  /* dd_ingest_partitions_changed */
+    size_t max_user;      /* a forget's user id, at most */
     dd_playevent_decoder *dec;
     dd_history_batch *batch;
 
@@ -99,7 +158,9 @@ struct dd_ingest {
     int sync_req;         /* drain asks the flusher for a durability flush */
     int syncing;          /* the flusher is running one */
 
-    pthread_t poll_thr, flush_thr;
+    pthread_t poll_thr, flush_thr, watch_thr;
+    pthread_cond_t watch_cv; /* with mu: wakes the watcher to quit */
+    int watch_quit;
     int started, stopped;
     atomic_int stop;
 
@@ -117,24 +178,29 @@ struct dd_ingest {
             duplicates, plays_written, messages_flushed, messages_durable, flushes,
             durable_flushes, write_errors, commits, commit_errors,
             dead_lettered, dead_letter_errors, pauses, rebalances, kafka_errors,
-            assigned, last_flush_ms;
+            assigned, last_flush_ms, forgets, count_changes, topic_partitions;
         atomic_int_least64_t lag;
         atomic_uint_least64_t pending_entries, pending_bytes; /* of the active window */
     } st;
     struct dd_histogram flush_hist;  /* window write durations, lock-free */
 
     /* Per-partition lag from the last statistics: written by the poll
-     * thread (stats_cb), read by scrapes. */
+     * thread (stats_cb), read by scrapes. And the lag in ms (struct plag,
+     * by partition). */
     pthread_mutex_t lag_mu;
+    pthread_cond_t lag_cv;     /* CLOCK_MONOTONIC: a window became visible */
     int32_t *lag_part;
     int64_t *lag_val;
     size_t lag_n, lag_cap;
+    struct plag *plag;
+    size_t nplag;
 
-    struct dd_log_limit lim_bad, lim_kafka, lim_write, lim_commit, lim_dlq, lim_store;
+    struct dd_log_limit lim_bad, lim_kafka, lim_write, lim_commit, lim_dlq, lim_store, lim_meta,
+        lim_assign;
 };
 
 static const char *const bad_names[DD_INGEST_NBAD] = {
-    "undecodable", "empty_user", "empty_item", "id_too_long", "future",
+    "undecodable", "empty_user", "empty_item", "id_too_long", "future", "wrong_partition",
 };
 
 const char *dd_ingest_bad_name(int reason)
@@ -206,27 +272,181 @@ static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
     return 0; /* librdkafka frees json */
 }
 
+/* ---- lag in ms ----------------------------------------------------------- */
+
+/* PARTITION's entry, grown as needed (lag_mu held); NULL when out of
+ * memory or not a partition: its lag is then simply not tracked. */
+static struct plag *plag_at(dd_ingest *in, int32_t partition)
+{
+    if (partition < 0) return NULL;
+    if ((size_t)partition >= in->nplag) {
+        size_t n = (size_t)partition + 1 < 16 ? 16 : (size_t)partition + 1;
+        struct plag *t = realloc(in->plag, n * sizeof *t);
+        if (!t) return NULL;
+        for (size_t i = in->nplag; i < n; i++)
+            t[i] = (struct plag){.visible = -1, .eof = -1};
+        in->plag = t;
+        in->nplag = n;
+    }
+    return &in->plag[partition];
+}
+
+/* PARTITION is assigned here from now (ASSIGNED), or not any more. */
+static void lag_assign(dd_ingest *in, int32_t partition, bool assigned)
+{
+    pthread_mutex_lock(&in->lag_mu);
+    struct plag *e = plag_at(in, partition);
+    if (e) *e = (struct plag){.assigned_ms = assigned ? dd_now_ms() : 0, .visible = -1, .eof = -1};
+    pthread_mutex_unlock(&in->lag_mu);
+}
+
+/* Every partition of ingest.topic in L (NULL: all) is (un)assigned. */
+static void lag_assign_list(dd_ingest *in, const rd_kafka_topic_partition_list_t *l, bool assigned)
+{
+    if (!l) {
+        pthread_mutex_lock(&in->lag_mu);
+        for (size_t i = 0; i < in->nplag; i++)
+            in->plag[i] = (struct plag){.visible = -1, .eof = -1};
+        pthread_mutex_unlock(&in->lag_mu);
+        return;
+    }
+    for (int i = 0; i < l->cnt; i++)
+        if (strcmp(l->elems[i].topic, in->topic) == 0)
+            lag_assign(in, l->elems[i].partition, assigned);
+}
+
+/* Poll thread: the first message of PARTITION in slot IDX, at TS. */
+static void lag_pending(dd_ingest *in, int idx, int32_t partition, int64_t ts)
+{
+    pthread_mutex_lock(&in->lag_mu);
+    struct plag *e = plag_at(in, partition);
+    if (e && !e->pending_ts[idx]) e->pending_ts[idx] = ts > 0 ? ts : 1;
+    pthread_mutex_unlock(&in->lag_mu);
+}
+
+/* Poll thread: the consumer has read PARTITION up to its end, OFFSET.
+ * With nothing pending, all of it is visible; else once what is pending
+ * is (lag_visible). */
+static void lag_eof(dd_ingest *in, int32_t partition, int64_t offset)
+{
+    pthread_mutex_lock(&in->lag_mu);
+    struct plag *e = plag_at(in, partition);
+    if (e && e->assigned_ms) {
+        if (!e->pending_ts[0] && !e->pending_ts[1]) {
+            if (offset > e->visible) e->visible = offset;
+        } else if (offset > e->eof) {
+            e->eof = offset;
+        }
+    }
+    pthread_mutex_unlock(&in->lag_mu);
+}
+
+/* Flush thread: slot S's window is written (its messages are visible). */
+static void lag_visible(dd_ingest *in, const struct slot *s)
+{
+    int idx = s == &in->slots[1];
+    pthread_mutex_lock(&in->lag_mu);
+    for (size_t i = 0; i < s->nparts && i < in->nplag; i++) {
+        struct plag *e = &in->plag[i];
+        if (s->next[i] < 0 || !e->assigned_ms) continue;
+        if (s->next[i] > e->visible) e->visible = s->next[i];
+        e->visible_ts = s->last_ts[i];
+        e->pending_ts[idx] = 0;
+        if (!e->pending_ts[!idx] && e->eof >= 0) {
+            if (e->eof > e->visible) e->visible = e->eof;
+            e->eof = -1;
+        }
+    }
+    pthread_cond_broadcast(&in->lag_cv);
+    pthread_mutex_unlock(&in->lag_mu);
+}
+
+/* E's lag at NOW given the high watermark librdkafka last saw for
+ * PARTITION; -1 when that is not known (lag_mu held). */
+static int64_t plag_ms(dd_ingest *in, struct plag *e, int32_t partition, int64_t now)
+{
+    int64_t lo, hi;
+    if (rd_kafka_get_watermark_offsets(in->rk, in->topic, partition, &lo, &hi) || hi < 0)
+        return -1;
+    if (e->visible >= hi) {
+        e->caught_up = true;
+        e->behind_since = 0;
+        return 0;
+    }
+    int64_t since = 0;
+    for (int k = 0; k < 2; k++)
+        if (e->pending_ts[k] && (!since || e->pending_ts[k] < since)) since = e->pending_ts[k];
+    if (!since && e->caught_up) {
+        /* New messages fetched but not consumed yet (a moment): measured
+         * from when that was first seen, not from the last visible
+         * message, which on a quiet partition may be long ago. */
+        if (!e->behind_since) e->behind_since = now;
+        since = e->behind_since;
+    }
+    if (!since) since = e->visible_ts ? e->visible_ts : e->assigned_ms;
+    return now > since ? now - since : 0;
+}
+
+/* Fill up to CAP (partition, lag) pairs of the assigned partitions whose
+ * lag is known; return how many there are, and in *WORST the node's lag
+ * (-1 when nothing is assigned or a lag is unknown). */
+static size_t lags_ms(const dd_ingest *cin, int32_t *parts, int64_t *lags, size_t cap,
+                      int64_t *worst)
+{
+    dd_ingest *in = (dd_ingest *)cin; /* the mutex, not the data, changes */
+    size_t n = 0;
+    bool unknown = false;
+    int64_t max = -1, now = dd_now_ms();
+    pthread_mutex_lock(&in->lag_mu);
+    for (size_t i = 0; i < in->nplag; i++) {
+        if (!in->plag[i].assigned_ms) continue;
+        int64_t l = plag_ms(in, &in->plag[i], (int32_t)i, now);
+        if (l < 0) {
+            unknown = true;
+            continue;
+        }
+        if (l > max) max = l;
+        if (n < cap) {
+            parts[n] = (int32_t)i;
+            lags[n] = l;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&in->lag_mu);
+    *worst = unknown ? -1 : max;
+    return n;
+}
+
 /* ---- slots and the flusher -------------------------------------------- */
 
 /* Room in S for partitions [0, N) (at least 16), new ones set to -1.
- * 0 or DD_ERR_NOMEM (S unchanged). */
+ * 0 or DD_ERR_NOMEM (S's partitions unchanged). */
 static int slot_reserve(struct slot *s, size_t n)
 {
     if (n <= s->nparts) return DD_OK;
     if (n < 16) n = 16;
     int64_t *next = realloc(s->next, n * sizeof *next);
     if (!next) return DD_ERR_NOMEM;
-    for (size_t i = s->nparts; i < n; i++) next[i] = -1;
     s->next = next;
+    int64_t *ts = realloc(s->last_ts, n * sizeof *ts);
+    if (!ts) return DD_ERR_NOMEM;
+    s->last_ts = ts;
+    for (size_t i = s->nparts; i < n; i++) {
+        next[i] = -1;
+        ts[i] = 0;
+    }
     s->nparts = n;
     return DD_OK;
 }
 
-static int slot_mark(struct slot *s, int32_t partition, int64_t offset)
+/* Message PARTITION/OFFSET, Kafka timestamp TS, is in the active slot S. */
+static int slot_mark(dd_ingest *in, struct slot *s, int32_t partition, int64_t offset, int64_t ts)
 {
     if (partition < 0) return DD_ERR_INVALID;
     if (slot_reserve(s, (size_t)partition + 1) != DD_OK) return DD_ERR_NOMEM;
+    if (s->next[partition] < 0) lag_pending(in, s == &in->slots[1], partition, ts);
     s->next[partition] = offset + 1;
+    s->last_ts[partition] = ts;
     if (s->messages++ == 0) s->since_ns = dd_mono_ns();
     return DD_OK;
 }
@@ -340,42 +560,67 @@ static bool durable_due(const dd_ingest *in, int64_t now)
     return in->written.messages && now - in->written.since_ns >= in->durable_ns;
 }
 
-/* Write the window of S (the flushing slot) until it succeeds or the
- * ingest is stopping; then store its offsets (wal) or keep them for the
- * next durability flush. Called without in->mu. */
+/* Slot S's window is written and its forget done: count it, make it
+ * visible to the lag, and store its offsets (wal) or keep them for the
+ * next durability flush. T0: when the write began. */
+static void window_done(dd_ingest *in, struct slot *s, uint64_t written, int64_t t0)
+{
+    ADD(plays_written, written);
+    ADD(messages_flushed, s->messages);
+    INC(flushes);
+    struct dd_window_stats ws;
+    dd_window_get_stats(s->w, &ws);
+    ADD(duplicates, ws.duplicates - s->dups_seen);
+    s->dups_seen = ws.duplicates;
+    lag_visible(in, s);
+    uint64_t msgs = s->messages;
+    if (in->wal) {
+        ADD(messages_durable, msgs);
+        slot_store(in, s);
+    } else {
+        slot_defer(in, s);
+    }
+    dd_debug(MOD,
+             "msg=flushed messages=%" PRIu64 " written=%" PRIu64 " ms=%" PRId64
+             " messages_flushed=%" PRIu64 " plays_written=%" PRIu64,
+             msgs, written, (dd_mono_ns() - t0) / 1000000, LOAD(messages_flushed),
+             LOAD(plays_written));
+    if (in->wal) commit_async(in);
+}
+
+/* Write the window of S (the flushing slot), then run its forget if it
+ * ends with a marker, each until it succeeds or the ingest is stopping;
+ * then window_done. Called without in->mu. */
 static void write_window(dd_ingest *in, struct slot *s)
 {
     char err[512];
-    int64_t backoff = BACKOFF_MIN_MS;
+    int64_t backoff = BACKOFF_MIN_MS, t0 = dd_mono_ns();
+    uint64_t written = 0;
+    bool in_store = false; /* the window is written; the forget may remain */
     for (;;) {
-        uint64_t written = 0;
-        int64_t t0 = dd_mono_ns();
-        int rc = dd_window_flush(s->w, in->h, in->batch, &written, err, sizeof err);
-        if (rc == DD_OK) {
-            dd_histogram_observe(&in->flush_hist, (double)(dd_mono_ns() - t0) / 1e9);
-            atomic_store_explicit(&in->st.last_flush_ms,
-                                  (uint64_t)((dd_mono_ns() - t0) / 1000000),
-                                  memory_order_relaxed);
-            ADD(plays_written, written);
-            ADD(messages_flushed, s->messages);
-            INC(flushes);
-            struct dd_window_stats ws;
-            dd_window_get_stats(s->w, &ws);
-            ADD(duplicates, ws.duplicates - s->dups_seen);
-            s->dups_seen = ws.duplicates;
-            uint64_t msgs = s->messages;
-            if (in->wal) {
-                ADD(messages_durable, msgs);
-                slot_store(in, s);
-            } else {
-                slot_defer(in, s);
+        int rc = DD_OK;
+        if (!in_store) {
+            t0 = dd_mono_ns();
+            rc = dd_window_flush(s->w, in->h, in->batch, &written, err, sizeof err);
+            if (rc == DD_OK) {
+                in_store = true;
+                dd_histogram_observe(&in->flush_hist, (double)(dd_mono_ns() - t0) / 1e9);
+                atomic_store_explicit(&in->st.last_flush_ms,
+                                      (uint64_t)((dd_mono_ns() - t0) / 1000000),
+                                      memory_order_relaxed);
             }
-            dd_debug(MOD,
-                     "msg=flushed messages=%" PRIu64 " written=%" PRIu64 " ms=%" PRId64
-                     " messages_flushed=%" PRIu64 " plays_written=%" PRIu64,
-                     msgs, written, (dd_mono_ns() - t0) / 1000000, LOAD(messages_flushed),
-                     LOAD(plays_written));
-            if (in->wal) commit_async(in);
+        }
+        if (rc == DD_OK && s->forget) {
+            rc = dd_history_forget(in->h, s->fscene, s->fscene_len, s->fuser, s->fuser_len, err,
+                                   sizeof err);
+            if (rc == DD_OK) {
+                s->forget = false;
+                INC(forgets);
+                dd_debug(MOD, "msg=forgotten forgets=%" PRIu64, LOAD(forgets));
+            }
+        }
+        if (rc == DD_OK) {
+            window_done(in, s, written, t0);
             return;
         }
         INC(write_errors);
@@ -383,7 +628,8 @@ static void write_window(dd_ingest *in, struct slot *s)
         int giving_up = in->stopping;
         pthread_mutex_unlock(&in->mu);
         dd_log_limited(&in->lim_write, 5000, DD_LOG_ERROR, MOD,
-                       "msg=\"cannot write plays%s\" plays=%zu error=\"%s\"",
+                       "msg=\"cannot %s%s\" plays=%zu error=\"%s\"",
+                       in_store ? "forget a user's plays (marker)" : "write plays",
                        giving_up ? "; not committed, they are consumed again at restart"
                                  : "; retrying",
                        dd_window_plays(s->w), err);
@@ -391,9 +637,11 @@ static void write_window(dd_ingest *in, struct slot *s)
         sleep_ms(backoff);
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }
-    /* Stopping with a broken store: drop the window and its offsets (never
-     * stored, so never committed), and store none after them. */
+    /* Stopping with a broken store: drop the window (and forget) and its
+     * offsets (never stored, so never committed), and store none after
+     * them. */
     dd_window_clear(s->w);
+    s->forget = false;
     in->abandoned = 1;
     slot_store(in, s);
 }
@@ -538,18 +786,81 @@ static void dlq_delivery_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *o
     }
 }
 
-static void bad_message(dd_ingest *in, const rd_kafka_message_t *m, int reason)
+/* WANT: for a wrong partition, the one the producers' partitioner gives
+ * the user (else -1). */
+static void bad_message(dd_ingest *in, const rd_kafka_message_t *m, int reason, int32_t want)
 {
     INC(bad[reason]);
+    char why[48] = "";
+    if (want >= 0) snprintf(why, sizeof why, " user_partition=%" PRId32, want);
     dd_log_limited(&in->lim_bad, 5000, DD_LOG_WARN, MOD,
                    "msg=\"bad message skipped\" reason=%s topic=%s partition=%" PRId32
-                   " offset=%" PRId64,
-                   bad_names[reason], in->topic, m->partition, m->offset);
+                   " offset=%" PRId64 "%s",
+                   bad_names[reason], in->topic, m->partition, m->offset, why);
     dead_letter(in, m, bad_names[reason]);
 }
 
+/* What a message of the plays topic asks for: its dedupd-op header. */
+enum op { OP_PLAY, OP_FORGET, OP_UNKNOWN };
+
+static enum op message_op(const rd_kafka_message_t *m)
+{
+    rd_kafka_headers_t *hdrs;
+    const void *v;
+    size_t n;
+    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        rd_kafka_header_get_last(hdrs, OP_HEADER, &v, &n) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return OP_PLAY;
+    return n == 6 && v && memcmp(v, "forget", 6) == 0 ? OP_FORGET : OP_UNKNOWN;
+}
+
+static int bad_reason(int status)
+{
+    switch (status) {
+    case DD_PLAYEVENT_OK: return -1;
+    case DD_PLAYEVENT_EMPTY_USER: return DD_INGEST_BAD_EMPTY_USER;
+    case DD_PLAYEVENT_EMPTY_ITEM: return DD_INGEST_BAD_EMPTY_ITEM;
+    case DD_PLAYEVENT_ID_TOO_LONG: return DD_INGEST_BAD_ID_TOO_LONG;
+    default: return DD_INGEST_BAD_UNDECODABLE;
+    }
+}
+
+/* Add EV's play to the active slot's window. Returns -1 (added, expired),
+ * a bad reason, or DD_ERR_LIMIT when it does not fit (nothing changed). */
+static int add_play(dd_ingest *in, struct slot *s, const struct dd_playevent *ev)
+{
+    uint64_t h = dd_hash(ev->item, ev->item_len);
+    int rc = dd_window_add(s->w, ev->scene, ev->scene_len, ev->user, ev->user_len, h,
+                           ev->played_at_ms);
+    if (rc == DD_ERR_LIMIT && dd_window_entries(s->w) == 0) {
+        /* Empty yet full: give memory back from arrays grown for other
+         * loads (a clear after a refusal shrinks them), try once more. */
+        dd_window_clear(s->w);
+        rc = dd_window_add(s->w, ev->scene, ev->scene_len, ev->user, ev->user_len, h,
+                           ev->played_at_ms);
+    }
+    switch (rc) {
+    case DD_ERR_LIMIT:
+        if (dd_window_entries(s->w) > 0) return rc; /* flush, then again */
+        /* Not even an empty window holds it (ids near 64 KiB with a
+         * small window.max_bytes): refuse it rather than stall. */
+        return DD_INGEST_BAD_ID_TOO_LONG;
+    case DD_WINDOW_FUTURE: return DD_INGEST_BAD_FUTURE;
+    case DD_WINDOW_EXPIRED: INC(expired); return -1;
+    case DD_WINDOW_ADDED:
+        INC(plays);
+        if (ev->key_mismatch) INC(key_mismatch);
+        return -1;
+    default:
+        /* Lengths were checked by the decoder; out of memory while the
+         * window grows: count as undecodable rather than stall. */
+        return DD_INGEST_BAD_UNDECODABLE;
+    }
+}
+
 /* Account for message M in the active slot. Returns 0, or DD_ERR_LIMIT
- * when its play does not fit (nothing changed; the caller keeps M). */
+ * when it cannot be taken now (nothing changed; the caller keeps M): its
+ * play does not fit, or it is a forget marker and the flusher is busy. */
 static int process(dd_ingest *in, const rd_kafka_message_t *m)
 {
     struct slot *s = &in->slots[in->active];
@@ -557,60 +868,55 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
     int64_t ts = rd_kafka_message_timestamp(m, &tstype);
     if (ts <= 0) ts = dd_history_now_ms(in->h);
     struct dd_playevent ev;
-    int st = dd_playevent_decode(in->dec, m->payload, m->len, m->key, m->key_len, ts, &ev);
-    int bad = -1;
-    switch (st) {
-    case DD_PLAYEVENT_OK: break;
-    case DD_PLAYEVENT_EMPTY_USER: bad = DD_INGEST_BAD_EMPTY_USER; break;
-    case DD_PLAYEVENT_EMPTY_ITEM: bad = DD_INGEST_BAD_EMPTY_ITEM; break;
-    case DD_PLAYEVENT_ID_TOO_LONG: bad = DD_INGEST_BAD_ID_TOO_LONG; break;
-    default: bad = DD_INGEST_BAD_UNDECODABLE; break;
+    enum op op = message_op(m);
+    int st = op == OP_PLAY ? dd_playevent_decode(in->dec, m->payload, m->len, m->key,
+                                                 m->key_len, ts, &ev)
+           : op == OP_FORGET ? dd_playevent_decode_forget(in->dec, m->payload, m->len, m->key,
+                                                          m->key_len, &ev)
+           : DD_PLAYEVENT_UNDECODABLE;
+    int bad = bad_reason(st);
+    int32_t want = -1;
+    if (bad < 0 && in->assign) {
+        /* A cluster node owns users by the producers' partitioner: a play
+         * elsewhere would be stored where no call for its user comes. */
+        want = dd_partition_of(in->partitioner, ev.user, ev.user_len, in->assign_count);
+        if (want != m->partition) bad = DD_INGEST_BAD_WRONG_PARTITION;
     }
-    if (bad < 0) {
-        int rc = dd_window_add(s->w, ev.scene, ev.scene_len, ev.user, ev.user_len,
-                               dd_hash(ev.item, ev.item_len), ev.played_at_ms);
-        if (rc == DD_ERR_LIMIT && dd_window_entries(s->w) == 0) {
-            /* Empty yet full: give memory back from arrays grown for other
-             * loads (a clear after a refusal shrinks them), try once more. */
-            dd_window_clear(s->w);
-            rc = dd_window_add(s->w, ev.scene, ev.scene_len, ev.user, ev.user_len,
-                               dd_hash(ev.item, ev.item_len), ev.played_at_ms);
-        }
-        if (rc == DD_ERR_LIMIT) {
-            if (dd_window_entries(s->w) > 0) return rc; /* flush, then again */
-            /* Not even an empty window holds it (ids near 64 KiB with a
-             * small window.max_bytes): refuse it rather than stall. */
-            bad = DD_INGEST_BAD_ID_TOO_LONG;
-        } else if (rc == DD_WINDOW_FUTURE) {
-            bad = DD_INGEST_BAD_FUTURE;
-        } else if (rc == DD_WINDOW_EXPIRED) {
-            INC(expired);
-        } else if (rc == DD_WINDOW_ADDED) {
-            INC(plays);
-            if (ev.key_mismatch) INC(key_mismatch);
-        } else {
-            /* Lengths were checked by the decoder; out of memory while the
-             * window grows: count as undecodable rather than stall. */
-            bad = DD_INGEST_BAD_UNDECODABLE;
-        }
+    bool cut = false;
+    if (bad < 0 && op == OP_FORGET) {
+        /* The marker ends its window, handed over at once: the flusher
+         * must be idle to take it. */
+        if (!flusher_idle(in)) return DD_ERR_LIMIT;
+        memcpy(s->fscene, ev.scene, ev.scene_len);
+        memcpy(s->fuser, ev.user, ev.user_len);
+        s->fscene_len = ev.scene_len;
+        s->fuser_len = ev.user_len;
+        s->forget = cut = true;
+    } else if (bad < 0) {
+        bad = add_play(in, s, &ev);
+        if (bad == DD_ERR_LIMIT) return bad;
     }
-    if (bad >= 0) bad_message(in, m, bad);
+    if (bad >= 0) bad_message(in, m, bad, bad == DD_INGEST_BAD_WRONG_PARTITION ? want : -1);
     INC(messages);
     atomic_store_explicit(&in->st.pending_entries, dd_window_entries(s->w), memory_order_relaxed);
     atomic_store_explicit(&in->st.pending_bytes, dd_window_bytes(s->w), memory_order_relaxed);
-    if (slot_mark(s, m->partition, m->offset) != DD_OK)
+    if (slot_mark(in, s, m->partition, m->offset, ts) != DD_OK)
         dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
                        "msg=\"out of memory tracking offsets\" partition=%" PRId32,
                        m->partition);
+    if (cut) swap(in);
     return DD_OK;
 }
 
-/* Try the kept message again once the flusher is idle. */
+/* Try the kept message again once the flusher is idle: as it is (a
+ * marker, which the idle flusher takes), else in a fresh window. */
 static void retry_kept(dd_ingest *in)
 {
     if (!in->kept || !flusher_idle(in)) return;
-    if (in->slots[in->active].messages) swap(in);
-    if (process(in, in->kept) == DD_ERR_LIMIT) return; /* fresh window still full: wait */
+    if (process(in, in->kept) == DD_ERR_LIMIT) {
+        if (in->slots[in->active].messages) swap(in);
+        if (process(in, in->kept) == DD_ERR_LIMIT) return; /* fresh window still full: wait */
+    }
     rd_kafka_message_destroy(in->kept);
     in->kept = NULL;
     if (in->paused) set_paused(in, 0);
@@ -641,6 +947,10 @@ static bool rewind_once(dd_ingest *in, int32_t partition)
 static void on_message(dd_ingest *in, rd_kafka_message_t *m)
 {
     if (m->err) {
+        /* Caught up with the partition (the lag's 0). Not while a message
+         * waits, kept or rewound: the end is past it. */
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF && !in->kept)
+            lag_eof(in, m->partition, m->offset);
         if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
             INC(kafka_errors);
             dd_log_limited(&in->lim_kafka, 5000, DD_LOG_WARN, MOD,
@@ -712,7 +1022,7 @@ static void drain(dd_ingest *in, const rd_kafka_topic_partition_list_t *drop_par
             rd_kafka_message_destroy(in->kept);
             in->kept = NULL;
         } else {
-            retry_kept(in); /* the flusher is idle: this swaps and adds */
+            retry_kept(in); /* the flusher is idle: this adds it (swapping as needed) */
             wait_flusher(in);
         }
     }
@@ -763,6 +1073,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             error = rd_kafka_incremental_assign(rk, parts);
         else
             e = rd_kafka_assign(rk, parts);
+        if (!error && !e) lag_assign_list(in, parts, true);
         if (!error && !e && in->paused && parts->cnt > 0) rd_kafka_pause_partitions(rk, parts);
     } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
         int lost = rd_kafka_assignment_lost(rk);
@@ -774,11 +1085,13 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             error = rd_kafka_incremental_unassign(rk, parts);
         else
             e = rd_kafka_assign(rk, NULL);
+        lag_assign_list(in, coop ? parts : NULL, false);
         if (in->paused && !in->kept) set_paused(in, 0);
     } else {
         dd_error(MOD, "msg=\"rebalance failed\" error=\"%s\"", rd_kafka_err2str(err));
         drain(in, parts);
         e = rd_kafka_assign(rk, NULL);
+        lag_assign_list(in, NULL, false);
     }
     if (error) {
         dd_error(MOD, "msg=\"cannot change the assignment\" error=\"%s\"",
@@ -792,6 +1105,53 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---- the poll thread ------------------------------------------------------ */
 
+/* Assign mode: once the watcher knows the partition count, assign this
+ * shard's partitions from their committed offsets (from their beginning
+ * when the store is new), for good. Retried a
+ * second later if librdkafka refuses. */
+static void self_assign(dd_ingest *in)
+{
+    int32_t n = atomic_load(&in->partitions);
+    if (n <= 0 || dd_mono_ns() < in->assign_retry_ns) return;
+    in->assign_retry_ns = dd_mono_ns() + (int64_t)WATCH_RETRY_MS * 1000000;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(
+        (int)(n / (int32_t)in->shards + 1));
+    if (!l) return;
+    char list[256] = "";
+    size_t len = 0;
+    for (int32_t p = (int32_t)in->shard; p < n; p += (int32_t)in->shards) {
+        rd_kafka_topic_partition_list_add(l, in->topic, p)->offset =
+            in->from_beginning ? RD_KAFKA_OFFSET_BEGINNING : RD_KAFKA_OFFSET_STORED;
+        if (len < sizeof list - 16)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%" PRId32, len ? "," : "",
+                                    p);
+        else if (len < sizeof list - 4)
+            len += (size_t)snprintf(list + len, sizeof list - len, "...");
+    }
+    if (l->cnt == 0) {
+        dd_error(MOD, "msg=\"this shard owns no partition of the topic\" topic=%s partitions=%"
+                 PRId32 " shards=%" PRIu32 " shard=%" PRIu32, in->topic, n, in->shards, in->shard);
+        in->self_assigned = true; /* never ready: the map does not fit the topic */
+        rd_kafka_topic_partition_list_destroy(l);
+        return;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_assign(in->rk, l);
+    if (e) {
+        dd_log_limited(&in->lim_assign, 5000, DD_LOG_ERROR, MOD,
+                       "msg=\"cannot assign partitions; retrying\" error=\"%s\"",
+                       rd_kafka_err2str(e));
+    } else {
+        in->assign_count = n;
+        in->self_assigned = true;
+        INC(rebalances);
+        lag_assign_list(in, l, true);
+        update_assigned(in);
+        dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=assign partitions=%s "
+                "topic_partitions=%" PRId32 " group=%s", l->cnt, list, n, in->group_id);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
 static void *poll_main(void *arg)
 {
     dd_ingest *in = arg;
@@ -799,6 +1159,7 @@ static void *poll_main(void *arg)
     while (!atomic_load(&in->stop)) {
         int timeout = POLL_MS;
         struct slot *s = &in->slots[in->active];
+        if (in->assign && !in->self_assigned) self_assign(in);
         if (in->kept) {
             retry_kept(in);
         } else if (s->messages) {
@@ -834,7 +1195,66 @@ static void *poll_main(void *arg)
     rd_kafka_resp_err_t e = rd_kafka_consumer_close(in->rk);
     if (e) dd_warn(MOD, "msg=\"consumer close\" error=\"%s\"", rd_kafka_err2str(e));
     atomic_store_explicit(&in->st.assigned, 0, memory_order_relaxed);
+    lag_assign_list(in, NULL, false);
     return NULL;
+}
+
+/* ---- the watch thread ------------------------------------------------------ */
+
+/* The broker says the topic has N partitions (N > 0); *LAST is the count
+ * seen before (0 = none). */
+static void note_partition_count(dd_ingest *in, int32_t n, int32_t *last)
+{
+    atomic_store_explicit(&in->st.topic_partitions, (uint64_t)n, memory_order_relaxed);
+    if (*last == 0) {
+        atomic_store(&in->partitions, n);
+        dd_info(MOD, "msg=\"topic found\" topic=%s partitions=%" PRId32, in->topic, n);
+    } else if (n != *last) {
+        INC(count_changes);
+        if (in->assign) {
+            /* Users moved between partitions: the partitions this node
+             * owns no longer hold all of its users. Nothing here can fix
+             * that (the cluster must be resized), so keep what is owned
+             * and say so until restart. */
+            atomic_store(&in->changed, true);
+            dd_error(MOD, "msg=\"the topic's partition count changed: users have moved between "
+                     "partitions; still consuming the partitions assigned at start\" topic=%s "
+                     "was=%" PRId32 " now=%" PRId32 " assigned_by=%" PRId32, in->topic, *last, n,
+                     atomic_load(&in->partitions));
+        } else {
+            atomic_store(&in->partitions, n);
+            dd_info(MOD, "msg=\"the topic's partition count changed (the group rebalances)\" "
+                    "topic=%s was=%" PRId32 " now=%" PRId32, in->topic, *last, n);
+        }
+    }
+    *last = n;
+}
+
+static void *watch_main(void *arg)
+{
+    dd_ingest *in = arg;
+    int32_t last = 0;
+    pthread_mutex_lock(&in->mu);
+    while (!in->watch_quit) {
+        pthread_mutex_unlock(&in->mu);
+        int32_t n = dd_kafka_partition_count(in->rk, in->rkt, METADATA_MS, &in->lim_meta);
+        if (n > 0) note_partition_count(in, n, &last);
+        int64_t at = dd_mono_ns() + (int64_t)(last ? WATCH_MS : WATCH_RETRY_MS) * 1000000;
+        struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+        pthread_mutex_lock(&in->mu);
+        while (!in->watch_quit && pthread_cond_timedwait(&in->watch_cv, &in->mu, &ts) == 0) {}
+    }
+    pthread_mutex_unlock(&in->mu);
+    return NULL;
+}
+
+static void stop_watch(dd_ingest *in)
+{
+    pthread_mutex_lock(&in->mu);
+    in->watch_quit = 1;
+    pthread_cond_broadcast(&in->watch_cv);
+    pthread_mutex_unlock(&in->mu);
+    pthread_join(in->watch_thr, NULL);
 }
 
 /* ---- construction ----------------------------------------------------------- */
@@ -847,6 +1267,12 @@ static rd_kafka_t *kafka_new(dd_ingest *in, rd_kafka_type_t type,
     char e[256];
     rd_kafka_conf_t *conf = dd_kafka_conf_new(type, kafka, err, errlen);
     if (!conf) return NULL;
+    if (type == RD_KAFKA_CONSUMER && in->assign &&
+        rd_kafka_conf_set(conf, "group.id", in->group_id, e, sizeof e) != RD_KAFKA_CONF_OK) {
+        dd_set_err(err, errlen, "kafka.group.id: %s", e);
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
     if (type == RD_KAFKA_CONSUMER) {
         rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
         rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
@@ -864,6 +1290,48 @@ static rd_kafka_t *kafka_new(dd_ingest *in, rd_kafka_type_t type,
         rd_kafka_conf_destroy(conf);
     }
     return rk;
+}
+
+/* A condition variable on CLOCK_MONOTONIC (deadlines are dd_mono_ns). */
+static int cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) return -1;
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(cv, &ca) == 0 ? 0 : -1;
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
+/* The assign mode settings, and the group id offsets are committed under
+ * into *GROUP (malloc'd): kafka.group.id, or in assign mode
+ * "<kafka.group.id>.s<shard>.r<replica>". 0, DD_ERR_INVALID or
+ * DD_ERR_NOMEM, with err set. */
+static int group_of(const struct dd_ingest_conf *conf, const struct dd_config_list *kafka,
+                    char **group, char *err, size_t errlen)
+{
+    const char *g = "";
+    for (size_t i = 0; kafka && i < kafka->len; i++)
+        if (strcmp(kafka->items[i].key, "group.id") == 0) g = kafka->items[i].value;
+    if (!conf->assign) {
+        *group = strdup(g);
+    } else {
+        if (conf->shards == 0 || conf->shard >= conf->shards)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "cluster.shard: %" PRIu32 " is not below cluster.shards (%" PRIu32 ")",
+                           conf->shard, conf->shards);
+        if (!dd_partitioner_name((enum dd_partitioner)conf->partitioner))
+            return dd_fail(DD_ERR_INVALID, err, errlen, "cluster.partitioner: unknown (%d)",
+                           conf->partitioner);
+        if (!g[0])
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "kafka.group.id: must be set (a cluster node commits its offsets "
+                           "under <group.id>.s<shard>.r<replica>)");
+        size_t n = strlen(g) + 32;
+        if ((*group = malloc(n)))
+            snprintf(*group, n, "%s.s%" PRIu32 ".r%" PRIu32, g, conf->shard, conf->replica);
+    }
+    return *group ? DD_OK : dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
 }
 
 int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
@@ -889,9 +1357,22 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
         snprintf(err, errlen, "window.flush_ms: must be at least 1");
         return DD_ERR_INVALID;
     }
+    char *group = NULL;
+    int rc = group_of(conf, kafka, &group, err, errlen);
+    if (rc != DD_OK) return rc;
     dd_ingest *in = calloc(1, sizeof *in);
-    if (!in) goto nomem;
-    int rc = DD_ERR_NOMEM;
+    if (!in) {
+        free(group);
+        goto nomem;
+    }
+    rc = DD_ERR_NOMEM;
+    in->group_id = group;
+    in->assign = conf->assign;
+    in->from_beginning = conf->from_beginning;
+    in->shards = conf->shards;
+    in->shard = conf->shard;
+    in->partitioner = (enum dd_partitioner)conf->partitioner;
+    in->max_user = conf->max_id_bytes < DD_USER_MAX ? conf->max_id_bytes : DD_USER_MAX;
     in->h = history;
     in->flush_ms = window->flush_ms;
     /* About a quarter of a window (some 64 bytes a play): 131,072 plays
@@ -901,27 +1382,30 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     in->durable_ns = (int64_t)conf->durable_interval_ms * 1000000;
     in->format = fmt == DD_PLAYEVENT_JSON ? "json" : "protobuf";
     atomic_init(&in->stop, 0);
+    atomic_init(&in->partitions, 0);
+    atomic_init(&in->changed, false);
     atomic_store(&in->st.lag, -1);
-    if (pthread_mutex_init(&in->mu, NULL) != 0) {
-        free(in);
-        goto nomem;
+    /* The locks first, by hand: dd_ingest_free destroys all of them. */
+    int locks = 0;
+    if (pthread_mutex_init(&in->mu, NULL) == 0) {
+        locks++;
+        if (cond_init_mono(&in->cv) == 0) {
+            locks++;
+            if (cond_init_mono(&in->watch_cv) == 0) {
+                locks++;
+                if (pthread_mutex_init(&in->lag_mu, NULL) == 0) {
+                    locks++;
+                    if (cond_init_mono(&in->lag_cv) == 0) locks++;
+                }
+            }
+        }
     }
-    /* On CLOCK_MONOTONIC: the flusher's durability deadline is dd_mono_ns. */
-    pthread_condattr_t ca;
-    int cok = pthread_condattr_init(&ca) == 0;
-    if (cok) {
-        cok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-              pthread_cond_init(&in->cv, &ca) == 0;
-        pthread_condattr_destroy(&ca);
-    }
-    if (!cok) {
-        pthread_mutex_destroy(&in->mu);
-        free(in);
-        goto nomem;
-    }
-    if (pthread_mutex_init(&in->lag_mu, NULL) != 0) {
-        pthread_cond_destroy(&in->cv);
-        pthread_mutex_destroy(&in->mu);
+    if (locks < 5) {
+        if (locks > 3) pthread_mutex_destroy(&in->lag_mu);
+        if (locks > 2) pthread_cond_destroy(&in->watch_cv);
+        if (locks > 1) pthread_cond_destroy(&in->cv);
+        if (locks > 0) pthread_mutex_destroy(&in->mu);
+        free(in->group_id);
         free(in);
         goto nomem;
     }
@@ -939,10 +1423,19 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     rc = DD_ERR_NOMEM;
     if (!(in->batch = dd_history_batch_new())) goto err;
     dd_history_batch_set_unlogged(in->batch, !in->wal);
-    for (int i = 0; i < 2; i++)
-        if (dd_window_new(&in->slots[i].w, history, per_window) != DD_OK) goto err;
+    for (int i = 0; i < 2; i++) {
+        struct slot *s = &in->slots[i];
+        if (dd_window_new(&s->w, history, per_window) != DD_OK ||
+            !(s->fscene = malloc(DD_SCENE_MAX)) || !(s->fuser = malloc(in->max_user)))
+            goto err;
+    }
     rc = DD_ERR_INVALID;
     if (!(in->rk = kafka_new(in, RD_KAFKA_CONSUMER, kafka, err, errlen))) goto err_set;
+    if (!(in->rkt = rd_kafka_topic_new(in->rk, in->topic, NULL))) {
+        snprintf(err, errlen, "kafka: cannot create the topic handle: %s",
+                 rd_kafka_err2str(rd_kafka_last_error()));
+        goto err_set;
+    }
     if (in->dlq_topic &&
         !(in->dlq = kafka_new(in, RD_KAFKA_PRODUCER, kafka, err, errlen)))
         goto err_set;
@@ -972,34 +1465,47 @@ err_set:
 int dd_ingest_start(dd_ingest *in)
 {
     if (in->started) return DD_ERR_STATE;
-    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
-    if (!sub) return DD_ERR_NOMEM;
-    rd_kafka_topic_partition_list_add(sub, in->topic, RD_KAFKA_PARTITION_UA);
-    rd_kafka_resp_err_t e = rd_kafka_subscribe(in->rk, sub);
-    rd_kafka_topic_partition_list_destroy(sub);
-    if (e) {
-        dd_error(MOD, "msg=\"cannot subscribe\" topic=%s error=\"%s\"", in->topic,
-                 rd_kafka_err2str(e));
-        return DD_ERR_UNAVAILABLE;
+    if (!in->assign) {
+        rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+        if (!sub) return DD_ERR_NOMEM;
+        rd_kafka_topic_partition_list_add(sub, in->topic, RD_KAFKA_PARTITION_UA);
+        rd_kafka_resp_err_t e = rd_kafka_subscribe(in->rk, sub);
+        rd_kafka_topic_partition_list_destroy(sub);
+        if (e) {
+            dd_error(MOD, "msg=\"cannot subscribe\" topic=%s error=\"%s\"", in->topic,
+                     rd_kafka_err2str(e));
+            return DD_ERR_UNAVAILABLE;
+        }
     }
-    if (pthread_create(&in->flush_thr, NULL, flush_main, in) != 0) {
-        rd_kafka_unsubscribe(in->rk);
-        return DD_ERR_NOMEM;
+    int threads = 0;
+    if (pthread_create(&in->watch_thr, NULL, watch_main, in) == 0) {
+        threads++;
+        if (pthread_create(&in->flush_thr, NULL, flush_main, in) == 0) {
+            threads++;
+            if (pthread_create(&in->poll_thr, NULL, poll_main, in) == 0) threads++;
+        }
     }
-    if (pthread_create(&in->poll_thr, NULL, poll_main, in) != 0) {
-        pthread_mutex_lock(&in->mu);
-        in->flush_quit = 1;
-        pthread_cond_broadcast(&in->cv);
-        pthread_mutex_unlock(&in->mu);
-        pthread_join(in->flush_thr, NULL);
-        rd_kafka_unsubscribe(in->rk);
+    if (threads < 3) {
+        if (threads > 1) {
+            pthread_mutex_lock(&in->mu);
+            in->flush_quit = 1;
+            pthread_cond_broadcast(&in->cv);
+            pthread_mutex_unlock(&in->mu);
+            pthread_join(in->flush_thr, NULL);
+        }
+        if (threads > 0) stop_watch(in);
+        if (!in->assign) rd_kafka_unsubscribe(in->rk);
         return DD_ERR_NOMEM;
     }
     in->started = 1;
     dd_info(MOD, "msg=started topic=%s format=%s flush_ms=%u wal=%s durable_interval_ms=%" PRId64
-            " dead_letter_topic=%s", in->topic, in->format, in->flush_ms,
+            " dead_letter_topic=%s mode=%s group=%s", in->topic, in->format, in->flush_ms,
             in->wal ? "true" : "false", in->durable_ns / 1000000,
-            in->dlq_topic ? in->dlq_topic : "-");
+            in->dlq_topic ? in->dlq_topic : "-", in->assign ? "assign" : "group", in->group_id);
+    if (in->assign)
+        dd_info(MOD, "msg=\"cluster mode: assigning this shard's partitions once the topic is "
+                "found\" shards=%" PRIu32 " shard=%" PRIu32 " partitioner=%s", in->shards,
+                in->shard, dd_partitioner_name(in->partitioner));
     return DD_OK;
 }
 
@@ -1013,7 +1519,8 @@ static void log_stats(dd_ingest *in)
             " plays_written=%" PRIu64
             " duplicates=%" PRIu64 " expired=%" PRIu64 " bad_undecodable=%" PRIu64
             " bad_empty_user=%" PRIu64 " bad_empty_item=%" PRIu64 " bad_id_too_long=%" PRIu64
-            " bad_future=%" PRIu64 " key_mismatch=%" PRIu64 " flushes=%" PRIu64
+            " bad_future=%" PRIu64 " bad_wrong_partition=%" PRIu64 " forgets=%" PRIu64
+            " partition_count_changes=%" PRIu64 " key_mismatch=%" PRIu64 " flushes=%" PRIu64
             " write_errors=%" PRIu64 " commits=%" PRIu64 " commit_errors=%" PRIu64
             " dead_lettered=%" PRIu64 " dead_letter_errors=%" PRIu64 " pauses=%" PRIu64
             " rebalances=%" PRIu64,
@@ -1021,7 +1528,8 @@ static void log_stats(dd_ingest *in)
             s.plays_written, s.duplicates, s.expired,
             s.bad[DD_INGEST_BAD_UNDECODABLE], s.bad[DD_INGEST_BAD_EMPTY_USER],
             s.bad[DD_INGEST_BAD_EMPTY_ITEM], s.bad[DD_INGEST_BAD_ID_TOO_LONG],
-            s.bad[DD_INGEST_BAD_FUTURE], s.key_mismatch, s.flushes, s.write_errors, s.commits,
+            s.bad[DD_INGEST_BAD_FUTURE], s.bad[DD_INGEST_BAD_WRONG_PARTITION], s.forgets,
+            s.partition_count_changes, s.key_mismatch, s.flushes, s.write_errors, s.commits,
             s.commit_errors, s.dead_lettered, s.dead_letter_errors, s.pauses, s.rebalances);
 }
 
@@ -1029,6 +1537,7 @@ void dd_ingest_stop(dd_ingest *in)
 {
     if (!in || !in->started || in->stopped) return;
     in->stopped = 1;
+    stop_watch(in);
     pthread_mutex_lock(&in->mu);
     in->stopping = 1;
     pthread_mutex_unlock(&in->mu);
@@ -1057,23 +1566,32 @@ void dd_ingest_free(dd_ingest *in)
     if (!in) return;
     dd_ingest_stop(in);
     if (in->cq) rd_kafka_queue_destroy(in->cq); /* before the handle */
+    if (in->rkt) rd_kafka_topic_destroy(in->rkt);
     if (in->rk) rd_kafka_destroy(in->rk);
     if (in->dlq) rd_kafka_destroy(in->dlq);
     for (int i = 0; i < 2; i++) {
         dd_window_free(in->slots[i].w);
         free(in->slots[i].next);
+        free(in->slots[i].last_ts);
+        free(in->slots[i].fscene);
+        free(in->slots[i].fuser);
     }
     free(in->written.next);
+    free(in->written.last_ts);
+    free(in->group_id);
     dd_history_batch_free(in->batch);
     dd_playevent_decoder_free(in->dec);
     free(in->topic);
     free(in->dlq_topic);
     pthread_cond_destroy(&in->cv);
+    pthread_cond_destroy(&in->watch_cv);
     pthread_mutex_destroy(&in->mu);
     pthread_mutex_destroy(&in->lag_mu);
+    pthread_cond_destroy(&in->lag_cv);
     free(in->rewound);
     free(in->lag_part);
     free(in->lag_val);
+    free(in->plag);
     free(in);
 }
 
@@ -1086,6 +1604,52 @@ void dd_ingest_sync(dd_ingest *in)
 bool dd_ingest_assigned(const dd_ingest *in)
 {
     return atomic_load_explicit(&in->st.assigned, memory_order_relaxed) > 0;
+}
+
+int32_t dd_ingest_partition_count(const dd_ingest *in)
+{
+    return atomic_load(&in->partitions);
+}
+
+bool dd_ingest_partitions_changed(const dd_ingest *in)
+{
+    return atomic_load(&in->changed);
+}
+
+int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset,
+                           int64_t deadline_ns)
+{
+    int rc = DD_OK;
+    pthread_mutex_lock(&in->lag_mu);
+    for (;;) {
+        if (partition < 0 || (size_t)partition >= in->nplag || !in->plag[partition].assigned_ms) {
+            rc = DD_ERR_STATE;
+            break;
+        }
+        if (in->plag[partition].visible > offset) break;
+        if (dd_mono_ns() >= deadline_ns) {
+            rc = DD_ERR_TIMEOUT;
+            break;
+        }
+        struct timespec ts = {(time_t)(deadline_ns / 1000000000), (long)(deadline_ns % 1000000000)};
+        pthread_cond_timedwait(&in->lag_cv, &in->lag_mu, &ts);
+    }
+    pthread_mutex_unlock(&in->lag_mu);
+    return rc;
+}
+
+int64_t dd_ingest_lag_ms(const dd_ingest *in)
+{
+    int64_t worst;
+    lags_ms(in, NULL, NULL, 0, &worst);
+    return worst;
+}
+
+size_t dd_ingest_get_partition_lag_ms(const dd_ingest *in, int32_t *partitions,
+                                      int64_t *lags_ms_out, size_t cap)
+{
+    int64_t worst;
+    return lags_ms(in, partitions, lags_ms_out, cap, &worst);
 }
 
 void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out)
@@ -1109,6 +1673,9 @@ void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out)
     out->pauses = LOAD(pauses);
     out->rebalances = LOAD(rebalances);
     out->kafka_errors = LOAD(kafka_errors);
+    out->forgets = LOAD(forgets);
+    out->partition_count_changes = LOAD(count_changes);
+    out->topic_partitions = LOAD(topic_partitions);
     out->assigned_partitions = LOAD(assigned);
     out->consumer_lag = atomic_load_explicit(&in->st.lag, memory_order_relaxed);
     out->last_flush_ms = LOAD(last_flush_ms);
@@ -1180,6 +1747,32 @@ void dd_ingest_collect(dd_prom *p, void *ud)
                    DD_PROM_GAUGE);
     dd_prom_sample_u64(p, "dedupd_ingest_assigned_partitions", NULL, 0,
                        s.assigned_partitions);
+    /* The lag in ms, per partition and the node's (ingest.h). */
+    int64_t worst;
+    n = lags_ms(in, parts, lags, MAX_LAG_PARTITIONS, &worst);
+    if (n > MAX_LAG_PARTITIONS) n = MAX_LAG_PARTITIONS;
+    dd_prom_family(p, "dedupd_ingest_partition_lag_ms",
+                   "How far behind the store is, by assigned partition: 0 when caught up, "
+                   "else now minus the Kafka timestamp of the oldest message not yet visible",
+                   DD_PROM_GAUGE);
+    for (size_t i = 0; i < n; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", (int)parts[i]);
+        struct dd_prom_label pl = {"partition", num};
+        dd_prom_sample_u64(p, "dedupd_ingest_partition_lag_ms", &pl, 1, (uint64_t)lags[i]);
+    }
+    dd_prom_family(p, "dedupd_ingest_lag_ms",
+                   "The largest partition lag in ms; -1 until partitions are assigned and "
+                   "their high watermarks known", DD_PROM_GAUGE);
+    dd_prom_sample_f64(p, "dedupd_ingest_lag_ms", NULL, 0, (double)worst);
+    dd_prom_gauge(p, "dedupd_ingest_topic_partitions",
+                  "The topic's partition count as last read from the broker (0 = not yet)",
+                  s.topic_partitions);
+    dd_prom_counter(p, "dedupd_ingest_partition_count_changes_total",
+                    "Times the broker reported a new partition count for the topic",
+                    s.partition_count_changes);
+    dd_prom_counter(p, "dedupd_ingest_forgets_total",
+                    "Forget markers applied (a user's plays in a scene deleted)", s.forgets);
     dd_prom_family(p, "dedupd_window_pending_users",
                    "(scene, user, segment) entries pending in the window being filled",
                    DD_PROM_GAUGE);

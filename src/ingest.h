@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * ingest.h - the Kafka play consumer: a consumer-group member of
- * ingest.topic that decodes play events (playevent.h), gathers them in
- * windows (window.h), writes each window to the history store as one
- * batch, and only once that batch is durable (ingest.wal=false: after the
- * next memtable flush; true: through the WAL) stores and commits the
- * messages' offsets. Knows nothing of gRPC.
+ * ingest.h - the Kafka play consumer: it consumes ingest.topic, decodes
+ * play events (playevent.h), gathers them in windows (window.h), writes
+ * each window to the history store as one batch, and only once that batch
+ * is durable (ingest.wal=false: after the next memtable flush; true:
+ * through the WAL) stores and commits the messages' offsets. Knows nothing
+ * of gRPC.
  *
  * Semantics (docs/design.md, "Ingest semantics"): at-least-once from Kafka,
  * idempotent into the filters. A crash or a partition moving loses no play:
@@ -15,11 +15,46 @@
  * ingest.dead_letter_topic when one is set, and skipped: its offset
  * advances with the window it fell in.
  *
+ * Two ways to get partitions:
+ *   - group (the default): a member of the consumer group kafka.group.id,
+ *     partitions assigned and moved by the group's rebalancing.
+ *   - assign (a cluster node, conf->assign): no group membership. Once
+ *     the topic's partition count is known (read from the broker, retried
+ *     every second while the topic is missing: not ready meanwhile), the
+ *     consumer assigns itself the partitions p with p % shards == shard,
+ *     each from its committed offset (kafka.auto.offset.reset without
+ *     one), and never gives them up. Offsets are committed under the group
+ *     id "<kafka.group.id>.s<shard>.r<replica>", so each replica keeps its
+ *     own offsets and Kafka's tools show each one's lag under its name. A
+ *     play whose user id the producers' partitioner (conf->partitioner)
+ *     maps to another partition than the one it came in is a producer's
+ *     error: bad (DD_INGEST_BAD_WRONG_PARTITION), never stored, since no
+ *     Filter call for that user reaches this shard.
+ * In both, the topic's partition count is read again every 5 s; in assign
+ * mode a change (partitions added: users move between partitions) is
+ * logged as an error, counted, and reported from then on by
+ * dd_ingest_partitions_changed until restart, while the partitions owned
+ * at assignment stay consumed (and checked against the count at
+ * assignment).
+ *
+ * Forget markers: a message of ingest.topic with the header
+ * "dedupd-op: forget" whose payload is a PlayEvent (ingest.format) with a
+ * user id (the payload's, else the key), a scene ("" is the default
+ * scene) and no item id deletes every play of that (scene, user)
+ * (dd_history_forget) in log order: the plays of its partition consumed
+ * before it are gone, those after it are kept. The marker ends the window
+ * it falls in; the flush thread runs the forget right after writing that
+ * window and before the window's offsets are stored, so the marker's
+ * offset is committed only once the forget is durable, and a crash
+ * replays the plays before it and the forget again, in order. A marker
+ * with an item id, or with another dedupd-op value, is undecodable.
+ *
  * Threads: dd_ingest_start starts a poll thread (consumer poll, decode,
- * window, rebalance callbacks) and a flush thread (history write,
- * durability flush, offset store, commit). Every function here is called from one controlling
- * thread (main); dd_ingest_assigned and dd_ingest_get_stats may be called
- * from any thread at any time between new and free.
+ * window, assignment, rebalance callbacks), a flush thread (history
+ * write, forgets, durability flush, offset store, commit) and a watch
+ * thread (the topic's partition count). Every function here is called
+ * from one controlling thread (main), except those said to be safe from
+ * any thread, which may be called at any time between new and free.
  */
 #ifndef DD_INGEST_H
 #define DD_INGEST_H
@@ -42,13 +77,21 @@ struct dd_ingest_conf {
     uint32_t max_id_bytes;      /* longer user or item ids are rejected */
     bool wal;                   /* write plays through RocksDB's WAL */
     uint32_t durable_interval_ms; /* wal=false: flush + commit at least this often */
+    /* Set by main from [cluster] (cluster.h), not operator keys. */
+    bool assign;          /* self-assign partitions p with p % shards == shard, no group */
+    uint32_t shards, shard, replica; /* assign: shards >= 1, shard < shards */
+    int partitioner;      /* assign: enum dd_partitioner (partition.h) the producers use */
+    bool from_beginning;  /* assign: the store is new (dd_history_created): start every
+                           * partition at its beginning, not at offsets committed for a
+                           * store that was lost (a replaced volume) */
 };
 
 typedef struct dd_ingest dd_ingest;
 
 /* Create the consumer (and the dead-letter producer, if configured) from
  * CONF, WINDOW and every key of KAFKA, which is passed to librdkafka as
- * is, with dedupd's defaults (kafka.h).
+ * is, with dedupd's defaults (kafka.h); in assign mode group.id is
+ * replaced by the derived one (above), and kafka.group.id must be set.
  * Nothing connects yet. HISTORY is borrowed and must outlive the ingest;
  * CONF, WINDOW and KAFKA are only read during the call. Returns 0,
  * DD_ERR_INVALID (a bad setting: err names the key) or DD_ERR_NOMEM; *out
@@ -58,18 +101,28 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
                   const struct dd_window_conf *window, const struct dd_config_list *kafka,
                   dd_history *history, char *err, size_t errlen);
 
-/* Subscribe and start the poll and flush threads. Returns 0, DD_ERR_STATE
- * (already started), DD_ERR_UNAVAILABLE (subscribe failed) or DD_ERR_NOMEM
+/* Subscribe (group mode; assign mode assigns once the partition count is
+ * known) and start the threads. Returns 0, DD_ERR_STATE (already
+ * started), DD_ERR_UNAVAILABLE (subscribe failed) or DD_ERR_NOMEM
  * (threads); on error nothing runs and dd_ingest_free may follow. */
 int dd_ingest_start(dd_ingest *in);
 
 /* Stop consuming: flush and write what is pending, make it durable, store
- * and commit (synchronously) the offsets of what was written, leave the group, close
- * the consumer, flush the dead-letter producer (bounded wait). Blocks until
+ * and commit (synchronously) the offsets of what was written, leave the
+ * group (if a member), close the consumer, flush the dead-letter
+ * producer (bounded wait). Blocks until
  * done. If the store cannot be written, the pending plays are not
  * committed (they are consumed again next time) and the failure is logged.
  * A no-op when not started or already stopped. */
 void dd_ingest_stop(dd_ingest *in);
+
+/* Wait until the message at OFFSET of PARTITION has been applied here (its
+ * window written, a forget marker's delete done): read-your-writes for a
+ * message this node produced (producer.h). Returns 0, DD_ERR_TIMEOUT at
+ * DEADLINE_NS (dd_mono_ns clock), or DD_ERR_STATE when PARTITION is not
+ * assigned here. Any thread. */
+int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset,
+                           int64_t deadline_ns);
 
 /* Stop (if running) and free everything. NULL is a no-op. */
 void dd_ingest_free(dd_ingest *in);
@@ -84,8 +137,39 @@ void dd_ingest_free(dd_ingest *in);
 void dd_ingest_sync(dd_ingest *in);
 
 /* True while at least one partition of ingest.topic is assigned to this
- * member (for /readyz). */
+ * consumer (for /readyz). Safe from any thread. */
 bool dd_ingest_assigned(const dd_ingest *in);
+
+/* The topic's partition count: in assign mode the count the partitions
+ * were assigned by (it stays, even after a change); in group mode the
+ * last count read. 0 = not known yet. Safe from any thread. */
+int32_t dd_ingest_partition_count(const dd_ingest *in);
+
+/* Assign mode: true once the broker has reported a partition count other
+ * than the one at assignment; sticky until restart. Always false in group
+ * mode, where the group's rebalancing follows new partitions. Safe from
+ * any thread. */
+bool dd_ingest_partitions_changed(const dd_ingest *in);
+
+/* How far behind the log the store is, in milliseconds; -1 = unknown
+ * (nothing assigned yet, or a partition's high watermark not known yet).
+ * It is the largest lag of the partitions assigned here. A partition's
+ * lag is 0 when every message before its high watermark (as librdkafka
+ * last saw it: rd_kafka_get_watermark_offsets, no request) is visible,
+ * i.e. its window written to the store; otherwise now minus the Kafka
+ * timestamp of the oldest message consumed but not yet visible, or, when
+ * the messages behind are still in the broker, of the last message made
+ * visible (or, none yet, the time the partition was assigned). The Kafka
+ * timestamp is the producer's CreateTime (or the broker's LogAppendTime):
+ * producers that set it to the play's own time make the lag include how
+ * late the plays arrive. Wall clock (dd_now_ms). Safe from any thread. */
+int64_t dd_ingest_lag_ms(const dd_ingest *in);
+
+/* The same per partition: up to CAP pairs (PARTITIONS[i], LAGS_MS[i]) of
+ * the partitions assigned here whose lag is known; returns how many there
+ * are (may be more than CAP). Cannot fail. Safe from any thread. */
+size_t dd_ingest_get_partition_lag_ms(const dd_ingest *in, int32_t *partitions,
+                                      int64_t *lags_ms, size_t cap);
 
 /* Bad messages, by reason (indexes of struct dd_ingest_stats.bad). */
 enum dd_ingest_bad {
@@ -94,12 +178,15 @@ enum dd_ingest_bad {
     DD_INGEST_BAD_EMPTY_ITEM = 2,
     DD_INGEST_BAD_ID_TOO_LONG = 3, /* over ingest.max_id_bytes (scene: also 255) */
     DD_INGEST_BAD_FUTURE = 4,      /* later than now + history.max_future_ms */
+    DD_INGEST_BAD_WRONG_PARTITION = 5, /* assign mode: the user belongs to another partition */
 };
-#define DD_INGEST_NBAD 5
-/* "undecodable", "empty_user", "empty_item", "id_too_long", "future". */
+#define DD_INGEST_NBAD 6
+/* "undecodable", "empty_user", "empty_item", "id_too_long", "future",
+ * "wrong_partition". */
 const char *dd_ingest_bad_name(int reason);
 
-/* Counters since dd_ingest_new, read atomically one by one. */
+/* Counters since dd_ingest_new, read atomically one by one. Safe from any
+ * thread. */
 struct dd_ingest_stats {
     uint64_t messages;        /* messages consumed (good and bad) */
     uint64_t plays;           /* plays accepted into a window */
@@ -120,6 +207,9 @@ struct dd_ingest_stats {
     uint64_t pauses;          /* times consumption paused for the store */
     uint64_t rebalances;      /* assignment changes (assign or revoke) */
     uint64_t kafka_errors;    /* errors reported by librdkafka */
+    uint64_t forgets;         /* forget markers applied (durable writes of dd_history_forget) */
+    uint64_t partition_count_changes; /* times the broker reported a new partition count */
+    uint64_t topic_partitions; /* now: the partition count last read, 0 unknown */
     uint64_t assigned_partitions; /* now */
     int64_t consumer_lag;     /* sum over assigned partitions; -1 unknown */
     uint64_t last_flush_ms;   /* duration of the last window write */
@@ -128,7 +218,8 @@ struct dd_ingest_stats {
 };
 void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out);
 
-/* A metrics.h collector for UD (a dd_ingest *): renders dedupd_ingest_*,
+/* A metrics.h collector for UD (a dd_ingest *): renders dedupd_ingest_*
+ * (dedupd_ingest_lag_ms is -1 while unknown),
  * dedupd_window_pending_* and dedupd_flush_duration_seconds from the
  * getters here. Call it only from a collector registry (metrics.h), which
  * serialises scrapes: it keeps its per-partition scratch in static
@@ -140,12 +231,12 @@ void dd_ingest_collect(dd_prom *p, void *ud);
  * librdkafka statistics (statistics.interval.ms): up to CAP pairs
  * (PARTITIONS[i], LAGS[i]) are filled; returns how many there are (may be
  * more than CAP). Partitions whose lag is unknown are left out. Cannot
- * fail. */
+ * fail. Safe from any thread. */
 size_t dd_ingest_get_partition_lags(const dd_ingest *in, int32_t *partitions, int64_t *lags,
                                     size_t cap);
 
 /* Durations of successful window writes, in seconds, as a histogram over
- * dd_metrics_flush_bounds (metrics.h). Cannot fail. */
+ * dd_metrics_flush_bounds (metrics.h). Cannot fail. Safe from any thread. */
 struct dd_histogram_snap;
 void dd_ingest_get_flush_histogram(const dd_ingest *in, struct dd_histogram_snap *out);
 

@@ -79,9 +79,15 @@ rd_kafka_conf_t *dd_kafka_conf_new(rd_kafka_type_t type, const struct dd_config_
                                     "stored once the plays are written)");
             goto fail;
         }
+        if (consumer && strcmp(kv->key, "enable.partition.eof") == 0 && !is_true(kv->value)) {
+            dd_set_err(err, errlen, "kafka.enable.partition.eof: must be true (the ingest lag "
+                                    "needs to know when a partition is caught up)");
+            goto fail;
+        }
         if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
     }
-    if (consumer && conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK)
+    if (consumer && (conf_set(conf, "enable.auto.offset.store", "false", err, errlen) != DD_OK ||
+                     conf_set(conf, "enable.partition.eof", "true", err, errlen) != DD_OK))
         goto fail;
     return conf;
 fail:
@@ -95,6 +101,48 @@ void dd_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const cha
     enum dd_log_level l = level <= 3 ? DD_LOG_ERROR : level == 4 ? DD_LOG_WARN
                         : level <= 6 ? DD_LOG_INFO : DD_LOG_DEBUG;
     dd_log(l, "kafka", "msg=\"%s\" facility=%s", buf, fac);
+}
+
+/* KEY of the statistics object OBJ as an integer, or DFLT when absent. */
+static int64_t stat_int(struct json_object *obj, const char *key, int64_t dflt)
+{
+    struct json_object *v;
+    if (!json_object_object_get_ex(obj, key, &v) || !v) return dflt;
+    return json_object_get_int64(v);
+}
+
+/* The lag of one partition's statistics object P, or -1 when unknown.
+ *
+ * librdkafka's consumer_lag counts from the group's committed offset only,
+ * and stays -1 while the partition has none. dedupd commits an offset only
+ * once the plays before it are durable, so a partition that has received
+ * nothing since the group began never gets one: against a fresh broker
+ * every partition showed no lag at all, however long it had been assigned.
+ * A partition being fetched with no committed offset is therefore counted
+ * from the consumer's position: app_offset (the next offset the
+ * application gets) or, before its first message, next_offset (where
+ * fetching starts). The end is ls_offset (the last stable offset, what
+ * consumer_lag uses under librdkafka's default isolation.level =
+ * read_committed; it equals hi_offset without transactions), else
+ * hi_offset. A partition that has a committed offset and still no
+ * consumer_lag (its end not known yet, or the commit past it) stays
+ * unknown, as librdkafka has it. */
+static int64_t partition_lag(struct json_object *p)
+{
+    int64_t lag = stat_int(p, "consumer_lag", -1);
+    if (lag >= 0) return lag;
+    struct json_object *st;
+    if (!json_object_object_get_ex(p, "fetch_state", &st) ||
+        !json_object_is_type(st, json_type_string) ||
+        strcmp(json_object_get_string(st), "active") != 0)
+        return -1; /* not assigned here, or its start offset not known yet */
+    if (stat_int(p, "committed_offset", -1) >= 0) return -1;
+    int64_t end = stat_int(p, "ls_offset", -1);
+    if (end < 0) end = stat_int(p, "hi_offset", -1);
+    int64_t pos = stat_int(p, "app_offset", -1);
+    if (pos < 0) pos = stat_int(p, "next_offset", -1);
+    if (end < 0 || pos < 0 || pos > end) return -1;
+    return end - pos;
 }
 
 int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
@@ -113,10 +161,8 @@ int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
         json_object_object_get_ex(t, "partitions", &parts) &&
         json_object_is_type(parts, json_type_object)) {
         json_object_object_foreach(parts, k, v) {
-            struct json_object *l;
             if (strcmp(k, "-1") == 0) continue; /* librdkafka's internal UA partition */
-            if (!json_object_object_get_ex(v, "consumer_lag", &l)) continue;
-            int64_t x = json_object_get_int64(l);
+            int64_t x = partition_lag(v);
             if (x < 0) continue; /* unknown yet */
             lag = (lag < 0 ? 0 : lag) + x;
             if (each) each(ud, (int32_t)strtol(k, NULL, 10), x);
@@ -124,4 +170,28 @@ int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
     }
     json_object_put(root);
     return lag;
+}
+
+int32_t dd_kafka_partition_count(rd_kafka_t *rk, rd_kafka_topic_t *rkt, int timeout_ms,
+                                 struct dd_log_limit *lim)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+    int32_t n = 0;
+    if (!err) {
+        err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+        for (int i = 0; i < md->topic_cnt; i++) {
+            const rd_kafka_metadata_topic_t *t = &md->topics[i];
+            if (strcmp(t->topic, rd_kafka_topic_name(rkt)) != 0) continue;
+            err = t->err;
+            if (!t->err && t->partition_cnt > 0) n = t->partition_cnt;
+        }
+        rd_kafka_metadata_destroy(md);
+    }
+    if (!n)
+        dd_log_limited(lim, 30000, DD_LOG_WARN, "kafka",
+                       "msg=\"cannot read the topic's partition count; retrying\" topic=%s "
+                       "error=\"%s\"", rd_kafka_topic_name(rkt),
+                       rd_kafka_err2str(err ? err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
+    return n;
 }

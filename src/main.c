@@ -10,10 +10,12 @@
  */
 #include "addr.h"
 #include "admin.h"
+#include "cluster.h"
 #include "config.h"
 #include "dd.h"
 #include "history.h"
 #include "ingest.h"
+#include "producer.h"
 #include "log.h"
 #include "plays.h"
 #include "rpc.h"
@@ -49,6 +51,31 @@ static bool store_degraded(void *h, char *why, size_t whylen)
 /* Ingest is ready while it has partitions (admin.h's probe). */
 static bool ingest_assigned(void *in) { return dd_ingest_assigned(in); }
 
+/* What the cluster asks of ingest (cluster.h, struct dd_cluster_local). */
+static int32_t ingest_partitions(void *in) { return dd_ingest_partition_count(in); }
+static bool ingest_partitions_changed(void *in) { return dd_ingest_partitions_changed(in); }
+static int64_t ingest_lag_ms(void *in) { return dd_ingest_lag_ms(in); }
+static int ingest_applied(void *in, int32_t partition, int64_t offset, int64_t deadline_ns)
+{
+    return dd_ingest_wait_visible(in, partition, offset, deadline_ns);
+}
+
+/* The cluster's readiness, and why not (admin.h's probe and why). */
+static bool cluster_ready(void *cl)
+{
+    char why[8];
+    return dd_cluster_ready(cl, why, sizeof why);
+}
+static bool cluster_why(void *cl, char *why, size_t whylen)
+{
+    return !dd_cluster_ready(cl, why, whylen);
+}
+static bool cluster_degraded(void *cl, char *why, size_t whylen)
+{
+    return dd_cluster_degraded(cl, why, whylen);
+}
+static char *cluster_page(void *cl) { return dd_cluster_describe(cl); }
+
 /* A "host:port" setting with the port actually bound (it may have asked
  * for port 0), for the log. The setting passed config validation. */
 static const char *bound_addr(char *buf, size_t buflen, const char *listen, int port)
@@ -70,6 +97,9 @@ int main(int argc, char **argv)
     dd_rpc *rpc = NULL;
     dd_ingest *ingest = NULL;
     dd_plays *plays = NULL;
+    dd_cluster *cluster = NULL;
+    dd_producer *producer = NULL;
+    struct dd_cluster_map map = {0};
 
     if (dd_config_init(&cfg) != DD_OK) {
         fprintf(stderr, "dedupd: out of memory\n");
@@ -138,6 +168,27 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    /* A cluster node consumes only its shard's partitions and talks to
+     * its shard's Redis (cluster.h). */
+    bool clustered = dd_cluster_enabled(&cfg.cluster);
+    if (clustered) {
+        if (dd_cluster_conf_check(&cfg.cluster, NULL, &map, err, sizeof err) != DD_OK) {
+            fprintf(stderr, "dedupd: %s\n", err);
+            goto out;
+        }
+        cfg.ingest.assign = true;
+        cfg.ingest.shards = map.shards;
+        cfg.ingest.shard = map.shard;
+        cfg.ingest.replica = map.replica;
+        cfg.ingest.partitioner = map.partitioner;
+        char redis[300];
+        if (dd_cluster_shard_redis(&cfg.cluster, map.shard, redis, sizeof redis) &&
+            dd_config_set(&cfg, "recent.redis", redis, err, sizeof err) != DD_OK) {
+            fprintf(stderr, "dedupd: cluster.redis: %s\n", err);
+            goto out;
+        }
+    }
+
     /* Block the signals we handle before any thread exists, so every thread
      * inherits the mask and only sigwait below sees them. */
     sigset_t sigs;
@@ -187,7 +238,11 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    /* Kafka ingest once the store is open; it stops before the store closes. */
+    /* Kafka ingest once the store is open; it stops before the store closes.
+     * A cluster node on a new store (a new replica, a replaced volume)
+     * replays its partitions from their beginning: its group's committed
+     * offsets belonged to a store that is gone. */
+    cfg.ingest.from_beginning = clustered && dd_history_created(history);
     if (cfg.ingest.enabled) {
         if (dd_ingest_new(&ingest, &cfg.ingest, &cfg.window, &cfg.kafka, history, err,
                           sizeof err) != DD_OK) {
@@ -206,8 +261,37 @@ int main(int argc, char **argv)
         dd_plays_set_ingest(plays, ingest);
     }
 
+    if (clustered) {
+        struct dd_cluster_local local = {ingest_partitions, ingest_partitions_changed,
+                                         ingest_lag_ms, ingest};
+        if (dd_cluster_new(&cluster, &map, &cfg.cluster, &cfg.rpc, &local, err, sizeof err) !=
+                DD_OK ||
+            dd_cluster_start(cluster, err, sizeof err) != DD_OK) {
+            dd_error("main", "msg=\"cannot start the cluster\" error=\"%s\"", err);
+            goto out;
+        }
+        dd_admin_require(admin, DD_ADMIN_CLUSTER);
+        dd_admin_set_why(admin, DD_ADMIN_CLUSTER, cluster_why);
+        dd_admin_set_degraded(admin, DD_ADMIN_CLUSTER, cluster_degraded);
+        dd_admin_set_page(admin, DD_ADMIN_CLUSTER, "/cluster", cluster_page);
+        if (dd_admin_attach(admin, DD_ADMIN_CLUSTER, cluster, dd_cluster_collect,
+                            cluster_ready) != DD_OK) {
+            dd_error("main", "msg=\"out of memory\"");
+            goto out;
+        }
+    }
+
     /* gRPC last: once it answers, everything behind it is up. */
-    if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, err, sizeof err) != DD_OK ||
+    if (clustered) {
+        struct dd_producer_conf pc = {cfg.ingest.topic, cfg.ingest.format, cfg.ingest.partitioner,
+                                      cfg.cluster.forward_timeout_ms};
+        if (dd_producer_new(&producer, &pc, &cfg.kafka, err, sizeof err) != DD_OK) {
+            dd_error("main", "msg=\"cannot start the producer\" error=\"%s\"", err);
+            goto out;
+        }
+        dd_producer_set_applied(producer, ingest_applied, ingest);
+    }
+    if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, cluster, producer, err, sizeof err) != DD_OK ||
         dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",
                  cfg.rpc.listen, err);
@@ -251,6 +335,10 @@ out:
     /* Every module leaves /metrics before it is freed. */
     dd_admin_detach(admin, DD_ADMIN_RPC);
     dd_rpc_free(rpc);
+    dd_producer_free(producer);
+    dd_admin_detach(admin, DD_ADMIN_CLUSTER);
+    dd_cluster_free(cluster);
+    dd_cluster_map_free(&map);
     if (plays) dd_plays_set_ingest(plays, NULL);
     dd_admin_detach(admin, DD_ADMIN_INGEST);
     dd_ingest_free(ingest);

@@ -357,9 +357,10 @@ static int decode_protobuf(dd_playevent_decoder *d, const void *payload, size_t 
     return DD_PLAYEVENT_OK;
 }
 
-int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len,
-                        const void *key, size_t key_len, int64_t msg_ts_ms,
-                        struct dd_playevent *ev)
+/* Decode and check a play (FORGET false) or a forget marker's payload
+ * (true: the item must be empty). */
+static int decode(dd_playevent_decoder *d, const void *payload, size_t len, const void *key,
+                  size_t key_len, int64_t msg_ts_ms, bool forget, struct dd_playevent *ev)
 {
     struct dd_playevent e = {0};
     int st = d->format == DD_PLAYEVENT_JSON ? decode_json(d, payload, len, &e)
@@ -375,7 +376,8 @@ int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len
         e.key_mismatch = true;
     }
     if (e.user_len == 0) return DD_PLAYEVENT_EMPTY_USER;
-    if (e.item_len == 0) return DD_PLAYEVENT_EMPTY_ITEM;
+    if (forget ? e.item_len != 0 : e.item_len == 0)
+        return forget ? DD_PLAYEVENT_UNDECODABLE : DD_PLAYEVENT_EMPTY_ITEM;
     /* JSON's \u0000 and a binary message key reach here: ids are proto
      * strings everywhere else (Filter, RecordPlays), so the same rule. */
     if (dd_wire_text_check((const uint8_t *)e.user, e.user_len) ||
@@ -387,4 +389,132 @@ int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len
         return DD_PLAYEVENT_ID_TOO_LONG;
     *ev = e;
     return DD_PLAYEVENT_OK;
+}
+
+int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len,
+                        const void *key, size_t key_len, int64_t msg_ts_ms,
+                        struct dd_playevent *ev)
+{
+    return decode(d, payload, len, key, key_len, msg_ts_ms, false, ev);
+}
+
+int dd_playevent_decode_forget(dd_playevent_decoder *d, const void *payload, size_t len,
+                               const void *key, size_t key_len, struct dd_playevent *ev)
+{
+    return decode(d, payload, len, key, key_len, 0, true, ev);
+}
+
+/* ---- encoding ---------------------------------------------------------- */
+
+/* Room for N more bytes in B, or the encoding fails (B's length restored
+ * by the caller). */
+#define NEED(b, n) do { if (dd_buf_reserve((b), (n)) != 0) goto nomem; } while (0)
+
+static void put_bytes(struct dd_buf *b, const void *p, size_t n)
+{
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+static void put_varint(struct dd_buf *b, uint64_t v)
+{
+    while (v >= 0x80) {
+        b->data[b->len++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    b->data[b->len++] = (uint8_t)v;
+}
+
+/* A length-delimited field NUM (proto3: left out when empty). */
+static int pb_string(struct dd_buf *b, unsigned num, const char *s, size_t n)
+{
+    if (n == 0) return DD_OK;
+    NEED(b, 1 + 10 + n);
+    put_varint(b, (uint64_t)num << 3 | 2);
+    put_varint(b, n);
+    put_bytes(b, s, n);
+    return DD_OK;
+nomem:
+    return DD_ERR_NOMEM;
+}
+
+/* A JSON string: '"', '\\' and control characters escaped; the rest
+ * (UTF-8 checked by the caller) as is. */
+static int json_string(struct dd_buf *b, const char *s, size_t n)
+{
+    NEED(b, 2 + 6 * n); /* at most \u00XX per byte */
+    b->data[b->len++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            b->data[b->len++] = '\\';
+            b->data[b->len++] = c;
+        } else if (c < 0x20) {
+            static const char hex[] = "0123456789abcdef";
+            put_bytes(b, "\\u00", 4);
+            b->data[b->len++] = (uint8_t)hex[c >> 4];
+            b->data[b->len++] = (uint8_t)hex[c & 15];
+        } else {
+            b->data[b->len++] = c;
+        }
+    }
+    b->data[b->len++] = '"';
+    return DD_OK;
+nomem:
+    return DD_ERR_NOMEM;
+}
+
+static int json_field(struct dd_buf *b, const char *name, const char *s, size_t n, bool first)
+{
+    size_t nl = strlen(name);
+    NEED(b, nl + 4);
+    if (!first) b->data[b->len++] = ',';
+    b->data[b->len++] = '"';
+    put_bytes(b, name, nl);
+    put_bytes(b, "\":", 2);
+    return json_string(b, s, n);
+nomem:
+    return DD_ERR_NOMEM;
+}
+
+int dd_playevent_encode(struct dd_buf *out, enum dd_playevent_format format, const char *user,
+                        size_t user_len, const char *item, size_t item_len,
+                        int64_t played_at_ms, const char *scene, size_t scene_len)
+{
+    if (played_at_ms < 0) return DD_ERR_INVALID;
+    size_t len0 = out->len;
+    int rc = DD_OK;
+    if (format == DD_PLAYEVENT_PROTOBUF) {
+        /* dedup.v1.PlayEvent's field numbers, in order; protobuf-c is not
+         * used because the ids come with lengths, not as C strings. */
+        if ((rc = pb_string(out, 1, user, user_len)) || (rc = pb_string(out, 2, item, item_len)))
+            goto fail;
+        if (played_at_ms) {
+            NEED(out, 11);
+            put_varint(out, 3 << 3 | 0);
+            put_varint(out, (uint64_t)played_at_ms);
+        }
+        if ((rc = pb_string(out, 4, scene, scene_len))) goto fail;
+        return DD_OK;
+    }
+    if (format != DD_PLAYEVENT_JSON) return DD_ERR_INVALID;
+    NEED(out, 1);
+    out->data[out->len++] = '{';
+    if ((rc = json_field(out, "user_id", user, user_len, true)) ||
+        (rc = json_field(out, "item_id", item, item_len, false)))
+        goto fail;
+    if (played_at_ms) {
+        NEED(out, 40);
+        out->len += (size_t)snprintf((char *)out->data + out->len, 40, ",\"played_at_ms\":%" PRId64,
+                                     played_at_ms);
+    }
+    if ((rc = json_field(out, "scene", scene, scene_len, false))) goto fail;
+    NEED(out, 1);
+    out->data[out->len++] = '}';
+    return DD_OK;
+nomem:
+    rc = DD_ERR_NOMEM;
+fail:
+    out->len = len0;
+    return rc;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * playevent.h - decode one Kafka play message (JSON or protobuf
- * dedup.v1.PlayEvent) into (scene, user, item, played_at_ms), and check it.
+ * dedup.v1.PlayEvent) into (scene, user, item, played_at_ms), and check it;
+ * and encode one, as dedupd's own producer writes them (producer.h).
  * Pure: no I/O, no clock, no Kafka; the caller passes the message key and
  * timestamp.
  *
@@ -91,5 +92,22 @@ void dd_playevent_decoder_free(dd_playevent_decoder *d);
 int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len,
                         const void *key, size_t key_len, int64_t msg_ts_ms,
                         struct dd_playevent *ev);
+
+/* The same for the payload of a forget marker (ingest.h): the same rules,
+ * except that the item id must be empty (DD_PLAYEVENT_UNDECODABLE
+ * otherwise); EV's item is then "" and its played_at_ms means nothing. */
+int dd_playevent_decode_forget(dd_playevent_decoder *d, const void *payload, size_t len,
+                               const void *key, size_t key_len, struct dd_playevent *ev);
+
+/* Append to OUT a PlayEvent in FORMAT as the decoder reads it: USER, ITEM
+ * (empty for a forget marker), PLAYED_AT_MS (0: left out) and SCENE, ids
+ * of LEN bytes each. The ids are written as given: the caller has checked
+ * them (valid UTF-8 without NUL, as the API's strings are); JSON escapes
+ * '"', '\\' and control characters. Returns 0, or DD_ERR_NOMEM (OUT
+ * unchanged) or DD_ERR_INVALID (a negative time, an unknown format). */
+struct dd_buf;
+int dd_playevent_encode(struct dd_buf *out, enum dd_playevent_format format, const char *user,
+                        size_t user_len, const char *item, size_t item_len,
+                        int64_t played_at_ms, const char *scene, size_t scene_len);
 
 #endif

@@ -12,6 +12,7 @@
 #include "history.h"
 #include "log.h"
 #include "metrics.h"
+#include "producer.h"
 #include "recent.h"
 
 #include <inttypes.h>
@@ -22,6 +23,7 @@
 struct dd_record {
     dd_history *history;       /* borrowed, shared */
     dd_recent *recent;         /* borrowed, this thread's */
+    dd_producer *producer;     /* borrowed, shared; NULL = single node */
     dd_history_batch *batch;   /* reused by RecordPlays */
     uint32_t max_candidates;
     uint32_t max_id_bytes;
@@ -34,16 +36,17 @@ static struct {
 
 #define STAT_ADD(field, n) atomic_fetch_add_explicit(&stats.field, (uint64_t)(n), memory_order_relaxed)
 
-static struct dd_log_limit history_limit;
+static struct dd_log_limit history_limit, produce_limit;
 
 int dd_record_new(dd_record **out, const struct dd_record_conf *conf, dd_history *history,
-                  dd_recent *recent, char *err, size_t errlen)
+                  dd_recent *recent, dd_producer *producer, char *err, size_t errlen)
 {
     *out = NULL;
     dd_record *r = calloc(1, sizeof *r);
     if (!r) goto nomem;
     r->history = history;
     r->recent = recent;
+    r->producer = producer;
     r->max_candidates = conf->max_items;
     r->max_id_bytes = conf->max_id_bytes;
     r->max_future_ms = dd_history_max_future_ms(history);
@@ -132,6 +135,18 @@ int dd_record_delivery(dd_record *w, dd_arena *arena,
     return DD_OK;
 }
 
+/* A write done here that the shard's other replicas will not see: the
+ * caller must retry (both halves are idempotent). The producer counts
+ * these (dedupd_producer_calls_total). */
+static int produce_failed(char *err, size_t errlen, const char *done, const char *why)
+{
+    dd_log_limited(&produce_limit, 10000, DD_LOG_ERROR, "record",
+                   "msg=\"write not produced for the other replicas\" error=\"%s\"", why);
+    return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                   "%s, but not sent to the shard's other replicas (%s); the call is safe to "
+                   "retry", done, why);
+}
+
 struct seg_hash {
     uint64_t h;
     uint32_t seg;
@@ -157,7 +172,11 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
     if (n == 0) return DD_OK;
 
     struct seg_hash *sh = dd_arena_alloc(arena, n * sizeof *sh);
-    if (!sh) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
+    /* With a producer: the accepted plays again, as they are produced. */
+    const char **items = w->producer ? dd_arena_alloc(arena, n * sizeof *items) : NULL;
+    int64_t *ats = w->producer ? dd_arena_alloc(arena, n * sizeof *ats) : NULL;
+    if (!sh || (w->producer && (!items || !ats)))
+        return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
     const int64_t now = dd_history_now_ms(w->history);
     size_t m = 0;
     uint32_t expired = 0;
@@ -179,6 +198,10 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
         case DD_HISTORY_PLACE_OK:
             sh[m].h = dd_hash(p->item_id, l);
             sh[m].seg = seg;
+            if (items) {
+                items[m] = p->item_id;
+                ats[m] = at;
+            }
             m++;
             break;
         case DD_HISTORY_PLACE_EXPIRED:
@@ -227,6 +250,12 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
     resp->expired = expired;
     STAT_ADD(plays, m);
     STAT_ADD(plays_expired, expired);
+    if (w->producer && m) {
+        char perr[256];
+        rc = dd_producer_plays(w->producer, req->user_id, req->scene, items, ats, m, 0, perr,
+                               sizeof perr);
+        if (rc != DD_OK) return produce_failed(err, errlen, "plays written here", perr);
+    }
     return DD_OK;
 }
 
@@ -239,6 +268,23 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
     int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "", 0, err,
                            errlen);
     if (rc) return rc;
+    if (w->producer) {
+        /* A cluster: deliveries in the shard's Redis here; plays through
+         * the log, which every replica (this one included, before this
+         * returns) applies in order (producer.h). */
+        rc = dd_recent_forget(w->recent, req->scene, scene_len, req->user_id, user_len);
+        if (rc != DD_OK)
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
+                           dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
+                                                          : dd_strerror(rc));
+        char perr[256];
+        rc = dd_producer_forget(w->producer, req->user_id, req->scene, 0, perr, sizeof perr);
+        if (rc != DD_OK)
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                           "deliveries forgotten, plays not yet: %s; the call is safe to retry",
+                           perr);
+        return DD_OK;
+    }
     char herr[256];
     rc = dd_history_forget(w->history, req->scene, scene_len, req->user_id, user_len, herr,
                            sizeof herr);

@@ -19,6 +19,15 @@
  * request. ForgetUser deletes plays before deliveries and is idempotent,
  * so a caller told UNAVAILABLE retries it whole.
  *
+ * On a cluster node (a dd_producer given) the writes that bypass Kafka
+ * also go to the plays topic (producer.h), for the shard's other
+ * replicas: RecordPlays produces the plays it wrote, after the local
+ * write; ForgetUser produces a forget marker (ingest.h) and returns once
+ * this node's ingest applied it, so that it takes effect here in log
+ * order. A call succeeds only once both halves are durable. A failed produce leaves the local write in
+ * place and answers UNAVAILABLE; both halves are idempotent, so the
+ * caller retries the whole call.
+ *
  * Counters are process-wide relaxed atomics, as in filter.h.
  */
 #ifndef DD_RECORD_H
@@ -39,15 +48,17 @@ struct dd_record_conf {
 typedef struct dd_arena dd_arena;
 typedef struct dd_history dd_history;
 typedef struct dd_recent dd_recent;
+typedef struct dd_producer dd_producer;
 typedef struct dd_prom dd_prom;
 typedef struct dd_record dd_record;
 
-/* Create a writer over HISTORY (shared, borrowed) and RECENT (this
- * thread's connection, borrowed); CONF is copied. Both handles must outlive the
- * writer. Returns 0 or DD_ERR_NOMEM (message in err); *out is NULL on
+/* Create a writer over HISTORY (shared, borrowed), RECENT (this thread's
+ * connection, borrowed) and PRODUCER (shared, borrowed; NULL = a single
+ * node: nothing is produced); CONF is copied. The handles must outlive
+ * the writer. Returns 0 or DD_ERR_NOMEM (message in err); *out is NULL on
  * error. Free with dd_record_free (NULL is a no-op). */
 int dd_record_new(dd_record **out, const struct dd_record_conf *conf, dd_history *history,
-                  dd_recent *recent, char *err, size_t errlen);
+                  dd_recent *recent, dd_producer *producer, char *err, size_t errlen);
 void dd_record_free(dd_record *r);
 
 /* The calls below return 0 or, with a message naming the request field in
@@ -73,13 +84,19 @@ int dd_record_delivery(dd_record *r, dd_arena *arena,
  * skipped; a play dated more than history.max_future_ms ahead is
  * DD_ERR_INVALID naming plays[i].played_at_ms. The rest go in one batch,
  * one operand per segment, and are durable and visible to the next Filter
- * when this returns 0. A write error is DD_ERR_UNAVAILABLE. Scratch lives
- * in ARENA. */
+ * when this returns 0. A write error is DD_ERR_UNAVAILABLE. With a
+ * producer the accepted plays, with their resolved times, are then
+ * produced (within the producer's timeout); if that fails the call is
+ * DD_ERR_UNAVAILABLE, its message saying the plays were written here and
+ * the call is safe to retry. Scratch lives in ARENA. */
 int dd_record_plays(dd_record *r, dd_arena *arena, const Dedup__V1__RecordPlaysRequest *req,
                     Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen);
 
-/* ForgetUser: delete the user's plays, then deliveries. Either store
- * failing is DD_ERR_UNAVAILABLE (the call is idempotent: retry it). */
+/* ForgetUser: delete the user's plays, then deliveries. With a producer
+ * (a cluster): delete deliveries, then produce a forget marker and wait
+ * until this node's ingest has applied it (producer.h says why the plays
+ * are not deleted here directly). Any of them failing is
+ * DD_ERR_UNAVAILABLE or DD_ERR_TIMEOUT (the call is idempotent: retry it). */
 int dd_record_forget(dd_record *r, const Dedup__V1__ForgetUserRequest *req,
                      Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen);
 

@@ -33,6 +33,7 @@
 #include "api.h"
 #include "auth.h"
 #include "arena.h"
+#include "cluster.h"
 #include "dd.h"
 #include "filter.h"
 #include "log.h"
@@ -49,6 +50,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
+#include <grpc/impl/codegen/propagation_bits.h>
 #include <grpc/support/time.h>
 
 #include <errno.h>
@@ -69,12 +71,36 @@ static const double latency_bounds[] = {
     50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 1.0,
 };
 
-enum slot_state { SLOT_IDLE = 0, SLOT_REQUESTED, SLOT_SENDING };
+enum slot_state { SLOT_IDLE = 0, SLOT_REQUESTED, SLOT_FORWARDING, SLOT_SENDING };
+
+/* What a completion queue event's tag points to: a slot (its request was
+ * matched, or its answer sent) or a slot's forwarded call (cluster.h). */
+enum tag_kind { TAG_SLOT = 1, TAG_FORWARD };
 
 struct worker;
 
-/* One pre-posted call. Its address is the tag of both of its events. */
+/* A call for another shard, sent on to one of its replicas: an
+ * asynchronous client call on the worker's own queue, the caller's call
+ * its parent (grpc propagates its deadline and cancellation). */
+struct forward {
+    enum tag_kind kind;         /* TAG_FORWARD; first, as in struct slot */
+    grpc_call *call;
+    uint32_t shard;
+    uint32_t tried;             /* replicas tried, a bit each */
+    int replica;                /* the one being tried */
+    bool behind;                /* it was behind when chosen: answer degraded */
+    bool own;                   /* our own shard (we are behind): caught-up replicas
+                                 * only, else answered here, degraded */
+    bool patient;               /* second round: wait for a connection (forward_try) */
+    int64_t start_ns;           /* of this try */
+    gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
+    grpc_metadata md[2];
+    struct dd_unary u;          /* the payload is sent as it came (a copy per try) */
+};
+
+/* One pre-posted call. Its address is the tag of its own events. */
 struct slot {
+    enum tag_kind kind;         /* TAG_SLOT; first, so a tag's kind can be read */
     struct worker *w;
     enum dd_api_method method;
     enum slot_state state;
@@ -89,6 +115,8 @@ struct slot {
     int64_t start_ns;
     int64_t send_deadline_ns; /* SENDING: cancelled if still pending then */
     int send_cancelled;       /* SENDING: cancelled for rpc.send_timeout_ms */
+    int64_t deadline_ns;      /* the caller's, on dd_mono_ns's clock; 0 = none */
+    struct forward fwd;       /* FORWARDING */
 };
 
 struct worker {
@@ -131,6 +159,7 @@ struct dd_rpc {
     int64_t spin_ns;          /* rpc.spin_us */
     int64_t send_timeout_ns;  /* rpc.send_timeout_ms */
     int64_t sweep_ns;         /* how often a worker looks for replies past it */
+    int64_t forward_timeout_ms; /* cluster.forward_timeout_ms */
     unsigned spin_max;        /* workers that may spin at once: usable CPUs - 1 */
     _Atomic unsigned spinning;
     int port;
@@ -138,6 +167,9 @@ struct dd_rpc {
     const char *tls_mode;     /* "off", "server" or "mutual", for the log */
     bool open_to_all;         /* not loopback and no client certificates */
     dd_auth *auth;            /* who may call what; read-only once built */
+    dd_cluster *cluster;      /* NULL: a single node, every call is served here */
+    struct dd_producer *producer;
+    grpc_slice md_from, md_map; /* our place and map hash, sent with forwarded calls */
     int started, shut_down;
     atomic_bool serving;
     atomic_bool stopping;     /* do not re-post slots */
@@ -162,6 +194,7 @@ static void worker_release(struct worker *w)
         for (size_t i = 0; i < w->nslots; i++) {
             grpc_metadata_array_destroy(&w->slots[i].md);
             grpc_call_details_destroy(&w->slots[i].details);
+            dd_unary_reset(&w->slots[i].fwd.u);
         }
         free(w->slots);
         w->slots = NULL;
@@ -186,7 +219,7 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
     if (rc != DD_OK) return rc;
     rc = dd_filter_new(&w->filter, &rpc->filter_conf, history, w->recent, err, errlen);
     if (rc != DD_OK) return rc;
-    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, err, errlen);
+    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, rpc->producer, err, errlen);
     if (rc != DD_OK) return rc;
     w->arena = dd_arena_new(0, 0);
     w->nslots = (size_t)rpc->prepost * DD_API_METHOD_COUNT;
@@ -194,10 +227,13 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
     if (!w->arena || !w->slots) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     for (size_t i = 0; i < w->nslots; i++) {
         struct slot *s = &w->slots[i];
+        s->kind = TAG_SLOT;
         s->w = w;
         s->method = (enum dd_api_method)(i / rpc->prepost);
         grpc_metadata_array_init(&s->md);
         grpc_call_details_init(&s->details);
+        s->fwd.kind = TAG_FORWARD;
+        dd_unary_init(&s->fwd.u);
     }
     w->cq = grpc_completion_queue_create_for_next(NULL);
     if (!w->cq) return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
@@ -227,8 +263,8 @@ static unsigned usable_cpus(void)
 }
 
 int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
-               const struct dd_recent_conf *recent, dd_history *history, char *err,
-               size_t errlen)
+               const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
+               struct dd_producer *producer, char *err, size_t errlen)
 {
     *out = NULL;
     grpc_init();
@@ -237,6 +273,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
         grpc_shutdown();
         return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     }
+    rpc->producer = producer;
     int rc = dd_rpc_conf_check(conf, err, errlen);
     if (rc != DD_OK) {
         free(rpc);
@@ -265,6 +302,18 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     }
     atomic_init(&rpc->spinning, 0);
     rpc->max_candidates = conf->max_candidates;
+    rpc->cluster = cluster;
+    rpc->md_from = grpc_empty_slice();
+    rpc->md_map = grpc_empty_slice();
+    if (cluster) {
+        const struct dd_cluster_map *map = dd_cluster_get_map(cluster);
+        char place[32], hex[17];
+        snprintf(place, sizeof place, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
+        dd_cluster_map_hash_hex(map, hex);
+        rpc->md_from = grpc_slice_from_copied_string(place);
+        rpc->md_map = grpc_slice_from_copied_string(hex);
+        rpc->forward_timeout_ms = dd_cluster_forward_timeout_ms(cluster);
+    }
     atomic_init(&rpc->serving, false);
     atomic_init(&rpc->stopping, false);
     atomic_init(&rpc->drain, false);
@@ -543,7 +592,8 @@ static bool too_many(struct worker *w, const uint8_t *data, size_t len, uint32_t
 
 /* Decode, decide, encode. Returns the status; on OK *reply is set. */
 static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const uint8_t *data,
-                                 size_t len, int64_t deadline_ns, grpc_byte_buffer **reply)
+                                 size_t len, int64_t deadline_ns, bool degraded,
+                                 grpc_byte_buffer **reply)
 {
     ProtobufCAllocator *al = dd_arena_allocator(w->arena);
     int rc;
@@ -561,6 +611,7 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         }
         struct dd_filter_result r;
         rc = dd_filter_decide(w->filter, w->arena, &q, &r, deadline_ns, w->msg, sizeof w->msg);
+        if (degraded) r.degraded = 1; /* a cluster node behind its own shard (rpc.c, route) */
         if (rc == DD_OK) *reply = filter_reply(&q, &r);
         return status_of(rc);
     }
@@ -614,6 +665,32 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         *reply = pack_reply(&resp.base);
         return GRPC_STATUS_OK;
     }
+    case DD_API_CLUSTER_STATUS: {
+        if (!w->rpc->cluster) {
+            snprintf(w->msg, sizeof w->msg, "this node is not part of a cluster");
+            return GRPC_STATUS_UNIMPLEMENTED;
+        }
+        Dedup__V1__NodeStatusRequest *req = dedup__v1__node_status_request__unpack(al, len, data);
+        if (!req) return bad_message(w, "dedup.v1.NodeStatusRequest");
+        /* Answered either way, so that the asker sees the difference too;
+         * a difference makes this node not ready for a while. */
+        char ignored[256];
+        dd_cluster_check_peer_map(w->rpc->cluster, req->map_hash, req->from, ignored,
+                                  sizeof ignored);
+        struct dd_cluster_self self;
+        dd_cluster_get_self(w->rpc->cluster, &self);
+        Dedup__V1__NodeStatus resp = DEDUP__V1__NODE_STATUS__INIT;
+        resp.shard = self.shard;
+        resp.replica = self.replica;
+        resp.map_hash = self.map_hash;
+        resp.nodes_hash = self.nodes_hash;
+        resp.ready = self.ready && atomic_load(&w->rpc->serving);
+        resp.lag_ms = self.lag_ms;
+        resp.partition_count = self.partition_count;
+        resp.why = atomic_load(&w->rpc->serving) ? self.why : "not serving";
+        *reply = pack_reply(&resp.base);
+        return GRPC_STATUS_OK;
+    }
     case DD_API_UNKNOWN:
     case DD_API_METHOD_COUNT:
         break;
@@ -659,49 +736,11 @@ static void finish(struct worker *w, struct slot *s, int batch_ok)
     if (!atomic_load(&rpc->stopping)) post(s);
 }
 
-/* A call was matched to slot S: work on it and start its one batch. */
-static void handle(struct worker *w, struct slot *s)
+/* Send S's answer: s->status, REPLY (owned from now on; NULL for none) and,
+ * unless OK, w->msg as the status message; one batch, tag S. */
+static void respond(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
 {
     dd_rpc *rpc = w->rpc;
-    grpc_byte_buffer *reply = NULL;
-    int64_t deadline_ns = 0;
-
-    s->start_ns = dd_mono_ns();
-    atomic_fetch_add(&rpc->in_flight, 1);
-    w->msg[0] = '\0';
-
-    gpr_timespec deadline = s->method == DD_API_UNKNOWN ? s->details.deadline : s->deadline;
-    gpr_timespec now = gpr_now(deadline.clock_type);
-    if (gpr_time_cmp(deadline, now) <= 0) {
-        s->status = GRPC_STATUS_DEADLINE_EXCEEDED;
-        snprintf(w->msg, sizeof w->msg, "deadline exceeded before the call was worked on");
-    } else if (s->method == DD_API_UNKNOWN) {
-        char *name = grpc_slice_to_c_string(s->details.method);
-        snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
-        gpr_free(name);
-        s->status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method, w->msg,
-                                         sizeof w->msg)) != GRPC_STATUS_OK) {
-        /* message set by authorize; the payload is never looked at */
-    } else if (!s->payload) {
-        s->status = GRPC_STATUS_INVALID_ARGUMENT;
-        snprintf(w->msg, sizeof w->msg, "no request message");
-    } else {
-        if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) != 0) {
-            gpr_timespec left = gpr_time_sub(deadline, now);
-            /* Far-off deadlines (> 1 day) are as good as none. */
-            if (left.tv_sec < 86400)
-                deadline_ns = s->start_ns + (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
-        }
-        const uint8_t *data;
-        size_t len;
-        s->status = payload_bytes(w, s->payload, &data, &len);
-        if (s->status == GRPC_STATUS_OK)
-            s->status = dispatch(w, s->method, data, len, deadline_ns, &reply);
-        /* The decoded request lives in the arena: the payload can go now. */
-        grpc_byte_buffer_destroy(s->payload);
-        s->payload = NULL;
-    }
     if (s->status != GRPC_STATUS_OK && s->status != GRPC_STATUS_NOT_FOUND &&
         s->status != GRPC_STATUS_INVALID_ARGUMENT && s->status != GRPC_STATUS_UNIMPLEMENTED)
         dd_debug("rpc", "msg=\"call failed\" method=%s status=%d detail=\"%s\"",
@@ -745,6 +784,317 @@ static void handle(struct worker *w, struct slot *s)
                  dd_api_method_path(s->method), grpc_call_error_to_string(e));
         finish(w, s, 0);
     }
+}
+
+/* ---- forwarding (cluster.h) --------------------------------------------- */
+
+/* The value of metadata KEY in MD, or NULL. */
+static const grpc_slice *md_get(const grpc_metadata_array *md, const char *key)
+{
+    for (size_t i = 0; i < md->count; i++)
+        if (grpc_slice_str_cmp(md->metadata[i].key, key) == 0) return &md->metadata[i].value;
+    return NULL;
+}
+
+/* Release the try in S->fwd (its call, its received message, metadata). */
+static void forward_reset(struct slot *s)
+{
+    struct forward *f = &s->fwd;
+    if (f->call) grpc_call_unref(f->call);
+    f->call = NULL;
+    if (f->u.send) grpc_byte_buffer_destroy(f->u.send);
+    dd_unary_reset(&f->u);
+}
+
+/* How long one try of the second round may wait for its replica to
+ * connect: longer than grpc's longest reconnect backoff on peer channels
+ * (cluster.c), so a replica that is up is reached. */
+#define PATIENT_TRY_MS 1500
+
+/* Send S's request (its payload, as received) to the next replica of
+ * s->fwd.shard. Returns 0 (the slot is FORWARDING, its batch pending) or
+ * DD_ERR_UNAVAILABLE when no replica is left or the call cannot start.
+ * Two rounds: the first fails fast on a replica whose channel is not
+ * connected (so a dead replica costs nothing); when every replica failed
+ * so, a second round waits for each in turn to connect, up to
+ * PATIENT_TRY_MS: a peer that has just started, or one whose channel is
+ * in reconnect backoff after a restart, fails fast although it is up. */
+static int forward_try(struct worker *w, struct slot *s)
+{
+    dd_rpc *rpc = w->rpc;
+    struct forward *f = &s->fwd;
+    for (;;) {
+        grpc_channel *ch;
+        f->replica = dd_cluster_pick(rpc->cluster, f->shard, f->own, &f->tried, &ch, &f->behind);
+        gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+        if (f->replica < 0) {
+            if (f->patient || gpr_time_cmp(f->deadline, now) <= 0) return DD_ERR_UNAVAILABLE;
+            f->patient = true;
+            f->tried = 0;
+            continue;
+        }
+        gpr_timespec deadline = f->deadline;
+        if (f->patient) {
+            gpr_timespec t = gpr_time_add(now, gpr_time_from_millis(PATIENT_TRY_MS, GPR_TIMESPAN));
+            if (gpr_time_cmp(t, deadline) < 0) deadline = t;
+        }
+        f->call = grpc_channel_create_call(ch, s->call, GRPC_PROPAGATE_DEFAULTS, w->cq,
+                                           grpc_slice_from_static_string(
+                                               dd_api_method_path(s->method)),
+                                           NULL, deadline, NULL);
+        if (!f->call) continue;
+        f->md[0].key = grpc_slice_from_static_string(DD_CLUSTER_MD_FROM);
+        f->md[0].value = rpc->md_from;
+        f->md[1].key = grpc_slice_from_static_string(DD_CLUSTER_MD_MAP);
+        f->md[1].value = rpc->md_map;
+        f->u.md = f->md;
+        f->u.nmd = 2;
+        f->u.flags = f->patient ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+        /* grpc core moves the slices out of a message it sends: each try
+         * sends its own copy (references to the same bytes). */
+        f->u.send = grpc_byte_buffer_copy(s->payload);
+        f->start_ns = dd_mono_ns();
+        if (dd_unary_start(f->call, &f->u, f) != GRPC_CALL_OK) {
+            /* The parent is gone (cancelled): no other replica will do better. */
+            forward_reset(s);
+            return DD_ERR_UNAVAILABLE;
+        }
+        s->state = SLOT_FORWARDING;
+        w->outstanding++;
+        return DD_OK;
+    }
+}
+
+/* Answer a forwarded call: its payload is not needed any more. */
+static void respond_forwarded(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
+{
+    if (s->payload) grpc_byte_buffer_destroy(s->payload);
+    s->payload = NULL;
+    respond(w, s, reply);
+}
+
+/* A copy of the Filter response BB with degraded = true appended (a
+ * later occurrence of a scalar field wins in protobuf), or NULL. */
+static grpc_byte_buffer *mark_degraded(grpc_byte_buffer *bb)
+{
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
+    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    size_t n = GRPC_SLICE_LENGTH(all);
+    grpc_slice out = grpc_slice_malloc(n + 2);
+    memcpy(GRPC_SLICE_START_PTR(out), GRPC_SLICE_START_PTR(all), n);
+    GRPC_SLICE_START_PTR(out)[n] = (4 << 3) | 0; /* field 4 (degraded), varint */
+    GRPC_SLICE_START_PTR(out)[n + 1] = 1;
+    grpc_slice_unref(all);
+    grpc_byte_buffer *res = grpc_raw_byte_buffer_create(&out, 1);
+    grpc_slice_unref(out);
+    return res;
+}
+
+static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, size_t len,
+                       bool degraded);
+
+/* S's forwarded call ended (OK: its batch completed). UNAVAILABLE (the
+ * peer is gone, refused the connection or is shutting down) moves on to
+ * the next replica while the caller's deadline allows; anything else is
+ * the answer, passed through as it came, degraded when the replica was
+ * behind. */
+static void forward_done(struct worker *w, struct slot *s, int ok)
+{
+    dd_rpc *rpc = w->rpc;
+    struct forward *f = &s->fwd;
+    w->outstanding--;
+    int64_t ns = dd_mono_ns() - f->start_ns;
+    grpc_status_code st = ok ? f->u.status : GRPC_STATUS_UNAVAILABLE;
+    char *details = grpc_slice_to_c_string(f->u.details);
+    enum dd_cluster_outcome out = st == GRPC_STATUS_UNAVAILABLE        ? DD_FWD_UNAVAILABLE
+                                  : st == GRPC_STATUS_DEADLINE_EXCEEDED ? DD_FWD_DEADLINE
+                                  : st == GRPC_STATUS_CANCELLED         ? DD_FWD_CANCELLED
+                                                                        : DD_FWD_OK;
+    dd_cluster_forwarded(rpc->cluster, f->shard, f->replica, out, ns);
+    /* A patient try that ran out of its own time, with the caller's time
+     * left, is a replica that did not connect: try the next. */
+    bool retry = out == DD_FWD_UNAVAILABLE ||
+                 (out == DD_FWD_DEADLINE && f->patient &&
+                  (!s->deadline_ns || dd_mono_ns() < s->deadline_ns));
+    if (retry) {
+        dd_debug("rpc", "msg=\"replica unavailable; trying the next\" method=%s shard=%" PRIu32
+                        " replica=%d detail=\"%s\"",
+                 dd_api_method_path(s->method), f->shard, f->replica, details ? details : "");
+        gpr_free(details);
+        int replica = f->replica;
+        forward_reset(s);
+        gpr_timespec now = gpr_now(f->deadline.clock_type);
+        if (gpr_time_cmp(f->deadline, now) > 0 && forward_try(w, s) == DD_OK) return;
+        if (f->own) {
+            /* No caught-up replica of our own shard answered: ours, degraded. */
+            serve_here(w, s, NULL, 0, true);
+            return;
+        }
+        s->status = GRPC_STATUS_UNAVAILABLE;
+        snprintf(w->msg, sizeof w->msg,
+                 "no replica of shard %" PRIu32 " answered (last tried: replica %d)", f->shard,
+                 replica);
+        respond_forwarded(w, s, NULL);
+        return;
+    }
+    grpc_byte_buffer *reply = NULL;
+    s->status = st;
+    snprintf(w->msg, sizeof w->msg, "%s", details ? details : "");
+    gpr_free(details);
+    if (st == GRPC_STATUS_OK && f->u.recv) {
+        if (s->method == DD_API_FILTER && f->behind) {
+            reply = mark_degraded(f->u.recv);
+            if (!reply) {
+                s->status = GRPC_STATUS_INTERNAL;
+                snprintf(w->msg, sizeof w->msg, "cannot read the replica's answer");
+            }
+        } else {
+            reply = f->u.recv;
+            f->u.recv = NULL;
+        }
+    }
+    forward_reset(s);
+    respond_forwarded(w, s, reply);
+}
+
+/* What route() decided. */
+enum { ROUTE_ERROR = -1, ROUTE_HERE = 0, ROUTE_HERE_DEGRADED, ROUTE_FORWARDED };
+
+/* Route S's call (its request in DATA) by its user: ROUTE_FORWARDED (the
+ * slot waits for the peer), ROUTE_HERE or ROUTE_HERE_DEGRADED (serve it
+ * here; this node is behind and no caught-up replica of its shard could be
+ * called), or ROUTE_ERROR when s->status (and w->msg) say how to answer.
+ * Calls of our own shard go to a caught-up replica while this node is
+ * behind (restarted, catching up), so that they are answered in full. */
+static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t len)
+{
+    dd_rpc *rpc = w->rpc;
+    const uint8_t *user = NULL;
+    size_t user_len = 0;
+    /* A missing user id: the call is served here and fails its checks. */
+    if (dd_wire_bytes_field(data, len, 1, &user, &user_len) != DD_OK) return ROUTE_HERE;
+    uint32_t shard;
+    bool local;
+    int rc = dd_cluster_route(rpc->cluster, (const char *)user, user_len, &shard, &local, w->msg,
+                              sizeof w->msg);
+    if (rc != DD_OK) {
+        s->status = rc == DD_ERR_STATE ? GRPC_STATUS_FAILED_PRECONDITION : GRPC_STATUS_UNAVAILABLE;
+        return ROUTE_ERROR;
+    }
+    const grpc_slice *from = md_get(&s->md, DD_CLUSTER_MD_FROM);
+    if (from) {
+        /* Forwarded to us: never forwarded again, and only if we agree
+         * on the map with the sender. */
+        const grpc_slice *map = md_get(&s->md, DD_CLUSTER_MD_MAP);
+        char hex[40] = "", who[40] = "";
+        if (map && GRPC_SLICE_LENGTH(*map) < sizeof hex)
+            memcpy(hex, GRPC_SLICE_START_PTR(*map), GRPC_SLICE_LENGTH(*map));
+        if (GRPC_SLICE_LENGTH(*from) < sizeof who)
+            memcpy(who, GRPC_SLICE_START_PTR(*from), GRPC_SLICE_LENGTH(*from));
+        if (dd_cluster_check_peer_map(rpc->cluster, hex, who, w->msg, sizeof w->msg) != DD_OK) {
+            s->status = GRPC_STATUS_FAILED_PRECONDITION;
+            return ROUTE_ERROR;
+        }
+        if (!local) {
+            s->status = GRPC_STATUS_FAILED_PRECONDITION;
+            snprintf(w->msg, sizeof w->msg,
+                     "forwarded by node %s for shard %" PRIu32 ", but this node is of shard %" PRIu32,
+                     who, shard, dd_cluster_get_map(rpc->cluster)->shard);
+            return ROUTE_ERROR;
+        }
+        /* The sender chose us: answer, and say so if we are behind. */
+        return dd_cluster_self_behind(rpc->cluster) ? ROUTE_HERE_DEGRADED : ROUTE_HERE;
+    }
+    bool behind_here = local && dd_cluster_self_behind(rpc->cluster);
+    if (local && !behind_here) return ROUTE_HERE;
+    struct forward *f = &s->fwd;
+    f->shard = shard;
+    f->tried = 0;
+    f->own = local;
+    f->patient = false;
+    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
+    if (forward_try(w, s) == DD_OK) return ROUTE_FORWARDED;
+    if (f->own) return ROUTE_HERE_DEGRADED;
+    s->status = GRPC_STATUS_UNAVAILABLE;
+    snprintf(w->msg, sizeof w->msg, "no replica of shard %" PRIu32 " can be called", shard);
+    return ROUTE_ERROR;
+}
+
+/* Serve S's call here: decode, decide, encode, answer. DATA/LEN are its
+ * request bytes when already at hand (NULL: read from the payload);
+ * DEGRADED marks a Filter answer degraded. */
+static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, size_t len,
+                       bool degraded)
+{
+    grpc_byte_buffer *reply = NULL;
+    s->status = data ? GRPC_STATUS_OK : payload_bytes(w, s->payload, &data, &len);
+    if (s->status == GRPC_STATUS_OK)
+        s->status = dispatch(w, s->method, data, len, s->deadline_ns, degraded, &reply);
+    /* The decoded request lives in the arena: the payload can go now. */
+    grpc_byte_buffer_destroy(s->payload);
+    s->payload = NULL;
+    respond(w, s, reply);
+}
+
+/* A call was matched to slot S: work on it (or forward it) and start its
+ * answer. */
+static void handle(struct worker *w, struct slot *s)
+{
+    dd_rpc *rpc = w->rpc;
+
+    s->start_ns = dd_mono_ns();
+    s->deadline_ns = 0;
+    atomic_fetch_add(&rpc->in_flight, 1);
+    w->msg[0] = '\0';
+
+    gpr_timespec deadline = s->method == DD_API_UNKNOWN ? s->details.deadline : s->deadline;
+    gpr_timespec now = gpr_now(deadline.clock_type);
+    if (gpr_time_cmp(deadline, now) <= 0) {
+        s->status = GRPC_STATUS_DEADLINE_EXCEEDED;
+        snprintf(w->msg, sizeof w->msg, "deadline exceeded before the call was worked on");
+    } else if (s->method == DD_API_UNKNOWN) {
+        char *name = grpc_slice_to_c_string(s->details.method);
+        snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
+        gpr_free(name);
+        s->status = GRPC_STATUS_UNIMPLEMENTED;
+    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method, w->msg,
+                                         sizeof w->msg)) != GRPC_STATUS_OK) {
+        /* message set by authorize; the payload is never looked at */
+    } else if (!s->payload) {
+        s->status = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(w->msg, sizeof w->msg, "no request message");
+    } else {
+        if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) != 0) {
+            gpr_timespec left = gpr_time_sub(deadline, now);
+            /* Far-off deadlines (> 1 day) are as good as none. */
+            if (left.tv_sec < 86400)
+                s->deadline_ns = s->start_ns + (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
+        }
+        if (!rpc->cluster || s->method > DD_API_FORGET_USER) {
+            serve_here(w, s, NULL, 0, false);
+            return;
+        }
+        const uint8_t *data;
+        size_t len;
+        s->status = payload_bytes(w, s->payload, &data, &len);
+        int routed = s->status == GRPC_STATUS_OK ? route(w, s, data, len) : ROUTE_ERROR;
+        if (routed == ROUTE_FORWARDED) {
+            /* The payload goes to the peer as it came; nothing of the
+             * arena is kept while the peer answers. */
+            dd_arena_reset(w->arena);
+            return;
+        }
+        if (routed != ROUTE_ERROR) {
+            serve_here(w, s, data, len, routed == ROUTE_HERE_DEGRADED);
+            return;
+        }
+        grpc_byte_buffer_destroy(s->payload);
+        s->payload = NULL;
+    }
+    respond(w, s, NULL);
 }
 
 /* A reply the peer does not take (its HTTP/2 window stays shut, or it
@@ -811,6 +1161,12 @@ static void *worker_main(void *arg)
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type == GRPC_OP_COMPLETE) {
             if (spin_ns) spin_until = dd_mono_ns() + spin_ns;
+            if (*(enum tag_kind *)ev.tag == TAG_FORWARD) {
+                struct forward *f = ev.tag;
+                struct slot *fs = (struct slot *)((char *)f - offsetof(struct slot, fwd));
+                forward_done(w, fs, ev.success);
+                goto next;
+            }
             struct slot *s = ev.tag;
             if (s->state == SLOT_REQUESTED && !ev.success) {
                 /* The server is shutting down: never to be matched. */
@@ -822,6 +1178,7 @@ static void *worker_main(void *arg)
                 finish(w, s, ev.success);
             }
         }
+    next:
         if (w->sending) {
             int64_t now = dd_mono_ns();
             if (now >= w->next_sweep_ns) {
@@ -976,6 +1333,8 @@ void dd_rpc_free(dd_rpc *rpc)
     }
     free(rpc->listen);
     dd_auth_free(rpc->auth);
+    grpc_slice_unref(rpc->md_from);
+    grpc_slice_unref(rpc->md_map);
     free(rpc);
     grpc_shutdown();
 }

@@ -72,8 +72,8 @@ typedef struct dd_rpc dd_rpc;
  *             an entry; entries are trimmed of surrounding blanks, must be
  *             non-empty and may not be "*". Only with rpc.tls_client_ca:
  *             without client certificates there is no identity to check.
- * Filter is the read class; RecordDelivery, RecordPlays and ForgetUser the
- * write class; grpc.health.v1.Health/Check is open to every peer. A call
+ * Filter (and dedup.v1.Cluster/Status, which peers call) is the read
+ * class; RecordDelivery, RecordPlays and ForgetUser the write class; grpc.health.v1.Health/Check is open to every peer. A call
  * the list does not allow is answered PERMISSION_DENIED, naming the
  * client and the key, before its request is decoded.
  *
@@ -117,13 +117,21 @@ int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen
  * set, the PEM cert chain and rpc.tls_key are read now and the port serves
  * TLS only; with rpc.tls_client_ca too, the handshake fails unless the
  * client presents a certificate that CA signed. CONF must have passed
- * dd_rpc_conf_check (else DD_ERR_INVALID). HISTORY is borrowed and must outlive the server. Returns 0, or
+ * dd_rpc_conf_check (else DD_ERR_INVALID). HISTORY is borrowed and must
+ * outlive the server, and so is CLUSTER (NULL = a single node): with it,
+ * a Dedup call for a user of another shard is forwarded to a replica of
+ * that shard (rpc.c, "Forwarding") and dedup.v1.Cluster/Status answers
+ * peers; PRODUCER (NULL = a single node; borrowed) is handed to every
+ * worker's writer (record.h: RecordPlays and ForgetUser also go through
+ * Kafka). Returns 0, or
  * DD_ERR_INVALID (bad address, unreadable TLS files), DD_ERR_IO (cannot
  * bind) or DD_ERR_NOMEM, with a message in err; *out is NULL on error.
  * Nothing is served until dd_rpc_start. Free with dd_rpc_free. */
+typedef struct dd_cluster dd_cluster;
+struct dd_producer;
 int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
-               const struct dd_recent_conf *recent, dd_history *history, char *err,
-               size_t errlen);
+               const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
+               struct dd_producer *producer, char *err, size_t errlen);
 
 /* Start serving: rpc.threads workers, each with its own completion queue,
  * Redis connection and arena, with rpc.prepost calls pre-posted per method.

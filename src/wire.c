@@ -829,3 +829,22 @@ size_t dd_wire_count_field(const uint8_t *data, size_t len, uint32_t num, size_t
     }
     return n;
 }
+
+int dd_wire_bytes_field(const uint8_t *data, size_t len, uint32_t num, const uint8_t **val,
+                        size_t *val_len)
+{
+    size_t off = 0;
+    struct field f;
+    int rc = DD_ERR_NOTFOUND;
+    while (off < len) {
+        size_t used = scan_field(data + off, len - off, &f);
+        if (used == 0) return DD_ERR_NOTFOUND;
+        if (f.num == num && f.wt == WT_LEN) {
+            *val = f.payload;
+            *val_len = f.payload_len;
+            rc = DD_OK;
+        }
+        off += used;
+    }
+    return rc;
+}

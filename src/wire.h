@@ -121,4 +121,14 @@ size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
  * that message. Cannot fail. */
 size_t dd_wire_count_field(const uint8_t *data, size_t len, uint32_t num, size_t max);
 
+/* The bytes of length-delimited field NUM at the top level of the message
+ * in DATA, as a decoder would keep them (the last occurrence wins): sets
+ * *VAL (pointing into DATA) and *VAL_LEN and returns 0; DD_ERR_NOTFOUND
+ * when the field is absent (proto3's empty string) or the message is
+ * malformed anywhere (the decoder that follows rejects it). One pass,
+ * no allocation. The cluster routes a call by its user_id with it
+ * without decoding the rest. */
+int dd_wire_bytes_field(const uint8_t *data, size_t len, uint32_t num, const uint8_t **val,
+                        size_t *val_len);
+
 #endif

@@ -5,11 +5,19 @@
  * scripts: readable output on stdout, the failure on stderr, and an exit
  * code that says which kind of failure it was.
  *
+ * Options stand anywhere on the line, before or after the command and its
+ * arguments, as with other GNU-style CLIs; "--" ends them, so an id that
+ * begins with '-' can still be given. getopt_long runs in its in-order mode
+ * ("-" first in the option string): the same on every glibc whatever
+ * POSIXLY_CORRECT says, and the arguments keep their order without argv
+ * being permuted.
+ *
  * Exit codes: 0 ok; 1 the RPC failed (status name and message printed), or
- * health is not SERVING; 2 usage error.
+ * health is not SERVING; 2 usage error (an unknown option included).
  */
 #include "client.h"
 #include "dd.h"
+#include "dedupctl_cluster.h"
 #include "dedupctl_stats.h"
 #include "health.pb-c.h"
 
@@ -31,13 +39,13 @@ struct opts {
     const char *scene;
     int timeout_ms;
     uint32_t lookback_days;
+    bool explain; /* filter: ask for each removed id's reason */
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dedupctl [-a ADDR] [-s SCENE] [-t TIMEOUT_MS] [-l DAYS] [--tls-ca FILE\n"
-            "                [--tls-cert FILE --tls-key FILE] [--tls-name NAME]] COMMAND ARGS...\n"
+            "usage: dedupctl [OPTION]... COMMAND [ARG]...\n"
             "  filter USER ID...          which of these candidates USER has not seen\n"
             "  deliver USER ID...         record IDs as just delivered to USER\n"
             "  play USER ID[@TIME_MS]...  record plays (TIME_MS: epoch ms; default now)\n"
@@ -45,21 +53,38 @@ static void usage(FILE *f)
             "  health [SERVICE]           SERVING / NOT_SERVING (exit 1 unless SERVING)\n"
             "  stats [ADMIN_ADDR]         requests/s, Filter p99, lag, degraded: two scrapes of\n"
             "                             /metrics 1 s apart (default 127.0.0.1:9464; not gRPC)\n"
+            "  cluster [ADMIN_ADDR]       the cluster map as that node sees it: nodes, health,\n"
+            "                             lag, partitions, where it forwards each shard\n"
+            "Options may stand anywhere: before or after COMMAND and its arguments.\n"
+            "'--' ends them: an id that begins with '-' goes after it, as in\n"
+            "  dedupctl filter -l 7 alice -- -v1 v2\n"
             "options:\n"
-            "  -a ADDR        dedupd gRPC address (default 127.0.0.1:50051)\n"
-            "  -s SCENE       scene (namespace; default \"\")\n"
-            "  -t TIMEOUT_MS  deadline per call (default %d)\n"
-            "  -l DAYS        filter: lookback in days (default 0 = whole retention)\n"
-            "  --tls-ca FILE  TLS: the CA that signed the server's certificate (PEM);\n"
-            "                 without it dedupctl speaks plaintext\n"
-            "  --tls-cert FILE, --tls-key FILE\n"
-            "                 TLS: this client's certificate and key (PEM), for servers\n"
-            "                 with rpc.tls_client_ca\n"
-            "  --tls-name NAME  TLS: check the server's certificate for NAME instead of\n"
-            "                 ADDR's host\n"
-            "  -h             this help\n"
-            "exit codes: 0 ok, 1 RPC error or not serving, 2 usage\n",
+            "  -a, --addr ADDR        dedupd gRPC address (default 127.0.0.1:50051)\n"
+            "  -s, --scene SCENE      scene (namespace; default \"\")\n"
+            "  -t, --timeout MS       deadline per call (default %d)\n"
+            "  -l, --lookback DAYS    filter: lookback in days (default 0 = whole retention)\n"
+            "      --explain          filter: list each removed id with its reason (default)\n"
+            "      --no-explain       filter: counts only, no per-id reasons\n"
+            "      --tls-ca FILE      TLS: the CA that signed the server's certificate (PEM);\n"
+            "                         without it dedupctl speaks plaintext\n"
+            "      --tls-cert FILE, --tls-key FILE\n"
+            "                         TLS: this client's certificate and key (PEM), for\n"
+            "                         servers with rpc.tls_client_ca\n"
+            "      --tls-name NAME    TLS: check the server's certificate for NAME instead\n"
+            "                         of ADDR's host\n"
+            "  -h, --help             this help\n"
+            "Long options may be shortened to any unambiguous prefix (--look 7).\n"
+            "exit codes: 0 ok, 1 RPC error or not serving, 2 usage (an unknown option too)\n",
             DD_CLIENT_DEFAULT_TIMEOUT_MS);
+}
+
+/* After the message naming what was refused (getopt_long's own, for an
+ * option: it may be an id that begins with '-'). */
+static int usage_error(bool option)
+{
+    fprintf(stderr, "Try 'dedupctl --help'%s.\n",
+            option ? "; an id that begins with '-' goes after '--'" : "");
+    return EXIT_USAGE;
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -103,13 +128,17 @@ static int cmd_filter(dd_client *c, const struct opts *o, int argc, char **argv)
     req.scene = (char *)o->scene;
     req.lookback_days = o->lookback_days;
     req.mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS;
-    req.explain = 1;
+    req.explain = o->explain;
     const Dedup__V1__FilterResponse *r;
     if (dd_client_filter(c, &req, &r) != DD_OK) return rpc_failed("filter", c);
 
     printf("kept %zu of %zu:\n", r->n_kept_ids, req.n_candidate_ids);
     for (size_t i = 0; i < r->n_kept_ids; i++) printf("  %s\n", r->kept_ids[i]);
-    printf("removed %zu:\n", r->n_removed);
+    if (o->explain)
+        printf("removed %zu:\n", r->n_removed);
+    else /* the server sends counts only: no ids, no reasons */
+        printf("removed %zu (--no-explain: counts only)\n",
+               req.n_candidate_ids >= r->n_kept_ids ? req.n_candidate_ids - r->n_kept_ids : 0);
     for (size_t i = 0; i < r->n_removed; i++) {
         const Dedup__V1__Removed *rm = r->removed[i];
         const char *id = rm->index < req.n_candidate_ids ? req.candidate_ids[rm->index] : "?";
@@ -237,22 +266,98 @@ static const struct {
     {"forget", cmd_forget}, {"health", cmd_health},
 };
 
+/* Run the command ARGS[0] with its NARGS - 1 arguments, options O read. */
+static int run(const struct opts *o, int nargs, char **args)
+{
+    if (nargs < 1) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    bool tls = o->tls.ca || o->tls.cert || o->tls.key || o->tls.server_name;
+    if (tls && !o->tls.ca) {
+        fprintf(stderr, "dedupctl: --tls-cert, --tls-key and --tls-name need --tls-ca\n");
+        return EXIT_USAGE;
+    }
+    if (!o->tls.cert != !o->tls.key) {
+        fprintf(stderr, "dedupctl: --tls-cert and --tls-key go together\n");
+        return EXIT_USAGE;
+    }
+    const char *cmd = args[0];
+    if (strcmp(cmd, "stats") == 0) { /* the admin listener's /metrics, not gRPC */
+        if (nargs > 2) {
+            fprintf(stderr, "dedupctl: stats: at most one ADMIN_ADDR\n");
+            return EXIT_USAGE;
+        }
+        char err[256];
+        const char *admin = nargs == 2 ? args[1] : "127.0.0.1:9464";
+        if (dedupctl_stats(admin, 1000, stdout, err, sizeof err) == DD_OK) return 0;
+        fprintf(stderr, "dedupctl: stats: %s\n", err);
+        return EXIT_RPC;
+    }
+    if (strcmp(cmd, "cluster") == 0) { /* the admin listener's /cluster, not gRPC */
+        if (nargs > 2) {
+            fprintf(stderr, "dedupctl: cluster: at most one ADMIN_ADDR\n");
+            return EXIT_USAGE;
+        }
+        char err[256];
+        const char *admin = nargs == 2 ? args[1] : "127.0.0.1:9464";
+        int ms = o->timeout_ms > 0 ? o->timeout_ms : DD_CLIENT_DEFAULT_TIMEOUT_MS;
+        if (dedupctl_cluster(admin, ms, stdout, err, sizeof err) == DD_OK) return 0;
+        fprintf(stderr, "dedupctl: cluster: %s\n", err);
+        return EXIT_RPC;
+    }
+    for (size_t i = 0; i < DD_ARRAY_LEN(commands); i++) {
+        if (strcmp(cmd, commands[i].name) != 0) continue;
+        char err[256];
+        dd_client *c;
+        if (dd_client_new_tls(&c, o->addr, tls ? &o->tls : NULL, err, sizeof err) != DD_OK) {
+            fprintf(stderr, "dedupctl: %s\n", err);
+            return EXIT_RPC;
+        }
+        dd_client_set_timeout(c, o->timeout_ms);
+        int rc = commands[i].fn(c, o, nargs - 1, args + 1);
+        dd_client_free(c);
+        return rc;
+    }
+    fprintf(stderr, "dedupctl: unknown command '%s'\n", cmd);
+    return usage_error(false);
+}
+
 int main(int argc, char **argv)
 {
-    struct opts o = {.addr = "127.0.0.1:50051", .scene = "", .timeout_ms = 0, .lookback_days = 0};
+    struct opts o = {.addr = "127.0.0.1:50051", .scene = "", .timeout_ms = 0, .lookback_days = 0,
+                     .explain = true};
     int opt;
     uint32_t v;
-    enum { OPT_TLS_CA = 256, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME };
+    enum { OPT_TLS_CA = 256, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME, OPT_EXPLAIN,
+           OPT_NO_EXPLAIN };
     static const struct option longopts[] = {
+        {"addr", required_argument, NULL, 'a'},
+        {"scene", required_argument, NULL, 's'},
+        {"timeout", required_argument, NULL, 't'},
+        {"lookback", required_argument, NULL, 'l'},
+        {"explain", no_argument, NULL, OPT_EXPLAIN},
+        {"no-explain", no_argument, NULL, OPT_NO_EXPLAIN},
+        {"help", no_argument, NULL, 'h'},
         {"tls-ca", required_argument, NULL, OPT_TLS_CA},
         {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
         {"tls-key", required_argument, NULL, OPT_TLS_KEY},
         {"tls-name", required_argument, NULL, OPT_TLS_NAME},
         {NULL, 0, NULL, 0},
     };
-    /* '+': stop at the command, so ids that start with '-' reach it. */
-    while ((opt = getopt_long(argc, argv, "+a:s:t:l:h", longopts, NULL)) != -1) {
+    /* The command and its arguments, in the order given; options between
+     * them are taken out. At most argc - 1 of them. */
+    char **args = calloc((size_t)argc, sizeof *args);
+    if (!args) {
+        fprintf(stderr, "dedupctl: out of memory\n");
+        return EXIT_RPC;
+    }
+    int nargs = 0;
+    /* '-' first: each non-option comes back as code 1 in place, so options
+     * are read wherever they stand, and "--" still ends them. */
+    while ((opt = getopt_long(argc, argv, "-a:s:t:l:h", longopts, NULL)) != -1) {
         switch (opt) {
+        case 1: args[nargs++] = optarg; break;
         case 'a': o.addr = optarg; break;
         case OPT_TLS_CA: o.tls.ca = optarg; break;
         case OPT_TLS_CERT: o.tls.cert = optarg; break;
@@ -261,61 +366,35 @@ int main(int argc, char **argv)
         case 's': o.scene = optarg; break;
         case 't':
             if (parse_u32(optarg, INT_MAX, &v) != 0 || v == 0) {
-                fprintf(stderr, "dedupctl: -t: want a positive number of milliseconds\n");
+                fprintf(stderr, "dedupctl: --timeout: want a positive number of milliseconds, "
+                                "not '%s'\n", optarg);
+                free(args);
                 return EXIT_USAGE;
             }
             o.timeout_ms = (int)v;
             break;
         case 'l':
             if (parse_u32(optarg, UINT32_MAX, &v) != 0) {
-                fprintf(stderr, "dedupctl: -l: want a number of days\n");
+                fprintf(stderr, "dedupctl: --lookback: want a number of days, not '%s'\n",
+                        optarg);
+                free(args);
                 return EXIT_USAGE;
             }
             o.lookback_days = v;
             break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return EXIT_USAGE;
+        case OPT_EXPLAIN: o.explain = true; break;
+        case OPT_NO_EXPLAIN: o.explain = false; break;
+        case 'h':
+            usage(stdout);
+            free(args);
+            return 0;
+        default: /* getopt_long has said which option and why */
+            free(args);
+            return usage_error(true);
         }
     }
-    if (optind >= argc) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    bool tls = o.tls.ca || o.tls.cert || o.tls.key || o.tls.server_name;
-    if (tls && !o.tls.ca) {
-        fprintf(stderr, "dedupctl: --tls-cert, --tls-key and --tls-name need --tls-ca\n");
-        return EXIT_USAGE;
-    }
-    if (!o.tls.cert != !o.tls.key) {
-        fprintf(stderr, "dedupctl: --tls-cert and --tls-key go together\n");
-        return EXIT_USAGE;
-    }
-    const char *cmd = argv[optind];
-    if (strcmp(cmd, "stats") == 0) { /* the admin listener's /metrics, not gRPC */
-        if (argc - optind > 2) {
-            fprintf(stderr, "dedupctl: stats: at most one ADMIN_ADDR\n");
-            return EXIT_USAGE;
-        }
-        char err[256];
-        const char *admin = argc - optind == 2 ? argv[optind + 1] : "127.0.0.1:9464";
-        if (dedupctl_stats(admin, 1000, stdout, err, sizeof err) == DD_OK) return 0;
-        fprintf(stderr, "dedupctl: stats: %s\n", err);
-        return EXIT_RPC;
-    }
-    for (size_t i = 0; i < DD_ARRAY_LEN(commands); i++) {
-        if (strcmp(cmd, commands[i].name) != 0) continue;
-        char err[256];
-        dd_client *c;
-        if (dd_client_new_tls(&c, o.addr, tls ? &o.tls : NULL, err, sizeof err) != DD_OK) {
-            fprintf(stderr, "dedupctl: %s\n", err);
-            return EXIT_RPC;
-        }
-        dd_client_set_timeout(c, o.timeout_ms);
-        int rc = commands[i].fn(c, &o, argc - optind - 1, argv + optind + 1);
-        dd_client_free(c);
-        return rc;
-    }
-    fprintf(stderr, "dedupctl: unknown command '%s'\n", cmd);
-    usage(stderr);
-    return EXIT_USAGE;
+    while (optind < argc) args[nargs++] = argv[optind++]; /* after "--" */
+    int rc = run(&o, nargs, args);
+    free(args);
+    return rc;
 }

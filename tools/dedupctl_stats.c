@@ -10,6 +10,7 @@
 #include "promtext.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,43 @@ static void snap_sub(struct dd_histogram_snap *d, const struct dd_histogram_snap
         d->buckets[i] = b->buckets[i] >= a->buckets[i] ? b->buckets[i] - a->buckets[i] : 0;
     d->count = d->buckets[b->nbounds];
     d->sum = b->sum - a->sum;
+}
+
+/* The consumer lag line: in time from dedupd_ingest_lag_ms where the
+ * daemon exports it (a negative value is its "not known"), and in
+ * messages from dedupd_ingest_consumer_lag (per partition: their sum and
+ * the worst). When neither is there, why: no partition assigned, or no
+ * statistics yet (they come every kafka.statistics.interval.ms). */
+static void print_lag(FILE *out, const dd_promtext *t)
+{
+    const char *label = "consumer lag";
+    double ms = dd_promtext_max(t, "dedupd_ingest_lag_ms", NULL, NULL); /* NaN: none */
+    bool have_ms = !isnan(ms) && ms >= 0;
+    const char *part = NULL;
+    size_t nparts = 0;
+    double msgs = dd_promtext_sum(t, "dedupd_ingest_consumer_lag", NULL, NULL, &nparts);
+    double maxmsgs = dd_promtext_max(t, "dedupd_ingest_consumer_lag", "partition", &part);
+    char msgs_txt[160] = "";
+    if (nparts)
+        snprintf(msgs_txt, sizeof msgs_txt,
+                 "%.0f messages over %zu partitions (max %.0f on partition %s)", msgs, nparts,
+                 maxmsgs, part ? part : "?");
+    if (have_ms)
+        fprintf(out, "%-22s %.0f ms behind%s%s\n", label, ms, nparts ? "; " : "", msgs_txt);
+    else if (nparts)
+        fprintf(out, "%-22s %s\n", label, msgs_txt);
+    else {
+        size_t f = 0;
+        double assigned = dd_promtext_sum(t, "dedupd_ingest_assigned_partitions", NULL, NULL, &f);
+        if (f && assigned > 0)
+            fprintf(out, "%-22s - (%.0f partitions assigned, no lag in librdkafka's statistics "
+                         "yet: they come every kafka.statistics.interval.ms)\n",
+                    label, assigned);
+        else if (f)
+            fprintf(out, "%-22s - (no partition assigned)\n", label);
+        else
+            fprintf(out, "%-22s - (no partition assigned or no statistics yet)\n", label);
+    }
 }
 
 int dedupctl_stats(const char *addr, int interval_ms, FILE *out, char *err, size_t errlen)
@@ -111,16 +149,7 @@ int dedupctl_stats(const char *addr, int interval_ms, FILE *out, char *err, size
                        dd_promtext_sum(a, ing, "result", "ok", NULL);
         fprintf(out, "%-22s %.1f/s (bad %.1f/s)\n", "ingest messages",
                 (ib - dd_promtext_sum(a, ing, NULL, NULL, NULL)) / secs, (bad - bad_a) / secs);
-        const char *part = NULL;
-        size_t nparts = 0;
-        double lag = dd_promtext_sum(b, "dedupd_ingest_consumer_lag", NULL, NULL, &nparts);
-        double maxlag = dd_promtext_max(b, "dedupd_ingest_consumer_lag", "partition", &part);
-        if (nparts)
-            fprintf(out, "%-22s %.0f messages over %zu partitions (max %.0f on partition %s)\n",
-                    "consumer lag", lag, nparts, maxlag, part ? part : "?");
-        else
-            fprintf(out, "%-22s - (no partition assigned or no statistics yet)\n",
-                    "consumer lag");
+        print_lag(out, b);
         size_t f1, f2;
         double pu = dd_promtext_sum(b, "dedupd_window_pending_users", NULL, NULL, &f1);
         double pb = dd_promtext_sum(b, "dedupd_window_pending_bytes", NULL, NULL, &f2);

@@ -7,12 +7,18 @@
  * other processes (kcat, dedupd, ddproduce).
  * It stays in tools/ (not tests/tools/): scripts/run-local.sh runs it as the dev broker.
  *
- *   devbroker --topic plays:8 [--topic dlq:1] [--bootstrap-file F] [--brokers N]
+ *   devbroker --topic plays:8 [--topic dlq:1] [--unavailable plays] [--bootstrap-file F]
+ *             [--brokers N]
  *
  * It prints the bootstrap address on stdout, writes it to F (tmp file +
  * rename, so a reader never sees half of it), and runs until SIGTERM or
  * SIGINT. SIGUSR1 takes every broker down (connections dropped, new ones
- * refused), SIGUSR2 brings them back: the fault tests use these.
+ * refused), SIGUSR2 brings them back: the fault tests use these. A topic
+ * named by --unavailable (one of the --topic ones) answers metadata
+ * requests with UNKNOWN_TOPIC_OR_PART, as a missing topic does, until
+ * SIGHUP. (A topic really missing cannot be had: the mock answers
+ * Metadata at most in version 2, which has no AllowAutoTopicCreation, so
+ * it creates every topic a client asks about, with 4 partitions.)
  *
  * Signals are blocked before the mock's threads start and taken with
  * sigwait in main, so no work ever runs in a signal handler.
@@ -52,9 +58,10 @@ struct topic_spec {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: devbroker --topic NAME[:PARTITIONS] [--topic ...] [--bootstrap-file F]"
-               " [--brokers N]\n"
-               "  SIGUSR1: brokers down, SIGUSR2: brokers up, SIGTERM/SIGINT: exit\n");
+    fprintf(f, "usage: devbroker --topic NAME[:PARTITIONS] [--topic ...] [--unavailable NAME]..."
+               " [--bootstrap-file F] [--brokers N]\n"
+               "  SIGUSR1: brokers down, SIGUSR2: brokers up, SIGHUP: --unavailable topics\n"
+               "  available, SIGTERM/SIGINT: exit\n");
 }
 
 static int parse_topic(const char *arg, struct topic_spec *t)
@@ -96,15 +103,18 @@ int main(int argc, char **argv)
         {"topic", required_argument, NULL, 't'},
         {"bootstrap-file", required_argument, NULL, 'f'},
         {"brokers", required_argument, NULL, 'b'},
+        {"unavailable", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct topic_spec topics[MAX_TOPICS];
     int ntopics = 0, nbrokers = 1, opt;
+    const char *unavailable[MAX_TOPICS];
+    int nunavailable = 0;
     const char *bootstrap_file = NULL;
     char errstr[512];
 
-    while ((opt = getopt_long(argc, argv, "t:f:b:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "t:f:b:u:h", opts, NULL)) != -1) {
         switch (opt) {
         case 't':
             if (ntopics == MAX_TOPICS || parse_topic(optarg, &topics[ntopics]) != 0) {
@@ -115,6 +125,13 @@ int main(int argc, char **argv)
             ntopics++;
             break;
         case 'f': bootstrap_file = optarg; break;
+        case 'u':
+            if (nunavailable == MAX_TOPICS) {
+                fprintf(stderr, "devbroker: at most %d --unavailable\n", MAX_TOPICS);
+                return 2;
+            }
+            unavailable[nunavailable++] = optarg;
+            break;
         case 'b': {
             char *end;
             long n = strtol(optarg, &end, 10);
@@ -141,6 +158,7 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGUSR1);
     sigaddset(&sigs, SIGUSR2);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     /* The mock needs an rd_kafka_t for its bookkeeping; a producer with no
@@ -172,6 +190,16 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    for (int i = 0; i < nunavailable; i++) {
+        int known = 0;
+        for (int k = 0; k < ntopics; k++) known |= strcmp(topics[k].name, unavailable[i]) == 0;
+        if (!known) {
+            fprintf(stderr, "devbroker: --unavailable %s: not a --topic\n", unavailable[i]);
+            goto out;
+        }
+        rd_kafka_mock_topic_set_error(mc, unavailable[i],
+                                      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+    }
     const char *addr = rd_kafka_mock_cluster_bootstraps(mc);
     if (bootstrap_file && write_bootstrap(bootstrap_file, addr) != 0) {
         fprintf(stderr, "devbroker: cannot write %s: %s\n", bootstrap_file, strerror(errno));
@@ -185,6 +213,14 @@ int main(int argc, char **argv)
     for (;;) {
         int sig;
         if (sigwait(&sigs, &sig) != 0) continue;
+        if (sig == SIGHUP) {
+            for (int i = 0; i < nunavailable; i++)
+                rd_kafka_mock_topic_set_error(mc, unavailable[i], RD_KAFKA_RESP_ERR_NO_ERROR);
+            fprintf(stderr, "devbroker: %d topic%s available\n", nunavailable,
+                    nunavailable == 1 ? "" : "s");
+            nunavailable = 0;
+            continue;
+        }
         if (sig == SIGUSR1 || sig == SIGUSR2) {
             int down = sig == SIGUSR1;
             rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;

@@ -11,8 +11,8 @@
 #   tls.crt, tls.key      dedupd's certificate: CN dedupd, SANs dedupd,
 #                         localhost, 127.0.0.1 and each NAME given; usable
 #                         as server and client certificate (the container's
-#                         health check and, later, node-to-node forwarding
-#                         present it as a client)
+#                         health check, and cluster nodes forwarding calls
+#                         to each other, present it as a client)
 #   feed.crt, feed.key    a client with CN feed (compose: may write and read)
 #   recall.crt, recall.key  a client with CN recall (compose: may read)
 #

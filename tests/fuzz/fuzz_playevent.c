@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * fuzz_playevent.c - the Kafka play-event decoder (playevent.h), JSON and
- * protobuf. Input: a byte picking the format and the key's length (0..31),
- * the key, then the payload. An accepted event must hold non-empty user and
- * item ids within the limit, each readable (ASan checks the bytes are
- * there); a refusal must be one of the listed statuses.
+ * protobuf. Input: a byte picking the format (bit 0), the key's length
+ * (bits 1-5: 0..31) and a play or a forget marker's payload (bit 6), the
+ * key, then the payload. An accepted event must hold a non-empty user id
+ * and, a play, a non-empty item id (a marker: none), within the limit,
+ * each readable (ASan checks the bytes are there); a refusal must be one
+ * of the listed statuses.
  */
 #include "fuzz.h"
 
@@ -21,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(dd_playevent_decoder_new(&dec[1], DD_PLAYEVENT_PROTOBUF, MAX_ID) == DD_OK);
     }
     if (size == 0) return 0;
-    int format = data[0] & 1;
+    int format = data[0] & 1, forget = data[0] & 0x40;
     size_t klen = (size_t)(data[0] >> 1) % 32;
     data++;
     size--;
@@ -34,11 +36,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(payload, data + klen, size - klen);
 
     struct dd_playevent ev;
-    int st = dd_playevent_decode(dec[format], payload, size - klen, key, klen, 1700000000000, &ev);
+    int st = forget ? dd_playevent_decode_forget(dec[format], payload, size - klen, key, klen, &ev)
+                    : dd_playevent_decode(dec[format], payload, size - klen, key, klen,
+                                          1700000000000, &ev);
     FUZZ_CHECK(st >= 0 && st < DD_PLAYEVENT_NSTATUS);
     if (st == DD_PLAYEVENT_OK) {
         FUZZ_CHECK(ev.user_len > 0 && ev.user_len <= MAX_ID && ev.user);
-        FUZZ_CHECK(ev.item_len > 0 && ev.item_len <= MAX_ID && ev.item);
+        if (forget)
+            FUZZ_CHECK(ev.item_len == 0);
+        else
+            FUZZ_CHECK(ev.item_len > 0 && ev.item_len <= MAX_ID && ev.item);
         FUZZ_CHECK(ev.scene_len <= MAX_ID && (ev.scene || ev.scene_len == 0));
         /* read every byte: a dangling pointer is ASan's to report */
         volatile uint64_t h = dd_hash(ev.user, ev.user_len) ^ dd_hash(ev.item, ev.item_len);

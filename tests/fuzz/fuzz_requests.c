@@ -52,7 +52,7 @@ static void setup(void)
                DD_OK);
     FUZZ_CHECK(dd_recent_new(&rec, &cfg.recent, err, sizeof err) == DD_OK);
     struct dd_record_conf rconf = dd_config_record_conf(&cfg);
-    FUZZ_CHECK(dd_record_new(&wr, &rconf, hist, rec, err, sizeof err) == DD_OK);
+    FUZZ_CHECK(dd_record_new(&wr, &rconf, hist, rec, NULL, err, sizeof err) == DD_OK);
     arena = dd_arena_new(0, 0);
     FUZZ_CHECK(arena);
     atexit(cleanup);

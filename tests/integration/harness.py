@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 SOURCE_ROOT = os.environ.get("DD_SOURCE_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 BUILD_ROOT = os.environ.get("DD_BUILD_ROOT", os.path.join(SOURCE_ROOT, "build"))
@@ -58,6 +60,28 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def http_get(port, path, timeout=5):
+    """GET http://127.0.0.1:PORT PATH: (status, body text); (0, reason) when
+    nothing answers."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError as e:
+        return 0, str(e)
+
+
+def wait_until(what, fn, timeout=120.0, every=0.2):
+    """Call FN until it returns true; fail naming WHAT after TIMEOUT s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if fn():
+            return
+        time.sleep(every)
+    fail("timed out waiting for " + what)
 
 
 def wait_port(port, timeout=20.0, proc=None, host="127.0.0.1"):
@@ -173,15 +197,18 @@ class Redis:
 class DevBroker:
     """tools/devbroker (librdkafka's mock cluster over TCP) with the given
     topics ("name:partitions"); down()/up() take the brokers down and back
-    (SIGUSR1/SIGUSR2)."""
+    (SIGUSR1/SIGUSR2). Topics named in UNAVAILABLE (of TOPICS) look missing
+    to metadata requests until available() (SIGHUP)."""
 
-    def __init__(self, topics=("plays:8",), brokers=1):
+    def __init__(self, topics=("plays:8",), brokers=1, unavailable=()):
         self.dir = tmpdir("dedupd-broker-")
         bootstrap = os.path.join(self.dir, "bootstrap")
         argv = [build_path("tools", "devbroker"), "--bootstrap-file", bootstrap,
                 "--brokers", str(brokers)]
         for t in topics:
             argv += ["--topic", t]
+        for t in unavailable:
+            argv += ["--unavailable", t]
         self.proc = Proc(argv, "devbroker")
         deadline = time.time() + 15
         while not os.path.exists(bootstrap):
@@ -197,6 +224,9 @@ class DevBroker:
 
     def up(self):
         self.proc.signal(signal.SIGUSR2)
+
+    def available(self):
+        self.proc.signal(signal.SIGHUP)
 
     def stop(self):
         return self.proc.stop()

@@ -30,8 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 import harness
 import test_ingest_lib as il
@@ -56,27 +54,10 @@ def reexec_in_namespace():
     sys.exit(r.returncode)
 
 
-def http_get(port, path):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def metric(text, name):
     """The value of NAME (with its labels, if any, as written) in TEXT."""
     m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
     return float(m.group(1)) if m else None
-
-
-def wait_until(what, cond, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    harness.fail("%s: not within %ds" % (what, timeout))
 
 
 def durable(dd):
@@ -155,7 +136,7 @@ def run(mnt, min_free_mb):
         harness.log("%s: all %d plays filtered" % (what, len(ps)))
 
     def scrape():
-        st, text = http_get(admin, "/metrics")
+        st, text = harness.http_get(admin, "/metrics")
         if st != 200:
             harness.fail("/metrics answered %d" % st)
         return text
@@ -163,7 +144,7 @@ def run(mnt, min_free_mb):
     # 1. A ingested and durable, one RecordPlays.
     a = plays("a", 4000)
     il.produce(broker, a)
-    wait_until("plays A durable", lambda: durable(dd) >= len(a), 60)
+    harness.wait_until("plays A durable", lambda: durable(dd) >= len(a), 60)
     record("rp", "before")
     require_filtered(a, "A before the disk fills")
 
@@ -173,12 +154,12 @@ def run(mnt, min_free_mb):
     durable_at_fill = durable(dd)
     b = plays("b", 4000)
     il.produce(broker, b)
-    wait_until("plays B consumed",
+    harness.wait_until("plays B consumed",
                lambda: (metric(scrape(), 'dedupd_ingest_messages_total{result="ok"}') or 0)
                >= len(a) + len(b), 60)
     # Without the reserve, RocksDB itself must have met the full disk (a
     # flush failed: it stops writing) before RecordPlays tries.
-    wait_until("a store write refused",
+    harness.wait_until("a store write refused",
                lambda: metric(scrape(), 'dedupd_history_write_errors_total{kind="no_space"}'), 30)
     try:
         record("rp", "during")
@@ -194,7 +175,7 @@ def run(mnt, min_free_mb):
         if e.code() != grpc.StatusCode.UNAVAILABLE or "no space left on device" not in e.details():
             harness.fail("ForgetUser on a full disk: %s %r" % (e.code(), e.details()))
     require_filtered(a + [("rp", "before", None)], "A during the outage")
-    st, body = http_get(admin, "/readyz")
+    st, body = harness.http_get(admin, "/readyz")
     if st != 200 or "degraded: store not writable" not in body:
         harness.fail("/readyz on a full disk: %d %r" % (st, body))
     harness.log("/readyz: %d %r" % (st, body.strip()))
@@ -216,17 +197,17 @@ def run(mnt, min_free_mb):
     # 3. Room again: it resumes by itself.
     os.unlink(filler)
     t0 = time.time()
-    wait_until("store writable again", lambda: metric(scrape(), "dedupd_history_writable") == 1,
+    harness.wait_until("store writable again", lambda: metric(scrape(), "dedupd_history_writable") == 1,
                30)
     harness.log("writable again after %.1fs" % (time.time() - t0))
     c = plays("c", 4000)
     il.produce(broker, c)
     total = len(a) + len(b) + len(c)
-    wait_until("every play durable", lambda: durable(dd) >= total, 60)
+    harness.wait_until("every play durable", lambda: durable(dd) >= total, 60)
     record("rp", "after")
     require_filtered(a + b + c + [("rp", "before", None), ("rp", "after", None)],
                      "after the outage")
-    st, body = http_get(admin, "/readyz")
+    st, body = harness.http_get(admin, "/readyz")
     if st != 200 or "degraded" in body:
         harness.fail("/readyz after the outage: %d %r" % (st, body))
     ch.close()
@@ -299,11 +280,11 @@ def run_wal(mnt):
     else:
         harness.fail("RecordPlays never refused on a full disk")
     refused(stub, "w2", "on a full disk")
-    text = http_get(admin, "/metrics")[1]
+    text = harness.http_get(admin, "/metrics")[1]
     if metric(text, "dedupd_history_wal_failed") != 1 or metric(text, "dedupd_history_writable"):
         harness.fail("WAL failure not reported: wal_failed=%s writable=%s" % (
             metric(text, "dedupd_history_wal_failed"), metric(text, "dedupd_history_writable")))
-    st, body = http_get(admin, "/readyz")
+    st, body = harness.http_get(admin, "/readyz")
     if st != 200 or "restart dedupd" not in body:
         harness.fail("/readyz after a WAL failure: %d %r" % (st, body))
     os.unlink(filler)

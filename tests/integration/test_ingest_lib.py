@@ -39,20 +39,23 @@ def write_lines(path, plays):
             f.write("\t".join(fields) + "\n")
 
 
-def _produce_argv(broker, path, fmt, topic, rate):
+def _produce_argv(broker, path, fmt, topic, rate, partitioner=None):
     argv = [harness.build_path("tests", "tools", "ddproduce"), "-b", broker.addr, "-t", topic, "-F", fmt]
     if rate:
         argv += ["-r", str(rate)]
+    if partitioner:
+        argv += ["-X", "partitioner=" + partitioner]
     return argv + [path]
 
 
-def produce(broker, plays, fmt="json", topic="plays", rate=0, timeout=300):
-    """Produce PLAYS (for raw/hex: (key, payload) pairs); fails unless every
+def produce(broker, plays, fmt="json", topic="plays", rate=0, timeout=300, partitioner=None):
+    """Produce PLAYS (for raw/hex: (key, payload) pairs), partitioned by
+    librdkafka's PARTITIONER (None: its default); fails unless every
     message is delivered."""
     path = os.path.join(harness.tmpdir("dedupd-plays-"), "plays.tsv")
     write_lines(path, plays)
-    r = subprocess.run(_produce_argv(broker, path, fmt, topic, rate), capture_output=True,
-                       text=True, timeout=timeout)
+    r = subprocess.run(_produce_argv(broker, path, fmt, topic, rate, partitioner),
+                       capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         harness.fail("ddproduce failed (%d): %s %s" % (r.returncode, r.stdout, r.stderr))
     harness.log("ddproduce:", r.stdout.strip())

@@ -20,7 +20,11 @@ gRPC clients.
    dedupd_flush_duration_seconds; consumer lag per partition appears and
    drains to 0; a Redis outage moves dedupd_filter_degraded_total and
    dedupd_recent_errors_total and RecordDelivery's UNAVAILABLE count.
-3. `dedupctl stats` against the live admin listener.
+3. `dedupctl stats` against the live admin listener: a numeric consumer lag
+   as soon as partitions are assigned, before any message (librdkafka's
+   consumer_lag is -1 until the group commits an offset, and dedupd
+   commits none before it has written plays: it showed "-"), and the
+   same numbers as /metrics later.
 4. SIGHUP with log.file: rename the file, HUP, new lines land in a new file.
 5. SIGTERM with admin.drain_ms: /readyz is 503 "stopping" and gRPC health
    NOT_SERVING at once, while Filter calls are still answered; then dedupd
@@ -213,6 +217,20 @@ def start_dedupd(opts, name, env=None):
     return harness.Proc(argv, name, env=env)
 
 
+# dedupctl stats' lag line: [MS ms behind; ]N messages over P partitions
+STATS_LAG = re.compile(r"^consumer lag +(?:(\d+) ms behind; )?(\d+) messages over (\d+) partitions",
+                       re.M)
+
+
+def stats(ctl, admin):
+    """`dedupctl stats` of the admin listener on port ADMIN: its stdout."""
+    r = subprocess.run([ctl, "stats", "127.0.0.1:%d" % admin], capture_output=True, text=True,
+                       timeout=30)
+    if r.returncode != 0:
+        fail("dedupctl stats: %d %s" % (r.returncode, r.stderr))
+    return r.stdout
+
+
 def wait_until(what, cond, timeout=30.0, every=0.1):
     t0 = time.time()
     while True:
@@ -356,6 +374,18 @@ def main():
     if s0.types["dedupd_rpc_duration_seconds"] != "histogram":
         fail("dedupd_rpc_duration_seconds is not a histogram")
 
+    # -- consumer lag once partitions are assigned, before any message: 0 on
+    # each of the 4 in /metrics, and a number in `dedupctl stats`.
+    ctl = harness.build_path("tools", "dedupctl")
+    wait_until("consumer lag 0 on 4 partitions before any message", lambda: (
+        lambda lags: lags and len(lags) == 4 and all(v == 0 for v in lags.values()))(
+            Scrape(admin).series("dedupd_ingest_consumer_lag")), timeout=15)
+    out = stats(ctl, admin)
+    m = STATS_LAG.search(out)
+    if not m or (int(m.group(2)), int(m.group(3))) != (0, 4):
+        fail("dedupctl stats: no numeric consumer lag over the 4 assigned partitions:\n%s" % out)
+    log("dedupctl stats before any message: %s" % m.group(0))
+
     # -- gRPC traffic
     user = "metrics-user"
     stub.RecordPlays(pb.RecordPlaysRequest(user_id=user, plays=[pb.Play(item_id="played")]),
@@ -478,18 +508,18 @@ def main():
     log("redis outage: degraded +3, recent errors +%d, RecordDelivery UNAVAILABLE +1" % errs)
 
     # -- dedupctl stats
-    ctl = harness.build_path("tools", "dedupctl")
-    r = subprocess.run([ctl, "stats", "127.0.0.1:%d" % admin], capture_output=True, text=True,
-                       timeout=30)
-    if r.returncode != 0:
-        fail("dedupctl stats: %d %s" % (r.returncode, r.stderr))
+    out = stats(ctl, admin)
     for want in ("requests/s", "Filter p99", "degraded answers", "consumer lag", "ready"):
-        if want not in r.stdout:
-            fail("dedupctl stats lacks %r:\n%s" % (want, r.stdout))
-    m = re.search(r"degraded answers\s+\S+ \((\d+) since start\)", r.stdout)
+        if want not in out:
+            fail("dedupctl stats lacks %r:\n%s" % (want, out))
+    m = re.search(r"degraded answers\s+\S+ \((\d+) since start\)", out)
     if not m or int(m.group(1)) != int(s4.get("dedupd_filter_degraded_total")):
-        fail("dedupctl stats degraded total disagrees with /metrics:\n%s" % r.stdout)
-    log("dedupctl stats:\n" + r.stdout.rstrip())
+        fail("dedupctl stats degraded total disagrees with /metrics:\n%s" % out)
+    m = STATS_LAG.search(out)
+    if not m or (int(m.group(2)), int(m.group(3))) != (0, 4):
+        fail("dedupctl stats: consumer lag is not 0 over 4 partitions as /metrics has it:\n%s"
+             % out)
+    log("dedupctl stats:\n" + out.rstrip())
 
     # -- SIGHUP reopens log.file
     rotated = logfile + ".1"

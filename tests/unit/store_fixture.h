@@ -64,7 +64,7 @@ static void setup(void)
     struct dd_filter_conf fconf_flt = dd_config_filter_conf(&cfg);
     REQUIRE_MSG_OK(dd_filter_new(&flt, &fconf_flt, hist, rec, err, sizeof err));
     struct dd_record_conf rconf_wr = dd_config_record_conf(&cfg);
-    REQUIRE_MSG_OK(dd_record_new(&wr, &rconf_wr, hist, rec, err, sizeof err));
+    REQUIRE_MSG_OK(dd_record_new(&wr, &rconf_wr, hist, rec, NULL, err, sizeof err));
     arena = dd_arena_new(0, 0);
     REQUIRE(arena != NULL);
 }

@@ -103,8 +103,93 @@ static void test_admin(void)
     dd_config_free(&cfg);
 }
 
+/* A stand-in for the cluster module: readiness, why, degraded, a page. */
+struct fake {
+    bool ready, degraded;
+    int pages;
+};
+static bool fake_ready(void *m) { return ((struct fake *)m)->ready; }
+static bool fake_why(void *m, char *why, size_t len)
+{
+    (void)m;
+    snprintf(why, len, "cluster: ingest 12345 ms behind");
+    return true;
+}
+static bool fake_degraded(void *m, char *why, size_t len)
+{
+    snprintf(why, len, "peer 1.1 has another cluster map");
+    return ((struct fake *)m)->degraded;
+}
+static char *fake_page(void *m)
+{
+    ((struct fake *)m)->pages++;
+    return strdup("{\"shards\":2}");
+}
+
+/* An optional component (the cluster): not counted until required; then
+ * /readyz waits for it and says why with its own words; its degraded note
+ * and its page (served only while attached). */
+static void test_required_component(void)
+{
+    struct dd_config cfg;
+    char err[256] = "";
+    REQUIRE(dd_config_init(&cfg) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
+    dd_admin *a = NULL;
+    REQUIRE(dd_admin_new(&a, &cfg.admin, false, err, sizeof err) == DD_OK);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dd_admin_port(a));
+    int status = 0;
+    char *body = NULL;
+    struct fake f = {.ready = false};
+    dd_admin_set_ready(a, DD_ADMIN_STORE, true);
+    dd_admin_set_ready(a, DD_ADMIN_RPC, true);
+    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 200);
+    free(body);
+    /* Not attached: no page. */
+    dd_admin_set_page(a, DD_ADMIN_CLUSTER, "/cluster", fake_page);
+    CHECK(get(addr, "/cluster", &status, &body) == DD_OK && status == 404);
+    free(body);
+    dd_admin_require(a, DD_ADMIN_CLUSTER);
+    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 503);
+    CHECK_MSG(body && strstr(body, "cluster not ready"), "body: %s", body ? body : "(null)");
+    free(body);
+    dd_admin_set_why(a, DD_ADMIN_CLUSTER, fake_why);
+    dd_admin_set_degraded(a, DD_ADMIN_CLUSTER, fake_degraded);
+    REQUIRE(dd_admin_attach(a, DD_ADMIN_CLUSTER, &f, NULL, fake_ready) == DD_OK);
+    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 503);
+    CHECK_MSG(body && strstr(body, "not ready: cluster: ingest 12345 ms behind"), "body: %s",
+              body ? body : "(null)");
+    free(body);
+    CHECK(get(addr, "/metrics", &status, &body) == DD_OK && status == 200);
+    CHECK(body && strstr(body, "dedupd_component_ready{component=\"cluster\"} 0\n"));
+    free(body);
+    f.ready = true;
+    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 200);
+    CHECK_MSG(body && strcmp(body, "ready\n") == 0, "body: %s", body ? body : "(null)");
+    free(body);
+    f.degraded = true;
+    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 200);
+    CHECK_MSG(body && strstr(body, "ready; degraded: peer 1.1 has another cluster map"),
+              "body: %s", body ? body : "(null)");
+    free(body);
+    CHECK(get(addr, "/cluster", &status, &body) == DD_OK && status == 200);
+    CHECK_MSG(body && strcmp(body, "{\"shards\":2}") == 0, "body: %s", body ? body : "(null)");
+    free(body);
+    CHECK_EQ_INT(f.pages, 1);
+    dd_admin_detach(a, DD_ADMIN_CLUSTER);
+    CHECK(get(addr, "/cluster", &status, &body) == DD_OK && status == 404);
+    free(body);
+    CHECK(get(addr, "/readyz", &status, &body) == DD_OK && status == 503);
+    free(body);
+    CHECK_EQ_INT(f.pages, 1);
+    dd_admin_free(a);
+    dd_config_free(&cfg);
+}
+
 int main(void)
 {
     test_admin();
+    test_required_component();
     TEST_MAIN_END();
 }

@@ -414,7 +414,7 @@ static void test_history_unreadable(void)
     struct dd_filter_conf fconf_flt = dd_config_filter_conf(&cfg);
     REQUIRE_MSG_OK(dd_filter_new(&flt, &fconf_flt, hist, rec, err, sizeof err));
     struct dd_record_conf rconf_wr = dd_config_record_conf(&cfg);
-    REQUIRE_MSG_OK(dd_record_new(&wr, &rconf_wr, hist, rec, err, sizeof err));
+    REQUIRE_MSG_OK(dd_record_new(&wr, &rconf_wr, hist, rec, NULL, err, sizeof err));
     REQUIRE(zero_ssts(cfg.history.path) > 0);
 
     char *cands[] = {"gone-a", "gone-b", "never"};

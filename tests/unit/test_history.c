@@ -1177,6 +1177,21 @@ static void test_many_operands(void)
     dd_config_free(&cfg);
 }
 
+/* A new store says so once: reopened, it was not created by that open. */
+static void test_created(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    dd_history *h = open_store(&cfg);
+    CHECK(dd_history_created(h));
+    dd_history_close(h);
+    h = open_store(&cfg);
+    CHECK(!dd_history_created(h));
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
 static void test_open_errors(void)
 {
     struct dd_config cfg;
@@ -1270,6 +1285,7 @@ int main(void)
     tl_tmpdir(root, sizeof root, "history");
 
     test_place();
+    test_created();
     test_roundtrip();
     test_stats_counts_writes();
     test_full_disk();

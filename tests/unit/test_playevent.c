@@ -4,8 +4,11 @@
  * integer ids, proto3-JSON string timestamps, protobuf PlayEvent, the key
  * as the user id (and the payload winning over it), the message timestamp
  * when played_at_ms is missing or 0, and every kind of bad message refused
- * with its reason - never a crash, whatever the bytes.
+ * with its reason - never a crash, whatever the bytes. Forget markers'
+ * payloads (no item). The encoder against the decoders (protobuf-c's for
+ * protobuf), awkward ids included.
  */
+#include "buf.h"
 #include "dd.h"
 #include "dedup.pb-c.h"
 #include "playevent.h"
@@ -203,6 +206,89 @@ static void test_json_nul_escape(void)
     CHECK(eq(ev.user, ev.user_len, "caf\xc3\xa9"));
 }
 
+/* A forget marker's payload: an event without an item; one with an item
+ * is undecodable, an empty user (no key) is refused as for a play. */
+static void test_forget(void)
+{
+    struct dd_playevent ev;
+    static const char js[] = "{\"user_id\":\"u1\",\"scene\":\"feed\"}";
+    CHECK_EQ_INT(dd_playevent_decode_forget(json, js, sizeof js - 1, "u1", 2, &ev),
+                 DD_PLAYEVENT_OK);
+    CHECK(eq(ev.user, ev.user_len, "u1"));
+    CHECK(eq(ev.scene, ev.scene_len, "feed"));
+    CHECK_EQ_INT(ev.item_len, 0);
+    /* The key as the user, the default scene. */
+    CHECK_EQ_INT(dd_playevent_decode_forget(json, "{}", 2, "k9", 2, &ev), DD_PLAYEVENT_OK);
+    CHECK(eq(ev.user, ev.user_len, "k9"));
+    CHECK_EQ_INT(ev.scene_len, 0);
+    static const char item[] = "{\"user_id\":\"u1\",\"item_id\":\"i\"}";
+    CHECK_EQ_INT(dd_playevent_decode_forget(json, item, sizeof item - 1, NULL, 0, &ev),
+                 DD_PLAYEVENT_UNDECODABLE);
+    CHECK_EQ_INT(dd_playevent_decode_forget(json, "{}", 2, NULL, 0, &ev),
+                 DD_PLAYEVENT_EMPTY_USER);
+    /* A play decoder still refuses the marker's payload as a play. */
+    CHECK_EQ_INT(dec(json, js, "u1", &ev), DD_PLAYEVENT_EMPTY_ITEM);
+    uint8_t buf[64];
+    size_t n = pack("u2", "", 0, "s", buf);
+    CHECK_EQ_INT(dd_playevent_decode_forget(pb, buf, n, NULL, 0, &ev), DD_PLAYEVENT_OK);
+    CHECK(eq(ev.user, ev.user_len, "u2"));
+    CHECK(eq(ev.scene, ev.scene_len, "s"));
+}
+
+/* What dd_playevent_encode writes decodes to what it was given, in both
+ * formats; protobuf also with protobuf-c itself. Ids with quotes,
+ * backslashes, control characters and UTF-8. */
+static void test_encode(void)
+{
+    static const struct { const char *user, *item, *scene; int64_t at; } cases[] = {
+        {"u1", "v1", "", TS},
+        {"u\"q\\b", "it\x01\x1f\t", "sc\xc3\xa9ne", 1},
+        {"12345", "x", "feed", 0},
+        {"u", "", "s", 0}, /* a forget marker */
+    };
+    dd_playevent_decoder *dj, *dp;
+    REQUIRE(dd_playevent_decoder_new(&dj, DD_PLAYEVENT_JSON, 64) == DD_OK);
+    REQUIRE(dd_playevent_decoder_new(&dp, DD_PLAYEVENT_PROTOBUF, 64) == DD_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int f = 0; f < 2; f++) {
+            struct dd_buf b = {0};
+            const char *u = cases[i].user, *it = cases[i].item, *sc = cases[i].scene;
+            REQUIRE(dd_playevent_encode(&b, f ? DD_PLAYEVENT_PROTOBUF : DD_PLAYEVENT_JSON, u,
+                                        strlen(u), it, strlen(it), cases[i].at, sc,
+                                        strlen(sc)) == DD_OK);
+            struct dd_playevent ev;
+            int st = it[0] ? dd_playevent_decode(f ? dp : dj, b.data, b.len, NULL, 0, 77, &ev)
+                           : dd_playevent_decode_forget(f ? dp : dj, b.data, b.len, NULL, 0, &ev);
+            CHECK_MSG(st == DD_PLAYEVENT_OK, "case %zu format %d: %d", i, f, st);
+            if (st == DD_PLAYEVENT_OK) {
+                CHECK(eq(ev.user, ev.user_len, u));
+                CHECK(eq(ev.item, ev.item_len, it));
+                CHECK(eq(ev.scene, ev.scene_len, sc));
+                if (it[0]) CHECK_EQ_INT(ev.played_at_ms, cases[i].at ? cases[i].at : 77);
+            }
+            if (f) {
+                Dedup__V1__PlayEvent *m = dedup__v1__play_event__unpack(NULL, b.len, b.data);
+                CHECK(m != NULL);
+                if (m) {
+                    CHECK_STR(m->user_id, u);
+                    CHECK_STR(m->item_id, it);
+                    CHECK_STR(m->scene, sc);
+                    CHECK_EQ_INT(m->played_at_ms, cases[i].at);
+                    dedup__v1__play_event__free_unpacked(m, NULL);
+                }
+            }
+            dd_buf_free(&b);
+        }
+    }
+    struct dd_buf b = {0};
+    CHECK_EQ_INT(dd_playevent_encode(&b, DD_PLAYEVENT_JSON, "u", 1, "i", 1, -1, "", 0),
+                 DD_ERR_INVALID);
+    CHECK_EQ_INT(b.len, 0);
+    dd_buf_free(&b);
+    dd_playevent_decoder_free(dj);
+    dd_playevent_decoder_free(dp);
+}
+
 /* Random bytes and random mutations of good messages: any status, no
  * crash (run under the sanitizers in CI). */
 static void test_fuzz(void)
@@ -254,6 +340,8 @@ int main(void)
     test_json_bad();
     test_protobuf();
     test_json_nul_escape();
+    test_forget();
+    test_encode();
     test_fuzz();
     dd_playevent_decoder_free(json);
     dd_playevent_decoder_free(pb);

@@ -758,6 +758,35 @@ static void test_count_field(void)
     CHECK_EQ_INT(dd_wire_count_field(nested, sizeof nested, 2, 10), 1);
 }
 
+/* The user id a cluster routes by: the last occurrence of field 1, found
+ * without decoding the rest; absent, malformed before it, or of another
+ * wire type is NOTFOUND (the decoder that follows rejects the message or
+ * sees an empty id). Checked against protobuf-c on the same bytes. */
+static void test_bytes_field(void)
+{
+    const uint8_t *v;
+    size_t n;
+    static const uint8_t one[] = {0x0a, 2, 'u', '1', 0x12, 1, 'a', 0x12, 1, 'b'};
+    CHECK_EQ_INT(dd_wire_bytes_field(one, sizeof one, 1, &v, &n), DD_OK);
+    CHECK(n == 2 && memcmp(v, "u1", 2) == 0);
+    static const uint8_t last[] = {0x0a, 1, 'x', 0x12, 1, 'a', 0x0a, 3, 'y', 'y', 'y'};
+    CHECK_EQ_INT(dd_wire_bytes_field(last, sizeof last, 1, &v, &n), DD_OK);
+    CHECK(n == 3 && memcmp(v, "yyy", 3) == 0);
+    Dedup__V1__FilterRequest *req = dedup__v1__filter_request__unpack(NULL, sizeof last, last);
+    REQUIRE(req);
+    CHECK_STR(req->user_id, "yyy");
+    dedup__v1__filter_request__free_unpacked(req, NULL);
+    static const uint8_t none[] = {0x12, 1, 'a', 0x20, 3};
+    CHECK_EQ_INT(dd_wire_bytes_field(none, sizeof none, 1, &v, &n), DD_ERR_NOTFOUND);
+    static const uint8_t varint[] = {0x08, 1};
+    CHECK_EQ_INT(dd_wire_bytes_field(varint, sizeof varint, 1, &v, &n), DD_ERR_NOTFOUND);
+    static const uint8_t cut[] = {0x0a, 5, 'u'};
+    CHECK_EQ_INT(dd_wire_bytes_field(cut, sizeof cut, 1, &v, &n), DD_ERR_NOTFOUND);
+    static const uint8_t after_bad[] = {0x0a, 1, 'u', 0x4e, 0};
+    CHECK_EQ_INT(dd_wire_bytes_field(after_bad, sizeof after_bad, 1, &v, &n), DD_ERR_NOTFOUND);
+    CHECK_EQ_INT(dd_wire_bytes_field(NULL, 0, 1, &v, &n), DD_ERR_NOTFOUND);
+}
+
 int main(void)
 {
     arena = dd_arena_new(0, 0);
@@ -778,6 +807,7 @@ int main(void)
     test_response_index_boundaries();
     test_response_id_lengths();
     test_count_field();
+    test_bytes_field();
     dd_arena_free(arena);
     TEST_MAIN_END();
 }

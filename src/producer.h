@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * producer.h - the plays topic's producer for the writes that reach a
+ * cluster node by gRPC instead of Kafka (RecordPlays, ForgetUser:
+ * record.h): the node writes them locally and produces them here, so every
+ * replica of the user's shard applies them from the log, in log order,
+ * as it applies the trackers' plays. Knows nothing of gRPC or the store.
+ *
+ * DESIGN
+ *
+ * Messages: key = the user id; payload = a dedup.v1.PlayEvent in the
+ *   topic's format (playevent.h, as ingest reads it). A play carries its
+ *   item and its resolved time; a forget marker (ingest.h) has no item and
+ *   the header "dedupd-op: forget".
+ * Partition: dd_partition_of(conf->partitioner, user, count) (partition.h),
+ *   exactly the partition a producer configured with that partitioner
+ *   chooses, so a user's plays from both sources share one partition and
+ *   its order. COUNT is read from the broker's metadata by the poll thread
+ *   at start, again whenever a delivery fails for an unknown topic or
+ *   partition, and kept meanwhile; a call that finds it unknown waits for
+ *   it, up to its deadline.
+ * Delivery: librdkafka's idempotent producer, always (enable.idempotence
+ *   = true, acks = all, whatever [kafka] says): retries neither duplicate
+ *   nor reorder a partition's messages. message.timeout.ms is the call
+ *   timeout (conf->timeout_ms), so a message whose caller was told it
+ *   failed is not delivered long after. allow.auto.create.topics is
+ *   false: a missing topic is an error, never a topic with the broker's
+ *   default partition count.
+ * Waiting: each call has a waiter on the heap with a reference count (the
+ *   call's, one per message in flight; under the producer's mutex). The
+ *   delivery report, run by the poll thread, drops its message's; the
+ *   caller drops its own when it returns, whether everything was
+ *   acknowledged or its deadline passed. The last reference frees the
+ *   waiter, so a report never touches memory of a caller that gave up.
+ * Threads: a poll thread serves delivery reports and metadata reads. The
+ *   functions below but new and free may be called from any number of
+ *   threads at once.
+ */
+#ifndef DD_PRODUCER_H
+#define DD_PRODUCER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dd_config_list;
+typedef struct dd_prom dd_prom;
+typedef struct dd_producer dd_producer;
+
+struct dd_producer_conf {
+    const char *topic;          /* the plays topic (ingest.topic) */
+    const char *format;         /* "json" or "protobuf" (ingest.format) */
+    int partitioner;            /* enum dd_partitioner (partition.h) the play producers use */
+    uint32_t timeout_ms;        /* a call's deadline when it gives none; >= 1 */
+};
+
+/* Create the producer from CONF (strings copied) and every key of KAFKA
+ * ([kafka], passed to librdkafka as kafka.h says for producers; NULL =
+ * none), and start its poll thread, which reads the topic's partition
+ * count in the background. Returns 0, DD_ERR_INVALID (a bad setting: err
+ * names it) or DD_ERR_NOMEM; *out is NULL on error. Free with
+ * dd_producer_free. */
+int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
+                    const struct dd_config_list *kafka, char *err, size_t errlen);
+
+/* Produce N plays of USER in SCENE ("" = the default scene): ITEMS[i]
+ * played at PLAYED_AT_MS[i] (ms since the epoch, > 0: the caller resolves
+ * "now"). All go to USER's partition, in order. Ids are C strings that
+ * passed the API's checks (api.h). Returns 0 once every message is
+ * acknowledged by the broker (acks = all), DD_ERR_UNAVAILABLE as soon as
+ * one failed or could not be queued (message in err), DD_ERR_TIMEOUT when
+ * DEADLINE_NS (dd_mono_ns clock; 0 = now + conf timeout) passes first,
+ * DD_ERR_INVALID (a negative time) or DD_ERR_NOMEM. After an error some
+ * of the plays may still be delivered: producing them again is harmless
+ * (plays are idempotent). N = 0 returns 0 at once. */
+int dd_producer_plays(dd_producer *p, const char *user, const char *scene,
+                      const char *const *items, const int64_t *played_at_ms, size_t n,
+                      int64_t deadline_ns, char *err, size_t errlen);
+
+/* Produce a forget marker for (SCENE, USER) into USER's partition; the
+ * same returns as dd_producer_plays. With an applied hook
+ * (dd_producer_set_applied), it then waits, within the same deadline,
+ * until this node's own ingest has applied the marker: the forget is then
+ * done here in log order, so plays recorded here after it returns are
+ * never deleted by it (a local delete would be undone by plays still in
+ * the log before the marker, and would delete plays recorded after it
+ * once ingest reached it). DD_ERR_TIMEOUT when it was not applied in time;
+ * DD_ERR_UNAVAILABLE when this node does not consume that partition. */
+typedef int (*dd_producer_applied_fn)(void *ud, int32_t partition, int64_t offset,
+                                      int64_t deadline_ns);
+/* Set the hook that waits for this node's ingest to apply a message it
+ * produced (main wires dd_ingest_wait_visible). Call before any call. */
+void dd_producer_set_applied(dd_producer *p, dd_producer_applied_fn fn, void *ud);
+int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int64_t deadline_ns,
+                       char *err, size_t errlen);
+
+/* The partition count in use; 0 = not known yet. Cannot fail. */
+int32_t dd_producer_partitions(dd_producer *p);
+
+/* Stop the poll thread, wait (up to the call timeout) for messages still
+ * queued, and free everything. No call may be running. NULL is a no-op. */
+void dd_producer_free(dd_producer *p);
+
+/* A metrics.h collector for UD (a dd_producer *): dedupd_producer_*. */
+void dd_producer_collect(dd_prom *p, void *ud);
+
+#endif

@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * test_cluster.c - the cluster map ([cluster] keys): parsing cluster.nodes,
+ * this node's place (numbers and "auto" from a StatefulSet host name),
+ * cluster.redis, the map hash (equal maps agree, any difference shows),
+ * and a user's shard from its partition. The running cluster (peers,
+ * forwarding) is tests/integration/test_cluster.py's.
+ */
+#include "testlib.h"
+
+#include "cluster.h"
+#include "dd.h"
+#include "partition.h"
+
+#include <string.h>
+
+static struct dd_cluster_conf conf(uint32_t shards, const char *shard, const char *replica,
+                                   const char *nodes)
+{
+    return (struct dd_cluster_conf){
+        .shards = shards,
+        .shard = (char *)shard,
+        .replica = (char *)replica,
+        .nodes = (char *)nodes,
+        .partitioner = (char *)"murmur2_random",
+        .redis = (char *)"",
+        .max_lag_ms = 10000,
+        .health_interval_ms = 1000,
+        .forward_timeout_ms = 5000,
+        .tls_ca = (char *)"",
+        .tls_server_name = (char *)"",
+    };
+}
+
+static void test_single_node(void)
+{
+    char err[256];
+    struct dd_cluster_conf c = conf(1, "0", "0", "");
+    struct dd_cluster_map m;
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", &m, err, sizeof err), DD_OK);
+    CHECK(!dd_cluster_enabled(&c));
+    CHECK_EQ_INT(m.shards, 1);
+    CHECK_EQ_INT(m.nreplicas[0], 1);
+    dd_cluster_map_free(&m);
+    /* One shard, one node listed: still a single node. */
+    c = conf(1, "0", "0", "10.0.0.1:50051");
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err), DD_OK);
+    CHECK(!dd_cluster_enabled(&c));
+    /* One shard of two replicas is a cluster. */
+    c = conf(1, "0", "1", "10.0.0.1:50051, 10.0.0.2:50051");
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err), DD_OK);
+    CHECK(dd_cluster_enabled(&c));
+}
+
+static void test_map(void)
+{
+    char err[256];
+    struct dd_cluster_conf c =
+        conf(2, "1", "0", " a:1 , b:2 ; c:3,d:4,e:5 ");
+    struct dd_cluster_map m;
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", &m, err, sizeof err), DD_OK);
+    CHECK(dd_cluster_enabled(&c));
+    CHECK_EQ_INT(m.shards, 2);
+    CHECK_EQ_INT(m.shard, 1);
+    CHECK_EQ_INT(m.replica, 0);
+    CHECK_EQ_INT(m.nreplicas[0], 2);
+    CHECK_EQ_INT(m.nreplicas[1], 3);
+    CHECK_STR(m.addr[0][0], "a:1");
+    CHECK_STR(m.addr[0][1], "b:2");
+    CHECK_STR(m.addr[1][2], "e:5");
+    CHECK_EQ_INT(m.partitioner, DD_PARTITIONER_MURMUR2_RANDOM);
+    char hex[17];
+    dd_cluster_map_hash_hex(&m, hex);
+    CHECK_EQ_INT(strlen(hex), 16);
+
+    /* The same map from another node (other place, other blanks): same
+     * hashes. */
+    struct dd_cluster_conf c2 = conf(2, "0", "1", "a:1,b:2;c:3,d:4,e:5");
+    struct dd_cluster_map m2;
+    CHECK_EQ_INT(dd_cluster_conf_check(&c2, "h", &m2, err, sizeof err), DD_OK);
+    CHECK(m.hash == m2.hash && m.nodes_hash == m2.nodes_hash);
+    dd_cluster_map_free(&m2);
+    /* Another order, address or replica count: the same ownership, another
+     * node list. */
+    const char *others[] = {"b:2,a:1;c:3,d:4,e:5", "a:1,b:2;c:3,d:4,e:6", "a:1,b:2;c:3,d:4"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        c2 = conf(2, "0", "0", others[i]);
+        CHECK_EQ_INT(dd_cluster_conf_check(&c2, "h", &m2, err, sizeof err), DD_OK);
+        CHECK_MSG(m.hash == m2.hash && m.nodes_hash != m2.nodes_hash, "%s", others[i]);
+        dd_cluster_map_free(&m2);
+    }
+    /* Another partitioner or shard count: another owner for some users. */
+    c2 = conf(2, "0", "0", "a:1,b:2;c:3,d:4,e:5");
+    c2.partitioner = (char *)"consistent_random";
+    CHECK_EQ_INT(dd_cluster_conf_check(&c2, "h", &m2, err, sizeof err), DD_OK);
+    CHECK(m.hash != m2.hash);
+    dd_cluster_map_free(&m2);
+    c2 = conf(3, "0", "0", "a:1,b:2;c:3,d:4,e:5;f:6");
+    CHECK_EQ_INT(dd_cluster_conf_check(&c2, "h", &m2, err, sizeof err), DD_OK);
+    CHECK(m.hash != m2.hash);
+    dd_cluster_map_free(&m2);
+    dd_cluster_map_free(&m);
+}
+
+static void test_bad(void)
+{
+    char err[256];
+    struct {
+        uint32_t shards;
+        const char *shard, *replica, *nodes, *want;
+    } bad[] = {
+        {2, "0", "0", "", "cluster.nodes: must list every node"},
+        {2, "0", "0", "a:1", "cluster.nodes: lists 1 shards, cluster.shards is 2"},
+        {1, "0", "0", "a:1;b:1", "cluster.nodes: lists more shards"},
+        {2, "0", "0", "a:1;", "cluster.nodes: \"\" (shard 1) is not host:port"},
+        {2, "0", "0", "a:1;b", "cluster.nodes: \"b\" (shard 1) is not host:port"},
+        {2, "0", "0", "a:1;a:1", "cluster.nodes: \"a:1\" is listed twice"},
+        {2, "2", "0", "a:1;b:1", "cluster.shard: \"2\" is not \"auto\" nor a number below 2"},
+        {2, "-1", "0", "a:1;b:1", "cluster.shard:"},
+        {2, "0", "1", "a:1;b:1", "cluster.replica: 1 but shard 0 of cluster.nodes has 1"},
+        {2, "auto", "0", "a:1;b:1", "\"auto\" must be given to both"},
+        {2, "0", "x", "a:1;b:1", "cluster.replica:"},
+        {2, "auto", "auto", "a:1;b:1,c:1", "every shard of cluster.nodes needs the same"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct dd_cluster_conf c = conf(bad[i].shards, bad[i].shard, bad[i].replica, bad[i].nodes);
+        err[0] = '\0';
+        CHECK_MSG(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err) == DD_ERR_INVALID,
+                  "%s", bad[i].nodes);
+        CHECK_MSG(strstr(err, bad[i].want) != NULL, "%s: got \"%s\"", bad[i].want, err);
+    }
+    struct dd_cluster_conf c = conf(1, "0", "0", "");
+    c.partitioner = (char *)"random";
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "cluster.partitioner") != NULL);
+    c = conf(2, "0", "0", "a:1;b:1");
+    c.redis = (char *)"r:6379";
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "cluster.redis: lists 1 Redis addresses, cluster.shards is 2") != NULL);
+    c.redis = (char *)"r:6379;nope";
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "\"nope\" (shard 1)") != NULL);
+}
+
+static void test_auto(void)
+{
+    char err[256];
+    struct dd_cluster_conf c = conf(3, "auto", "auto", "a:1,a:2;b:1,b:2;c:1,c:2");
+    struct dd_cluster_map m;
+    /* Replica-major: shard = ordinal mod shards, replica = ordinal / shards. */
+    const struct {
+        const char *host;
+        uint32_t shard, replica;
+    } ok[] = {{"dedupd-0", 0, 0}, {"dedupd-1", 1, 0}, {"dedupd-2", 2, 0},
+              {"dedupd-4", 1, 1}, {"my-dedupd-5", 2, 1}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        CHECK_EQ_INT(dd_cluster_conf_check(&c, ok[i].host, &m, err, sizeof err), DD_OK);
+        CHECK_MSG(m.shard == ok[i].shard && m.replica == ok[i].replica, "%s: %u.%u", ok[i].host,
+                  m.shard, m.replica);
+        dd_cluster_map_free(&m);
+    }
+    const char *bad[] = {"dedupd-6", "dedupd", "dedupd-", "dedupd-x", "dedupd-1a", "dedupd-+1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(dd_cluster_conf_check(&c, bad[i], NULL, err, sizeof err) == DD_ERR_INVALID,
+                  "%s", bad[i]);
+        CHECK_MSG(strstr(err, "does not end in -N") != NULL, "%s: %s", bad[i], err);
+    }
+}
+
+static void test_redis(void)
+{
+    char err[256], out[64];
+    struct dd_cluster_conf c = conf(2, "1", "0", "a:1;b:1");
+    CHECK(!dd_cluster_shard_redis(&c, 1, out, sizeof out));
+    c.redis = (char *)" r0:6379 ; r1:6380 ";
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err), DD_OK);
+    CHECK(dd_cluster_shard_redis(&c, 0, out, sizeof out));
+    CHECK_STR(out, "r0:6379");
+    CHECK(dd_cluster_shard_redis(&c, 1, out, sizeof out));
+    CHECK_STR(out, "r1:6380");
+}
+
+static void test_shard_of(void)
+{
+    char err[256];
+    struct dd_cluster_conf c = conf(3, "0", "0", "a:1;b:1;c:1");
+    struct dd_cluster_map m;
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", &m, err, sizeof err), DD_OK);
+    int seen[3] = {0};
+    for (int i = 0; i < 3000; i++) {
+        char user[32];
+        int n = snprintf(user, sizeof user, "user-%d", i);
+        int32_t p;
+        uint32_t s = dd_cluster_shard_of(&m, user, (size_t)n, 12, &p);
+        CHECK_EQ_INT(p, dd_partition_of(DD_PARTITIONER_MURMUR2_RANDOM, user, (size_t)n, 12));
+        CHECK_EQ_INT(s, (uint32_t)p % 3);
+        seen[s]++;
+    }
+    /* Every shard gets users (murmur2 spreads them). */
+    CHECK(seen[0] > 800 && seen[1] > 800 && seen[2] > 800);
+    dd_cluster_map_free(&m);
+}
+
+int main(void)
+{
+    test_single_node();
+    test_map();
+    test_bad();
+    test_auto();
+    test_redis();
+    test_shard_of();
+    TEST_MAIN_END();
+}
