@@ -11,6 +11,10 @@
 #include "cluster.h"
 #include "dd.h"
 #include "partition.h"
+#include "rpc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <string.h>
 
@@ -201,6 +205,64 @@ static void test_shard_of(void)
     dd_cluster_map_free(&m);
 }
 
+/* What the running cluster asks of ingest, faked. */
+static int32_t fake_partitions = 0;
+static bool fake_changed = false;
+static int64_t fake_lag = -1;
+static int32_t l_partitions(void *ud) { (void)ud; return fake_partitions; }
+static bool l_changed(void *ud) { (void)ud; return fake_changed; }
+static int64_t l_lag(void *ud) { (void)ud; return fake_lag; }
+
+/* The running cluster's answers from ingest's state alone (no peer is
+ * probed: the health thread is not started): routing needs the partition
+ * count, and a count that changed while running (partitions added to the
+ * topic) makes the node refuse every call and report not ready. ingest.c's
+ * detection of the change cannot be driven here nor against the devbroker
+ * (librdkafka's mock cluster cannot add partitions to a topic). */
+static void test_running(void)
+{
+    char err[256], why[256];
+    struct dd_cluster_conf c = conf(2, "0", "0", "127.0.0.1:1;127.0.0.1:2");
+    struct dd_cluster_map m;
+    REQUIRE(dd_cluster_conf_check(&c, "h", &m, err, sizeof err) == DD_OK);
+    struct dd_rpc_conf rpc = {.tls_cert = (char *)"", .tls_key = (char *)"",
+                              .tls_client_ca = (char *)""};
+    struct dd_cluster_local local = {l_partitions, l_changed, l_lag, NULL};
+    dd_cluster *cl = NULL;
+    REQUIRE(dd_cluster_new(&cl, &m, &c, &rpc, &local, err, sizeof err) == DD_OK);
+    uint32_t shard;
+    bool here;
+    CHECK_EQ_INT(dd_cluster_route(cl, "u", 1, &shard, &here, err, sizeof err),
+                 DD_ERR_UNAVAILABLE);
+    CHECK(strstr(err, "partition count") != NULL);
+    CHECK(!dd_cluster_ready(cl, why, sizeof why));
+    CHECK(strstr(why, "not known yet") != NULL);
+    fake_partitions = 8;
+    int shards_seen[2] = {0, 0};
+    for (int i = 0; i < 200; i++) {
+        char u[16];
+        int n = snprintf(u, sizeof u, "u%d", i);
+        CHECK_EQ_INT(dd_cluster_route(cl, u, (size_t)n, &shard, &here, err, sizeof err), DD_OK);
+        CHECK(shard < 2 && here == (shard == 0));
+        shards_seen[shard]++;
+    }
+    CHECK(shards_seen[0] > 0 && shards_seen[1] > 0);
+    /* Not caught up until a health round says so (none runs here). */
+    fake_lag = 0;
+    CHECK(!dd_cluster_ready(cl, why, sizeof why));
+    CHECK(dd_cluster_self_behind(cl));
+    fake_changed = true;
+    CHECK_EQ_INT(dd_cluster_route(cl, "u1", 2, &shard, &here, err, sizeof err),
+                 DD_ERR_UNAVAILABLE);
+    CHECK(strstr(err, "partition count changed") != NULL);
+    CHECK(!dd_cluster_ready(cl, why, sizeof why));
+    CHECK(strstr(why, "partition count changed") != NULL);
+    char *json = dd_cluster_describe(cl);
+    CHECK(json && strstr(json, "\"partition_count\":8") && strstr(json, "\"self\":true"));
+    free(json);
+    dd_cluster_free(cl);
+}
+
 int main(void)
 {
     test_single_node();
@@ -209,5 +271,6 @@ int main(void)
     test_auto();
     test_redis();
     test_shard_of();
+    test_running();
     TEST_MAIN_END();
 }
