@@ -281,9 +281,19 @@ def main():
     harness.log("10,000 candidates ok (first call %.1f ms)" % ms)
 
     # ---- deadlines -------------------------------------------------------
-    expect_error(lambda: dedup.Filter(pb.FilterRequest(user_id="heavy", candidate_ids=cands),
-                                      timeout=1e-6),
-                 grpc.StatusCode.DEADLINE_EXCEEDED, what="1 us deadline")
+    # A 1 us deadline: grpc sends timeouts rounded up to whole units (here
+    # 1 ms), so the server may answer in time and the call may beat the
+    # client's own timer; DEADLINE_EXCEEDED must come, OK is the only other
+    # answer allowed.
+    outcomes = []
+    for _ in range(20):
+        try:
+            dedup.Filter(pb.FilterRequest(user_id="heavy", candidate_ids=cands), timeout=1e-6)
+            outcomes.append("OK")
+        except grpc.RpcError as e:
+            outcomes.append(e.code().name)
+    check(set(outcomes) <= {"OK", "DEADLINE_EXCEEDED"} and "DEADLINE_EXCEEDED" in outcomes,
+          "1 us deadline: %s" % outcomes)
     # Short deadlines under load: only OK or DEADLINE_EXCEEDED, never
     # anything else, and nothing wedged afterwards.
     codes = {}
