@@ -1105,6 +1105,33 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---- the poll thread ------------------------------------------------------ */
 
+/* A new store: commit each partition's beginning (its low watermark) for
+ * this node's group at once, so that a restart before the first durable
+ * commit also starts from the beginning, not from offsets committed for
+ * the store that was lost. A failure is logged: the window until the
+ * first commit (ingest.durable_interval_ms) stays open then. */
+static void reset_committed(dd_ingest *in, const rd_kafka_topic_partition_list_t *assigned)
+{
+    rd_kafka_topic_partition_list_t *c = rd_kafka_topic_partition_list_copy(assigned);
+    if (!c) return;
+    rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (int i = 0; i < c->cnt && !e; i++) {
+        int64_t lo, hi;
+        e = rd_kafka_query_watermark_offsets(in->rk, in->topic, c->elems[i].partition, &lo, &hi,
+                                             5000);
+        c->elems[i].offset = lo;
+    }
+    if (!e) e = rd_kafka_commit(in->rk, c, 0);
+    if (e)
+        dd_warn(MOD, "msg=\"new store: cannot reset the group's offsets to the beginning; a "
+                     "restart before the first commit would resume at the old ones\" "
+                     "group=%s error=\"%s\"", in->group_id, rd_kafka_err2str(e));
+    else
+        dd_info(MOD, "msg=\"new store: the group's offsets reset to the beginning\" group=%s",
+                in->group_id);
+    rd_kafka_topic_partition_list_destroy(c);
+}
+
 /* Assign mode: once the watcher knows the partition count, assign this
  * shard's partitions from their committed offsets (from their beginning
  * when the store is new), for good. Retried a
@@ -1148,6 +1175,7 @@ static void self_assign(dd_ingest *in)
         update_assigned(in);
         dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=assign partitions=%s "
                 "topic_partitions=%" PRId32 " group=%s", l->cnt, list, n, in->group_id);
+        if (in->from_beginning) reset_committed(in, l);
     }
     rd_kafka_topic_partition_list_destroy(l);
 }

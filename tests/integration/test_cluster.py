@@ -104,6 +104,10 @@ def main():
             cluster[(s, r)] = Node(s, r, ports, admins[s][r], broker, redis_list, nodes)
     allnodes = list(cluster.values())
     harness.log("cluster up:", nodes)
+    # New stores: each node's group offsets start at the beginning, so a
+    # restart before its first commit cannot resume at old ones.
+    for n in allnodes:
+        n.dd.wait_log("new store: the group's offsets reset to the beginning", timeout=60)
 
     # ---- 1. every node finds every play ----------------------------------
     rnd = random.Random(17)
