@@ -25,10 +25,15 @@
  * depends on where in the segment today falls.
  *
  *   bench_history [--users N] [--segment-days D] [--phase F] [--rounds R]
- *                 [--no-round-flush] [--dir PATH] [--keep]
+ *                 [--no-round-flush] [--day-scene] [--lookback D] [--dir PATH]
+ *                 [--keep]
  *   bench_history --read-merge [--segment-days D] [--dir PATH] [--keep]
  *
  * segment_days defaults to history.segment_days' default (30).
+ * --day-scene stores the plays in a scene listed in history.day_scenes (one
+ * segment per day, lookback exact to the day: segment.h). --lookback D
+ * times the heaviest user's probes with that lookback (default 0, the
+ * whole retention); every other figure reads the whole retention.
  *
  * --read-merge measures what a read costs while a user's segment is not
  * compacted: RocksDB runs the merge operator on every Get of a key with
@@ -52,6 +57,7 @@
 #include "config.h"
 #include "dd.h"
 #include "history.h"
+#include "segment.h"
 
 #include <ftw.h>
 #include <math.h>
@@ -212,7 +218,7 @@ static int read_merge(struct dd_config *cfg, const char *path, int64_t now)
     atomic_store(&clock_now, now);
     if (dd_history_open(&h, &cfg->history, &cfg->rocksdb, &clk, err, sizeof err)) die("open", err);
     uint32_t seg;
-    if (dd_history_place(h, now, &seg) != DD_HISTORY_PLACE_OK) die("place", "today");
+    if (dd_history_place(h, "", 0, now, &seg) != DD_HISTORY_PLACE_OK) die("place", "today");
     printf("bench_history --read-merge: segment_days=%u fp_rate=%.4f dir=%s\n",
            cfg->history.segment_days, cfg->history.fp_rate, path);
 
@@ -270,12 +276,17 @@ static int read_merge(struct dd_config *cfg, const char *path, int64_t now)
     return bad;
 }
 
+/* The scene the plays go to, and the lookback of the timed probes. */
+static const char *g_scene = "";
+static size_t g_scene_len;
+static uint32_t g_lookback;
+
 int main(int argc, char **argv)
 {
     uint32_t users = 20000, segment_days = 0, rounds = SPAN_DAYS;
     double phase = 0.5;
     const char *dir = NULL;
-    int keep = 0, round_flush = 1, rmerge = 0;
+    int keep = 0, round_flush = 1, rmerge = 0, day_scene = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--users") && i + 1 < argc) users = (uint32_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--segment-days") && i + 1 < argc)
@@ -286,9 +297,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--keep")) keep = 1;
         else if (!strcmp(argv[i], "--no-round-flush")) round_flush = 0;
         else if (!strcmp(argv[i], "--read-merge")) rmerge = 1;
+        else if (!strcmp(argv[i], "--day-scene")) day_scene = 1;
+        else if (!strcmp(argv[i], "--lookback") && i + 1 < argc)
+            g_lookback = (uint32_t)atol(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--users N] [--segment-days D] [--phase F] "
-                            "[--rounds R] [--no-round-flush] [--dir PATH] [--keep]\n"
+                            "[--rounds R] [--no-round-flush] [--day-scene] [--lookback D]\n"
+                            "       [--dir PATH] [--keep]\n"
                             "       %s --read-merge [--segment-days D] [--dir PATH] [--keep]\n",
                     argv[0], argv[0]);
             return 2;
@@ -318,6 +333,14 @@ int main(int argc, char **argv)
     /* fsync per batch changes time, not size or lookups */
     if (dd_config_set(&cfg, "history.sync", "false", err, sizeof err)) die("config", err);
     segment_days = cfg.history.segment_days;
+    if (day_scene) {
+        if (dd_config_set(&cfg, "history.day_scenes", "live", err, sizeof err)) die("config", err);
+        g_scene = "live";
+        g_scene_len = 4;
+    }
+    /* the geometry the plays are written in: one-day segments in a day scene */
+    const uint32_t geo_days = day_scene ? 1 : segment_days;
+    const uint32_t seg_flag = day_scene ? DD_SEGMENT_DAY : 0;
 
     /* today = a day PHASE into its segment, near day 20000 */
     int64_t today = (int64_t)(20000 / segment_days) * segment_days +
@@ -338,11 +361,11 @@ int main(int argc, char **argv)
     dd_history *h = NULL;
     if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, &clk, err, sizeof err)) die("open", err);
 
-    uint32_t s_max = (cfg.history.retention_days + segment_days - 1) / segment_days + 1;
-    printf("bench_history: users=%u segment_days=%u retention_days=%u fp_rate=%.4f "
-           "S=%u phase=%.2f rounds=%u round_flush=%d dir=%s\n",
-           users, segment_days, cfg.history.retention_days, cfg.history.fp_rate, s_max, phase,
-           rounds, round_flush, path);
+    uint32_t s_max = (cfg.history.retention_days + geo_days - 1) / geo_days + 1;
+    printf("bench_history: users=%u segment_days=%u day_scene=%d retention_days=%u "
+           "fp_rate=%.4f S=%u phase=%.2f rounds=%u round_flush=%d lookback=%u dir=%s\n",
+           users, segment_days, day_scene, cfg.history.retention_days, cfg.history.fp_rate,
+           s_max, phase, rounds, round_flush, g_lookback, path);
 
     /* ---- load --------------------------------------------------------- */
     uint64_t total = 0;
@@ -381,13 +404,13 @@ int main(int argc, char **argv)
         }
     }
 
-    size_t max_segs = SPAN_DAYS / segment_days + 3;
+    size_t max_segs = SPAN_DAYS / geo_days + 3;
     uint64_t *per_seg = malloc(max_segs * MAX_PLAYS * sizeof *per_seg);
     size_t *seg_n = calloc(max_segs, sizeof *seg_n);
     dd_history_batch *b = dd_history_batch_new();
     if (!per_seg || !seg_n || !b) die("load", "out of memory");
     const uint32_t users_per_batch = 2000;
-    const uint32_t first_seg = (uint32_t)((today - SPAN_DAYS - 1) / segment_days);
+    const uint32_t first_seg = (uint32_t)((today - SPAN_DAYS - 1) / geo_days);
     int64_t t0 = dd_mono_ns();
     uint64_t written = 0, expired = 0;
     for (uint32_t r = 0; r < rounds; r++) {
@@ -402,19 +425,20 @@ int main(int argc, char **argv)
                 for (uint32_t j = ro[r]; j < ro[r + 1]; j++) {
                     uint32_t i = order[user_off[u] + j];
                     uint32_t seg;
-                    if (dd_history_place(h, now - play_age_ms(u, i), &seg) !=
+                    if (dd_history_place(h, g_scene, g_scene_len, now - play_age_ms(u, i), &seg) !=
                         DD_HISTORY_PLACE_OK) {
                         expired++;
                         continue;
                     }
-                    size_t k = seg - first_seg;
+                    size_t k = (seg & ~seg_flag) - first_seg;
                     per_seg[k * MAX_PLAYS + seg_n[k]++] = play_hash(u, i);
                 }
                 char user[16];
                 int ul = snprintf(user, sizeof user, "u%u", u);
                 for (size_t k = 0; k < max_segs; k++) {
                     if (!seg_n[k]) continue;
-                    if (dd_history_batch_add(b, "", 0, user, (size_t)ul, first_seg + (uint32_t)k,
+                    if (dd_history_batch_add(b, g_scene, g_scene_len, user, (size_t)ul,
+                                             (first_seg + (uint32_t)k) | seg_flag,
                                              per_seg + k * MAX_PLAYS, seg_n[k]))
                         die("batch", "add failed");
                     written += seg_n[k];
@@ -472,7 +496,8 @@ int main(int argc, char **argv)
         for (uint32_t j = 0; j < NEVER_PER_USER; j++) cand[j] = never_hash(u, j);
         dd_bloom_sort_hashes(cand, NULL, NEVER_PER_USER, tmp, NULL);
         memset(hit, 0, NEVER_PER_USER);
-        if (dd_history_probe(h, "", 0, user, (size_t)ul, 0, cand, NEVER_PER_USER, hit, err,
+        if (dd_history_probe(h, g_scene, g_scene_len, user, (size_t)ul, 0, cand, NEVER_PER_USER,
+                             hit, err,
                              sizeof err))
             die("probe", err);
         for (uint32_t j = 0; j < NEVER_PER_USER; j++) fp_hits += hit[j];
@@ -482,7 +507,8 @@ int main(int argc, char **argv)
             for (uint32_t i = 0; i < n; i++) mine[i] = play_hash(u, i);
             dd_bloom_sort_hashes(mine, NULL, n, mtmp, NULL);
             memset(mhit, 0, n);
-            if (dd_history_probe(h, "", 0, user, (size_t)ul, 0, mine, n, mhit, err, sizeof err))
+            if (dd_history_probe(h, g_scene, g_scene_len, user, (size_t)ul, 0, mine, n, mhit, err,
+                                 sizeof err))
                 die("probe", err);
             for (uint32_t i = 0; i < n; i++) fn += !mhit[i];
             fn_checked += n;
@@ -511,7 +537,8 @@ int main(int argc, char **argv)
         int64_t a = dd_mono_ns();
         dd_bloom_sort_hashes(cand, NULL, CANDIDATES, tmp, NULL);
         int64_t m = dd_mono_ns();
-        if (dd_history_probe(h, "", 0, huser, (size_t)hul, 0, cand, CANDIDATES, hit, err,
+        if (dd_history_probe(h, g_scene, g_scene_len, huser, (size_t)hul, g_lookback, cand,
+                             CANDIDATES, hit, err,
                              sizeof err))
             die("probe", err);
         int64_t z = dd_mono_ns();
@@ -546,7 +573,8 @@ int main(int argc, char **argv)
         if (dd_candset_begin(&cs, src, CANDIDATES) != DD_OK) die("candset", "out of memory");
         for (uint32_t j = 0; j < CANDIDATES; j++) dd_candset_add(&cs, j);
         int64_t m = dd_mono_ns();
-        if (dd_history_probe_any(h, "", 0, huser, (size_t)hul, 0, &cs, hit, arena, err,
+        if (dd_history_probe_any(h, g_scene, g_scene_len, huser, (size_t)hul, g_lookback, &cs,
+                                 hit, arena, err,
                                  sizeof err))
             die("probe_any", err);
         if (r >= 0) {
@@ -571,9 +599,9 @@ int main(int argc, char **argv)
     dd_history_get_stats(h, &st3);
     printf("block cache: %llu hits, %llu misses\n", (unsigned long long)st3.block_cache_hits,
            (unsigned long long)st3.block_cache_misses);
-    printf("SUMMARY segment_days=%u bytes_per_play=%.3f union_fp=%.4f%% ns_per_candidate=%.1f "
-           "ns_per_candidate_any=%.1f\n",
-           segment_days, bpp, 100.0 * (double)fp_hits / (double)probes, sorted_med,
+    printf("SUMMARY segment_days=%u day_scene=%d lookback=%u bytes_per_play=%.3f "
+           "union_fp=%.4f%% ns_per_candidate=%.1f ns_per_candidate_any=%.1f\n",
+           segment_days, day_scene, g_lookback, bpp, 100.0 * (double)fp_hits / (double)probes, sorted_med,
            (double)ns[REPEATS / 2] / CANDIDATES);
 
     free(ns);

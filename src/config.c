@@ -101,6 +101,7 @@ static const struct key keys[] = {
     ROW_I64("history.max_future_ms", history.max_future_ms, "3600000", 0,
             3650 * DD_MS_PER_DAY),
     ROW_U64("history.min_free_mb", history.min_free_mb, "256", 0, UINT64_MAX >> 20),
+    ROW_STR("history.day_scenes", history.day_scenes, ""),
 
     ROW_BOOL("ingest.enabled", ingest.enabled, "true"),
     ROW_STR("ingest.topic", ingest.topic, "plays"),
@@ -781,6 +782,8 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
                c->history.segment_days, c->history.retention_days);
         return DD_ERR_INVALID;
     }
+    if (dd_history_check_day_scenes(c->history.day_scenes, err, errlen) != DD_OK)
+        return DD_ERR_INVALID;
     /* TLS, the allow lists and the plaintext rule: rpc.h's own check. */
     if (dd_rpc_conf_check(&c->rpc, err, errlen) != DD_OK) return DD_ERR_INVALID;
     if (dd_log_level_parse(c->log.level) < 0) {

@@ -12,7 +12,8 @@
  * reason byte, in request order, in passes that sort nothing:
  *   - in-request duplicates, found in this worker's candidate hash set
  *     (candset.h): the first occurrence stays, later ones are DUPLICATE;
- *   - history (dd_history_probe_any within lookback_days): candidates
+ *   - history (dd_history_probe_any within lookback_days, to the day in a
+ *     day scene: history.h): candidates
  *     still kept that it holds become PLAYED;
  *   - recent deliveries (recent.h): DELIVERED, also over PLAYED.
  * Redis is asked before the hashing and answered after the history probe,

@@ -40,8 +40,16 @@ void dd_fold_init(struct dd_fold *f, const struct dd_segments *g, double fp_rate
     /* S: the most segments a user can have live */
     uint32_t s = (g->retention_days + g->segment_days - 1) / g->segment_days + 1;
     f->segment_fp = fp_rate / s;
+    /* a day scene's user: one segment per live day */
+    f->day_fp = fp_rate / ((double)g->retention_days + 1);
     f->now_ms = now_ms;
     f->clock_ud = ud;
+}
+
+/* A closed segment's target false-positive rate, by its kind (segment.h). */
+static double segment_fp(const struct dd_fold *fd, uint32_t seg)
+{
+    return dd_segment_is_day(seg) ? fd->day_fp : fd->segment_fp;
 }
 
 void dd_fold_note_corrupt(struct dd_fold *fd, const char *what, const char *key, size_t klen)
@@ -361,10 +369,10 @@ static int merge_into_delta(struct dd_fold *fd, const char *key, size_t klen, st
 
 /* Append to OUT filter F (full range; its bytes FBYTES) re-encoded at its
  * final range, or copied when that is no smaller. 0 or DD_ERR_NOMEM. */
-static int reduce_into(struct dd_fold *fd, struct dd_buf *out, const struct dd_bloom_view *f,
-                       const void *fbytes, size_t flen)
+static int reduce_into(struct dd_fold *fd, uint32_t seg, struct dd_buf *out,
+                       const struct dd_bloom_view *f, const void *fbytes, size_t flen)
 {
-    uint64_t r = dd_bloom_range_for(f->count, fd->segment_fp);
+    uint64_t r = dd_bloom_range_for(f->count, segment_fp(fd, seg));
     if (r < DD_BLOOM_FULL_RANGE) {
         size_t keep = out->len;
         int rc = dd_bloom_reduce(out, f, r);
@@ -476,7 +484,7 @@ char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *exi
             flen = one.len;
         }
         if (closed) {
-            if (reduce_into(fd, &out, &fv, fbytes, flen) != 0) goto nomem;
+            if (reduce_into(fd, seg, &out, &fv, fbytes, flen) != 0) goto nomem;
         } else if (fbytes == one.data) {
             out = one;
             one = (struct dd_buf){0};
@@ -587,7 +595,7 @@ unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
     f->buf.len = 0;
     bool reduced = true;
     if (nv == 1) {
-        uint64_t r = dd_bloom_range_for(vv[0].count, fd->segment_fp);
+        uint64_t r = dd_bloom_range_for(vv[0].count, segment_fp(fd, seg));
         if (r >= DD_BLOOM_FULL_RANGE) return 0;
         if (dd_bloom_reduce(&f->buf, &vv[0], r) != 0) return 0; /* keep the exact form */
     } else {
@@ -602,7 +610,7 @@ unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
         if (rc == 0) rc = dd_bloom_parse(one.data, one.len, &fv);
         free(hv.h);
         if (rc == 0) {
-            uint64_t r = dd_bloom_range_for(fv.count, fd->segment_fp);
+            uint64_t r = dd_bloom_range_for(fv.count, segment_fp(fd, seg));
             reduced = r < DD_BLOOM_FULL_RANGE;
             rc = reduced ? dd_bloom_reduce(&f->buf, &fv, r) : buf_copy(&f->buf, one.data, one.len);
         }

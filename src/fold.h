@@ -45,6 +45,7 @@
 struct dd_fold {
     struct dd_segments seg;
     double segment_fp;                  /* fp_rate / S: a closed segment's target */
+    double day_fp;                      /* fp_rate / (retention_days + 1): a day segment's */
     int64_t (*now_ms)(void *ud);        /* NULL: dd_now_ms() */
     void *clock_ud;
 
@@ -69,7 +70,8 @@ void dd_fold_init(struct dd_fold *f, const struct dd_segments *g, double fp_rate
  * is folded into A once it holds more than max(256, count(A) / 8) items.
  * Once the segment is closed (dd_segment_closed, segment.h), A u B is
  * re-encoded at range count * S / fp_rate (fp_rate / S per segment keeps
- * the union of a user's S live segments under fp_rate); late plays onto a
+ * the union of a user's S live segments under fp_rate; a day segment's S
+ * is retention_days + 1, segment.h); late plays onto a
  * re-encoded A go to a full-range B, since A cannot take more items
  * without raising its false-positive rate.
  *

@@ -100,6 +100,13 @@ struct dd_history {
     atomic_bool no_space;              /* the last write was refused or failed for lack of space */
     atomic_bool wal_failed;            /* a WAL append failed: refuse writes until restart */
     bool created;                      /* this open created the store (no CURRENT file before) */
+    /* history.day_scenes, parsed: views into day_buf */
+    char *day_buf;
+    size_t n_day;
+    struct {
+        const char *p;
+        size_t len;
+    } day[DD_DAY_SCENES_MAX];
     _Atomic uint64_t errors_no_space;
     _Atomic uint64_t errors_other;
 };
@@ -170,6 +177,64 @@ static int apply_passthrough(rocksdb_options_t *base, const struct dd_config_lis
     return DD_ERR_INVALID;
 }
 
+/* Walk LIST's comma separated scenes (blanks around each trimmed): FN is
+ * called with each, in order. Returns 0 or DD_ERR_INVALID (message in
+ * err) for an empty entry, one longer than DD_SCENE_MAX, or more than
+ * DD_DAY_SCENES_MAX of them. */
+static int day_scenes_walk(const char *list, void (*fn)(void *ud, const char *p, size_t len),
+                           void *ud, char *err, size_t errlen)
+{
+    if (!list) return 0;
+    const char *q = list;
+    while (*q == ' ' || *q == '\t') q++;
+    if (!*q) return 0;
+    size_t n = 0;
+    for (;;) {
+        const char *end = strchr(q, ',');
+        if (!end) end = q + strlen(q);
+        const char *a = q, *b = end;
+        while (a < b && (*a == ' ' || *a == '\t')) a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+        if (a == b) {
+            dd_set_err(err, errlen, "history.day_scenes: empty scene in \"%s\"", list);
+            return DD_ERR_INVALID;
+        }
+        if ((size_t)(b - a) > DD_SCENE_MAX) {
+            dd_set_err(err, errlen, "history.day_scenes: a scene is longer than %d bytes",
+                       DD_SCENE_MAX);
+            return DD_ERR_INVALID;
+        }
+        if (++n > DD_DAY_SCENES_MAX) {
+            dd_set_err(err, errlen, "history.day_scenes: more than %d scenes",
+                       DD_DAY_SCENES_MAX);
+            return DD_ERR_INVALID;
+        }
+        if (fn) fn(ud, a, (size_t)(b - a));
+        if (!*end) return 0;
+        q = end + 1;
+    }
+}
+
+int dd_history_check_day_scenes(const char *list, char *err, size_t errlen)
+{
+    return day_scenes_walk(list, NULL, NULL, err, errlen);
+}
+
+static void day_scene_add(void *ud, const char *p, size_t len)
+{
+    dd_history *h = ud;
+    h->day[h->n_day].p = p;
+    h->day[h->n_day].len = len;
+    h->n_day++;
+}
+
+bool dd_history_day_scene(const dd_history *h, const char *scene, size_t scene_len)
+{
+    for (size_t i = 0; i < h->n_day; i++)
+        if (h->day[i].len == scene_len && memcmp(h->day[i].p, scene, scene_len) == 0) return true;
+    return false;
+}
+
 int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
                     const struct dd_config_list *rocksdb,
                     const struct dd_history_clock *clock, char *err, size_t errlen)
@@ -187,6 +252,7 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
         dd_set_err(err, errlen, "%s: invalid value", bad);
         return DD_ERR_INVALID;
     }
+    if (dd_history_check_day_scenes(conf->day_scenes, err, errlen) != 0) return DD_ERR_INVALID;
 
     dd_history *h = calloc(1, sizeof *h);
     if (!h) {
@@ -202,6 +268,13 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
         dd_set_err(err, errlen, "out of memory");
         return DD_ERR_NOMEM;
     }
+    if (conf->day_scenes && !(h->day_buf = strdup(conf->day_scenes))) {
+        free(h->path);
+        free(h);
+        dd_set_err(err, errlen, "out of memory");
+        return DD_ERR_NOMEM;
+    }
+    (void)day_scenes_walk(h->day_buf, day_scene_add, h, NULL, 0); /* checked above */
     struct dd_segments g = {conf->segment_days, conf->retention_days};
     dd_fold_init(&h->fold, &g, conf->fp_rate, h->clock.now_ms, h->clock.ud);
 
@@ -349,6 +422,7 @@ void dd_history_close(dd_history *h)
     if (h->copts) rocksdb_compactoptions_destroy(h->copts);
     if (h->cache) rocksdb_cache_destroy(h->cache);
     free(h->path);
+    free(h->day_buf);
     free(h);
 }
 
@@ -364,7 +438,8 @@ int64_t dd_history_now_ms(const dd_history *h)
     return now_ms(h);
 }
 
-enum dd_history_place dd_history_place(const dd_history *h, int64_t at_ms, uint32_t *segment)
+enum dd_history_place dd_history_place(const dd_history *h, const char *scene, size_t scene_len,
+                                       int64_t at_ms, uint32_t *segment)
 {
     int64_t now = now_ms(h);
     if (at_ms > now + h->max_future_ms) return DD_HISTORY_PLACE_FUTURE;
@@ -372,7 +447,9 @@ enum dd_history_place dd_history_place(const dd_history *h, int64_t at_ms, uint3
     int64_t tday = dd_day_of_ms(now);
     if (day < 0 || day < dd_segment_oldest_live_day(&h->fold.seg, tday))
         return DD_HISTORY_PLACE_EXPIRED;
-    *segment = dd_segment_of_day(&h->fold.seg, day);
+    *segment = h->n_day && dd_history_day_scene(h, scene, scene_len)
+                   ? dd_day_segment(day)
+                   : dd_segment_of_day(&h->fold.seg, day);
     return DD_HISTORY_PLACE_OK;
 }
 
@@ -597,7 +674,13 @@ static int probe_read(dd_history *h, const char *scene, size_t scene_len, const 
     if (newest < 0) return 0;
     uint32_t first = dd_segment_of_day(&h->fold.seg, oldest < 0 ? 0 : oldest);
     uint32_t last = dd_segment_of_day(&h->fold.seg, newest);
-    size_t nseg = (size_t)(last - first) + 1;
+    size_t ncoarse = (size_t)(last - first) + 1;
+    /* A day scene's day segments follow; its segment_days segments are
+     * still read (those written before it was listed, until they expire). */
+    uint32_t first_day = dd_day_segment(oldest);
+    size_t nseg = ncoarse;
+    if (h->n_day && dd_history_day_scene(h, scene, scene_len))
+        nseg += (size_t)(dd_day_segment(newest) - first_day) + 1;
 
     size_t plen_max = 1 + scene_len + 2 + user_len;
     size_t klen = plen_max + 4;
@@ -646,7 +729,8 @@ static int probe_read(dd_history *h, const char *scene, size_t scene_len, const 
     for (size_t i = 0; i < nseg; i++) {
         char *k = kbuf + i * klen;
         if (i) memcpy(k, kbuf, plen);
-        dd_key_put_segment((uint8_t *)k + plen, first + (uint32_t)i);
+        dd_key_put_segment((uint8_t *)k + plen, i < ncoarse ? first + (uint32_t)i
+                                                            : first_day + (uint32_t)(i - ncoarse));
         kp[i] = k;
         ks[i] = klen;
     }

@@ -64,7 +64,11 @@ struct dd_history_conf {
     bool sync;                  /* fsync the WAL on every write batch */
     int64_t max_future_ms;      /* plays dated further ahead than this are rejected */
     uint64_t min_free_mb;       /* writes are refused while path's filesystem has less free */
+    char *day_scenes;           /* comma list of scenes kept in day segments (segment.h); NULL or "" = none */
 };
+
+/* Most scenes history.day_scenes may list. */
+#define DD_DAY_SCENES_MAX 64
 
 typedef struct dd_history dd_history;
 typedef struct dd_history_batch dd_history_batch;
@@ -93,15 +97,26 @@ bool dd_history_created(const dd_history *h);
  * unlogged writes since the last flush are lost). NULL is a no-op. */
 void dd_history_close(dd_history *h);
 
-/* Where a play dated AT_MS goes. Returns DD_HISTORY_PLACE_OK with *segment
- * set, DD_HISTORY_PLACE_EXPIRED (older than the retention) or
- * DD_HISTORY_PLACE_FUTURE (later than now + history.max_future_ms). */
+/* Where SCENE's play dated AT_MS goes: its day segment if SCENE is one of
+ * history.day_scenes, else its segment_days segment. Returns
+ * DD_HISTORY_PLACE_OK with *segment set, DD_HISTORY_PLACE_EXPIRED (older
+ * than the retention) or DD_HISTORY_PLACE_FUTURE (later than now +
+ * history.max_future_ms). */
 enum dd_history_place {
     DD_HISTORY_PLACE_OK = 0,
     DD_HISTORY_PLACE_EXPIRED = 1,
     DD_HISTORY_PLACE_FUTURE = 2,
 };
-enum dd_history_place dd_history_place(const dd_history *h, int64_t at_ms, uint32_t *segment);
+enum dd_history_place dd_history_place(const dd_history *h, const char *scene, size_t scene_len,
+                                       int64_t at_ms, uint32_t *segment);
+
+/* Whether SCENE is listed in history.day_scenes. Cannot fail. */
+bool dd_history_day_scene(const dd_history *h, const char *scene, size_t scene_len);
+
+/* Check a history.day_scenes value: at most DD_DAY_SCENES_MAX comma
+ * separated scenes of 1..DD_SCENE_MAX bytes, blanks around them ignored.
+ * Returns 0, or DD_ERR_INVALID with a message in err. */
+int dd_history_check_day_scenes(const char *list, char *err, size_t errlen);
 
 /* history.max_future_ms as opened. Cannot fail. */
 int64_t dd_history_max_future_ms(const dd_history *h);
@@ -160,10 +175,13 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
 
 /* Probe: for the N hashes in SORTED (ascending by h >> 32: see
  * dd_bloom_sort_hashes) set HIT[i] = 1 for those in (SCENE, USER)'s live
- * segments that overlap the last LOOKBACK_DAYS days (0 = the whole
- * retention; larger than retention is the whole retention). Segments are
- * read whole, so plays up to segment_days older than the lookback may
- * still be reported. One sorted pass per filter (dd_bloom_probe_sorted).
+ * segments that overlap the last LOOKBACK_DAYS days: today and the
+ * LOOKBACK_DAYS days before it, counted as the retention is (0 = the whole
+ * retention; larger than retention is the whole retention). A day scene's
+ * day segments make that exact to the day; segment_days segments are read
+ * whole, so their plays up to segment_days older than the lookback may
+ * still be reported (every scene's, and a day scene's written before it
+ * was listed). One sorted pass per filter (dd_bloom_probe_sorted).
  * HIT entries of items not found are left as they were. Returns 0, or
  * DD_ERR_IO if the store could not be read (message in err): callers must
  * not treat that as "not seen". Corrupt values read as empty (counted). */

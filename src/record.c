@@ -194,7 +194,7 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
                         (int64_t)p->played_at_ms);
         int64_t at = p->played_at_ms ? p->played_at_ms : now;
         uint32_t seg = 0;
-        switch (dd_history_place(w->history, at, &seg)) {
+        switch (dd_history_place(w->history, req->scene, scene_len, at, &seg)) {
         case DD_HISTORY_PLACE_OK:
             sh[m].h = dd_hash(p->item_id, l);
             sh[m].seg = seg;

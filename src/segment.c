@@ -22,6 +22,7 @@ int64_t dd_day_of_ms(int64_t ms)
 
 int64_t dd_segment_last_day(const struct dd_segments *g, uint32_t seg)
 {
+    if (dd_segment_is_day(seg)) return (int64_t)(seg & ~DD_SEGMENT_DAY);
     return (int64_t)seg * g->segment_days + g->segment_days - 1;
 }
 
@@ -44,7 +45,14 @@ uint32_t dd_segment_of_day(const struct dd_segments *g, int64_t day)
 {
     if (day < 0) return 0;
     int64_t s = day / g->segment_days;
-    return s > UINT32_MAX ? UINT32_MAX : (uint32_t)s;
+    return s >= DD_SEGMENT_DAY ? DD_SEGMENT_DAY - 1 : (uint32_t)s;
+}
+
+uint32_t dd_day_segment(int64_t day)
+{
+    if (day < 0) day = 0;
+    if (day >= DD_SEGMENT_DAY) day = DD_SEGMENT_DAY - 1;
+    return DD_SEGMENT_DAY | (uint32_t)day;
 }
 
 size_t dd_key_prefix(uint8_t *p, const char *scene, size_t scene_len, const char *user,

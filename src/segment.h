@@ -7,6 +7,12 @@
  *       so one user's segments are one contiguous, ordered key range.
  * Days: whole UTC days, day = floor(ms / 86400000), negative before 1970.
  *       Segment s holds days [s * segment_days, (s + 1) * segment_days).
+ * Day segments: a scene listed in history.day_scenes keeps each day in a
+ *       segment of its own, numbered DD_SEGMENT_DAY | day, so that a
+ *       lookback is exact to the day. Both kinds live side by side in one
+ *       user's key range (the day segments sort after the others), and a
+ *       key's own number says which kind it is: the fold and the compaction
+ *       filter need no configuration to expire either.
  */
 #ifndef DD_SEGMENT_H
 #define DD_SEGMENT_H
@@ -27,6 +33,10 @@
  * (fold.h, split values). Waiting lets them reach the base first. */
 #define DD_SEGMENT_REDUCE_GRACE_DAYS 3
 
+/* The flag of a day segment's number; below it, segment_days segments.
+ * Day numbers stay below 2^31 until the year 5,800,000. */
+#define DD_SEGMENT_DAY 0x80000000u
+
 /* Segment geometry, from history.segment_days and history.retention_days
  * (both > 0). */
 struct dd_segments {
@@ -37,7 +47,7 @@ struct dd_segments {
 /* The UTC day of time MS (milliseconds since 1970), rounded down. */
 int64_t dd_day_of_ms(int64_t ms);
 
-/* Newest day segment SEG holds. */
+/* Newest day segment SEG holds (for a day segment, its day). */
 int64_t dd_segment_last_day(const struct dd_segments *g, uint32_t seg);
 
 /* Oldest day still remembered on day DAY: DAY - retention_days. A play is
@@ -54,9 +64,19 @@ bool dd_segment_dead(const struct dd_segments *g, uint32_t seg, int64_t day);
  * have passed. */
 bool dd_segment_closed(const struct dd_segments *g, uint32_t seg, int64_t day);
 
-/* The segment holding DAY; 0 for days before 1970, UINT32_MAX past the
- * last segment. */
+/* The segment holding DAY; 0 for days before 1970, DD_SEGMENT_DAY - 1
+ * past the last segment. */
 uint32_t dd_segment_of_day(const struct dd_segments *g, int64_t day);
+
+/* The day segment of DAY: DD_SEGMENT_DAY | DAY, with days before 1970 as
+ * day 0. */
+uint32_t dd_day_segment(int64_t day);
+
+/* Whether SEG is a day segment. */
+static inline bool dd_segment_is_day(uint32_t seg)
+{
+    return (seg & DD_SEGMENT_DAY) != 0;
+}
 
 /* Write the user prefix of a key (all but the segment) into P, which has
  * room for DD_KEY_MAX bytes; returns its length. The caller has checked

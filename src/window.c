@@ -195,7 +195,7 @@ int dd_window_add(dd_window *w, const char *scene, size_t scene_len, const char 
 {
     if (scene_len > UINT8_MAX || user_len == 0 || user_len > UINT16_MAX) return DD_ERR_INVALID;
     uint32_t seg;
-    switch (dd_history_place(w->h, at_ms, &seg)) {
+    switch (dd_history_place(w->h, scene, scene_len, at_ms, &seg)) {
     case DD_HISTORY_PLACE_OK: break;
     case DD_HISTORY_PLACE_EXPIRED: w->st.expired++; return DD_WINDOW_EXPIRED;
     case DD_HISTORY_PLACE_FUTURE: w->st.future++; return DD_WINDOW_FUTURE;

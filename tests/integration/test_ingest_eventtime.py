@@ -3,7 +3,10 @@
 dated over the last 120 days land in the segment of their own day (checked
 through lookback windows, which read whole segments), and those older than
 history.retention_days are dropped and counted. Undecodable protobuf
-payloads are skipped and counted."""
+payloads are skipped and counted. The same plays in a day scene
+(history.day_scenes) answer every lookback exactly to the day: seen if
+played today or in the D days before, never older ones (but for the
+filter's false positives)."""
 import random
 import time
 
@@ -14,7 +17,28 @@ DAY = 86_400_000
 SEGMENT_DAYS = 30
 RETENTION = 90
 USERS = 100
+DAY_SCENE_USERS = 20
 FP = 0.01
+
+
+def check_lookback(dd, plays, lookback, seen, what):
+    """PLAYS (user, item, at, scene, day) through ddcheck with LOOKBACK:
+    every play SEEN(play) says is in must be found; of the others no more
+    than the filter's false positives."""
+    _, _, missing = il.check(dd, [p[:4] for p in plays], lookback=lookback, unseen_list=True)
+    missing = {(u, i) for u, i, *_ in missing}
+    want_seen = [p for p in plays if seen(p)]
+    want_unseen = [p for p in plays if not seen(p)]
+    wrong = [p for p in want_seen if (p[0], p[1]) in missing]
+    if wrong:
+        harness.fail("%s, lookback %d: %d plays in the window not seen, e.g. %s" % (
+            what, lookback, len(wrong), wrong[:3]))
+    extra = sum(1 for p in want_unseen if (p[0], p[1]) not in missing)
+    if extra > FP * len(want_unseen) + 3:
+        harness.fail("%s, lookback %d: %d of %d older plays seen" % (
+            what, lookback, extra, len(want_unseen)))
+    harness.log("%s, lookback %2d: %d seen, %d older unseen (%d fp)" % (
+        what, lookback, len(want_seen), len(want_unseen) - extra, extra))
 
 
 def main():
@@ -25,15 +49,19 @@ def main():
     for u in range(USERS):
         for ago in range(120):
             at = now - ago * DAY - rnd.randrange(60_000) if ago else now - rnd.randrange(60_000)
-            plays.append(("t%03d" % u, "e%d-%d" % (u, ago), at, (at // DAY)))
+            plays.append(("t%03d" % u, "e%d-%d" % (u, ago), at, None, at // DAY))
+    # the same plays of some users in the day scene
+    day_plays = [(u, i, at, "live", d) for u, i, at, _, d in plays
+                 if int(u[1:]) < DAY_SCENE_USERS]
+    plays += day_plays
     rnd.shuffle(plays)
     broker = harness.DevBroker(("plays:4",))
-    il.produce(broker, [p[:3] for p in plays], fmt="protobuf")
+    il.produce(broker, [p[:4] for p in plays], fmt="protobuf")
     garbage = [("t000", "0a"), ("t000", "ffffffff"), ("t001", "0a05616263")]  # truncated/bad
     il.produce(broker, garbage, fmt="hex")
     dd = harness.Dedupd(il.ingest_overrides(broker, fmt="protobuf", **{
         "history.segment_days": str(SEGMENT_DAYS), "history.retention_days": str(RETENTION),
-        "history.fp_rate": str(FP)}))
+        "history.fp_rate": str(FP), "history.day_scenes": "live"}))
     il.wait_flushed(dd, len(plays) + len(garbage), timeout=120)
     st = il.stop_stats(dd)
     if today != int(time.time() * 1000) // DAY:
@@ -44,8 +72,8 @@ def main():
     # segments expire whole). Find the cutoff the expired count implies.
     harness.log("stats: %s" % st)
     cutoff = None
-    for c in sorted({p[3] for p in plays}) + [today + 1]:
-        if sum(1 for p in plays if p[3] < c) == st["expired"]:
+    for c in sorted({p[-1] for p in plays}) + [today + 1]:
+        if sum(1 for p in plays if p[-1] < c) == st["expired"]:
             cutoff = c
             break
     if cutoff is None:
@@ -55,38 +83,35 @@ def main():
         harness.fail("kept %d days, retention %d, segments of %d" % (kept_days, RETENTION,
                                                                       SEGMENT_DAYS))
     harness.log("plays of the last %d days kept, older ones dropped" % kept_days)
-    live = [p for p in plays if p[3] >= cutoff]
-    dead = [p for p in plays if p[3] < cutoff]
+    if kept_days != RETENTION + 1:
+        harness.fail("kept %d days, want today and the %d before" % (kept_days, RETENTION))
+    live = [p for p in plays if p[-1] >= cutoff]
+    dead = [p for p in plays if p[-1] < cutoff]
     if st["expired"] != len(dead) or st["plays"] != len(live):
         harness.fail("expired %d (want %d), plays %d (want %d)" % (
             st["expired"], len(dead), st["plays"], len(live)))
     if st["bad_undecodable"] != len(garbage):
         harness.fail("bad_undecodable %d, want %d" % (st["bad_undecodable"], len(garbage)))
 
-    il.require_all_seen(dd, [p[:3] for p in live], "live plays")
-    seen_dead, _, _ = il.check(dd, [p[:3] for p in dead])
+    il.require_all_seen(dd, [p[:4] for p in live], "live plays")
+    seen_dead, _, _ = il.check(dd, [p[:4] for p in dead])
+    day_live = [p for p in live if p[3]]
+    live = [p for p in live if not p[3]]
     if seen_dead > FP * len(dead) + 3:
         harness.fail("%d of %d plays past retention are seen" % (seen_dead, len(dead)))
 
-    # A lookback of L days reads the segments from segment(today - L + 1)
-    # on: a play is seen exactly when its own segment is among them.
-    for lookback in (1, 7, 30, 31, 45, 60, 61, 89):
-        first_seg = (today - lookback + 1) // SEGMENT_DAYS
-        _, _, missing = il.check(dd, [p[:3] for p in live], lookback=lookback,
-                                 unseen_list=True)
-        missing = {(u, i) for u, i, *_ in missing}
-        want_seen = [p for p in live if p[3] // SEGMENT_DAYS >= first_seg]
-        want_unseen = [p for p in live if p[3] // SEGMENT_DAYS < first_seg]
-        wrong = [p for p in want_seen if (p[0], p[1]) in missing]
-        if wrong:
-            harness.fail("lookback %d: %d plays not in their segment, e.g. %s" % (
-                lookback, len(wrong), wrong[:3]))
-        extra = sum(1 for p in want_unseen if (p[0], p[1]) not in missing)
-        if extra > FP * len(want_unseen) + 3:
-            harness.fail("lookback %d: %d of %d plays from older segments seen" % (
-                lookback, extra, len(want_unseen)))
-        harness.log("lookback %2d: %d seen as placed, %d older unseen (%d fp)" % (
-            lookback, len(want_seen), len(want_unseen) - extra, extra))
+    # A lookback of L days covers today and the L days before it, and reads
+    # whole segments: a play is seen exactly when its own segment holds a
+    # day of those. In the day scene a play is seen exactly when its own day
+    # is one of them.
+    # (today % SEGMENT_DAYS + 1: the window's first day ends a segment)
+    for lookback in (1, 7, 30, 31, 45, 60, 61, 89, today % SEGMENT_DAYS + 1):
+        first_seg = (today - lookback) // SEGMENT_DAYS
+        check_lookback(dd, live, lookback, lambda p: p[4] // SEGMENT_DAYS >= first_seg,
+                       "whole segments")
+    for lookback in (1, 2, 7, 13, 29, 30, 31, 60, 89, 90):
+        check_lookback(dd, day_live, lookback, lambda p: p[4] >= today - lookback,
+                       "day scene")
     broker.stop()
     harness.log("PASS")
 

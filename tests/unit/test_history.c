@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "dd.h"
 #include "history.h"
+#include "segment.h"
 #include "testlib.h"
 
 #include <pthread.h>
@@ -66,7 +67,7 @@ static void play(dd_history *h, const char *scene, const char *user, const uint6
 {
     char err[256];
     uint32_t seg;
-    REQUIRE(dd_history_place(h, at_ms, &seg) == DD_HISTORY_PLACE_OK);
+    REQUIRE(dd_history_place(h, scene, strlen(scene), at_ms, &seg) == DD_HISTORY_PLACE_OK);
     dd_history_batch *b = dd_history_batch_new();
     REQUIRE(b);
     REQUIRE(dd_history_batch_add(b, scene, strlen(scene), user, strlen(user), seg, hs, n) ==
@@ -177,7 +178,7 @@ static void test_full_disk(void)
             DD_OK);
     h = open_store(&cfg);
     uint32_t seg;
-    REQUIRE(dd_history_place(h, T0, &seg) == DD_HISTORY_PLACE_OK);
+    REQUIRE(dd_history_place(h, "", 0, T0, &seg) == DD_HISTORY_PLACE_OK);
     dd_history_batch *b = dd_history_batch_new();
     REQUIRE(b && dd_history_batch_add(b, "", 0, "u", 1, seg, x + 1, 1) == DD_OK);
     CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_ERR_IO);
@@ -233,21 +234,21 @@ static void test_place(void)
     uint32_t seg = 0;
 
     CHECK_EQ_INT(dd_history_now_ms(h), T0);
-    CHECK_EQ_INT(dd_history_place(h, T0, &seg), DD_HISTORY_PLACE_OK);
+    CHECK_EQ_INT(dd_history_place(h, "", 0, T0, &seg), DD_HISTORY_PLACE_OK);
     CHECK_EQ_INT(seg, 20000 / 30);
     /* today and the 90 whole days before it are within retention, so a
      * play is remembered at least 90 full days whatever its time of day */
     int64_t oldest = (INT64_C(20000) - 90) * DAY;
-    CHECK_EQ_INT(dd_history_place(h, oldest, &seg), DD_HISTORY_PLACE_OK);
+    CHECK_EQ_INT(dd_history_place(h, "", 0, oldest, &seg), DD_HISTORY_PLACE_OK);
     CHECK_EQ_INT(seg, (20000 - 90) / 30);
     /* a play 90 days minus a millisecond before now is still accepted */
-    CHECK_EQ_INT(dd_history_place(h, T0 - 90 * DAY + 1, &seg), DD_HISTORY_PLACE_OK);
-    CHECK_EQ_INT(dd_history_place(h, oldest - 1, &seg), DD_HISTORY_PLACE_EXPIRED);
-    CHECK_EQ_INT(dd_history_place(h, -5 * DAY, &seg), DD_HISTORY_PLACE_EXPIRED);
+    CHECK_EQ_INT(dd_history_place(h, "", 0, T0 - 90 * DAY + 1, &seg), DD_HISTORY_PLACE_OK);
+    CHECK_EQ_INT(dd_history_place(h, "", 0, oldest - 1, &seg), DD_HISTORY_PLACE_EXPIRED);
+    CHECK_EQ_INT(dd_history_place(h, "", 0, -5 * DAY, &seg), DD_HISTORY_PLACE_EXPIRED);
     /* up to history.max_future_ms ahead is accepted (default one hour) */
     CHECK_EQ_INT(cfg.history.max_future_ms, 3600000);
-    CHECK_EQ_INT(dd_history_place(h, T0 + cfg.history.max_future_ms, &seg), DD_HISTORY_PLACE_OK);
-    CHECK_EQ_INT(dd_history_place(h, T0 + cfg.history.max_future_ms + 1, &seg),
+    CHECK_EQ_INT(dd_history_place(h, "", 0, T0 + cfg.history.max_future_ms, &seg), DD_HISTORY_PLACE_OK);
+    CHECK_EQ_INT(dd_history_place(h, "", 0, T0 + cfg.history.max_future_ms + 1, &seg),
                  DD_HISTORY_PLACE_FUTURE);
 
     /* ids too long for the key layout */
@@ -314,7 +315,7 @@ static void test_roundtrip(void)
                 uint64_t x = item(user, (uint64_t)i);
                 int64_t at = T0 - (int64_t)((uint64_t)i * 89 * DAY / PER);
                 uint32_t seg;
-                REQUIRE(dd_history_place(h, at, &seg) == DD_HISTORY_PLACE_OK);
+                REQUIRE(dd_history_place(h, "", 0, at, &seg) == DD_HISTORY_PLACE_OK);
                 REQUIRE(dd_history_batch_add(b, "", 0, user, strlen(user), seg, &x, 1) ==
                         DD_OK);
             }
@@ -417,7 +418,7 @@ static void test_expiry(void)
     CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 0);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, fresh, 100), 100);
     uint32_t seg;
-    CHECK_EQ_INT(dd_history_place(h, INT64_C(19915) * DAY, &seg), DD_HISTORY_PLACE_EXPIRED);
+    CHECK_EQ_INT(dd_history_place(h, "", 0, INT64_C(19915) * DAY, &seg), DD_HISTORY_PLACE_EXPIRED);
 
     struct dd_history_stats st;
     dd_history_get_stats(h, &st);
@@ -592,6 +593,173 @@ static void test_lookback(void)
     CHECK_EQ_INT(count_hits(h, "", "u", 1000, &a, 1), 1);
     dd_history_close(h);
     dd_config_free(&cfg);
+}
+
+/* history.day_scenes: a day scene's lookback is exact to the day. Plays are
+ * written day by day over 121 days (the clock moving as with live ingest,
+ * flushed every week so closed days are re-encoded): at the end, for every
+ * D, exactly the plays of today and the D days before it are found, none
+ * older, none missed, before and after a full compaction; plays past the
+ * retention are gone for every D. Another scene of the same store keeps
+ * segment_days segments; a day scene's plays written before it was listed
+ * (segment_days segments) still answer, at segment granularity. */
+#define LB_DAYS 121
+#define LB_PER_DAY 3
+static void check_day_lookback(dd_history *h, const char *when)
+{
+    static const uint32_t ds[] = {1, 2, 7, 13, 29, 30, 31, 60, 89, 90, 0};
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+        uint32_t d = ds[k] ? ds[k] : 90; /* 0: the whole retention */
+        size_t bad = 0;
+        for (int age = 0; age < LB_DAYS; age++) {
+            uint64_t hs[LB_PER_DAY];
+            for (int i = 0; i < LB_PER_DAY; i++) hs[i] = item("day", (uint64_t)(age * 10 + i));
+            size_t want = (uint32_t)age <= d ? LB_PER_DAY : 0;
+            size_t got = count_hits(h, "live", "u", ds[k], hs, LB_PER_DAY);
+            if (got != want) {
+                if (bad++ < 5)
+                    fprintf(stderr, "%s: lookback %u, plays %d days ago: %zu of %d found, want %zu\n",
+                            when, ds[k], age, got, LB_PER_DAY, want);
+            }
+        }
+        CHECK_EQ_INT(bad, 0);
+    }
+}
+
+static void test_day_lookback(void)
+{
+    char err[256];
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    /* small enough that no check below meets a false positive */
+    REQUIRE(dd_config_set(&cfg, "history.fp_rate", "0.00001", err, sizeof err) == DD_OK);
+    const int64_t first = T0 - (int64_t)(LB_DAYS - 1) * DAY;
+
+    /* "live" before it is a day scene: segment_days segments */
+    atomic_store(&clock_now, T0 - 60 * DAY);
+    dd_history *h = open_store(&cfg);
+    uint64_t legacy = item("legacy", 1);
+    play(h, "live", "old", &legacy, 1, T0 - 60 * DAY); /* day 19940: segment 664 */
+    dd_history_close(h);
+
+    REQUIRE(dd_config_set(&cfg, "history.day_scenes", " live , x", err, sizeof err) == DD_OK);
+    atomic_store(&clock_now, first);
+    h = open_store(&cfg);
+    CHECK(dd_history_day_scene(h, "live", 4));
+    CHECK(dd_history_day_scene(h, "x", 1));
+    CHECK(!dd_history_day_scene(h, "", 0));
+    CHECK(!dd_history_day_scene(h, "liv", 3));
+    uint32_t seg;
+    CHECK_EQ_INT(dd_history_place(h, "live", 4, first, &seg), DD_HISTORY_PLACE_OK);
+    CHECK(dd_segment_is_day(seg));
+    CHECK_EQ_INT(dd_history_place(h, "", 0, first, &seg), DD_HISTORY_PLACE_OK);
+    CHECK(!dd_segment_is_day(seg));
+
+    for (int64_t day = 0; day < LB_DAYS; day++) {
+        int64_t now = first + day * DAY + 3600 * 1000;
+        atomic_store(&clock_now, now);
+        int age = LB_DAYS - 1 - (int)day;
+        uint64_t hs[LB_PER_DAY];
+        for (int i = 0; i < LB_PER_DAY; i++) hs[i] = item("day", (uint64_t)(age * 10 + i));
+        play(h, "live", "u", hs, LB_PER_DAY, now);
+        play(h, "", "u", hs, LB_PER_DAY, now);
+        if (day % 7 == 6) flush_compact(h);
+    }
+    atomic_store(&clock_now, T0 + 7200 * 1000);
+    check_day_lookback(h, "before compaction");
+    flush_compact(h);
+    check_day_lookback(h, "after compaction");
+    dd_history_close(h);
+    h = open_store(&cfg);
+    check_day_lookback(h, "after reopen");
+
+    /* the same plays in scene "": whole 30-day segments (19980..20009 for
+     * today 20000, so 20 days back is found with a 7-day lookback) */
+    uint64_t a20 = item("day", 200);
+    CHECK_EQ_INT(count_hits(h, "", "u", 7, &a20, 1), 1);
+    CHECK_EQ_INT(count_hits(h, "live", "u", 7, &a20, 1), 0);
+
+    /* the play written before "live" was listed: segment granularity */
+    CHECK_EQ_INT(count_hits(h, "live", "old", 7, &legacy, 1), 0);
+    CHECK_EQ_INT(count_hits(h, "live", "old", 50, &legacy, 1), 0);
+    CHECK_EQ_INT(count_hits(h, "live", "old", 61, &legacy, 1), 1);
+    CHECK_EQ_INT(count_hits(h, "live", "old", 0, &legacy, 1), 1);
+
+    /* forget deletes both kinds */
+    CHECK_EQ_INT(dd_history_forget(h, "live", 4, "u", 1, err, sizeof err), DD_OK);
+    uint64_t a0 = item("day", 0);
+    CHECK_EQ_INT(count_hits(h, "live", "u", 0, &a0, 1), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, &a0, 1), 1);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* A day scene's user with plays on every day of the retention (91 live
+ * segments): once compacted, closed days are re-encoded at fp_rate /
+ * (retention_days + 1) each, so the union stays under fp_rate. */
+static void test_day_fp(void)
+{
+    char err[256];
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    REQUIRE(dd_config_set(&cfg, "history.day_scenes", "live", err, sizeof err) == DD_OK);
+    enum { PER_DAY = 200, NEVER = 100000 };
+    atomic_store(&clock_now, T0 - 90 * DAY);
+    dd_history *h = open_store(&cfg);
+    static uint64_t hs[PER_DAY];
+    for (int64_t day = 0; day <= 90; day++) {
+        int64_t now = T0 - (90 - day) * DAY;
+        atomic_store(&clock_now, now);
+        for (int i = 0; i < PER_DAY; i++) hs[i] = item("fp", (uint64_t)(day * PER_DAY + i));
+        play(h, "live", "u", hs, PER_DAY, now);
+    }
+    flush_compact(h);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK(st.segments_reduced >= 80);
+    size_t found = 0;
+    for (int64_t day = 0; day <= 90; day++) {
+        for (int i = 0; i < PER_DAY; i++) hs[i] = item("fp", (uint64_t)(day * PER_DAY + i));
+        found += count_hits(h, "live", "u", 0, hs, PER_DAY);
+    }
+    CHECK_EQ_INT(found, 91 * PER_DAY);
+    uint64_t *never = malloc(NEVER * sizeof *never);
+    REQUIRE(never);
+    for (int i = 0; i < NEVER; i++) never[i] = item("never", (uint64_t)i);
+    size_t fp = count_hits(h, "live", "u", 0, never, NEVER);
+    double rate = (double)fp / NEVER;
+    fprintf(stderr, "day scene union fp over 91 days: %.4f%% (fp_rate %.2f%%)\n", 100 * rate,
+            100 * cfg.history.fp_rate);
+    CHECK(rate < cfg.history.fp_rate * 1.2);
+    CHECK(rate > cfg.history.fp_rate / 20); /* re-encoded, not left at the full range */
+    free(never);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* history.day_scenes values: blanks trimmed, empty entries, over-long
+ * scenes and too many scenes refused with the key's name. */
+static void test_day_scenes_config(void)
+{
+    char err[256];
+    CHECK_EQ_INT(dd_history_check_day_scenes("", err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_history_check_day_scenes(NULL, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_history_check_day_scenes(" a,b ,c", err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_history_check_day_scenes("a,,b", err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "history.day_scenes: empty scene") != NULL);
+    CHECK_EQ_INT(dd_history_check_day_scenes("a,", err, sizeof err), DD_ERR_INVALID);
+    char big[300];
+    memset(big, 's', 256);
+    big[256] = '\0';
+    CHECK_EQ_INT(dd_history_check_day_scenes(big, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "longer than 255") != NULL);
+    char many[4 * (DD_DAY_SCENES_MAX + 1) + 1];
+    size_t o = 0;
+    for (int i = 0; i <= DD_DAY_SCENES_MAX; i++) o += (size_t)sprintf(many + o, "%s%d", i ? "," : "", i % 100);
+    CHECK_EQ_INT(dd_history_check_day_scenes(many, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "more than 64") != NULL);
 }
 
 static void test_forget_and_scenes(void)
@@ -1293,6 +1461,9 @@ int main(void)
     test_reduce_fp();
     test_late_plays();
     test_lookback();
+    test_day_scenes_config();
+    test_day_lookback();
+    test_day_fp();
     test_probe_any_ways();
     test_forget_and_scenes();
     test_concurrent();

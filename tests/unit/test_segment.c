@@ -38,7 +38,34 @@ static void test_segments(void)
     CHECK(!dd_segment_closed(&g, 2855, last + 1 + DD_SEGMENT_REDUCE_GRACE_DAYS));
     CHECK(dd_segment_closed(&g, 2855, last + 2 + DD_SEGMENT_REDUCE_GRACE_DAYS));
     struct dd_segments one = {1, 1};
-    CHECK_EQ_INT(dd_segment_of_day(&one, INT64_C(1) << 40), UINT32_MAX);
+    CHECK_EQ_INT(dd_segment_of_day(&one, INT64_C(1) << 40), DD_SEGMENT_DAY - 1);
+    CHECK(!dd_segment_is_day(dd_segment_of_day(&one, INT64_C(1) << 40)));
+}
+
+/* Day segments (history.day_scenes): one day each, whatever segment_days,
+ * numbered after every segment_days segment. */
+static void test_day_segments(void)
+{
+    struct dd_segments g = {7, 30};
+    uint32_t s = dd_day_segment(20000);
+    CHECK(dd_segment_is_day(s));
+    CHECK_EQ_INT(s, DD_SEGMENT_DAY | 20000u);
+    CHECK_EQ_INT(dd_segment_last_day(&g, s), 20000);
+    CHECK(s > dd_segment_of_day(&g, 20000));
+    CHECK_EQ_INT(dd_day_segment(-5), DD_SEGMENT_DAY);
+    /* live while its day >= today - retention, to the day */
+    CHECK(!dd_segment_dead(&g, s, 20030));
+    CHECK(dd_segment_dead(&g, s, 20031));
+    /* closed once its day < today - 1 - grace */
+    CHECK(!dd_segment_closed(&g, s, 20001 + DD_SEGMENT_REDUCE_GRACE_DAYS));
+    CHECK(dd_segment_closed(&g, s, 20002 + DD_SEGMENT_REDUCE_GRACE_DAYS));
+    /* the key's number is read back whole */
+    uint8_t k[DD_KEY_MAX];
+    size_t n = dd_key_prefix(k, "live", 4, "u1", 2);
+    dd_key_put_segment(k + n, s);
+    uint32_t back = 0;
+    CHECK(dd_key_segment((const char *)k, n + 4, &back));
+    CHECK_EQ_INT(back, s);
 }
 
 static void test_keys(void)
@@ -75,5 +102,6 @@ int main(void)
     test_days();
     test_segments();
     test_keys();
+    test_day_segments();
     TEST_MAIN_END();
 }
