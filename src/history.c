@@ -602,6 +602,98 @@ int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_le
     return 0;
 }
 
+/* The deleted range of (SCENE, USER): [prefix|00000000, prefix|ffffffff|00),
+ * every segment of this user and nothing else, since the prefix carries
+ * the user's length. LO and HI have room for DD_KEY_MAX + 1 bytes; returns
+ * the length of LO (HI's is one more). */
+static size_t forget_range(uint8_t *lo, uint8_t *hi, const char *scene, size_t scene_len,
+                           const char *user, size_t user_len)
+{
+    size_t plen = dd_key_prefix(lo, scene, scene_len, user, user_len);
+    dd_key_put_segment(lo + plen, 0);
+    memcpy(hi, lo, plen);
+    dd_key_put_segment(hi + plen, UINT32_MAX);
+    hi[plen + 4] = 0;
+    return plen + 4;
+}
+
+int dd_history_batch_forget(dd_history_batch *b, const char *scene, size_t scene_len,
+                            const char *user, size_t user_len)
+{
+    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX || user_len == 0)
+        return DD_ERR_INVALID;
+    if (dd_buf_reserve(&b->val, DD_KEY_MAX + 1) != 0) return DD_ERR_NOMEM;
+    size_t n = forget_range(b->key.data, b->val.data, scene, scene_len, user, user_len);
+    rocksdb_writebatch_delete_range(b->wb, (const char *)b->key.data, n,
+                                    (const char *)b->val.data, n + 1);
+    b->bytes += 2 * n + 1;
+    return 0;
+}
+
+/* Offsets' keys: 00 00 00 | 'K' | topic | 00 | u32 BE partition. As a
+ * history key it would be scene "" and user "", with a length (at least 10)
+ * that no segment key of that user has (7). */
+#define OFFSET_TAG 'K'
+static size_t offset_key(uint8_t *k, const char *topic, size_t topic_len, int32_t partition)
+{
+    k[0] = k[1] = k[2] = 0;
+    k[3] = OFFSET_TAG;
+    memcpy(k + 4, topic, topic_len);
+    k[4 + topic_len] = 0;
+    dd_key_put_segment(k + 5 + topic_len, (uint32_t)partition);
+    return 9 + topic_len;
+}
+
+int dd_history_batch_put_offset(dd_history_batch *b, const char *topic, int32_t partition,
+                                int64_t next)
+{
+    size_t tl = topic ? strlen(topic) : 0;
+    if (tl == 0 || tl > DD_TOPIC_MAX || partition < 0 || next < 0) return DD_ERR_INVALID;
+    size_t n = offset_key(b->key.data, topic, tl, partition);
+    uint8_t v[8];
+    for (int i = 0; i < 8; i++) v[i] = (uint8_t)((uint64_t)next >> (56 - 8 * i));
+    rocksdb_writebatch_put(b->wb, (const char *)b->key.data, n, (const char *)v, sizeof v);
+    b->bytes += n + sizeof v;
+    return 0;
+}
+
+int dd_history_get_offset(dd_history *h, const char *topic, int32_t partition, int64_t *next,
+                          char *err, size_t errlen)
+{
+    size_t tl = topic ? strlen(topic) : 0;
+    if (tl == 0 || tl > DD_TOPIC_MAX || partition < 0) {
+        dd_set_err(err, errlen, "bad topic or partition");
+        return DD_ERR_INVALID;
+    }
+    uint8_t k[9 + DD_TOPIC_MAX];
+    size_t n = offset_key(k, topic, tl, partition);
+    char *e = NULL;
+    size_t vlen = 0;
+    char *v = rocksdb_get_cf(h->db, h->ropts, h->cf, (const char *)k, n, &vlen, &e);
+    if (e) {
+        dd_set_err(err, errlen, "read: %s", e);
+        rocksdb_free(e);
+        return DD_ERR_IO;
+    }
+    if (!v) return DD_ERR_NOTFOUND;
+    uint64_t x = 0;
+    int rc = DD_ERR_CORRUPT;
+    if (vlen == 8) {
+        for (int i = 0; i < 8; i++) x = x << 8 | (uint8_t)v[i];
+        if (x <= INT64_MAX) {
+            *next = (int64_t)x;
+            rc = 0;
+        }
+    }
+    rocksdb_free(v);
+    if (rc != 0) {
+        atomic_fetch_add_explicit(&h->fold.corrupt_values, 1, memory_order_relaxed);
+        dd_set_err(err, errlen, "stored offset of %s/%" PRId32 " is corrupt (%zu bytes)", topic,
+                   partition, vlen);
+    }
+    return rc;
+}
+
 void dd_history_batch_set_unlogged(dd_history_batch *b, bool unlogged)
 {
     b->unlogged = unlogged;
@@ -619,7 +711,7 @@ size_t dd_history_batch_bytes(const dd_history_batch *b)
 
 int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errlen)
 {
-    if (b->operands == 0) return 0;
+    if (rocksdb_writebatch_count(b->wb) == 0) return 0;
     if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
     char *e = NULL;
     rocksdb_write(h->db, b->unlogged ? h->wopts_unlogged : h->wopts, b->wb, &e);
@@ -899,8 +991,8 @@ int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, con
 int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const char *user,
                       size_t user_len, char *err, size_t errlen)
 {
-    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX) {
-        dd_set_err(err, errlen, "scene or user id too long");
+    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX || user_len == 0) {
+        dd_set_err(err, errlen, "scene or user id too long, or user id empty");
         return DD_ERR_INVALID;
     }
     size_t klen = 1 + scene_len + 2 + user_len + 5;
@@ -909,14 +1001,8 @@ int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const 
         dd_set_err(err, errlen, "out of memory");
         return DD_ERR_NOMEM;
     }
-    /* [prefix|00000000, prefix|ffffffff|00): every segment of this user and
-     * nothing else, since the prefix carries the user's length. */
     uint8_t *lo = b, *hi = b + klen;
-    size_t plen = dd_key_prefix(lo, scene, scene_len, user, user_len);
-    dd_key_put_segment(lo + plen, 0);
-    memcpy(hi, lo, plen);
-    dd_key_put_segment(hi + plen, UINT32_MAX);
-    hi[plen + 4] = 0;
+    size_t plen = forget_range(lo, hi, scene, scene_len, user, user_len) - 4;
 
     if (check_writable(h, err, errlen) != DD_OK) {
         free(b);

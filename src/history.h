@@ -139,6 +139,35 @@ void dd_history_batch_clear(dd_history_batch *b);
 int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len,
                          const char *user, size_t user_len, uint32_t segment,
                          const uint64_t *hashes, size_t n);
+/* Add to B the deletion of every segment of (SCENE, USER), as
+ * dd_history_forget does, to be written with the rest of the batch.
+ * Returns 0 or DD_ERR_INVALID (lengths; an empty user id). */
+int dd_history_batch_forget(dd_history_batch *b, const char *scene, size_t scene_len,
+                            const char *user, size_t user_len);
+
+/* Log positions kept in the store. A consumer records in the batch that
+ * writes a message's plays the next offset to read of that message's
+ * partition, so the store and its position in the log are written (and
+ * made durable) together: after a crash the store's position is never
+ * ahead of its plays. The key is outside the history's key space (a scene
+ * "" and a user "" that no call accepts, with a length no segment key has):
+ * reads, forgets and the compaction filter never meet it.
+ *
+ * Add to B: TOPIC's PARTITION is consumed up to NEXT (the next offset to
+ * read, >= 0). TOPIC is 1..DD_TOPIC_MAX bytes. Returns 0 or
+ * DD_ERR_INVALID. */
+#define DD_TOPIC_MAX 249
+int dd_history_batch_put_offset(dd_history_batch *b, const char *topic, int32_t partition,
+                                int64_t next);
+
+/* The next offset of TOPIC's PARTITION recorded in the store: 0 with *NEXT
+ * set, DD_ERR_NOTFOUND when none is (a store written before offsets were
+ * kept, or a partition never consumed here), DD_ERR_CORRUPT (the value is
+ * not 8 bytes or negative: logged, to be treated as none), or DD_ERR_IO
+ * (message in err). */
+int dd_history_get_offset(dd_history *h, const char *topic, int32_t partition, int64_t *next,
+                          char *err, size_t errlen);
+
 /* Write this batch without the WAL (default: with it). An unlogged write is
  * visible to every later probe at once but durable only once a later
  * dd_history_flush() returns 0 (or the store is closed cleanly): a crash
@@ -146,7 +175,7 @@ int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_le
  * Kafka ingest does (it commits offsets only after that flush); history.sync
  * does not apply. Kept across dd_history_batch_clear. Cannot fail. */
 void dd_history_batch_set_unlogged(dd_history_batch *b, bool unlogged);
-/* Operands and approximate bytes in the batch. */
+/* Operands (merge operands only) and approximate bytes in the batch. */
 size_t dd_history_batch_operands(const dd_history_batch *b);
 size_t dd_history_batch_bytes(const dd_history_batch *b);
 

@@ -588,9 +588,48 @@ static void window_done(dd_ingest *in, struct slot *s, uint64_t written, int64_t
     if (in->wal) commit_async(in);
 }
 
-/* Write the window of S (the flushing slot), then run its forget if it
- * ends with a marker, each until it succeeds or the ingest is stopping;
- * then window_done. Called without in->mu. */
+/* Put into the write batch the next offset of every partition S holds
+ * messages of, so that the store records its position in the log in the
+ * same write as the plays (history.h, "Log positions"). None once a window
+ * was abandoned or a position lost (slot_store's rule). 0 or
+ * DD_ERR_INVALID (a partition or offset out of range: not written, logged). */
+static int put_offsets(dd_ingest *in, const struct slot *s)
+{
+    if (in->abandoned || atomic_load(&in->lost_position)) return DD_OK;
+    for (size_t i = 0; i < s->nparts; i++) {
+        if (s->next[i] < 0) continue;
+        int rc = dd_history_batch_put_offset(in->batch, in->topic, (int32_t)i, s->next[i]);
+        if (rc != DD_OK) {
+            dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
+                           "msg=\"cannot record an offset in the store\" topic=%s partition=%zu "
+                           "offset=%" PRId64, in->topic, i, s->next[i]);
+            return rc;
+        }
+    }
+    return DD_OK;
+}
+
+/* The forget S's window ends with, and S's offsets, in one write. A marker
+ * the store refuses (the decoder lets no empty user through, so never) is
+ * logged and skipped rather than retried for ever. */
+static int write_forget(dd_ingest *in, struct slot *s, char *err, size_t errlen)
+{
+    dd_history_batch_clear(in->batch);
+    if (dd_history_batch_forget(in->batch, s->fscene, s->fscene_len, s->fuser, s->fuser_len) !=
+        DD_OK)
+        dd_log_limited(&in->lim_write, 5000, DD_LOG_ERROR, MOD,
+                       "msg=\"forget marker refused by the store; skipped\" user_bytes=%zu",
+                       s->fuser_len);
+    put_offsets(in, s);
+    int rc = dd_history_write(in->h, in->batch, err, errlen);
+    dd_history_batch_clear(in->batch);
+    return rc;
+}
+
+/* Write the window of S (the flushing slot) with its offsets, or, if it
+ * ends with a forget marker, the window and then the forget with the
+ * offsets; each until it succeeds or the ingest is stopping; then
+ * window_done. Called without in->mu. */
 static void write_window(dd_ingest *in, struct slot *s)
 {
     char err[512];
@@ -601,6 +640,8 @@ static void write_window(dd_ingest *in, struct slot *s)
         int rc = DD_OK;
         if (!in_store) {
             t0 = dd_mono_ns();
+            dd_history_batch_clear(in->batch);
+            if (!s->forget) put_offsets(in, s);
             rc = dd_window_flush(s->w, in->h, in->batch, &written, err, sizeof err);
             if (rc == DD_OK) {
                 in_store = true;
@@ -611,8 +652,7 @@ static void write_window(dd_ingest *in, struct slot *s)
             }
         }
         if (rc == DD_OK && s->forget) {
-            rc = dd_history_forget(in->h, s->fscene, s->fscene_len, s->fuser, s->fuser_len, err,
-                                   sizeof err);
+            rc = write_forget(in, s, err, sizeof err);
             if (rc == DD_OK) {
                 s->forget = false;
                 INC(forgets);
@@ -1055,6 +1095,33 @@ static void update_assigned(dd_ingest *in)
     atomic_store_explicit(&in->st.assigned, n, memory_order_relaxed);
 }
 
+/* Start each partition of L at the next offset the store recorded for it,
+ * where it has one: the store's own position wins over committed offsets,
+ * since it was written with the plays (history.h, "Log positions"). The
+ * others keep the offset L has (committed, or the beginning for a new
+ * store): a store written before offsets were kept, or a partition never
+ * consumed here. A store that cannot be read is logged and falls back the
+ * same way. Returns how many start from the store. */
+static int offsets_from_store(dd_ingest *in, rd_kafka_topic_partition_list_t *l)
+{
+    int n = 0;
+    for (int i = 0; i < l->cnt; i++) {
+        int64_t next;
+        char err[256];
+        int rc = dd_history_get_offset(in->h, in->topic, l->elems[i].partition, &next, err,
+                                       sizeof err);
+        if (rc == DD_OK) {
+            l->elems[i].offset = next;
+            n++;
+        } else if (rc != DD_ERR_NOTFOUND) {
+            dd_error(MOD, "msg=\"cannot read the store's offset; starting from the committed "
+                          "one\" topic=%s partition=%" PRId32 " error=\"%s\"",
+                     in->topic, l->elems[i].partition, err);
+        }
+    }
+    return n;
+}
+
 /* On revoke: drain, commit synchronously, then release, so the next owner
  * starts after every play written here. A lost assignment still writes
  * (idempotent) but commits nothing. */
@@ -1067,8 +1134,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
     INC(rebalances);
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=%s", parts->cnt,
-                coop ? "cooperative" : "eager");
+        int stored = offsets_from_store(in, parts);
+        dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=%s from_store=%d",
+                parts->cnt, coop ? "cooperative" : "eager", stored);
         if (coop)
             error = rd_kafka_incremental_assign(rk, parts);
         else
@@ -1162,6 +1230,7 @@ static void self_assign(dd_ingest *in)
         rd_kafka_topic_partition_list_destroy(l);
         return;
     }
+    int stored = offsets_from_store(in, l);
     rd_kafka_resp_err_t e = rd_kafka_assign(in->rk, l);
     if (e) {
         dd_log_limited(&in->lim_assign, 5000, DD_LOG_ERROR, MOD,
@@ -1174,7 +1243,8 @@ static void self_assign(dd_ingest *in)
         lag_assign_list(in, l, true);
         update_assigned(in);
         dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=assign partitions=%s "
-                "topic_partitions=%" PRId32 " group=%s", l->cnt, list, n, in->group_id);
+                "topic_partitions=%" PRId32 " group=%s from_store=%d", l->cnt, list, n,
+                in->group_id, stored);
         if (in->from_beginning) reset_committed(in, l);
     }
     rd_kafka_topic_partition_list_destroy(l);

@@ -10,6 +10,11 @@
  * Semantics (docs/design.md, "Ingest semantics"): at-least-once from Kafka,
  * idempotent into the filters. A crash or a partition moving loses no play:
  * whatever was not durable was not committed, and is consumed again.
+ * Each window's write batch also records, per partition, the next offset
+ * to read (dd_history_batch_put_offset), so the store's position is made
+ * durable with its plays; on assignment (both modes below) a partition
+ * starts there when the store has a position for it, else from its
+ * committed offset, as before.
  * A message that cannot be used (see struct dd_ingest_stats) is counted,
  * logged with topic, partition and offset (rate-limited), copied to
  * ingest.dead_letter_topic when one is set, and skipped: its offset

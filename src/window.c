@@ -352,7 +352,11 @@ int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *
                     char *err, size_t errlen)
 {
     if (written) *written = 0;
-    if (w->n_entries == 0) return DD_OK;
+    if (w->n_entries == 0) {
+        int rc = dd_history_write(h, b, err, errlen);
+        dd_history_batch_clear(b);
+        return rc;
+    }
     /* Write in key order: RocksDB's memtable skiplist inserts a sorted run
      * far faster than random keys (each insert starts from the last one's
      * position), which is most of a flush's cost. */
@@ -360,6 +364,7 @@ int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *
         uint32_t *o = realloc(w->order, w->cap_entries * sizeof *o);
         if (!o) {
             snprintf(err, errlen, "out of memory ordering %zu entries", w->n_entries);
+            dd_history_batch_clear(b);
             return DD_ERR_NOMEM;
         }
         w->order = o;
@@ -367,7 +372,6 @@ int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *
     }
     for (size_t i = 0; i < w->n_entries; i++) w->order[i] = (uint32_t)i;
     qsort_r(w->order, w->n_entries, sizeof *w->order, cmp_key, w);
-    dd_history_batch_clear(b);
     uint64_t total = 0, dups = 0;
     for (size_t i = 0; i < w->n_entries; i++) {
         const struct entry *e = &w->entries[w->order[i]];
@@ -398,6 +402,7 @@ int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *
         dups += n - u;
     }
     int rc = dd_history_write(h, b, err, errlen);
+    dd_history_batch_clear(b);
     if (rc != DD_OK) return rc;
     w->st.hashes_written += total;
     w->st.duplicates += dups;

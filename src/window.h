@@ -70,16 +70,19 @@ enum dd_window_add_result {
 int dd_window_add(dd_window *w, const char *scene, size_t scene_len, const char *user,
                   size_t user_len, uint64_t item, int64_t at_ms);
 
-/* Build one write batch from every pending (scene, user, segment) - each an
- * operand of its distinct item hashes (sorted and made unique here) - into
- * B (cleared first; borrowed) and write it with dd_history_write to H. The
- * entries go in the store's key order (segment.h), because RocksDB's
- * memtable inserts a sorted run much faster than scattered keys. On
+/* Add every pending (scene, user, segment) - each an operand of its
+ * distinct item hashes (sorted and made unique here) - to B (borrowed)
+ * after what the caller put there (e.g. the log offsets the plays cover:
+ * dd_history_batch_put_offset), and write B with dd_history_write to H, so
+ * both land in one write. The entries go in the store's key order
+ * (segment.h), because RocksDB's memtable inserts a sorted run much faster
+ * than scattered keys. B is empty on return, whatever happened. On
  * success the window is emptied as by dd_window_clear and 0 is returned,
  * with *WRITTEN (if not NULL) the number of distinct hashes written. On
  * error (DD_ERR_IO from the store, message in err; DD_ERR_NOMEM) nothing
- * pending is lost: the window is unchanged and the flush may be retried.
- * An empty window writes nothing and returns 0. */
+ * pending is lost: the window is unchanged and the flush may be retried
+ * (with the caller's part added again). An empty window writes only what
+ * the caller put in B (nothing if B is empty) and returns 0. */
 int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *written,
                     char *err, size_t errlen);
 

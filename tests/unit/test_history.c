@@ -762,6 +762,81 @@ static void test_day_scenes_config(void)
     CHECK(strstr(err, "more than 64") != NULL);
 }
 
+/* Log positions: an offset written in a batch with plays reads back after
+ * flush, compaction and reopen; a later write replaces it; other topics
+ * and partitions have none; the keys are outside the history (no probe,
+ * forget or compaction meets them); bad arguments are refused. */
+static void test_offsets(void)
+{
+    char err[256];
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    int64_t next = -1;
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 3, &next, err, sizeof err), DD_ERR_NOTFOUND);
+
+    dd_history_batch *b = dd_history_batch_new();
+    REQUIRE(b);
+    uint64_t a = item("off", 1);
+    uint32_t seg;
+    REQUIRE(dd_history_place(h, "", 0, T0, &seg) == DD_HISTORY_PLACE_OK);
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, "plays", 3, 12345), DD_OK);
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, "plays", 0, 7), DD_OK);
+    CHECK_EQ_INT(dd_history_batch_add(b, "", 0, "u", 1, seg, &a, 1), DD_OK);
+    CHECK_EQ_INT(dd_history_batch_operands(b), 1);
+    CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 3, &next, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(next, 12345);
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 0, &next, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(next, 7);
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 1, &next, err, sizeof err), DD_ERR_NOTFOUND);
+    CHECK_EQ_INT(dd_history_get_offset(h, "play", 3, &next, err, sizeof err), DD_ERR_NOTFOUND);
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays2", 3, &next, err, sizeof err), DD_ERR_NOTFOUND);
+
+    /* offsets alone are a write too; a later one wins */
+    dd_history_batch_clear(b);
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, "plays", 3, 20000), DD_OK);
+    CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK);
+    flush_compact(h);
+    dd_history_close(h);
+    atomic_store(&clock_now, T0 + 200 * DAY); /* every segment dead: compaction drops them */
+    h = open_store(&cfg);
+    flush_compact(h);
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 3, &next, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(next, 20000);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, &a, 1), 0);
+
+    /* a forget in a batch, with an offset: both land */
+    atomic_store(&clock_now, T0);
+    play(h, "", "v", &a, 1, T0);
+    CHECK_EQ_INT(count_hits(h, "", "v", 0, &a, 1), 1);
+    dd_history_batch_clear(b);
+    CHECK_EQ_INT(dd_history_batch_forget(b, "", 0, "v", 1), DD_OK);
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, "plays", 3, 20001), DD_OK);
+    CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(count_hits(h, "", "v", 0, &a, 1), 0);
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 3, &next, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(next, 20001);
+
+    /* no user "" to forget, which would reach the offsets' keys */
+    CHECK_EQ_INT(dd_history_batch_forget(b, "", 0, "", 0), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_history_forget(h, "", 0, "", 0, err, sizeof err), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, "", 3, 1), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, "plays", -1, 1), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, "plays", 1, -1), DD_ERR_INVALID);
+    char longtopic[DD_TOPIC_MAX + 2];
+    memset(longtopic, 't', sizeof longtopic - 1);
+    longtopic[sizeof longtopic - 1] = '\0';
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, longtopic, 1, 1), DD_ERR_INVALID);
+    longtopic[DD_TOPIC_MAX] = '\0';
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, longtopic, 1, 1), DD_OK);
+    dd_history_batch_free(b);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
 static void test_forget_and_scenes(void)
 {
     struct dd_config cfg;
@@ -1464,6 +1539,7 @@ int main(void)
     test_day_scenes_config();
     test_day_lookback();
     test_day_fp();
+    test_offsets();
     test_probe_any_ways();
     test_forget_and_scenes();
     test_concurrent();

@@ -205,6 +205,33 @@ static void test_memory_bound(dd_history *h, dd_history_batch *b, int heavy)
     dd_window_free(w);
 }
 
+/* What the caller put in the batch is written with the window's plays, in
+ * one write, also when the window is empty; the batch is empty after. */
+static void test_callers_part(dd_history *h, dd_history_batch *b)
+{
+    char err[256];
+    dd_window *w;
+    REQUIRE(dd_window_new(&w, h, 1u << 20) == DD_OK);
+    uint64_t a = item("part", 1);
+    CHECK_EQ_INT(add(w, "", "carol", a, T0), DD_WINDOW_ADDED);
+    dd_history_batch_clear(b);
+    REQUIRE(dd_history_batch_put_offset(b, "plays", 2, 41) == DD_OK);
+    uint64_t written = 0;
+    flush_ok(w, h, b, &written);
+    CHECK_EQ_INT(written, 1);
+    CHECK_EQ_INT(dd_history_batch_bytes(b), 0);
+    int64_t next = 0;
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 2, &next, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(next, 41);
+    /* an empty window: only the caller's part */
+    REQUIRE(dd_history_batch_put_offset(b, "plays", 2, 42) == DD_OK);
+    flush_ok(w, h, b, &written);
+    CHECK_EQ_INT(written, 0);
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 2, &next, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(next, 42);
+    dd_window_free(w);
+}
+
 int main(void)
 {
     tl_tmpdir(root, sizeof root, "window");
@@ -228,6 +255,7 @@ int main(void)
     test_expiry_and_refusals(h, b);
     test_memory_bound(h, b, 0);
     test_memory_bound(h, b, 1);
+    test_callers_part(h, b);
 
     dd_history_batch_free(b);
     dd_history_close(h);
