@@ -18,6 +18,8 @@ static const struct {
     [DD_API_FORGET_USER] = {"ForgetUser", DD_API_PATH_FORGET_USER},
     [DD_API_HEALTH_CHECK] = {"HealthCheck", DD_API_PATH_HEALTH_CHECK},
     [DD_API_CLUSTER_STATUS] = {"ClusterStatus", DD_API_PATH_CLUSTER_STATUS},
+    [DD_API_SNAPSHOT_BEGIN] = {"SnapshotBegin", DD_API_PATH_SNAPSHOT_BEGIN},
+    [DD_API_SNAPSHOT_READ] = {"SnapshotRead", DD_API_PATH_SNAPSHOT_READ},
     [DD_API_UNKNOWN] = {"unknown", "unknown"},
 };
 

@@ -20,6 +20,8 @@ enum dd_api_method {
     DD_API_FORGET_USER,
     DD_API_HEALTH_CHECK,
     DD_API_CLUSTER_STATUS, /* dedup.v1.Cluster/Status: nodes of a cluster ask each other */
+    DD_API_SNAPSHOT_BEGIN, /* dedup.v1.Cluster/SnapshotBegin: a new replica asks a peer */
+    DD_API_SNAPSHOT_READ,  /* dedup.v1.Cluster/SnapshotRead: ... and copies its store */
     DD_API_UNKNOWN,       /* any other method (the server answers UNIMPLEMENTED) */
     DD_API_METHOD_COUNT,
 };
@@ -31,6 +33,8 @@ enum dd_api_method {
 #define DD_API_PATH_FORGET_USER "/dedup.v1.Dedup/ForgetUser"
 #define DD_API_PATH_HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define DD_API_PATH_CLUSTER_STATUS "/dedup.v1.Cluster/Status"
+#define DD_API_PATH_SNAPSHOT_BEGIN "/dedup.v1.Cluster/SnapshotBegin"
+#define DD_API_PATH_SNAPSHOT_READ "/dedup.v1.Cluster/SnapshotRead"
 
 /* The service the Dedup methods belong to, as health checks name it. */
 #define DD_API_SERVICE "dedup.v1.Dedup"

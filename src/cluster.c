@@ -439,6 +439,52 @@ static grpc_channel_credentials *peer_credentials(const struct dd_cluster_conf *
     return creds;
 }
 
+/* The settings of every channel to a peer, into ARGS (room for 6); their
+ * count. Strings are borrowed from CONF. */
+static size_t channel_args(const struct dd_cluster_conf *conf, const struct dd_rpc_conf *rpc,
+                           grpc_arg *args)
+{
+    /* Reconnect soon after a peer comes back (grpc's default backoff grows
+     * to 2 minutes); we retry on the next replica ourselves, so grpc's own
+     * retries are off; replies may be as large as the requests we accept. */
+    size_t nargs = 0;
+#define INT_ARG(k, v)                                                                    \
+    do {                                                                                 \
+        args[nargs].type = GRPC_ARG_INTEGER;                                             \
+        args[nargs].key = (char *)(k);                                                   \
+        args[nargs].value.integer = (v);                                                 \
+        nargs++;                                                                         \
+    } while (0)
+    INT_ARG(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    INT_ARG(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    INT_ARG(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    INT_ARG(GRPC_ARG_ENABLE_RETRIES, 0);
+    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
+#undef INT_ARG
+    if (conf->tls_server_name[0] && rpc->tls_cert[0]) {
+        args[nargs].type = GRPC_ARG_STRING;
+        args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[nargs].value.string = conf->tls_server_name;
+        nargs++;
+    }
+    return nargs;
+}
+
+grpc_channel *dd_cluster_channel_new(const struct dd_cluster_conf *conf,
+                                     const struct dd_rpc_conf *rpc, const char *addr, char *err,
+                                     size_t errlen)
+{
+    grpc_channel_credentials *creds = peer_credentials(conf, rpc, err, errlen);
+    if (!creds) return NULL;
+    grpc_arg args[6];
+    size_t nargs = channel_args(conf, rpc, args);
+    grpc_channel_args chargs = {.num_args = nargs, .args = args};
+    grpc_channel *ch = grpc_channel_create(addr, creds, &chargs);
+    grpc_channel_credentials_release(creds);
+    if (!ch) dd_set_err(err, errlen, "cannot create a channel to %s", addr);
+    return ch;
+}
+
 int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
                    const struct dd_cluster_conf *conf, const struct dd_rpc_conf *rpc,
                    const struct dd_cluster_local *local, char *err, size_t errlen)
@@ -480,30 +526,8 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
         rc = DD_ERR_INVALID;
         goto err;
     }
-    /* Reconnect soon after a peer comes back (grpc's default backoff grows
-     * to 2 minutes); we retry on the next replica ourselves, so grpc's own
-     * retries are off; replies may be as large as the requests we accept. */
     grpc_arg args[6];
-    size_t nargs = 0;
-#define INT_ARG(k, v)                                                                    \
-    do {                                                                                 \
-        args[nargs].type = GRPC_ARG_INTEGER;                                             \
-        args[nargs].key = (char *)(k);                                                   \
-        args[nargs].value.integer = (v);                                                 \
-        nargs++;                                                                         \
-    } while (0)
-    INT_ARG(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    INT_ARG(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    INT_ARG(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    INT_ARG(GRPC_ARG_ENABLE_RETRIES, 0);
-    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
-#undef INT_ARG
-    if (conf->tls_server_name[0] && rpc->tls_cert[0]) {
-        args[nargs].type = GRPC_ARG_STRING;
-        args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        args[nargs].value.string = conf->tls_server_name;
-        nargs++;
-    }
+    size_t nargs = channel_args(conf, rpc, args);
     grpc_channel_args chargs = {.num_args = nargs, .args = args};
     size_t i = 0;
     for (uint32_t s = 0; s < cl->map.shards; s++) {

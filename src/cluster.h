@@ -57,6 +57,9 @@ struct dd_cluster_conf {
                                  * else rpc.tls_cert itself */
     char *tls_server_name;      /* name peers' certificates are checked against; "" = the
                                  * host of the peer's address */
+    char *bootstrap;            /* "none", or "peer": an empty store is first copied from a
+                                 * live replica of this shard (snapshot.h) */
+    uint32_t snapshot_mbps;     /* this node lends its store at most this fast; 0 = no limit */
 };
 
 /* The limits of the map. */
@@ -135,6 +138,13 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
                    const struct dd_cluster_conf *conf, const struct dd_rpc_conf *rpc,
                    const struct dd_cluster_local *local, char *err, size_t errlen);
 int dd_cluster_start(dd_cluster *cl, char *err, size_t errlen);
+
+/* A channel to peer ADDR with the credentials and settings dd_cluster_new
+ * gives its own (for a copy before the cluster runs: snapshot.h). NULL
+ * with a message in err. Destroy with grpc_channel_destroy. */
+grpc_channel *dd_cluster_channel_new(const struct dd_cluster_conf *conf,
+                                     const struct dd_rpc_conf *rpc, const char *addr, char *err,
+                                     size_t errlen);
 void dd_cluster_stop(dd_cluster *cl);
 void dd_cluster_free(dd_cluster *cl);
 

@@ -85,6 +85,7 @@ static const char *const format_words[] = {"json", "protobuf", NULL};
 static const char *const level_words[] = {"debug", "info", "warn", "error", NULL};
 static const char *const poller_words[] = {"poll", "epoll1", NULL};
 static const char *const compression_words[] = {"off", "on", NULL};
+static const char *const bootstrap_words[] = {"none", "peer", NULL};
 
 /* Keep rows of one section together, in the order conf/dedupd.conf
  * documents them; dd_config_write prints them in this order. */
@@ -168,6 +169,8 @@ static const struct key keys[] = {
     ROW_U32("cluster.forward_timeout_ms", cluster.forward_timeout_ms, "5000", 1, INT32_MAX),
     ROW_STR("cluster.tls_ca", cluster.tls_ca, ""),
     ROW_STR("cluster.tls_server_name", cluster.tls_server_name, ""),
+    ROW_ENUM("cluster.bootstrap", cluster.bootstrap, "none", bootstrap_words),
+    ROW_U32("cluster.snapshot_mbps", cluster.snapshot_mbps, "400", 0, 1000000),
 
     ROW_ENUM("log.level", log.level, "info", level_words),
     ROW_STR("log.file", log.file, ""),

@@ -1023,6 +1023,25 @@ int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const 
     return 0;
 }
 
+int dd_history_checkpoint(dd_history *h, const char *dir, char *err, size_t errlen)
+{
+    char *e = NULL;
+    rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(h->db, &e);
+    if (cp) rocksdb_checkpoint_create(cp, dir, 0 /* always flush first */, &e);
+    if (cp) rocksdb_checkpoint_object_destroy(cp);
+    if (e) {
+        dd_set_err(err, errlen, "checkpoint into %s: %s", dir, e);
+        rocksdb_free(e);
+        return DD_ERR_IO;
+    }
+    return 0;
+}
+
+const char *dd_history_path(const dd_history *h)
+{
+    return h->path;
+}
+
 int dd_history_flush(dd_history *h, char *err, size_t errlen)
 {
     if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;

@@ -87,6 +87,17 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
                     const struct dd_config_list *rocksdb,
                     const struct dd_history_clock *clock, char *err, size_t errlen);
 
+/* A consistent copy of the store in directory DIR (which must not exist),
+ * taken while reads and writes go on: the memtables are flushed first (so
+ * unlogged writes are in it) and the SST files are hard links where DIR
+ * is on the same filesystem. The copy opens as a store of its own, log
+ * positions (dd_history_get_offset) included. 0, or DD_ERR_IO with a
+ * message in err. */
+int dd_history_checkpoint(dd_history *h, const char *dir, char *err, size_t errlen);
+
+/* history.path as opened. */
+const char *dd_history_path(const dd_history *h);
+
 /* Whether dd_history_open created the store (its directory held no
  * database): a node whose store is new must not resume from offsets a
  * lost store had committed (cluster.h). Cannot fail. */

@@ -19,13 +19,20 @@
 #include "log.h"
 #include "plays.h"
 #include "rpc.h"
+#include "snapshot.h"
 
 #include <getopt.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
 
 static void usage(FILE *f)
 {
@@ -87,6 +94,64 @@ static const char *bound_addr(char *buf, size_t buflen, const char *listen, int 
     return buf;
 }
 
+/* Whether PATH holds a RocksDB store (its CURRENT file). */
+static bool store_exists(const char *path)
+{
+    char p[4096];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/CURRENT", path);
+    return stat(p, &st) == 0;
+}
+
+/* cluster.bootstrap = peer on an empty store: copy the store of a live
+ * replica of this shard (snapshot.h), each replica in turn, for up to
+ * BOOTSTRAP_ROUNDS rounds a second apart (peers may be starting too). A
+ * copy cut short resumes. 0, or DD_ERR_UNAVAILABLE when no replica could
+ * give one (logged): dedupd then stops rather than serve from an empty
+ * store whose log may no longer be in Kafka. */
+#define BOOTSTRAP_ROUNDS 120
+static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_cluster_map *map)
+{
+    char err[512] = "no other replica in this shard", hash[17], from[32];
+    dd_cluster_map_hash_hex(map, hash);
+    snprintf(from, sizeof from, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
+    grpc_init();
+    int rc = DD_ERR_UNAVAILABLE;
+    for (int round = 0; round < BOOTSTRAP_ROUNDS && rc != DD_OK; round++) {
+        if (round) {
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+        }
+        for (uint32_t r = 0; r < map->nreplicas[map->shard] && rc != DD_OK; r++) {
+            if (r == map->replica) continue;
+            const char *addr = map->addr[map->shard][r];
+            grpc_channel *ch = dd_cluster_channel_new(&cfg->cluster, &cfg->rpc, addr, err,
+                                                      sizeof err);
+            if (!ch) continue;
+            struct dd_snapshot_source src = {ch, addr, hash, from, map->shard,
+                                             cfg->cluster.forward_timeout_ms};
+            /* A file whose checksum differed was removed: fetched again at once. */
+            for (int tries = 0; tries < 3; tries++) {
+                rc = dd_snapshot_fetch(&src, cfg->history.path, err, sizeof err);
+                if (rc != DD_ERR_CORRUPT) break;
+                dd_warn("main", "msg=\"snapshot file damaged in transit; fetching it again\" "
+                                "peer=%s error=\"%s\"", addr, err);
+            }
+            grpc_channel_destroy(ch);
+            static struct dd_log_limit lim;
+            if (rc != DD_OK)
+                dd_log_limited(&lim, 10000, DD_LOG_WARN, "main",
+                               "msg=\"cannot copy the store from a peer\" peer=%s round=%d "
+                               "error=\"%s\"", addr, round + 1, err);
+        }
+    }
+    grpc_shutdown();
+    if (rc != DD_OK)
+        dd_error("main", "msg=\"cluster.bootstrap = peer: no replica of shard %" PRIu32
+                         " could give its store; stopping\" error=\"%s\"", map->shard, err);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     struct dd_config cfg;
@@ -99,6 +164,7 @@ int main(int argc, char **argv)
     dd_plays *plays = NULL;
     dd_cluster *cluster = NULL;
     dd_producer *producer = NULL;
+    dd_snapshot_server *snapshot = NULL;
     struct dd_cluster_map map = {0};
 
     if (dd_config_init(&cfg) != DD_OK) {
@@ -225,6 +291,12 @@ int main(int argc, char **argv)
                     cfg.admin.listen);
     }
 
+    if (clustered && strcmp(cfg.cluster.bootstrap, "peer") == 0 &&
+        !store_exists(cfg.history.path)) {
+        dd_info("main", "msg=\"empty store and cluster.bootstrap = peer: copying a replica's "
+                        "store\" path=\"%s\"", cfg.history.path);
+        if (bootstrap_from_peer(&cfg, &map) != DD_OK) goto out;
+    }
     if (dd_history_open(&history, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"",
                  cfg.history.path, err);
@@ -291,8 +363,13 @@ int main(int argc, char **argv)
         }
         dd_producer_set_applied(producer, ingest_applied, ingest);
     }
+    if (clustered && dd_snapshot_server_new(&snapshot, history, cfg.cluster.snapshot_mbps, err,
+                                            sizeof err) != DD_OK) {
+        dd_error("main", "msg=\"cannot set up snapshots\" error=\"%s\"", err);
+        goto out;
+    }
     if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, cluster, producer, err, sizeof err) != DD_OK ||
-        dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
+        (dd_rpc_set_snapshot(rpc, snapshot), dd_rpc_start(rpc, err, sizeof err)) != DD_OK) {
         dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",
                  cfg.rpc.listen, err);
         goto out;
@@ -335,6 +412,7 @@ out:
     /* Every module leaves /metrics before it is freed. */
     dd_admin_detach(admin, DD_ADMIN_RPC);
     dd_rpc_free(rpc);
+    dd_snapshot_server_free(snapshot);
     dd_producer_free(producer);
     dd_admin_detach(admin, DD_ADMIN_CLUSTER);
     dd_cluster_free(cluster);

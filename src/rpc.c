@@ -40,6 +40,7 @@
 #include "metrics.h"
 #include "recent.h"
 #include "record.h"
+#include "snapshot.h"
 #include "wire.h"
 
 #include "dedup.pb-c.h"
@@ -168,6 +169,7 @@ struct dd_rpc {
     bool open_to_all;         /* not loopback and no client certificates */
     dd_auth *auth;            /* who may call what; read-only once built */
     dd_cluster *cluster;      /* NULL: a single node, every call is served here */
+    dd_snapshot_server *snapshot; /* lends this store to new replicas; NULL: none */
     struct dd_producer *producer;
     grpc_slice md_from, md_map; /* our place and map hash, sent with forwarded calls */
     int started, shut_down;
@@ -590,6 +592,82 @@ static bool too_many(struct worker *w, const uint8_t *data, size_t len, uint32_t
     return true;
 }
 
+
+/* SnapshotBegin and SnapshotRead (snapshot.h): a replica of this node's
+ * shard, with the same map, copies this store. */
+static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, const uint8_t *data,
+                                      size_t len, grpc_byte_buffer **reply)
+{
+    ProtobufCAllocator *al = dd_arena_allocator(w->arena);
+    dd_rpc *rpc = w->rpc;
+    if (!rpc->cluster || !rpc->snapshot) {
+        snprintf(w->msg, sizeof w->msg, "this node is not part of a cluster");
+        return GRPC_STATUS_UNIMPLEMENTED;
+    }
+    int rc;
+    if (m == DD_API_SNAPSHOT_BEGIN) {
+        Dedup__V1__SnapshotBeginRequest *req =
+            dedup__v1__snapshot_begin_request__unpack(al, len, data);
+        if (!req) return bad_message(w, "dedup.v1.SnapshotBeginRequest");
+        if (dd_cluster_check_peer_map(rpc->cluster, req->map_hash, req->from, w->msg,
+                                      sizeof w->msg) != DD_OK)
+            return GRPC_STATUS_FAILED_PRECONDITION;
+        if (req->shard != dd_cluster_get_map(rpc->cluster)->shard) {
+            snprintf(w->msg, sizeof w->msg, "this node holds shard %" PRIu32 ", not %" PRIu32,
+                     dd_cluster_get_map(rpc->cluster)->shard, req->shard);
+            return GRPC_STATUS_FAILED_PRECONDITION;
+        }
+        struct dd_snapshot_manifest man;
+        rc = dd_snapshot_begin(rpc->snapshot, &man, w->msg, sizeof w->msg);
+        if (rc != DD_OK) return rc == DD_ERR_NOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                                                   : GRPC_STATUS_UNAVAILABLE;
+        Dedup__V1__SnapshotManifest resp = DEDUP__V1__SNAPSHOT_MANIFEST__INIT;
+        Dedup__V1__SnapshotFile *fs = dd_arena_alloc(w->arena, (man.n + 1) * sizeof *fs);
+        Dedup__V1__SnapshotFile **fp = dd_arena_alloc(w->arena, (man.n + 1) * sizeof *fp);
+        if (!fs || !fp) {
+            dd_snapshot_manifest_free(&man);
+            snprintf(w->msg, sizeof w->msg, "out of memory for the manifest");
+            return GRPC_STATUS_RESOURCE_EXHAUSTED;
+        }
+        resp.id = man.id;
+        resp.ready = man.ready;
+        for (size_t i = 0; i < man.n; i++) {
+            dedup__v1__snapshot_file__init(&fs[i]);
+            fs[i].name = man.files[i].name;
+            fs[i].size = man.files[i].size;
+            fs[i].xxh3 = man.files[i].xxh3;
+            fp[i] = &fs[i];
+        }
+        resp.n_files = man.n;
+        resp.files = fp;
+        *reply = pack_reply(&resp.base);
+        dd_snapshot_manifest_free(&man);
+        return GRPC_STATUS_OK;
+    }
+    Dedup__V1__SnapshotReadRequest *req = dedup__v1__snapshot_read_request__unpack(al, len, data);
+    if (!req) return bad_message(w, "dedup.v1.SnapshotReadRequest");
+    size_t max = req->max_bytes && req->max_bytes < DD_SNAPSHOT_CHUNK_MAX ? req->max_bytes
+                                                                           : DD_SNAPSHOT_CHUNK_MAX;
+    uint8_t *buf = dd_arena_alloc(w->arena, max);
+    if (!buf) {
+        snprintf(w->msg, sizeof w->msg, "out of memory for the chunk");
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    }
+    size_t n = 0;
+    uint32_t retry = 0;
+    rc = dd_snapshot_read(rpc->snapshot, req->id, req->name, req->offset, max, buf, &n, &retry,
+                          w->msg, sizeof w->msg);
+    if (rc == DD_ERR_NOTFOUND) return GRPC_STATUS_NOT_FOUND;
+    if (rc == DD_ERR_INVALID) return GRPC_STATUS_OUT_OF_RANGE;
+    if (rc != DD_OK) return GRPC_STATUS_INTERNAL;
+    Dedup__V1__SnapshotChunk resp = DEDUP__V1__SNAPSHOT_CHUNK__INIT;
+    resp.data.data = buf;
+    resp.data.len = n;
+    resp.retry_after_ms = retry;
+    *reply = pack_reply(&resp.base);
+    return GRPC_STATUS_OK;
+}
+
 /* Decode, decide, encode. Returns the status; on OK *reply is set. */
 static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const uint8_t *data,
                                  size_t len, int64_t deadline_ns, bool degraded,
@@ -691,6 +769,9 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         *reply = pack_reply(&resp.base);
         return GRPC_STATUS_OK;
     }
+    case DD_API_SNAPSHOT_BEGIN:
+    case DD_API_SNAPSHOT_READ:
+        return snapshot_call(w, m, data, len, reply);
     case DD_API_UNKNOWN:
     case DD_API_METHOD_COUNT:
         break;
@@ -1193,6 +1274,11 @@ static void *worker_main(void *arg)
     }
     if (spinning) atomic_fetch_sub(&rpc->spinning, 1);
     return NULL;
+}
+
+void dd_rpc_set_snapshot(dd_rpc *rpc, dd_snapshot_server *s)
+{
+    rpc->snapshot = s;
 }
 
 int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)

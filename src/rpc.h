@@ -133,6 +133,12 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
                const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
                struct dd_producer *producer, char *err, size_t errlen);
 
+/* The snapshot server (snapshot.h, borrowed; outlives RPC) that answers
+ * SnapshotBegin and SnapshotRead; without one they are UNIMPLEMENTED.
+ * Before dd_rpc_start. */
+typedef struct dd_snapshot_server dd_snapshot_server;
+void dd_rpc_set_snapshot(dd_rpc *rpc, dd_snapshot_server *s);
+
 /* Start serving: rpc.threads workers, each with its own completion queue,
  * Redis connection and arena, with rpc.prepost calls pre-posted per method.
  * Health becomes SERVING. A non-loopback rpc.listen without client

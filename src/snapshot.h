@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * snapshot.h - a replica's store copied from a live peer of its shard, so
+ * that a new replica, or one whose volume was lost, serves again after a
+ * copy and the log since it, not after a replay of the whole plays topic.
+ *
+ * DESIGN
+ *
+ * The peer (server side) makes a RocksDB checkpoint of its store
+ * (dd_history_checkpoint: consistent, taken while it serves and ingests;
+ * the store's log positions are inside it) in "<history.path>.snapshot/ID",
+ * on a thread of its own, with an XXH3-64 of every file, and lends it to
+ * any number of receivers: SnapshotBegin answers "not ready" until then,
+ * and the manifest (id, files, sizes, checksums) after. SnapshotRead sends
+ * a file's bytes from an offset, at most DD_SNAPSHOT_CHUNK_MAX per call,
+ * within cluster.snapshot_mbps (a token bucket; over it the answer is
+ * empty with a retry delay, so no RPC worker ever sleeps). A checkpoint not
+ * read for DD_SNAPSHOT_IDLE_S is replaced at the next SnapshotBegin (its
+ * hard links pin SST files compaction would delete), and removed when the
+ * server is freed; a leftover of a crashed run is removed at start.
+ *
+ * The receiver (dd_snapshot_fetch, before the store opens) copies the files
+ * into "<history.path>.incoming", checks each file's checksum, then renames
+ * the directory to history.path. It keeps the manifest there, so a copy
+ * cut short (connection lost, the process killed) resumes where each file
+ * stopped if the peer still lends the same checkpoint, and starts over if
+ * not. The store then opens as any other and ingest resumes from the log
+ * positions in it (ingest.h).
+ *
+ * Hostile input: names are only those of the manifest (plain file names,
+ * no '/', no leading '.'), sizes and offsets are checked against it, a
+ * chunk past a file's size or a checksum that differs fails the copy.
+ *
+ * Threads: a server is used by any number of RPC workers at once (one
+ * mutex, held only for bookkeeping, never across I/O); the fetch runs in
+ * the caller's thread.
+ */
+#ifndef DD_SNAPSHOT_H
+#define DD_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+
+#include "history.h"
+
+#define DD_SNAPSHOT_CHUNK_MAX (1024u * 1024u)
+#define DD_SNAPSHOT_NAME_MAX 128
+#define DD_SNAPSHOT_FILES_MAX 100000
+#define DD_SNAPSHOT_IDLE_S 600
+
+struct dd_snapshot_file {
+    char name[DD_SNAPSHOT_NAME_MAX + 1];
+    uint64_t size;
+    uint64_t xxh3;
+};
+
+/* A checkpoint's description. FILES is malloc'd (dd_snapshot_manifest_free). */
+struct dd_snapshot_manifest {
+    char id[48];
+    bool ready;
+    size_t n;
+    struct dd_snapshot_file *files;
+};
+void dd_snapshot_manifest_free(struct dd_snapshot_manifest *m);
+
+/* Whether NAME is a file name a manifest may hold: 1..DD_SNAPSHOT_NAME_MAX
+ * bytes, no '/', not starting with '.'. */
+bool dd_snapshot_name_ok(const char *name);
+
+/* ---- the lending side --------------------------------------------------- */
+
+typedef struct dd_snapshot_server dd_snapshot_server;
+
+/* A server for store H (borrowed; outlives the server) sending at most
+ * MBPS megabits per second in total (0 = no limit). Removes a leftover
+ * "<history.path>.snapshot". 0, DD_ERR_NOMEM or DD_ERR_IO. */
+int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbps, char *err,
+                           size_t errlen);
+/* Wait for a checkpoint being made, remove the checkpoints. NULL: no-op. */
+void dd_snapshot_server_free(dd_snapshot_server *s);
+
+/* SnapshotBegin: *OUT is the current checkpoint's manifest (a copy), or
+ * ready = false while one is being made (starting it if there is none, or
+ * the last one failed or was idle too long). 0, DD_ERR_NOMEM, or DD_ERR_IO
+ * when the last attempt failed (message in err; the next call tries
+ * again). */
+int dd_snapshot_begin(dd_snapshot_server *s, struct dd_snapshot_manifest *out, char *err,
+                      size_t errlen);
+
+/* SnapshotRead: up to MAX (capped at DD_SNAPSHOT_CHUNK_MAX) bytes of file
+ * NAME of checkpoint ID from OFFSET into BUF (room for MAX), *N the count
+ * (0 at the end of the file). Over the bandwidth limit: *N = 0 and
+ * *RETRY_AFTER_MS > 0. Returns 0, DD_ERR_NOTFOUND (no such checkpoint any
+ * more, or no such file in it), DD_ERR_INVALID (offset past the end) or
+ * DD_ERR_IO. */
+int dd_snapshot_read(dd_snapshot_server *s, const char *id, const char *name, uint64_t offset,
+                     size_t max, uint8_t *buf, size_t *n, uint32_t *retry_after_ms, char *err,
+                     size_t errlen);
+
+/* Bytes sent and reads throttled so far (metrics). */
+void dd_snapshot_server_counts(dd_snapshot_server *s, uint64_t *bytes, uint64_t *throttled);
+
+/* ---- the receiving side ------------------------------------------------- */
+
+/* Where to copy from: a channel to the peer, what to tell it. */
+struct dd_snapshot_source {
+    grpc_channel *ch;          /* borrowed */
+    const char *peer;          /* its address, for logs */
+    const char *map_hash;      /* this node's map hash */
+    const char *from;          /* this node's place "s.r" */
+    uint32_t shard;
+    int64_t timeout_ms;        /* per call */
+};
+
+/* Copy the peer's store into HISTORY_PATH (which must not hold a store),
+ * resuming a copy cut short (above). Blocks until done. 0; DD_ERR_UNAVAILABLE
+ * (the peer cannot be reached or refused: try another), DD_ERR_CORRUPT (a
+ * file's checksum differed: the file is removed, a next call fetches it
+ * again) or DD_ERR_IO; message in err. */
+int dd_snapshot_fetch(const struct dd_snapshot_source *src, const char *history_path, char *err,
+                      size_t errlen);
+
+#endif

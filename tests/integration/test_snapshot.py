@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A replica rebuilt from a live peer (src/snapshot.h), on loopback: one
+shard, two replicas (A and B), the devbroker with a plays topic of 4
+partitions, one redis-server, plays produced by ddproduce (murmur2_random)
+while everything below happens.
+1. B is killed and its data directory deleted while plays flow; it starts
+   again with cluster.bootstrap = peer and copies A's store, throttled by
+   A's cluster.snapshot_mbps so the copy lasts a few seconds.
+2. B is killed with SIGKILL in the middle of the copy; started again, it
+   resumes the copy (the same checkpoint, the files where they stopped)
+   and installs it.
+3. B resumes ingest from the log positions inside the copy (from_store=4),
+   catches up and becomes ready; then Filter on both A and B finds every
+   produced play (0 lost) and keeps unplayed items.
+"""
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import harness
+import test_ingest_lib as il
+from test_clients_lib import python_stubs
+
+pb, pbg, grpc = python_stubs()
+
+USERS = 3000
+FIRST = 300_000      # plays before B's store is lost: a store of a MB or two
+MORE = 60_000        # plays produced while B copies and catches up
+
+
+def check(cond, msg):
+    if not cond:
+        harness.fail(msg)
+
+
+def start_nowait(dd):
+    """Start DD without waiting for "msg=ready" (it copies a store first)."""
+    dd._log_from = os.path.getsize(dd.logpath) if os.path.exists(dd.logpath) else 0
+    dd.proc = harness.Proc([harness.build_path("src", "dedupd")] + dd.option_args(), dd.name,
+                           logfile=dd.logpath, env=dd.env)
+
+
+def produce(broker, plays, rate=0):
+    path = os.path.join(harness.tmpdir("dedupd-plays-"), "plays.tsv")
+    il.write_lines(path, plays)
+    argv = [harness.build_path("tests", "tools", "ddproduce"), "-b", broker.addr, "-t", "plays",
+            "-F", "json", "-X", "partitioner=murmur2_random"]
+    if rate:
+        argv += ["-r", str(rate)]
+    return subprocess.Popen(argv + [path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def all_found(port, plays, what):
+    """Filter through PORT for each user: every played item removed, an
+    unplayed one kept."""
+    by_user = {}
+    for u, i, _, _ in plays:
+        by_user.setdefault(u, []).append(i)
+    with grpc.insecure_channel("127.0.0.1:%d" % port) as ch:
+        stub = pbg.DedupStub(ch)
+        lost = 0
+        for u, items in by_user.items():
+            r = stub.Filter(pb.FilterRequest(user_id=u, candidate_ids=items + ["never-" + u]),
+                            timeout=10)
+            kept = list(r.kept_ids)
+            lost += len(kept) - 1
+            check("never-" + u in kept, "%s: %s's unplayed item removed" % (what, u))
+    check(lost == 0, "%s: %d of %d plays not found" % (what, lost, len(plays)))
+    harness.log("%s: all %d plays of %d users found" % (what, len(plays), len(by_user)))
+
+
+def main():
+    broker = harness.DevBroker(topics=("plays:4",))
+    redis = harness.Redis()
+    ports = [harness.free_port(), harness.free_port()]
+    admins = [harness.free_port(), harness.free_port()]
+    nodes = ",".join("127.0.0.1:%d" % p for p in ports)
+
+    def node(replica, extra=None):
+        o = il.ingest_overrides(broker, group="dd-snap")
+        o.update({
+            "rpc.listen": "127.0.0.1:%d" % ports[replica],
+            "admin.listen": "127.0.0.1:%d" % admins[replica],
+            "cluster.shards": "1", "cluster.shard": "0", "cluster.replica": str(replica),
+            "cluster.nodes": nodes, "cluster.redis": redis.addr,
+            "cluster.health_interval_ms": "200", "cluster.max_lag_ms": "3000",
+            "window.flush_ms": "100", "ingest.durable_interval_ms": "1000",
+            # 2 Mbit/s: a store of a MB or two takes seconds to copy
+            "cluster.snapshot_mbps": "2",
+        })
+        o.update(extra or {})
+        return harness.Dedupd(o, name="dd-%d" % replica)
+
+    a, b = node(0), node(1)
+    users = ["user-%05d" % i for i in range(USERS)]
+    first = [(users[i % USERS], "v%d" % i, None, None) for i in range(FIRST)]
+    more = [(users[i % USERS], "w%d" % i, None, None) for i in range(MORE)]
+    p = produce(broker, first)
+    check(p.wait(timeout=300) == 0, "ddproduce failed: %s" % p.stderr.read())
+    il.wait_flushed(a, FIRST // 2, timeout=180)
+
+    # ---- 1. B's store lost while plays flow; copied from A ---------------
+    flowing = produce(broker, more, rate=6000)
+    b.kill9()
+    shutil.rmtree(b.overrides["history.path"])
+    b.overrides["cluster.bootstrap"] = "peer"
+    start_nowait(b)
+    b.wait_log('msg="fetching a snapshot"', timeout=120)
+    a.wait_log('msg="checkpoint ready to lend"', timeout=5)
+    m = re.search(r'msg="fetching a snapshot".* bytes=(\d+)', b.run_log())
+    harness.log("B copies A's store: %s bytes" % m.group(1))
+    check(int(m.group(1)) > 750_000, "the store is too small to copy for seconds")
+
+    # ---- 2. killed mid-copy, resumed -------------------------------------
+    time.sleep(1.5)
+    check("snapshot installed" not in b.run_log(), "the copy ended before the kill")
+    b.kill9()
+    inc = b.overrides["history.path"] + ".incoming"
+    part = sum(os.path.getsize(os.path.join(inc, f)) for f in os.listdir(inc))
+    harness.log("B killed mid-copy with %d bytes copied" % part)
+    check(part > 0, "nothing copied before the kill")
+    start_nowait(b)
+    b.wait_log('msg="resuming a snapshot"', timeout=60)
+    b.wait_log('msg="snapshot installed"', timeout=120)
+    m = re.search(r'msg="snapshot installed".* bytes=(\d+) fetched=(\d+) seconds=(\S+) '
+                  r'mb_per_s=(\S+)', b.run_log())
+    harness.log("installed: %s bytes, %s fetched after the resume in %s s (%s MB/s)" % (
+        m.group(1), m.group(2), m.group(3), m.group(4)))
+    check(int(m.group(2)) < int(m.group(1)), "the resumed copy fetched everything again")
+
+    # ---- 3. ingest from the copy's positions, caught up, nothing lost -----
+    b.wait_log("msg=ready", timeout=60)
+    b.wait_log('msg="partitions assigned"', timeout=60)
+    m = re.search(r'msg="partitions assigned".* from_store=(\d+)', b.run_log())
+    check(m and int(m.group(1)) == 4, "B did not resume from the copy's offsets: %s" % (
+        m and m.group(0)))
+    check(flowing.wait(timeout=300) == 0, "ddproduce failed: %s" % flowing.stderr.read())
+    harness.wait_until("A and B ready (caught up)",
+                       lambda: all(harness.http_get(p, "/readyz")[0] == 200 for p in admins),
+                       timeout=120)
+    il.wait_idle(a, quiet=2)
+    il.wait_idle(b, quiet=2)
+    every = first + more
+    all_found(ports[0], every, "A")
+    all_found(ports[1], every, "B")
+    a.stop()
+    b.stop()
+    broker.stop()
+    harness.log("PASS")
+
+
+if __name__ == "__main__":
+    main()
