@@ -918,6 +918,8 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
     uint64_t v;
     if (rocksdb_property_int(h->db, "rocksdb.live-sst-files-size", &v) == 0)
         out->live_sst_bytes = v;
+    if (rocksdb_property_int(h->db, "rocksdb.estimate-pending-compaction-bytes", &v) == 0)
+        out->pending_compaction_bytes = v;
     out->free_bytes = free_bytes(h);
     out->write_errors_no_space = atomic_load_explicit(&h->errors_no_space, memory_order_relaxed);
     out->write_errors_other = atomic_load_explicit(&h->errors_other, memory_order_relaxed);
@@ -955,6 +957,9 @@ void dd_history_collect(struct dd_prom *p, void *h)
             s.wal_bytes);
     dd_prom_gauge(p, "dedupd_history_live_sst_bytes", "Bytes of live SST files",
                   s.live_sst_bytes);
+    dd_prom_gauge(p, "dedupd_history_pending_compaction_bytes",
+                  "Bytes RocksDB estimates compaction must rewrite to bring every level "
+                  "under its target size", s.pending_compaction_bytes);
     dd_prom_counter(p, "dedupd_history_block_cache_hits_total", "Block cache hits",
             s.block_cache_hits);
     dd_prom_counter(p, "dedupd_history_block_cache_misses_total", "Block cache misses",

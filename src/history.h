@@ -223,6 +223,7 @@ struct dd_history_stats {
     uint64_t flush_bytes;        /* of them: memtable flushes */
     uint64_t compaction_bytes;   /* of them: compactions */
     uint64_t live_sst_bytes;
+    uint64_t pending_compaction_bytes; /* RocksDB's estimate of what compaction must rewrite */
     uint64_t block_cache_hits;
     uint64_t block_cache_misses;
     uint64_t free_bytes;         /* now: free on history.path's filesystem (UINT64_MAX unknown) */

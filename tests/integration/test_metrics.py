@@ -365,7 +365,8 @@ def main():
                 "dedupd_window_pending_users", "dedupd_window_pending_bytes",
                 "dedupd_flush_duration_seconds", "dedupd_plays_written_total",
                 "dedupd_plays_expired_total", "dedupd_history_bytes_written_total",
-                "dedupd_history_live_sst_bytes", "dedupd_history_block_cache_hit_ratio",
+                "dedupd_history_live_sst_bytes", "dedupd_history_pending_compaction_bytes",
+                "dedupd_history_block_cache_hit_ratio",
                 "dedupd_history_corrupt_values_total", "dedupd_history_segments_expired_total",
                 "dedupd_history_writable", "dedupd_history_write_errors_total",
                 "dedupd_history_free_bytes", "dedupd_history_wal_failed"):
