@@ -213,10 +213,15 @@ static void test_full_disk(void)
     CHECK(!st.writable);
     CHECK(!st.wal_failed);
     CHECK(st.free_bytes > 0 && st.free_bytes != UINT64_MAX);
+    CHECK(st.fs_size_bytes != UINT64_MAX && st.fs_size_bytes >= st.free_bytes);
     char *text = history_metrics(h);
     CHECK(strstr(text, "\ndedupd_history_writable 0\n") != NULL);
     CHECK(strstr(text, "\ndedupd_history_write_errors_total{kind=\"no_space\"} 4\n") != NULL);
     CHECK(strstr(text, "\ndedupd_history_free_bytes ") != NULL);
+    char want[96];
+    snprintf(want, sizeof want, "\ndedupd_history_filesystem_size_bytes %llu\n",
+             (unsigned long long)st.fs_size_bytes);
+    CHECK_MSG(strstr(text, want) != NULL, "no %s", want);
     free(text);
     dd_history_close(h);
 
