@@ -370,7 +370,13 @@ class Prometheus:
                                   "--storage.tsdb.path=" + os.path.join(d, "data"),
                                   "--web.listen-address=127.0.0.1:%d" % self.port],
                                  "prometheus")
-        harness.wait_port(self.port, proc=self.proc.p, timeout=60)
+        # It listens before its storage is open and answers 503 until then.
+        harness.wait_until("prometheus ready", lambda: self.ready(), timeout=60, every=0.2)
+
+    def ready(self):
+        if not self.proc.alive():
+            fail("prometheus exited:\n" + self.proc.tail())
+        return harness.http_get(self.port, "/-/ready")[0] == 200
 
     def api(self, path, **params):
         q = "?" + urllib.parse.urlencode(params) if params else ""
