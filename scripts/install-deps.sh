@@ -27,3 +27,15 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends "${missing[@]}"
+
+# Packages installed for their tools only (prometheus: promtool, and a
+# server the tests start themselves on loopback). On a host running
+# systemd the package starts and enables its service, a server on :9090
+# nobody asked for: stop and disable it, only when this run installed it.
+# Without systemd (containers, CI) nothing was started.
+for p in prometheus; do
+    if printf '%s\n' "${missing[@]}" | grep -qx "$p" && [ -d /run/systemd/system ]; then
+        echo "install-deps: stopping and disabling the $p service the package started"
+        systemctl disable --now "$p.service" || true
+    fi
+done

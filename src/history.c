@@ -460,11 +460,16 @@ enum dd_history_place dd_history_place(const dd_history *h, const char *scene, s
 #define WAL_FAILED_MSG "no space left on device: the WAL failed; restart dedupd to write again"
 
 /* Free bytes on history.path's filesystem; UINT64_MAX when unknown (then
- * nothing is refused for it). */
-static uint64_t free_bytes(const dd_history *h)
+ * nothing is refused for it). The filesystem's size goes into *SIZE when
+ * SIZE is not NULL (UINT64_MAX when unknown). */
+static uint64_t free_bytes(const dd_history *h, uint64_t *size)
 {
     struct statvfs v;
-    if (statvfs(h->path, &v) != 0) return UINT64_MAX;
+    if (statvfs(h->path, &v) != 0) {
+        if (size) *size = UINT64_MAX;
+        return UINT64_MAX;
+    }
+    if (size) *size = (uint64_t)v.f_blocks * (uint64_t)v.f_frsize;
     return (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
 }
 
@@ -477,7 +482,7 @@ static bool refused(dd_history *h, char *why, size_t whylen)
         return true;
     }
     if (h->min_free_bytes == 0) return false;
-    uint64_t f = free_bytes(h);
+    uint64_t f = free_bytes(h, NULL);
     if (f >= h->min_free_bytes) return false;
     dd_set_err(why, whylen,
                "no space left on device (%" PRIu64 " MiB free under %s, history.min_free_mb=%" PRIu64
@@ -1107,7 +1112,9 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
     uint64_t v;
     if (rocksdb_property_int(h->db, "rocksdb.live-sst-files-size", &v) == 0)
         out->live_sst_bytes = v;
-    out->free_bytes = free_bytes(h);
+    if (rocksdb_property_int(h->db, "rocksdb.estimate-pending-compaction-bytes", &v) == 0)
+        out->pending_compaction_bytes = v;
+    out->free_bytes = free_bytes(h, &out->fs_size_bytes);
     out->write_errors_no_space = atomic_load_explicit(&h->errors_no_space, memory_order_relaxed);
     out->write_errors_other = atomic_load_explicit(&h->errors_other, memory_order_relaxed);
     out->wal_failed = atomic_load(&h->wal_failed);
@@ -1144,6 +1151,9 @@ void dd_history_collect(struct dd_prom *p, void *h)
             s.wal_bytes);
     dd_prom_gauge(p, "dedupd_history_live_sst_bytes", "Bytes of live SST files",
                   s.live_sst_bytes);
+    dd_prom_gauge(p, "dedupd_history_pending_compaction_bytes",
+                  "Bytes RocksDB estimates compaction must rewrite to bring every level "
+                  "under its target size", s.pending_compaction_bytes);
     dd_prom_counter(p, "dedupd_history_block_cache_hits_total", "Block cache hits",
             s.block_cache_hits);
     dd_prom_counter(p, "dedupd_history_block_cache_misses_total", "Block cache misses",
@@ -1175,6 +1185,9 @@ void dd_history_collect(struct dd_prom *p, void *h)
     if (s.free_bytes != UINT64_MAX)
         dd_prom_gauge(p, "dedupd_history_free_bytes",
                       "Bytes free on the filesystem of history.path", s.free_bytes);
+    if (s.fs_size_bytes != UINT64_MAX)
+        dd_prom_gauge(p, "dedupd_history_filesystem_size_bytes",
+                      "Size of the filesystem of history.path, bytes", s.fs_size_bytes);
     dd_prom_family(p, "dedupd_history_write_errors_total",
                    "Writes and flushes refused or failed, by kind (no_space: below "
                    "history.min_free_mb or ENOSPC)", DD_PROM_COUNTER);

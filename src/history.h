@@ -281,9 +281,11 @@ struct dd_history_stats {
     uint64_t flush_bytes;        /* of them: memtable flushes */
     uint64_t compaction_bytes;   /* of them: compactions */
     uint64_t live_sst_bytes;
+    uint64_t pending_compaction_bytes; /* RocksDB's estimate of what compaction must rewrite */
     uint64_t block_cache_hits;
     uint64_t block_cache_misses;
     uint64_t free_bytes;         /* now: free on history.path's filesystem (UINT64_MAX unknown) */
+    uint64_t fs_size_bytes;      /* now: that filesystem's size (UINT64_MAX unknown) */
     uint64_t write_errors_no_space; /* writes and flushes refused or failed for lack of space */
     uint64_t write_errors_other; /* other failed writes and flushes */
     bool writable;               /* as of the last write (dd_history_writable re-checks) */

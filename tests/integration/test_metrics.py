@@ -365,12 +365,18 @@ def main():
                 "dedupd_window_pending_users", "dedupd_window_pending_bytes",
                 "dedupd_flush_duration_seconds", "dedupd_plays_written_total",
                 "dedupd_plays_expired_total", "dedupd_history_bytes_written_total",
-                "dedupd_history_live_sst_bytes", "dedupd_history_block_cache_hit_ratio",
+                "dedupd_history_live_sst_bytes", "dedupd_history_pending_compaction_bytes",
+                "dedupd_history_block_cache_hit_ratio",
                 "dedupd_history_corrupt_values_total", "dedupd_history_segments_expired_total",
                 "dedupd_history_writable", "dedupd_history_write_errors_total",
-                "dedupd_history_free_bytes", "dedupd_history_wal_failed"):
+                "dedupd_history_free_bytes", "dedupd_history_filesystem_size_bytes",
+                "dedupd_history_wal_failed"):
         if fam not in s0.types:
             fail("family %s missing from /metrics" % fam)
+    fs = os.statvfs(os.path.join(d, "db"))
+    if s0.get("dedupd_history_filesystem_size_bytes") != fs.f_blocks * fs.f_frsize:
+        fail("dedupd_history_filesystem_size_bytes %s, statvfs says %d" % (
+            s0.get("dedupd_history_filesystem_size_bytes"), fs.f_blocks * fs.f_frsize))
     if s0.types["dedupd_rpc_duration_seconds"] != "histogram":
         fail("dedupd_rpc_duration_seconds is not a histogram")
 

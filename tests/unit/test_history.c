@@ -78,6 +78,19 @@ static void play(dd_history *h, const char *scene, const char *user, const uint6
     dd_history_batch_free(b);
 }
 
+/* What dd_history_collect renders for H (the caller frees it). */
+static char *history_metrics(dd_history *h)
+{
+    dd_prom *p = dd_prom_new();
+    REQUIRE(p);
+    dd_history_collect(p, h);
+    size_t len;
+    char *text = dd_prom_take(p, &len);
+    dd_prom_free(p);
+    REQUIRE(text);
+    return text;
+}
+
 /* dd_history_probe_any over the N hashes as a candidate set of their
  * distinct values (dd_candset_add: a repeat is not a member): MEMBER[i]
  * says whether position i is one. */
@@ -201,16 +214,15 @@ static void test_full_disk(void)
     CHECK(!st.writable);
     CHECK(!st.wal_failed);
     CHECK(st.free_bytes > 0 && st.free_bytes != UINT64_MAX);
-    dd_prom *p = dd_prom_new();
-    REQUIRE(p);
-    dd_history_collect(p, h);
-    size_t len;
-    char *text = dd_prom_take(p, &len);
-    dd_prom_free(p);
-    REQUIRE(text);
+    CHECK(st.fs_size_bytes != UINT64_MAX && st.fs_size_bytes >= st.free_bytes);
+    char *text = history_metrics(h);
     CHECK(strstr(text, "\ndedupd_history_writable 0\n") != NULL);
     CHECK(strstr(text, "\ndedupd_history_write_errors_total{kind=\"no_space\"} 4\n") != NULL);
     CHECK(strstr(text, "\ndedupd_history_free_bytes ") != NULL);
+    char want[96];
+    snprintf(want, sizeof want, "\ndedupd_history_filesystem_size_bytes %llu\n",
+             (unsigned long long)st.fs_size_bytes);
+    CHECK_MSG(strstr(text, want) != NULL, "no %s", want);
     free(text);
     dd_history_close(h);
 
@@ -381,6 +393,50 @@ static void test_stats_counts_writes(void)
     CHECK(st.wal_bytes > 0);
     CHECK(st.bytes_written > st.wal_bytes);   /* the flush wrote an SST too */
     CHECK(st.live_sst_bytes > 0);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* dedupd_history_pending_compaction_bytes is RocksDB's
+ * rocksdb.estimate-pending-compaction-bytes: with automatic compactions
+ * off, L0 files past level0_file_num_compaction_trigger are owed to
+ * compaction (the gauge is above 0, in the stats and in the rendered
+ * family); a full compaction pays the debt (0). */
+static void test_pending_compaction(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    REQUIRE(dd_config_set(&cfg, "rocksdb.disable_auto_compactions", "true", err, sizeof err) ==
+            DD_OK);
+    REQUIRE(dd_config_set(&cfg, "rocksdb.level0_file_num_compaction_trigger", "2", err,
+                          sizeof err) == DD_OK);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.pending_compaction_bytes, 0);
+    for (int f = 0; f < 4; f++) {  /* four L0 files, trigger 2 */
+        char user[16];
+        snprintf(user, sizeof user, "u%d", f);
+        uint64_t x[64];
+        for (int i = 0; i < 64; i++) x[i] = item(user, (uint64_t)i);
+        play(h, "", user, x, 64, T0);
+        CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
+    }
+    dd_history_get_stats(h, &st);
+    CHECK_MSG(st.pending_compaction_bytes > 0, "pending after 4 L0 files: %llu",
+              (unsigned long long)st.pending_compaction_bytes);
+    char *text = history_metrics(h);
+    char want[128];
+    snprintf(want, sizeof want, "\n# TYPE dedupd_history_pending_compaction_bytes gauge\n"
+             "dedupd_history_pending_compaction_bytes %llu\n",
+             (unsigned long long)st.pending_compaction_bytes);
+    CHECK_MSG(strstr(text, want) != NULL, "no %s in:\n%s", want, text);
+    free(text);
+    CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.pending_compaction_bytes, 0);
     dd_history_close(h);
     dd_config_free(&cfg);
 }
@@ -1531,6 +1587,7 @@ int main(void)
     test_created();
     test_roundtrip();
     test_stats_counts_writes();
+    test_pending_compaction();
     test_full_disk();
     test_expiry();
     test_reduce_fp();
