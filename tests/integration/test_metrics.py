@@ -303,6 +303,10 @@ def feed_fifo(path, content, done, timeout=30.0):
             pass  # the reader only looked and closed
         finally:
             os.close(fd)
+        # Let this reader read to the end and close before the next open is
+        # served: a write end opened while it still reads would add a second
+        # copy to what it reads ("CURRENT file corrupted", 1 run in 12).
+        time.sleep(0.2)
 
 
 def http_get_ok(port, path):
