@@ -142,16 +142,15 @@ void dd_why_explain(const struct dd_why_user *u, const struct dd_why_item *it,
                 snprintf(out->detail, sizeof out->detail,
                          "false positive of the filter (no traced play of it, and the trace "
                          "covers every day the history holds)");
-            } else if (u->since_ms >= by_retention) {
-                dd_why_iso8601(u->since_ms, t1, sizeof t1);
-                snprintf(out->detail, sizeof out->detail,
-                         "played before tracing began (since %s), or a false positive of the "
-                         "filter", t1);
             } else {
-                dd_why_iso8601(by_retention, t1, sizeof t1);
+                /* Either bound may be why: a play recorded before the trace
+                 * began, or one dated before what the trace keeps. */
+                dd_why_iso8601(u->since_ms, t1, sizeof t1);
+                dd_why_iso8601(by_retention, t2, sizeof t2);
                 snprintf(out->detail, sizeof out->detail,
-                         "played before %s (older records are past trace.retention_days), or a "
-                         "false positive of the filter", t1);
+                         "no traced play of it: played before tracing began (since %s), or "
+                         "dated before %s (trace.retention_days=%" PRId64 "), or a false "
+                         "positive of the filter", t1, t2, u->trace_retention_ms / DD_MS_PER_DAY);
             }
         }
         return;

@@ -23,8 +23,9 @@
  *   played       the filter says so: with the time and source of the
  *                trace record; without one, for a traced user, "false
  *                positive of the filter" when the trace covers every day
- *                the history can still hold, else "played before the
- *                trace began (since T) ... or a false positive"; for an
+ *                the history can still hold, else "played before
+ *                tracing began (since T), or dated before what the trace
+ *                keeps, or a false positive"; for an
  *                untraced user, that no trace is kept.
  * A play is forgotten when a forget of its scene was recorded after it
  * (by the time dedupd recorded them, in the order it wrote them).

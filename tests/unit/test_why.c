@@ -67,12 +67,14 @@ int main(void)
     /* Played, no record: the trace began 2 days ago. */
     v = explain(&u, (struct dd_why_item){.reason = DEDUP__V1__REASON__REASON_PLAYED});
     CHECK_MSG(strstr(v.detail, "played before tracing began (since 2024-10-02T12:00:00.000Z)") &&
+                  strstr(v.detail, "dated before 2024-09-04T12:00:00.000Z "
+                                   "(trace.retention_days=30)") &&
                   strstr(v.detail, "false positive"), "%s", v.detail);
     /* Traced for long, but the trace keeps 30 days of 121. */
     u.since_ms = T0 - 200 * DAY;
     v = explain(&u, (struct dd_why_item){.reason = DEDUP__V1__REASON__REASON_PLAYED});
-    CHECK_MSG(strstr(v.detail, "played before 2024-09-04T12:00:00.000Z") &&
-                  strstr(v.detail, "trace.retention_days"), "%s", v.detail);
+    CHECK_MSG(strstr(v.detail, "no traced play") && strstr(v.detail, "trace.retention_days"),
+              "%s", v.detail);
     /* The trace covers all the history holds: a false positive. */
     u.trace_retention_ms = 200 * DAY;
     v = explain(&u, (struct dd_why_item){.reason = DEDUP__V1__REASON__REASON_PLAYED});
