@@ -1150,7 +1150,7 @@ int dd_trace_open(dd_trace **out, const struct dd_trace_conf *conf,
         !(t->vbuf = malloc(DD_TRACE_REC_MAX > KEY_MAX ? DD_TRACE_REC_MAX : KEY_MAX)) ||
         !(t->wb = rocksdb_writebatch_create()))
         goto nomem;
-    if (each_id(conf->users, collect_id, &cfg) != 0) goto nomem;
+    if (each_id(conf->users ? conf->users : "", collect_id, &cfg) != 0) goto nomem;
     if (!(t->config = dd_trace_set_new(cfg.ids, cfg.lens, cfg.n))) goto nomem;
 
     t->opts = rocksdb_options_create();

@@ -130,16 +130,24 @@ static char *fake_page(void *m)
 /* An optional component (the cluster): not counted until required; then
  * /readyz waits for it and says why with its own words; its degraded note
  * and its page (served only while attached). */
+/* A listener on a free loopback port, ingest not required; its address
+ * in ADDR (64 bytes). */
+static dd_admin *new_admin(struct dd_config *cfg, char *addr)
+{
+    char err[256] = "";
+    REQUIRE(dd_config_init(cfg) == DD_OK);
+    REQUIRE(dd_config_set(cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
+    dd_admin *a = NULL;
+    REQUIRE(dd_admin_new(&a, &cfg->admin, false, err, sizeof err) == DD_OK);
+    snprintf(addr, 64, "127.0.0.1:%d", dd_admin_port(a));
+    return a;
+}
+
 static void test_required_component(void)
 {
     struct dd_config cfg;
-    char err[256] = "";
-    REQUIRE(dd_config_init(&cfg) == DD_OK);
-    REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
-    dd_admin *a = NULL;
-    REQUIRE(dd_admin_new(&a, &cfg.admin, false, err, sizeof err) == DD_OK);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dd_admin_port(a));
+    dd_admin *a = new_admin(&cfg, addr);
     int status = 0;
     char *body = NULL;
     struct fake f = {.ready = false};
@@ -217,13 +225,8 @@ static char *echo(void *ud, const dd_admin_request *r, unsigned *status, const c
 static void test_handlers(void)
 {
     struct dd_config cfg;
-    char err[256] = "";
-    REQUIRE(dd_config_init(&cfg) == DD_OK);
-    REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
-    dd_admin *a = NULL;
-    REQUIRE(dd_admin_new(&a, &cfg.admin, false, err, sizeof err) == DD_OK);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dd_admin_port(a));
+    char addr[64], err[256] = "";
+    dd_admin *a = new_admin(&cfg, addr);
     int calls = 0, status = 0;
     char *body = NULL;
     size_t len;
