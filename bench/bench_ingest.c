@@ -20,8 +20,14 @@
  *      play is sampled and probed with dd_history_probe until it is seen;
  *      p50/p99/max of (first seen - produce call).
  *
+ *   4. with --traced N: what traces (trace.h) cost users who are not
+ *      traced: the same plays ingested again, by fresh consumer groups, with
+ *      trace.users empty (A) and with N traced users none of whom is in the
+ *      load (B), alternated A B A B, each timed to "every window written";
+ *      plays/s of each and B/A.
+ *
  *   bench_ingest [--plays N] [--users N] [--partitions N] [--rate N]
- *                [--seconds N] [--dir PATH] [-o section.key=value]...
+ *                [--seconds N] [--traced N] [--dir PATH] [-o section.key=value]...
  *
  * BENCH_DEBUG=1 in the environment logs at debug level (every window
  * written and every durability flush, with their durations).
@@ -36,6 +42,7 @@
 #include "history.h"
 #include "ingest.h"
 #include "log.h"
+#include "trace.h"
 
 #include <ftw.h>
 #include <sys/resource.h>
@@ -181,6 +188,100 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Wait until IN has written (made visible) PLAYS messages, started at T0. */
+static void wait_written(dd_ingest *in, uint64_t plays, int64_t t0)
+{
+    struct dd_ingest_stats st;
+    for (;;) {
+        dd_ingest_get_stats(in, &st);
+        if (st.messages_flushed >= plays) return;
+        if (secs(dd_mono_ns() - t0) > 900) die("ingest", "not done after 900 s");
+        sleep_ms(2);
+    }
+}
+
+/* Ingest the topic again with a fresh consumer GROUP and TRACE (NULL:
+ * none) until PLAYS messages are written (visible); returns plays/s. */
+static double ingest_pass(struct dd_config *cfg, dd_history *h, dd_trace *trace, const char *group,
+                          uint64_t plays)
+{
+    char err[512];
+    if (dd_config_set(cfg, "kafka.group.id", group, err, sizeof err) != DD_OK) die("kafka", err);
+    dd_ingest *in = NULL;
+    if (dd_ingest_new(&in, &cfg->ingest, &cfg->window, &cfg->kafka, h, err, sizeof err) != DD_OK)
+        die("ingest", err);
+    dd_ingest_set_trace(in, trace);
+    if (dd_ingest_start(in) != DD_OK) die("ingest", "cannot start");
+    while (!dd_ingest_assigned(in)) sleep_ms(5);
+    int64_t t0 = dd_mono_ns();
+    wait_written(in, plays, t0);
+    double el = secs(dd_mono_ns() - t0);
+    dd_ingest_free(in);
+    return (double)plays / el;
+}
+
+/* Phase 4: trace.users empty (A) against N traced users, none in the load
+ * (B), alternated. */
+static void trace_cost(struct dd_config *cfg, dd_history *h, const char *dir, uint64_t n,
+                       uint64_t plays)
+{
+    char err[512], path[700];
+    size_t cap = (size_t)n * 16 + 1, off = 0;
+    char *users = malloc(cap);
+    if (!users) die("traced", "out of memory");
+    users[0] = '\0';
+    for (uint64_t i = 0; i < n; i++)
+        off += (size_t)snprintf(users + off, cap - off, "%straced%06" PRIu64, i ? "," : "", i);
+    snprintf(path, sizeof path, "%s/trace-empty", dir);
+    struct dd_trace_conf tc = {path, "", 30, 10000, (uint32_t)(n > 1000 ? n : 1000), 0, 256};
+    dd_trace *empty = NULL, *full = NULL;
+    if (dd_trace_open(&empty, &tc, NULL, err, sizeof err) != DD_OK) die("trace", err);
+    snprintf(path, sizeof path, "%s/trace-full", dir);
+    tc.users = users;
+    if (dd_trace_open(&full, &tc, NULL, err, sizeof err) != DD_OK) die("trace", err);
+    /* The check alone, as ingest calls it: untraced ids of the load's
+     * shape, empty set against N users. */
+    enum { IDS = 1 << 20, CALLS = 10 * IDS };
+    char(*ids)[16] = malloc(IDS * sizeof *ids);
+    if (!ids) die("trace", "out of memory");
+    for (uint64_t i = 0; i < IDS; i++) snprintf(ids[i], sizeof ids[i], "user%07" PRIu64, i);
+    double ns[2];
+    uint64_t hits = 0;
+    for (int k = 0; k < 2; k++) {
+        dd_trace *t = k ? full : empty;
+        int64_t t0 = dd_mono_ns();
+        for (uint64_t i = 0; i < CALLS; i++) hits += dd_trace_wanted(t, ids[i & (IDS - 1)], 11);
+        ns[k] = (double)(dd_mono_ns() - t0) / CALLS;
+    }
+    free(ids);
+    if (hits) die("trace", "an untraced user was found traced");
+    printf("trace check per message (dd_trace_wanted of an untraced user): trace.users empty "
+           "%.1f ns, %" PRIu64 " traced users %.1f ns\n", ns[0], n, ns[1]);
+
+    /* A B B A A B B A: the store grows with every pass, so each kind gets
+     * early and late passes alike. */
+    static const int order[] = {0, 1, 1, 0, 0, 1, 1, 0};
+    double sum[2] = {0, 0}, rate[DD_ARRAY_LEN(order)];
+    for (size_t r = 0; r < DD_ARRAY_LEN(order); r++) {
+        char g[32];
+        snprintf(g, sizeof g, "bench-%c%zu", order[r] ? 'b' : 'a', r);
+        rate[r] = ingest_pass(cfg, h, order[r] ? full : empty, g, plays);
+        sum[order[r]] += rate[r];
+    }
+    struct dd_trace_stats ts;
+    dd_trace_get_stats(full, &ts);
+    printf("trace cost for untraced users (the plays ingested again by fresh groups, each pass "
+           "to every window written; A = trace.users empty, B = %" PRIu64 " traced users not "
+           "in the load), plays/s in the order run:", n);
+    for (size_t r = 0; r < DD_ARRAY_LEN(order); r++)
+        printf(" %c %.0f", order[r] ? 'B' : 'A', rate[r]);
+    printf("; mean B/A %.3f; trace records written: %" PRIu64 "\n", sum[1] / sum[0],
+           ts.records[0]);
+    dd_trace_close(empty);
+    dd_trace_close(full);
+    free(users);
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -192,6 +293,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 int main(int argc, char **argv)
 {
     uint64_t plays = 2000000, users = 1000000, partitions = 64, rate = 50000, seconds = 10;
+    uint64_t traced = 0;
     char dir[512] = "";
     char err[512];
     struct dd_config cfg;
@@ -200,10 +302,11 @@ int main(int argc, char **argv)
         {"plays", required_argument, NULL, 'n'}, {"users", required_argument, NULL, 'u'},
         {"partitions", required_argument, NULL, 'p'}, {"rate", required_argument, NULL, 'r'},
         {"seconds", required_argument, NULL, 's'}, {"dir", required_argument, NULL, 'd'},
+        {"traced", required_argument, NULL, 't'},
         {NULL, 0, NULL, 0},
     };
     int opt;
-    while ((opt = getopt_long(argc, argv, "n:u:p:r:s:d:o:", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "n:u:p:r:s:d:o:t:", opts, NULL)) != -1) {
         switch (opt) {
         case 'n': plays = strtoull(optarg, NULL, 10); break;
         case 'u': users = strtoull(optarg, NULL, 10); break;
@@ -211,6 +314,7 @@ int main(int argc, char **argv)
         case 'r': rate = strtoull(optarg, NULL, 10); break;
         case 's': seconds = strtoull(optarg, NULL, 10); break;
         case 'd': snprintf(dir, sizeof dir, "%s", optarg); break;
+        case 't': traced = strtoull(optarg, NULL, 10); break;
         case 'o': {
             char *eq = strchr(optarg, '=');
             if (!eq) die("-o", "expected section.key=value");
@@ -220,7 +324,7 @@ int main(int argc, char **argv)
         }
         default:
             fprintf(stderr, "usage: bench_ingest [--plays N] [--users N] [--partitions N] "
-                            "[--rate N] [--seconds N] [--dir PATH] [-o k=v]...\n");
+                            "[--rate N] [--seconds N] [--traced N] [--dir PATH] [-o k=v]...\n");
             return 2;
         }
     }
@@ -283,13 +387,8 @@ int main(int argc, char **argv)
     while (!dd_ingest_assigned(in)) sleep_ms(5);
     t0 = dd_mono_ns();
     double cpu0 = cpu_secs();
+    wait_written(in, plays, t0);
     struct dd_ingest_stats st;
-    for (;;) {
-        dd_ingest_get_stats(in, &st);
-        if (st.messages_flushed >= plays) break;
-        if (secs(dd_mono_ns() - t0) > 900) die("ingest", "not done after 900 s");
-        sleep_ms(2);
-    }
     double el_written = secs(dd_mono_ns() - t0);
     /* Durable: with ingest.wal=false the last windows wait for the next
      * durability flush; do it now rather than wait durable_interval_ms. */
@@ -363,6 +462,7 @@ int main(int argc, char **argv)
                rate, lat[m / 2] / 1e6, lat[(m * 99) / 100] / 1e6, lat[m - 1] / 1e6, m);
 
     dd_ingest_free(in);
+    if (traced) trace_cost(&cfg, h, dir, traced, plays);
     dd_history_close(h);
     rd_kafka_destroy(prod);
     rd_kafka_mock_cluster_destroy(mc);

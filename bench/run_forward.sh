@@ -60,7 +60,7 @@ pids="$pids $!"
 a_port=$(free_port) b_port=$(free_port) a_admin=$(free_port) b_admin=$(free_port)
 nodes="127.0.0.1:$a_port;127.0.0.1:$b_port"
 start_node() { # shard rpc_port admin_port
-    "$dedupd" -o history.path="$dir/h$1" -o rpc.listen=127.0.0.1:"$2" \
+    "$dedupd" -o history.path="$dir/h$1" -o trace.path="$dir/t$1" -o rpc.listen=127.0.0.1:"$2" \
         -o admin.listen=127.0.0.1:"$3" -o recent.redis=127.0.0.1:"$redis_port" \
         -o kafka.bootstrap.servers="$broker" -o kafka.group.id=bench-forward \
         -o cluster.shards=2 -o cluster.shard="$1" -o cluster.replica=0 \

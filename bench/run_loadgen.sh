@@ -74,7 +74,7 @@ fi
 # $started (recorded by the caller before waiting, so cleanup stops it).
 start_one() {
     # shellcheck disable=SC2086
-    "$1" -o history.path="$2" -o ingest.enabled=false \
+    "$1" -o history.path="$2" -o trace.path="$2-trace" -o ingest.enabled=false \
         -o recent.redis=127.0.0.1:"$redis_port" -o rpc.listen=127.0.0.1:"$3" \
         -o admin.listen= -o log.level=warn $5 >>"$4" 2>&1 &
     started=$!

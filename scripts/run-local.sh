@@ -67,6 +67,7 @@ Ctrl-C stops everything.
 MSG
 "$here/build/src/dedupd" -c "$here/conf/dedupd.conf" \
     -o history.path="$run/data/history" \
+    -o trace.path="$run/data/trace" \
     -o rpc.listen=127.0.0.1:"$rpc_port" \
     -o admin.listen=127.0.0.1:"$admin_port" \
     -o recent.redis=127.0.0.1:"$redis_port" \

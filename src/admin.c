@@ -20,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -119,6 +120,17 @@ struct dd_admin {
     struct conn *conns;
     int64_t request_timeout_ns;
     struct ticker reaper;
+
+    /* Handlers (dd_admin_set_handler): read-locked while one runs, so
+     * that removing one waits for its calls. */
+    pthread_rwlock_t hlock;
+    bool hlock_ok;
+    struct {
+        const char *path;
+        dd_admin_handler_fn fn;
+        void *ud;
+        bool loopback_only;
+    } handlers[4];
 
     /* the watchdog thread, when WATCHDOG_USEC asked for one */
     uint64_t wd_usec;
@@ -322,6 +334,148 @@ dd_metrics *dd_admin_metrics(dd_admin *a) { return a->metrics; }
 
 int dd_admin_port(const dd_admin *a) { return a->port; }
 
+/* ---- handlers ---------------------------------------------------------- */
+
+struct dd_admin_request {
+    struct MHD_Connection *conn;
+    const char *method;
+};
+
+const char *dd_admin_method(const dd_admin_request *r) { return r->method; }
+
+struct arg_walk {
+    const char *key;
+    void (*fn)(void *ud, const char *v, size_t len);
+    void *ud;
+    size_t n;
+    bool first_only;
+};
+
+static enum MHD_Result arg_visit(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 size_t key_size, const char *value, size_t value_size)
+{
+    struct arg_walk *w = cls;
+    (void)kind;
+    if (!key || key_size != strlen(w->key) || memcmp(key, w->key, key_size) != 0)
+        return MHD_YES;
+    if (!value) {
+        value = "";
+        value_size = 0;
+    }
+    if (memchr(value, '\0', value_size) || strlen(value) != value_size) return MHD_YES;
+    w->fn(w->ud, value, value_size);
+    w->n++;
+    return w->first_only ? MHD_NO : MHD_YES;
+}
+
+size_t dd_admin_args(const dd_admin_request *r, const char *key,
+                     void (*fn)(void *ud, const char *v, size_t len), void *ud)
+{
+    struct arg_walk w = {key, fn, ud, 0, false};
+    MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND, arg_visit, &w);
+    return w.n;
+}
+
+struct first_arg {
+    const char *v;
+    size_t len;
+};
+
+static void take_first(void *ud, const char *v, size_t len)
+{
+    struct first_arg *f = ud;
+    f->v = v;
+    f->len = len;
+}
+
+const char *dd_admin_arg(const dd_admin_request *r, const char *key, size_t *len)
+{
+    struct first_arg f = {NULL, 0};
+    struct arg_walk w = {key, take_first, &f, 0, true};
+    MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND, arg_visit, &w);
+    if (len) *len = f.len;
+    return f.v;
+}
+
+int dd_admin_set_handler(dd_admin *a, const char *path, dd_admin_handler_fn fn, void *ud,
+                         bool loopback_only)
+{
+    if (!a->hlock_ok) return DD_ERR_STATE;
+    pthread_rwlock_wrlock(&a->hlock);
+    int rc = DD_ERR_LIMIT;
+    for (size_t i = 0; i < DD_ARRAY_LEN(a->handlers); i++) {
+        if (a->handlers[i].path && strcmp(a->handlers[i].path, path) != 0) continue;
+        a->handlers[i].path = fn ? path : NULL;
+        a->handlers[i].fn = fn;
+        a->handlers[i].ud = ud;
+        a->handlers[i].loopback_only = loopback_only;
+        rc = DD_OK;
+        break;
+    }
+    if (rc != DD_OK && !fn) rc = DD_OK; /* removing what is not there */
+    pthread_rwlock_unlock(&a->hlock);
+    return rc;
+}
+
+/* Whether the client of CONN has a loopback address. */
+static bool client_loopback(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa) return false;
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *v6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(v6)) return true;
+        return IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127;
+    }
+    return false;
+}
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char *body,
+                             size_t len, enum MHD_ResponseMemoryMode mode,
+                             const char *content_type);
+static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status,
+                                  const char *text);
+
+/* Serve URL with its handler, if one has it: 1 and *RET, else 0. */
+static int run_handler(dd_admin *a, struct MHD_Connection *conn, const char *url,
+                       const char *method, enum MHD_Result *ret)
+{
+    if (!a->hlock_ok) return 0;
+    pthread_rwlock_rdlock(&a->hlock);
+    int found = 0;
+    for (size_t i = 0; i < DD_ARRAY_LEN(a->handlers) && !found; i++) {
+        if (!a->handlers[i].path || strcmp(a->handlers[i].path, url) != 0) continue;
+        found = 1;
+        static const char *const methods[] = {"GET", "HEAD", "POST", "DELETE"};
+        const char *m = NULL;
+        for (size_t j = 0; j < DD_ARRAY_LEN(methods); j++)
+            if (strcmp(method, methods[j]) == 0) m = methods[j];
+        if (!m) {
+            *ret = reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET, POST and DELETE\n");
+            break;
+        }
+        if (a->handlers[i].loopback_only && !client_loopback(conn)) {
+            *ret = reply_text(conn, MHD_HTTP_FORBIDDEN,
+                              "forbidden: this page answers loopback clients only\n");
+            break;
+        }
+        dd_admin_request r = {conn, m};
+        unsigned status = MHD_HTTP_OK;
+        const char *ctype = "application/json";
+        char *body = a->handlers[i].fn(a->handlers[i].ud, &r, &status, &ctype);
+        if (!body)
+            *ret = reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+        else
+            *ret = reply(conn, status, body, strlen(body), MHD_RESPMEM_MUST_FREE, ctype);
+    }
+    pthread_rwlock_unlock(&a->hlock);
+    return found;
+}
+
 /* ---- HTTP ------------------------------------------------------------ */
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char *body,
@@ -364,6 +518,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         *upload_data_size = 0;
         return MHD_YES;
     }
+    enum MHD_Result hret;
+    if (run_handler(a, conn, url, method, &hret)) return hret;
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n");
     if (strcmp(url, "/metrics") == 0) {
@@ -566,6 +722,8 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
     wd_lock_ok = true;
     if (pthread_mutex_init(&a->conn_lock, NULL) != 0) goto err;
     conn_lock_ok = true;
+    if (pthread_rwlock_init(&a->hlock, NULL) != 0) goto err;
+    a->hlock_ok = true;
     a->request_timeout_ns = (int64_t)(conf->request_timeout_ms ? conf->request_timeout_ms : 1)
                             * 1000000;
     if ((rc = dd_metrics_new(&a->metrics)) != DD_OK) goto err;
@@ -623,6 +781,7 @@ err_msg:
     ticker_stop(&a->reaper);
     if (a->httpd) MHD_stop_daemon(a->httpd);
     if (conn_lock_ok) pthread_mutex_destroy(&a->conn_lock);
+    if (a->hlock_ok) pthread_rwlock_destroy(&a->hlock);
     dd_metrics_free(a->metrics);
     if (wd_lock_ok) pthread_mutex_destroy(&a->wd_lock);
     if (lock_ok) pthread_mutex_destroy(&a->lock);
@@ -639,6 +798,7 @@ void dd_admin_free(dd_admin *a)
      * so the list is empty after): no request runs after. */
     if (a->httpd) MHD_stop_daemon(a->httpd);
     pthread_mutex_destroy(&a->conn_lock);
+    if (a->hlock_ok) pthread_rwlock_destroy(&a->hlock);
     dd_metrics_free(a->metrics);
     pthread_mutex_destroy(&a->wd_lock);
     pthread_mutex_destroy(&a->lock);

@@ -137,6 +137,46 @@ typedef char *(*dd_admin_page_fn)(void *module);
 void dd_admin_set_page(dd_admin *a, enum dd_admin_component c, const char *path,
                        dd_admin_page_fn fn);
 
+/* ---- handlers: pages with arguments, methods and writes ----------------
+ *
+ * A handler serves one path (e.g. "/why") for GET, HEAD, POST and DELETE
+ * (other methods: 405), with the request's query arguments (URL-decoded
+ * by libmicrohttpd; a value may hold any byte but NUL: see dd_admin_arg).
+ * With LOOPBACK_ONLY the handler answers only clients whose address is
+ * loopback (127.0.0.0/8, ::1, ::ffff:127.x): others get 403, so a
+ * non-loopback admin.listen (for Prometheus) does not open writes or user
+ * data to the network (`kubectl exec ... dedupctl` still comes from
+ * loopback). A handler runs on an HTTP thread, without the admin's locks,
+ * possibly in several threads at once, and may block (bounded by its own
+ * timeouts); admin.request_timeout_ms does not interrupt it. */
+typedef struct dd_admin_request dd_admin_request;
+
+/* "GET", "HEAD", "POST" or "DELETE". Static. */
+const char *dd_admin_method(const dd_admin_request *r);
+
+/* The first value of query argument KEY (NULL when absent; "" for "?KEY"
+ * or "?KEY="), LEN bytes in *LEN (NULL: not wanted); borrowed for the
+ * call. A value cut short by a NUL byte (%00) counts as absent: ids with
+ * NUL are not ids any API call accepts. */
+const char *dd_admin_arg(const dd_admin_request *r, const char *key, size_t *len);
+
+/* Call FN(UD, value, len) for each value of KEY, in request order (NUL
+ * cut values skipped). Returns how many values FN got. */
+size_t dd_admin_args(const dd_admin_request *r, const char *key,
+                     void (*fn)(void *ud, const char *v, size_t len), void *ud);
+
+/* FN answers R: a malloc'd body (the listener frees it; NULL: 500 "out of
+ * memory"), *STATUS (set to 200 before the call) and *CONTENT_TYPE
+ * (static; "application/json" before the call). */
+typedef char *(*dd_admin_handler_fn)(void *ud, const dd_admin_request *r, unsigned *status,
+                                     const char **content_type);
+
+/* Serve PATH (static string) with FN(UD, ...) until set again; FN NULL
+ * removes it, waiting for calls of it in flight to return, so UD may be
+ * freed after. At most 4 handlers. Returns 0 or DD_ERR_LIMIT. */
+int dd_admin_set_handler(dd_admin *a, const char *path, dd_admin_handler_fn fn, void *ud,
+                         bool loopback_only);
+
 /* Tell the service manager the daemon is serving (READY=1; a no-op
  * without NOTIFY_SOCKET). Call once the store is open and gRPC serves. */
 void dd_admin_service_ready(dd_admin *a);

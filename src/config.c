@@ -172,6 +172,12 @@ static const struct key keys[] = {
     ROW_ENUM("cluster.bootstrap", cluster.bootstrap, "none", bootstrap_words),
     ROW_U32("cluster.snapshot_mbps", cluster.snapshot_mbps, "400", 0, 1000000),
 
+    ROW_STR("trace.path", trace.path, "./data/trace"),
+    ROW_STR("trace.users", trace.users, ""),
+    ROW_U32("trace.retention_days", trace.retention_days, "30", 1, 36500),
+    ROW_U32("trace.max_records", trace.max_records, "10000", 1, 10000000),
+    ROW_U32("trace.max_users", trace.max_users, "1000", 1, 100000),
+
     ROW_ENUM("log.level", log.level, "info", level_words),
     ROW_STR("log.file", log.file, ""),
 };
@@ -800,6 +806,14 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
     }
     /* The map, this node's place in it and the partitioner: cluster.h. */
     if (dd_cluster_conf_check(&c->cluster, NULL, NULL, err, errlen) != DD_OK) return DD_ERR_INVALID;
+    /* trace.users against rpc.max_id_bytes and trace.max_users: trace.h. */
+    if (dd_trace_conf_check(&c->trace, c->rpc.max_id_bytes, err, errlen) != DD_OK)
+        return DD_ERR_INVALID;
+    if (strcmp(c->trace.path, c->history.path) == 0) {
+        dd_set_err(err, errlen, "trace.path: \"%s\" is also history.path (the trace is a "
+                                "database of its own)", c->trace.path);
+        return DD_ERR_INVALID;
+    }
     if (dd_cluster_enabled(&c->cluster) && !c->ingest.enabled) {
         dd_set_err(err, errlen, "cluster.shards: a cluster needs ingest.enabled = true (a node "
                                 "owns its users by the plays topic's partitions)");

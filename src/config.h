@@ -31,6 +31,7 @@
 #include "recent.h"
 #include "record.h"
 #include "rpc.h"
+#include "trace.h"
 #include "window.h"
 
 /* Each module declares its own settings (struct dd_<module>_conf in its
@@ -49,6 +50,7 @@ struct dd_config {
     struct dd_rpc_conf rpc;
     struct dd_admin_conf admin;
     struct dd_cluster_conf cluster;
+    struct dd_trace_conf trace;
     struct dd_log_conf log;
     struct dd_config_list kafka;    /* pass-through to librdkafka */
     struct dd_config_list rocksdb;  /* pass-through to RocksDB options */

@@ -51,12 +51,14 @@
  */
 #include "ingest.h"
 
+#include "buf.h"
 #include "dd.h"
 #include "kafka.h"
 #include "log.h"
 #include "metrics.h"
 #include "partition.h"
 #include "playevent.h"
+#include "trace.h"
 #include "window.h"
 
 #include <errno.h>
@@ -85,6 +87,9 @@
 #define METADATA_MS 2000
 /* The header that makes a message of the plays topic an operation. */
 #define OP_HEADER "dedupd-op"
+/* Trace records of a window waiting for its write, at most (trace.h): a
+ * traced user's plays beyond it are counted as dropped. */
+#define TRACE_PENDING_MAX (1u << 20)
 
 struct slot {
     dd_window *w;
@@ -98,6 +103,9 @@ struct slot {
     bool forget;
     char *fscene, *fuser; /* DD_SCENE_MAX and max_id_bytes bytes */
     size_t fscene_len, fuser_len;
+    /* Traced users' records of this window, written once it is: entries
+     * of u16 user length | user | u32 record length | record (trace.h). */
+    struct dd_buf trace;
 };
 
 /* One partition's lag state (lag_mu). Offsets are "next to read". */
@@ -141,6 +149,7 @@ struct dd_ingest {
     size_t max_user;      /* a forget's user id, at most */
     dd_playevent_decoder *dec;
     dd_history_batch *batch;
+    dd_trace *trace;      /* NULL = no traces (dd_ingest_set_trace) */
 
     struct slot slots[2];
     int active;           /* index of the slot being filled */
@@ -560,11 +569,64 @@ static bool durable_due(const dd_ingest *in, int64_t now)
     return in->written.messages && now - in->written.since_ns >= in->durable_ns;
 }
 
+/* Slot S's window is written and its forget done: its traced users'
+ * records follow (trace.h: after the main write; a failure is the
+ * trace's to count, never the window's). */
+static void trace_flush(dd_ingest *in, struct slot *s)
+{
+    const uint8_t *p = s->trace.data, *end = p + s->trace.len;
+    while (p && end - p >= 6) {
+        size_t ul = (size_t)p[0] << 8 | p[1];
+        const uint8_t *u = p + 2;
+        const uint8_t *q = u + ul;
+        size_t vl = (size_t)q[0] << 24 | (size_t)q[1] << 16 | (size_t)q[2] << 8 | q[3];
+        dd_trace_record_encoded(in->trace, (const char *)u, ul, q + 4, vl);
+        p = q + 4 + vl;
+    }
+    s->trace.len = 0;
+}
+
+/* Keep a trace record of message M (a play of EV, or a forget marker) in
+ * slot S until its window is written. Poll thread. */
+static void trace_note(dd_ingest *in, struct slot *s, const rd_kafka_message_t *m,
+                       const struct dd_playevent *ev, bool forget, int64_t ts)
+{
+    struct dd_trace_rec r = {
+        .kind = forget ? DD_TRACE_FORGET : DD_TRACE_PLAY, .source = DD_TRACE_SRC_KAFKA,
+        .at_ms = forget ? ts : ev->played_at_ms, .recorded_ms = 0,
+        .scene = ev->scene, .scene_len = ev->scene_len,
+        .item = forget ? "" : ev->item, .item_len = forget ? 0 : ev->item_len,
+        .topic = in->topic, .topic_len = strlen(in->topic) > 255 ? 255 : strlen(in->topic),
+        .partition = m->partition, .offset = m->offset};
+    size_t need = 2 + ev->user_len + 4 + DD_TRACE_REC_MAX;
+    if (ev->user_len > 65535 || s->trace.len + need > TRACE_PENDING_MAX + DD_TRACE_REC_MAX ||
+        dd_buf_reserve(&s->trace, need) != DD_OK) {
+        dd_trace_dropped(in->trace, 1);
+        return;
+    }
+    uint8_t *p = s->trace.data + s->trace.len;
+    size_t vl = dd_trace_encode(&r, p + 2 + ev->user_len + 4, DD_TRACE_REC_MAX);
+    if (vl == 0) {
+        dd_trace_dropped(in->trace, 1);
+        return;
+    }
+    p[0] = (uint8_t)(ev->user_len >> 8);
+    p[1] = (uint8_t)ev->user_len;
+    memcpy(p + 2, ev->user, ev->user_len);
+    uint8_t *q = p + 2 + ev->user_len;
+    q[0] = (uint8_t)(vl >> 24);
+    q[1] = (uint8_t)(vl >> 16);
+    q[2] = (uint8_t)(vl >> 8);
+    q[3] = (uint8_t)vl;
+    s->trace.len += 2 + ev->user_len + 4 + vl;
+}
+
 /* Slot S's window is written and its forget done: count it, make it
  * visible to the lag, and store its offsets (wal) or keep them for the
  * next durability flush. T0: when the write began. */
 static void window_done(dd_ingest *in, struct slot *s, uint64_t written, int64_t t0)
 {
+    trace_flush(in, s);
     ADD(plays_written, written);
     ADD(messages_flushed, s->messages);
     INC(flushes);
@@ -682,6 +744,7 @@ static void write_window(dd_ingest *in, struct slot *s)
      * them. */
     dd_window_clear(s->w);
     s->forget = false;
+    s->trace.len = 0; /* never written: no trace of it either */
     in->abandoned = 1;
     slot_store(in, s);
 }
@@ -865,9 +928,10 @@ static int bad_reason(int status)
     }
 }
 
-/* Add EV's play to the active slot's window. Returns -1 (added, expired),
- * a bad reason, or DD_ERR_LIMIT when it does not fit (nothing changed). */
-static int add_play(dd_ingest *in, struct slot *s, const struct dd_playevent *ev)
+/* Add EV's play to the active slot's window. Returns -1 (added, expired:
+ * *ADDED says which), a bad reason, or DD_ERR_LIMIT when it does not fit
+ * (nothing changed). */
+static int add_play(dd_ingest *in, struct slot *s, const struct dd_playevent *ev, bool *added)
 {
     uint64_t h = dd_hash(ev->item, ev->item_len);
     int rc = dd_window_add(s->w, ev->scene, ev->scene_len, ev->user, ev->user_len, h,
@@ -888,6 +952,7 @@ static int add_play(dd_ingest *in, struct slot *s, const struct dd_playevent *ev
     case DD_WINDOW_FUTURE: return DD_INGEST_BAD_FUTURE;
     case DD_WINDOW_EXPIRED: INC(expired); return -1;
     case DD_WINDOW_ADDED:
+        *added = true;
         INC(plays);
         if (ev->key_mismatch) INC(key_mismatch);
         return -1;
@@ -932,9 +997,14 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
         s->fscene_len = ev.scene_len;
         s->fuser_len = ev.user_len;
         s->forget = cut = true;
+        if (dd_trace_wanted(in->trace, ev.user, ev.user_len)) trace_note(in, s, m, &ev, true, ts);
     } else if (bad < 0) {
-        bad = add_play(in, s, &ev);
+        bool added = false;
+        bad = add_play(in, s, &ev, &added);
         if (bad == DD_ERR_LIMIT) return bad;
+        /* Untraced users: one atomic load while nobody is traced. */
+        if (added && dd_trace_wanted(in->trace, ev.user, ev.user_len))
+            trace_note(in, s, m, &ev, false, ts);
     }
     if (bad >= 0) bad_message(in, m, bad, bad == DD_INGEST_BAD_WRONG_PARTITION ? want : -1);
     INC(messages);
@@ -1560,6 +1630,8 @@ err_set:
     return rc;
 }
 
+void dd_ingest_set_trace(dd_ingest *in, dd_trace *trace) { in->trace = trace; }
+
 int dd_ingest_start(dd_ingest *in)
 {
     if (in->started) return DD_ERR_STATE;
@@ -1673,6 +1745,7 @@ void dd_ingest_free(dd_ingest *in)
         free(in->slots[i].last_ts);
         free(in->slots[i].fscene);
         free(in->slots[i].fuser);
+        dd_buf_free(&in->slots[i].trace);
     }
     free(in->written.next);
     free(in->written.last_ts);

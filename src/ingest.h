@@ -106,6 +106,17 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
                   const struct dd_window_conf *window, const struct dd_config_list *kafka,
                   dd_history *history, char *err, size_t errlen);
 
+/* Keep traces (trace.h) of the traced users' plays and forget markers:
+ * each is noted with its topic, partition and offset when consumed and
+ * written to TRACE (borrowed; must outlive the ingest) right after its
+ * window (and forget) is written, in log order; a window dropped unwritten
+ * at stop drops its records too, and a window replayed after a crash
+ * records its plays again. At most 1 MiB of records wait per window (more
+ * are counted as dropped). Untraced users cost one dd_trace_wanted per
+ * message. Call before dd_ingest_start; NULL (the default) = none. */
+typedef struct dd_trace dd_trace;
+void dd_ingest_set_trace(dd_ingest *in, dd_trace *trace);
+
 /* Subscribe (group mode; assign mode assigns once the partition count is
  * known) and start the threads. Returns 0, DD_ERR_STATE (already
  * started), DD_ERR_UNAVAILABLE (subscribe failed) or DD_ERR_NOMEM

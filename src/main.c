@@ -20,6 +20,8 @@
 #include "plays.h"
 #include "rpc.h"
 #include "snapshot.h"
+#include "trace.h"
+#include "why.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -165,6 +167,9 @@ int main(int argc, char **argv)
     dd_cluster *cluster = NULL;
     dd_producer *producer = NULL;
     dd_snapshot_server *snapshot = NULL;
+    dd_trace *trace = NULL;
+    dd_why *why = NULL;
+    bool trace_metrics = false;
     struct dd_cluster_map map = {0};
 
     if (dd_config_init(&cfg) != DD_OK) {
@@ -283,11 +288,13 @@ int main(int argc, char **argv)
         dd_info("main", "msg=\"admin listening\" admin=%s",
                 bound_addr(addrbuf, sizeof addrbuf, cfg.admin.listen, dd_admin_port(admin)));
         /* Allowed (probes and Prometheus come from other hosts) but said
-         * once: the admin listener has no TLS and no authentication, and
-         * serves no writes and no user data. */
+         * once: the admin listener has no TLS and no authentication. Its
+         * pages with user data or writes (/why, /trace) answer loopback
+         * clients only (why.h). */
         if (!dd_hostport_is_loopback(cfg.admin.listen))
             dd_warn("main", "msg=\"admin listener on a non-loopback address: /metrics, /healthz "
-                            "and /readyz are plaintext and open to any peer\" admin=%s",
+                            "and /readyz are plaintext and open to any peer (/why and /trace "
+                            "answer loopback clients only)\" admin=%s",
                     cfg.admin.listen);
     }
 
@@ -310,6 +317,20 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    /* The trace store (trace.h) next: ingest and gRPC record into it. */
+    cfg.trace.min_free_mb = cfg.history.min_free_mb;
+    cfg.trace.max_id_bytes = cfg.rpc.max_id_bytes;
+    if (dd_trace_open(&trace, &cfg.trace, NULL, err, sizeof err) != DD_OK) {
+        dd_error("main", "msg=\"cannot open the trace store\" path=\"%s\" error=\"%s\"",
+                 cfg.trace.path, err);
+        goto out;
+    }
+    if (dd_metrics_add(dd_admin_metrics(admin), dd_trace_collect, trace) != DD_OK) {
+        dd_error("main", "msg=\"out of memory\"");
+        goto out;
+    }
+    trace_metrics = true;
+
     /* Kafka ingest once the store is open; it stops before the store closes.
      * A cluster node on a new store (a new replica, a replaced volume)
      * replays its partitions from their beginning: its group's committed
@@ -321,6 +342,7 @@ int main(int argc, char **argv)
             dd_error("main", "msg=\"cannot create the Kafka consumer\" error=\"%s\"", err);
             goto out;
         }
+        dd_ingest_set_trace(ingest, trace);
         if (dd_ingest_start(ingest) != DD_OK) {
             dd_error("main", "msg=\"cannot start Kafka ingest\" topic=%s", cfg.ingest.topic);
             goto out;
@@ -368,8 +390,22 @@ int main(int argc, char **argv)
         dd_error("main", "msg=\"cannot set up snapshots\" error=\"%s\"", err);
         goto out;
     }
-    if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, cluster, producer, err, sizeof err) != DD_OK ||
-        (dd_rpc_set_snapshot(rpc, snapshot), dd_rpc_start(rpc, err, sizeof err)) != DD_OK) {
+    /* /why and /trace on the admin listener (why.h): loopback clients only. */
+    struct dd_why_conf wc = {dd_config_filter_conf(&cfg),
+                             cfg.history.retention_days + cfg.history.segment_days + 1,
+                             cfg.trace.retention_days};
+    if (dd_why_new(&why, &wc, &cfg.recent, history, trace, cluster, err, sizeof err) != DD_OK ||
+        dd_admin_set_handler(admin, "/why", dd_why_page, why, true) != DD_OK ||
+        dd_admin_set_handler(admin, "/trace", dd_why_trace_page, why, true) != DD_OK) {
+        dd_error("main", "msg=\"cannot serve /why and /trace\" error=\"%s\"", err);
+        goto out;
+    }
+    if (dd_rpc_new(&rpc, &cfg.rpc, &cfg.recent, history, cluster, producer, err, sizeof err) ==
+        DD_OK) {
+        dd_rpc_set_trace(rpc, trace);
+        dd_rpc_set_snapshot(rpc, snapshot);
+    }
+    if (!rpc || dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",
                  cfg.rpc.listen, err);
         goto out;
@@ -413,6 +449,11 @@ out:
     dd_admin_detach(admin, DD_ADMIN_RPC);
     dd_rpc_free(rpc);
     dd_snapshot_server_free(snapshot);
+    if (admin) {
+        dd_admin_set_handler(admin, "/why", NULL, NULL, false);
+        dd_admin_set_handler(admin, "/trace", NULL, NULL, false);
+    }
+    dd_why_free(why);
     dd_producer_free(producer);
     dd_admin_detach(admin, DD_ADMIN_CLUSTER);
     dd_cluster_free(cluster);
@@ -420,6 +461,8 @@ out:
     if (plays) dd_plays_set_ingest(plays, NULL);
     dd_admin_detach(admin, DD_ADMIN_INGEST);
     dd_ingest_free(ingest);
+    if (trace_metrics) dd_metrics_remove(dd_admin_metrics(admin), dd_trace_collect, trace);
+    dd_trace_close(trace);
     dd_admin_detach(admin, DD_ADMIN_STORE);
     dd_history_close(history);
     if (rc == 0 && history) dd_info("main", "msg=stopped");

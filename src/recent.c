@@ -782,6 +782,31 @@ void dd_recent_fetch_cancel(dd_recent *r)
     settle(r);
 }
 
+/* One command on the live connection, once more on a fresh one when the
+ * old one was found closed while idle. Returns 0 with the reply in *REP
+ * (the caller frees it), or an error as conn_failed (WHAT names the call). */
+static int command(dd_recent *r, int argc, const char **argv, const size_t *lens,
+                   const char *what, redisReply **rep)
+{
+    for (int attempt = 0;; attempt++) {
+        int rc = ensure(r);
+        if (rc != DD_OK) return rc;
+        errno = 0;
+        *rep = redisCommandArgv(r->c, argc, argv, lens);
+        if (*rep) {
+            r->used = 1;
+            r->backoff_ms = BACKOFF_MIN_MS;
+            return DD_OK;
+        }
+        int saved_errno = errno;
+        if (attempt == 0 && stale(r, saved_errno)) {
+            close_now(r);
+            continue;
+        }
+        return conn_failed(r, saved_errno, what);
+    }
+}
+
 int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                      size_t user_len)
 {
@@ -791,26 +816,52 @@ int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const ch
     if (!keylen) return DD_ERR_NOMEM;
     const char *argv[2] = {"DEL", r->key};
     size_t lens[2] = {3, keylen};
+    redisReply *rep;
+    int rc = command(r, 2, argv, lens, "forget", &rep);
+    if (rc != DD_OK) return rc;
+    if (rep->type != REDIS_REPLY_INTEGER) rc = reply_error(r, "DEL", rep);
+    freeReplyObject(rep);
+    return rc;
+}
 
-    for (int attempt = 0;; attempt++) {
-        int rc = ensure(r);
-        if (rc != DD_OK) return rc;
-        errno = 0;
-        redisReply *rep = redisCommandArgv(r->c, 2, argv, lens);
-        if (rep) {
-            r->used = 1;
-            r->backoff_ms = BACKOFF_MIN_MS;
-            if (rep->type != REDIS_REPLY_INTEGER) rc = reply_error(r, "DEL", rep);
-            freeReplyObject(rep);
-            return rc;
+/* A score as the delivery time in ms: at_ms * 1024 + a sequence since
+ * ADD_SCRIPT, bare at_ms before it (below 10^14 ms, the year 5138). */
+static int64_t score_ms(double score)
+{
+    if (!(score >= 0) || score > 9e18) return 0;
+    return score >= 1e14 ? (int64_t)(score / 1024) : (int64_t)score;
+}
+
+int dd_recent_fetch_times(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                          size_t user_len, uint64_t *hashes, int64_t *times_ms, size_t cap,
+                          size_t *n)
+{
+    *n = 0;
+    settle(r);
+    r->errstr[0] = '\0';
+    if (cap == 0) return DD_OK;
+    size_t keylen = make_key(r, scene, scene_len, user, user_len);
+    if (!keylen) return DD_ERR_NOMEM;
+    struct fetch_cmd c;
+    fetch_cmd(r, keylen, cap, &c);
+    const char *argv[5] = {c.argv[0], c.argv[1], c.argv[2], c.argv[3], "WITHSCORES"};
+    size_t lens[5] = {c.lens[0], c.lens[1], c.lens[2], c.lens[3], 10};
+    redisReply *rep;
+    int rc = command(r, 5, argv, lens, "fetch", &rep);
+    if (rc != DD_OK) return rc;
+    if (rep->type != REDIS_REPLY_ARRAY) {
+        rc = reply_error(r, "ZREVRANGE WITHSCORES", rep);
+    } else {
+        for (size_t i = 0; i + 1 < rep->elements && *n < cap; i += 2) {
+            const redisReply *m = rep->element[i], *sc = rep->element[i + 1];
+            if (m->type != REDIS_REPLY_STRING || sc->type != REDIS_REPLY_STRING) continue;
+            hashes[*n] = dd_hash(m->str, m->len);
+            times_ms[*n] = score_ms(strtod(sc->str, NULL));
+            (*n)++;
         }
-        int saved_errno = errno;
-        if (attempt == 0 && stale(r, saved_errno)) {
-            close_now(r);
-            continue;
-        }
-        return conn_failed(r, saved_errno, "forget");
     }
+    freeReplyObject(rep);
+    return rc;
 }
 
 void dd_recent_collect(dd_prom *p)

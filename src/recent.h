@@ -78,6 +78,15 @@ void dd_recent_fetch_cancel(dd_recent *r); /* nothing pending: a no-op; cannot f
 int dd_recent_parse_reply(const void *buf, size_t len, uint64_t *hashes, size_t cap,
                           size_t *n, int *type);
 
+/* The same fetch with the delivery times (ZREVRANGE WITHSCORES), newest
+ * first: HASHES[i] delivered at TIMES_MS[i] (ms; from the score, which is
+ * at_ms * 1024 + a sequence, or at_ms in sets written before that). For
+ * operators' questions (why.h), not Filter's path: it builds hiredis'
+ * reply objects. Errors as dd_recent_fetch. */
+int dd_recent_fetch_times(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                          size_t user_len, uint64_t *hashes, int64_t *times_ms, size_t cap,
+                          size_t *n);
+
 /* Delete (SCENE, USER)'s deliveries. Errors as dd_recent_record. */
 int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                      size_t user_len);

@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "producer.h"
 #include "recent.h"
+#include "trace.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -24,6 +25,7 @@ struct dd_record {
     dd_history *history;       /* borrowed, shared */
     dd_recent *recent;         /* borrowed, this thread's */
     dd_producer *producer;     /* borrowed, shared; NULL = single node */
+    dd_trace *trace;           /* borrowed, shared; NULL = no traces */
     dd_history_batch *batch;   /* reused by RecordPlays */
     uint32_t max_candidates;
     uint32_t max_id_bytes;
@@ -58,6 +60,8 @@ nomem:
     dd_record_free(r);
     return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory creating a writer");
 }
+
+void dd_record_set_trace(dd_record *r, dd_trace *trace) { r->trace = trace; }
 
 void dd_record_free(dd_record *r)
 {
@@ -132,6 +136,21 @@ int dd_record_delivery(dd_record *w, dd_arena *arena,
                                                    : dd_strerror(rc));
     resp->recent_size = size_after;
     STAT_ADD(deliveries, n);
+    if (dd_trace_wanted(w->trace, req->user_id, user_len)) {
+        /* The time Redis was given (recent.c: 0 = its now). */
+        int64_t at = req->delivered_at_ms ? req->delivered_at_ms : dd_now_ms();
+        struct dd_trace_rec *recs = dd_arena_alloc(arena, n * sizeof *recs);
+        if (!recs) {
+            dd_trace_dropped(w->trace, n);
+            return DD_OK;
+        }
+        for (size_t i = 0; i < n; i++)
+            recs[i] = (struct dd_trace_rec){
+                .kind = DD_TRACE_DELIVERY, .source = DD_TRACE_SRC_RECORD_DELIVERY, .at_ms = at,
+                .scene = req->scene, .scene_len = scene_len, .item = req->item_ids[i],
+                .item_len = lens[i], .partition = -1, .offset = -1};
+        dd_trace_record(w->trace, req->user_id, user_len, recs, n);
+    }
     return DD_OK;
 }
 
@@ -177,6 +196,11 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
     int64_t *ats = w->producer ? dd_arena_alloc(arena, n * sizeof *ats) : NULL;
     if (!sh || (w->producer && (!items || !ats)))
         return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
+    /* A traced user: the stored plays again, recorded after the write. */
+    struct dd_trace_rec *trecs = NULL;
+    if (dd_trace_wanted(w->trace, req->user_id, user_len) &&
+        !(trecs = dd_arena_alloc(arena, n * sizeof *trecs)))
+        dd_trace_dropped(w->trace, n);
     const int64_t now = dd_history_now_ms(w->history);
     size_t m = 0;
     uint32_t expired = 0;
@@ -202,6 +226,11 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
                 items[m] = p->item_id;
                 ats[m] = at;
             }
+            if (trecs)
+                trecs[m] = (struct dd_trace_rec){
+                    .kind = DD_TRACE_PLAY, .source = DD_TRACE_SRC_RECORD_PLAYS, .at_ms = at,
+                    .scene = req->scene, .scene_len = scene_len, .item = p->item_id,
+                    .item_len = l, .partition = -1, .offset = -1};
             m++;
             break;
         case DD_HISTORY_PLACE_EXPIRED:
@@ -250,6 +279,7 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
     resp->expired = expired;
     STAT_ADD(plays, m);
     STAT_ADD(plays_expired, expired);
+    if (trecs && m) dd_trace_record(w->trace, req->user_id, user_len, trecs, m);
     if (w->producer && m) {
         char perr[256];
         rc = dd_producer_plays(w->producer, req->user_id, req->scene, items, ats, m, 0, perr,
@@ -257,6 +287,17 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
         if (rc != DD_OK) return produce_failed(err, errlen, "plays written here", perr);
     }
     return DD_OK;
+}
+
+/* A traced user's ForgetUser, once done. */
+static void trace_forget(dd_record *w, const char *user, size_t user_len, const char *scene,
+                         size_t scene_len)
+{
+    if (!dd_trace_wanted(w->trace, user, user_len)) return;
+    struct dd_trace_rec r = {.kind = DD_TRACE_FORGET, .source = DD_TRACE_SRC_FORGET_USER,
+                             .at_ms = dd_history_now_ms(w->history), .scene = scene,
+                             .scene_len = scene_len, .partition = -1, .offset = -1};
+    dd_trace_record(w->trace, user, user_len, &r, 1);
 }
 
 int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
@@ -283,6 +324,7 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
             return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
                            "deliveries forgotten, plays not yet: %s; the call is safe to retry",
                            perr);
+        trace_forget(w, req->user_id, user_len, req->scene, scene_len);
         return DD_OK;
     }
     char herr[256];
@@ -298,6 +340,7 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
                     "plays forgotten, but recent deliveries unavailable: %s",
                     dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
                                                    : dd_strerror(rc));
+    trace_forget(w, req->user_id, user_len, req->scene, scene_len);
     return DD_OK;
 }
 

@@ -61,6 +61,16 @@ int dd_record_new(dd_record **out, const struct dd_record_conf *conf, dd_history
                   dd_recent *recent, dd_producer *producer, char *err, size_t errlen);
 void dd_record_free(dd_record *r);
 
+/* Keep traces (trace.h) of the traced users' writes done by R: each
+ * RecordPlays play stored (source RecordPlays, its resolved time), each
+ * RecordDelivery id (source RecordDelivery, the delivery time Redis got),
+ * each ForgetUser (source ForgetUser, now), recorded after the write
+ * succeeded; a trace failure never fails the call (the trace counts it).
+ * TRACE is borrowed and must outlive R; NULL (the default) = none.
+ * Untraced users cost one dd_trace_wanted per call. Cannot fail. */
+typedef struct dd_trace dd_trace;
+void dd_record_set_trace(dd_record *r, dd_trace *trace);
+
 /* The calls below return 0 or, with a message naming the request field in
  * err, the codes of filter.h (DD_ERR_INVALID, DD_ERR_LIMIT,
  * DD_ERR_UNAVAILABLE, DD_ERR_NOMEM), which rpc.c maps to the same gRPC

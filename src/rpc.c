@@ -444,6 +444,12 @@ err:
 
 int dd_rpc_port(const dd_rpc *rpc) { return rpc->port; }
 
+void dd_rpc_set_trace(dd_rpc *rpc, dd_trace *trace)
+{
+    for (size_t i = 0; i < rpc->nworkers; i++)
+        if (rpc->workers[i].record) dd_record_set_trace(rpc->workers[i].record, trace);
+}
+
 void dd_rpc_set_serving(dd_rpc *rpc, bool serving) { atomic_store(&rpc->serving, serving); }
 
 /* ---- calls -------------------------------------------------------------- */

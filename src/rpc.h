@@ -147,6 +147,12 @@ void dd_rpc_set_snapshot(dd_rpc *rpc, dd_snapshot_server *s);
  * server is then shut down and only dd_rpc_free remains to be called). */
 int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen);
 
+/* Hand TRACE (trace.h; borrowed, must outlive the server; NULL = none)
+ * to every worker's writer (dd_record_set_trace). Call between dd_rpc_new
+ * and dd_rpc_start. Cannot fail. */
+typedef struct dd_trace dd_trace;
+void dd_rpc_set_trace(dd_rpc *rpc, dd_trace *trace);
+
 /* The bound TCP port (the real one when rpc.listen asked for port 0). */
 int dd_rpc_port(const dd_rpc *rpc);
 

@@ -19,6 +19,7 @@
 #include "dd.h"
 #include "dedupctl_cluster.h"
 #include "dedupctl_stats.h"
+#include "dedupctl_trace.h"
 #include "health.pb-c.h"
 
 #include <errno.h>
@@ -35,6 +36,7 @@
 
 struct opts {
     const char *addr;
+    const char *admin;        /* why, trace: the admin listener */
     struct dd_client_tls tls; /* all NULL: plaintext */
     const char *scene;
     int timeout_ms;
@@ -55,11 +57,22 @@ static void usage(FILE *f)
             "                             /metrics 1 s apart (default 127.0.0.1:9464; not gRPC)\n"
             "  cluster [ADMIN_ADDR]       the cluster map as that node sees it: nodes, health,\n"
             "                             lag, partitions, where it forwards each shard\n"
+            "  why USER ID...             why each ID is kept or removed for USER: one line per\n"
+            "                             ID with its verdict (kept, duplicate, delivered,\n"
+            "                             played), time (UTC), source (for traced users: Kafka\n"
+            "                             topic/partition@offset or RecordPlays) and detail\n"
+            "  trace add USER             keep plain records of USER's plays, deliveries and\n"
+            "                             forgets from now on (kept across restarts)\n"
+            "  trace remove USER          stop, and delete USER's records\n"
+            "  trace list                 the traced users, since when\n"
+            "  (why and trace ask the admin listener, --admin; on a cluster ask a node of\n"
+            "   the user's shard)\n"
             "Options may stand anywhere: before or after COMMAND and its arguments.\n"
             "'--' ends them: an id that begins with '-' goes after it, as in\n"
             "  dedupctl filter -l 7 alice -- -v1 v2\n"
             "options:\n"
             "  -a, --addr ADDR        dedupd gRPC address (default 127.0.0.1:50051)\n"
+            "      --admin ADDR       why, trace: the admin listener (default 127.0.0.1:9464)\n"
             "  -s, --scene SCENE      scene (namespace; default \"\")\n"
             "  -t, --timeout MS       deadline per call (default %d)\n"
             "  -l, --lookback DAYS    filter: lookback in days (default 0 = whole retention)\n"
@@ -306,6 +319,34 @@ static int run(const struct opts *o, int nargs, char **args)
         fprintf(stderr, "dedupctl: cluster: %s\n", err);
         return EXIT_RPC;
     }
+    int ms = o->timeout_ms > 0 ? o->timeout_ms : DD_CLIENT_DEFAULT_TIMEOUT_MS;
+    if (strcmp(cmd, "why") == 0) { /* the admin listener's /why */
+        if (nargs < 3) {
+            fprintf(stderr, "dedupctl: why: need USER and at least one ID\n");
+            return EXIT_USAGE;
+        }
+        char err[600];
+        if (dedupctl_why(o->admin, ms, args[1], o->scene, o->lookback_days, args + 2,
+                         (size_t)nargs - 2, stdout, err, sizeof err) == DD_OK)
+            return 0;
+        fprintf(stderr, "dedupctl: why: %s\n", err);
+        return EXIT_RPC;
+    }
+    if (strcmp(cmd, "trace") == 0) { /* the admin listener's /trace */
+        const char *action = nargs >= 2 ? args[1] : "";
+        bool list = strcmp(action, "list") == 0;
+        if (!(list && nargs == 2) &&
+            !((strcmp(action, "add") == 0 || strcmp(action, "remove") == 0) && nargs == 3)) {
+            fprintf(stderr, "dedupctl: trace: want 'add USER', 'remove USER' or 'list'\n");
+            return EXIT_USAGE;
+        }
+        char err[600];
+        if (dedupctl_trace(o->admin, ms, action, list ? NULL : args[2], stdout, err,
+                           sizeof err) == DD_OK)
+            return 0;
+        fprintf(stderr, "dedupctl: trace %s: %s\n", action, err);
+        return EXIT_RPC;
+    }
     for (size_t i = 0; i < DD_ARRAY_LEN(commands); i++) {
         if (strcmp(cmd, commands[i].name) != 0) continue;
         char err[256];
@@ -325,14 +366,15 @@ static int run(const struct opts *o, int nargs, char **args)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.addr = "127.0.0.1:50051", .scene = "", .timeout_ms = 0, .lookback_days = 0,
+    struct opts o = {.addr = "127.0.0.1:50051", .admin = "127.0.0.1:9464", .scene = "", .timeout_ms = 0, .lookback_days = 0,
                      .explain = true};
     int opt;
     uint32_t v;
     enum { OPT_TLS_CA = 256, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME, OPT_EXPLAIN,
-           OPT_NO_EXPLAIN };
+           OPT_NO_EXPLAIN, OPT_ADMIN };
     static const struct option longopts[] = {
         {"addr", required_argument, NULL, 'a'},
+        {"admin", required_argument, NULL, OPT_ADMIN},
         {"scene", required_argument, NULL, 's'},
         {"timeout", required_argument, NULL, 't'},
         {"lookback", required_argument, NULL, 'l'},
@@ -359,6 +401,7 @@ int main(int argc, char **argv)
         switch (opt) {
         case 1: args[nargs++] = optarg; break;
         case 'a': o.addr = optarg; break;
+        case OPT_ADMIN: o.admin = optarg; break;
         case OPT_TLS_CA: o.tls.ca = optarg; break;
         case OPT_TLS_CERT: o.tls.cert = optarg; break;
         case OPT_TLS_KEY: o.tls.key = optarg; break;

@@ -234,7 +234,7 @@ class DevBroker:
 
 class Dedupd:
     """src/dedupd from the build tree on a temporary data directory, with
-    -o overrides (history.path, rpc.listen=127.0.0.1:0 and admin.listen=""
+    -o overrides (history.path, trace.path, rpc.listen=127.0.0.1:0 and admin.listen=""
     unless given). The log file is kept across restarts; start() waits for
     "msg=ready" in the part written by this run. ENV: the environment it
     runs with (None: this process's)."""
@@ -247,6 +247,7 @@ class Dedupd:
         self.env = env
         self.overrides = {
             "history.path": os.path.join(self.dir, "db"),
+            "trace.path": os.path.join(self.dir, "trace"),
             "rpc.listen": "127.0.0.1:0",
             "admin.listen": "",
         }

@@ -248,7 +248,8 @@ def test_readiness_before_store(redis):
     d = harness.tmpdir("dedupd-ready-")
     db = os.path.join(d, "db")
     admin = harness.free_port()
-    opts = {"history.path": db, "ingest.enabled": "false", "rpc.listen": "127.0.0.1:0",
+    opts = {"history.path": db, "trace.path": os.path.join(d, "trace"),
+            "ingest.enabled": "false", "rpc.listen": "127.0.0.1:0",
             "admin.listen": "127.0.0.1:%d" % admin, "recent.redis": redis.addr}
     p = start_dedupd(opts, "dedupd-create")
     wait_until("first store created", lambda: http_get_ok(admin, "/readyz") == 200)
@@ -339,6 +340,7 @@ def main():
     logfile = os.path.join(d, "dedupd.log")
     opts = {
         "history.path": os.path.join(d, "db"),
+        "trace.path": os.path.join(d, "trace"),
         "history.fp_rate": "0.000001",
         "ingest.enabled": "true",
         "ingest.topic": "plays",

@@ -96,6 +96,7 @@ def main():
     env.pop("WATCHDOG_PID", None)
     admin = harness.free_port()
     proc = harness.Proc([dedupd, "-o", "history.path=" + os.path.join(d, "db"),
+                         "-o", "trace.path=" + os.path.join(d, "trace"),
                          "-o", "ingest.enabled=false", "-o", "rpc.listen=127.0.0.1:0",
                          "-o", "admin.listen=127.0.0.1:%d" % admin,
                          "-o", "recent.redis=127.0.0.1:1"], "dedupd-notify", env=env)

@@ -296,7 +296,8 @@ def main():
     # ---- plaintext beyond loopback --------------------------------------------
     dedupd = harness.build_path("src", "dedupd")
     data = harness.tmpdir("dedupd-open-")
-    base = ["-o", "history.path=" + os.path.join(data, "db"), "-o", "ingest.enabled=false",
+    base = ["-o", "history.path=" + os.path.join(data, "db"),
+            "-o", "trace.path=" + os.path.join(data, "trace"), "-o", "ingest.enabled=false",
             "-o", "admin.listen=", "-o", "recent.redis=" + redis.addr]
     for listen in ("0.0.0.0:0", "[::]:0"):
         p = subprocess.run([dedupd] + base + ["-o", "rpc.listen=" + listen],

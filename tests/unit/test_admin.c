@@ -4,7 +4,8 @@
  * /healthz, /readyz before and after components come up and on stopping
  * (with what is missing in its body), /metrics parsed by the strict
  * parser, 404, nothing listening after free, a taken port named in the
- * error, and admin.listen "" (no listener, readiness still kept).
+ * error, and admin.listen "" (no listener, readiness still kept); and
+ * handlers (dd_admin_set_handler): methods, decoded arguments, removal.
  */
 #include "admin.h"
 #include "config.h"
@@ -129,16 +130,24 @@ static char *fake_page(void *m)
 /* An optional component (the cluster): not counted until required; then
  * /readyz waits for it and says why with its own words; its degraded note
  * and its page (served only while attached). */
+/* A listener on a free loopback port, ingest not required; its address
+ * in ADDR (64 bytes). */
+static dd_admin *new_admin(struct dd_config *cfg, char *addr)
+{
+    char err[256] = "";
+    REQUIRE(dd_config_init(cfg) == DD_OK);
+    REQUIRE(dd_config_set(cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
+    dd_admin *a = NULL;
+    REQUIRE(dd_admin_new(&a, &cfg->admin, false, err, sizeof err) == DD_OK);
+    snprintf(addr, 64, "127.0.0.1:%d", dd_admin_port(a));
+    return a;
+}
+
 static void test_required_component(void)
 {
     struct dd_config cfg;
-    char err[256] = "";
-    REQUIRE(dd_config_init(&cfg) == DD_OK);
-    REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
-    dd_admin *a = NULL;
-    REQUIRE(dd_admin_new(&a, &cfg.admin, false, err, sizeof err) == DD_OK);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", dd_admin_port(a));
+    dd_admin *a = new_admin(&cfg, addr);
     int status = 0;
     char *body = NULL;
     struct fake f = {.ready = false};
@@ -187,9 +196,74 @@ static void test_required_component(void)
     dd_config_free(&cfg);
 }
 
+/* A handler echoes its method and every value of "item" (URL-decoded,
+ * in order); the path answers loopback clients, other methods get 405,
+ * and after removal the path is gone. */
+static void collect_arg(void *ud, const char *v, size_t len)
+{
+    char *out = ud;
+    size_t n = strlen(out);
+    snprintf(out + n, 256 - n, "[%.*s]", (int)len, v);
+}
+
+static char *echo(void *ud, const dd_admin_request *r, unsigned *status, const char **ctype)
+{
+    (*(int *)ud)++;
+    char items[256] = "";
+    dd_admin_args(r, "item", collect_arg, items);
+    size_t ul = 0;
+    const char *u = dd_admin_arg(r, "user", &ul);
+    *status = strcmp(dd_admin_method(r), "DELETE") == 0 ? 404 : 200;
+    *ctype = "text/plain";
+    char *body = malloc(400);
+    if (body)
+        snprintf(body, 400, "%s user=%.*s items=%s", dd_admin_method(r), u ? (int)ul : 6,
+                 u ? u : "(none)", items);
+    return body;
+}
+
+static void test_handlers(void)
+{
+    struct dd_config cfg;
+    char addr[64], err[256] = "";
+    dd_admin *a = new_admin(&cfg, addr);
+    int calls = 0, status = 0;
+    char *body = NULL;
+    size_t len;
+    CHECK_EQ_INT(dd_admin_set_handler(a, "/echo", echo, &calls, true), DD_OK);
+    CHECK(dd_http_request(addr, "GET", "/echo?user=a%2Cb&item=x&item=y%20z&item=&other=1", 5000,
+                          &status, &body, &len, err, sizeof err) == DD_OK);
+    CHECK_EQ_INT(status, 200);
+    CHECK_MSG(body && strcmp(body, "GET user=a,b items=[x][y z][]") == 0, "%s", body);
+    free(body);
+    /* A value cut by a NUL byte is no value. */
+    CHECK(dd_http_request(addr, "POST", "/echo?item=a%00b&item=c", 5000, &status, &body, &len,
+                          err, sizeof err) == DD_OK);
+    CHECK_MSG(body && strcmp(body, "POST user=(none) items=[c]") == 0, "%s", body);
+    free(body);
+    CHECK(dd_http_request(addr, "DELETE", "/echo", 5000, &status, &body, &len, err,
+                          sizeof err) == DD_OK && status == 404);
+    free(body);
+    CHECK(dd_http_request(addr, "PUT", "/echo", 5000, &status, &body, &len, err, sizeof err) ==
+              DD_OK && status == 405);
+    free(body);
+    CHECK_EQ_INT(calls, 3);
+    CHECK_EQ_INT(dd_admin_set_handler(a, "/echo", NULL, NULL, false), DD_OK);
+    CHECK(get(addr, "/echo", &status, &body) == DD_OK && status == 404);
+    free(body);
+    for (int i = 0; i < 4; i++) {
+        static const char *const paths[] = {"/a", "/b", "/c", "/d"};
+        CHECK_EQ_INT(dd_admin_set_handler(a, paths[i], echo, &calls, false), DD_OK);
+    }
+    CHECK_EQ_INT(dd_admin_set_handler(a, "/e", echo, &calls, false), DD_ERR_LIMIT);
+    dd_admin_free(a);
+    dd_config_free(&cfg);
+}
+
 int main(void)
 {
     test_admin();
     test_required_component();
+    test_handlers();
     TEST_MAIN_END();
 }

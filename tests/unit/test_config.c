@@ -355,6 +355,28 @@ static void test_validate(void)
     set_ok(&c, "history.retention_days", "90");
     set_ok(&c, "history.segment_days", "30");
 
+    /* Traces (trace.h, dd_trace_conf_check). */
+    set_ok(&c, "trace.users", " alice , bob ");
+    CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
+    set_ok(&c, "trace.users", "alice,,bob");
+    INVALID(&c, "trace.users");
+    set_ok(&c, "trace.users", "alice,");
+    INVALID(&c, "trace.users");
+    set_ok(&c, "trace.max_users", "1");
+    set_ok(&c, "trace.users", "alice,bob");
+    INVALID(&c, "trace.users");
+    set_ok(&c, "trace.max_users", "1000");
+    set_ok(&c, "rpc.max_id_bytes", "4");
+    INVALID(&c, "trace.users"); /* alice is 5 bytes */
+    set_ok(&c, "rpc.max_id_bytes", "256");
+    set_ok(&c, "trace.users", "");
+    set_ok(&c, "trace.path", "./data/history");
+    INVALID(&c, "trace.path");
+    set_ok(&c, "trace.path", "./data/trace");
+    CHECK_EQ_INT(dd_config_set(&c, "trace.max_users", "0", err, sizeof err), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_config_set(&c, "trace.retention_days", "0", err, sizeof err), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_config_set(&c, "trace.max_records", "x", err, sizeof err), DD_ERR_INVALID);
+
     set_ok(&c, "rpc.tls_cert", "/etc/dedupd/cert.pem");
     INVALID(&c, "rpc.tls_key");
     set_ok(&c, "rpc.tls_key", "/etc/dedupd/key.pem");

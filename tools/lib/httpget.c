@@ -38,6 +38,12 @@ static int wait_fd(int fd, short events, int64_t deadline_ns)
 int dd_http_get(const char *addr, const char *path, int timeout_ms, int *status, char **body,
                 size_t *len, char *err, size_t errlen)
 {
+    return dd_http_request(addr, "GET", path, timeout_ms, status, body, len, err, errlen);
+}
+
+int dd_http_request(const char *addr, const char *method, const char *path, int timeout_ms,
+                    int *status, char **body, size_t *len, char *err, size_t errlen)
+{
     *body = NULL;
     *len = 0;
     *status = 0;
@@ -73,11 +79,26 @@ int dd_http_get(const char *addr, const char *path, int timeout_ms, int *status,
         if (!err[0]) snprintf(err, errlen, "cannot connect to %s", addr);
         return DD_ERR_UNAVAILABLE;
     }
-    char req[512];
-    int rn = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n",
-                      path, addr);
-    if (rn < 0 || (size_t)rn >= sizeof req) {
-        snprintf(err, errlen, "path too long");
+    char *req = NULL;
+    size_t reqcap = strlen(method) + strlen(path) + strlen(addr) + 128;
+    int rn = -1;
+    if (strlen(path) > DD_HTTP_PATH_MAX) {
+        snprintf(err, errlen, "path too long (%zu bytes, at most %d)", strlen(path),
+                 DD_HTTP_PATH_MAX);
+        rc = DD_ERR_INVALID;
+        goto out;
+    }
+    if (!(req = malloc(reqcap))) {
+        snprintf(err, errlen, "out of memory");
+        rc = DD_ERR_NOMEM;
+        goto out;
+    }
+    /* A POST or DELETE has no body: say so, as HTTP/1.0 servers expect. */
+    rn = snprintf(req, reqcap, "%s %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n%s\r\n",
+                  method, path, addr,
+                  strcmp(method, "GET") && strcmp(method, "HEAD") ? "Content-Length: 0\r\n" : "");
+    if (rn < 0 || (size_t)rn >= reqcap) {
+        snprintf(err, errlen, "request too long");
         rc = DD_ERR_INVALID;
         goto out;
     }
@@ -144,6 +165,7 @@ int dd_http_get(const char *addr, const char *path, int timeout_ms, int *status,
     buf = NULL;
     rc = DD_OK;
 out:
+    free(req);
     free(buf);
     close(fd);
     return rc;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * httpget.h - a minimal HTTP/1.0 GET over loopback or any host:port, enough
- * for dedupd's admin listener (/metrics, /healthz, /readyz): dedupctl and
- * the tests use it.
+ * httpget.h - a minimal HTTP/1.0 request (GET, or POST/DELETE without a
+ * body) over loopback or any host:port, enough for dedupd's admin listener
+ * (/metrics, /healthz, /readyz, /why, /trace): dedupctl and the tests use
+ * it.
  */
 #ifndef DD_HTTPGET_H
 #define DD_HTTPGET_H
@@ -17,5 +18,12 @@
  * with a message in ERR; *BODY is NULL then. */
 int dd_http_get(const char *addr, const char *path, int timeout_ms, int *status, char **body,
                 size_t *len, char *err, size_t errlen);
+
+/* The same with METHOD ("GET", "POST", "DELETE", ...; no request body).
+ * PATH (with its query) is at most DD_HTTP_PATH_MAX bytes, under the
+ * admin listener's 32 KiB request limit. */
+#define DD_HTTP_PATH_MAX 30000
+int dd_http_request(const char *addr, const char *method, const char *path, int timeout_ms,
+                    int *status, char **body, size_t *len, char *err, size_t errlen);
 
 #endif
