@@ -3,6 +3,10 @@
 shard, two replicas (A and B), the devbroker with a plays topic of 4
 partitions, one redis-server, plays produced by ddproduce (murmur2_random)
 while everything below happens.
+0. The topic's beginning moves past the first plays (the devbroker keeps
+   at most 5 MB per partition, as a size-limited Kafka log would: FILLER
+   messages of 2 KB, uncompressed, push them out), so replaying the topic
+   from its beginning could no longer rebuild a replica: only a copy can.
 1. B is killed and its data directory deleted while plays flow; it starts
    again with cluster.bootstrap = peer and copies A's store, throttled by
    A's cluster.snapshot_mbps so the copy lasts a few seconds.
@@ -28,6 +32,7 @@ pb, pbg, grpc = python_stubs()
 USERS = 3000
 FIRST = 300_000      # plays before B's store is lost: a store of a MB or two
 MORE = 60_000        # plays produced while B copies and catches up
+FILLER = 16_000      # 2 KB each, uncompressed: about 8 MB per partition
 
 
 def check(cond, msg):
@@ -42,15 +47,31 @@ def start_nowait(dd):
                            logfile=dd.logpath, env=dd.env)
 
 
-def produce(broker, plays, rate=0):
+def produce(broker, plays, rate=0, extra=()):
     path = os.path.join(harness.tmpdir("dedupd-plays-"), "plays.tsv")
     il.write_lines(path, plays)
     argv = [harness.build_path("tests", "tools", "ddproduce"), "-b", broker.addr, "-t", "plays",
             "-F", "json", "-X", "partitioner=murmur2_random"]
+    for x in extra:
+        argv += ["-X", x]
     if rate:
         argv += ["-r", str(rate)]
     return subprocess.Popen(argv + [path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+
+
+def first_offsets(broker, partitions=4):
+    """Each partition's first message still in the log: (offset, key), by
+    kcat."""
+    out = []
+    for p in range(partitions):
+        r = subprocess.run(["kcat", "-C", "-b", broker.addr, "-t", "plays", "-p", str(p),
+                            "-o", "beginning", "-c", "1", "-e", "-q", "-f", "%o %k\\n"],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "kcat: %s" % r.stderr)
+        off, key = r.stdout.split()[:2]
+        out.append((int(off), key))
+    return out
 
 
 def all_found(port, plays, what):
@@ -100,7 +121,22 @@ def main():
     more = [(users[i % USERS], "w%d" % i, None, None) for i in range(MORE)]
     p = produce(broker, first)
     check(p.wait(timeout=300) == 0, "ddproduce failed: %s" % p.stderr.read())
-    il.wait_flushed(a, FIRST // 2, timeout=180)
+    # both hold every first play before the log drops them
+    il.wait_flushed(a, FIRST, timeout=180)
+    il.wait_flushed(b, FIRST, timeout=180)
+
+    # ---- 0. the log's beginning moves past the first plays ---------------
+    # item ids longer than rpc.max_id_bytes: counted as bad and skipped,
+    # which is all filler needs to be
+    filler = [("filler-%05d" % i, "f%d-" % i + "x" * 2000, None, None) for i in range(FILLER)]
+    p = produce(broker, filler, extra=("compression.type=none",))
+    check(p.wait(timeout=300) == 0, "ddproduce failed: %s" % p.stderr.read())
+    il.wait_idle(a, quiet=2)
+    starts = first_offsets(broker)
+    harness.log("the topic now starts at offsets %s: the first plays are gone from it" % starts)
+    # every first play came before every filler message in its partition
+    check(all(o > 0 and k.startswith("filler-") for o, k in starts),
+          "the log still holds first plays: %s" % starts)
 
     # ---- 1. B's store lost while plays flow; copied from A ---------------
     flowing = produce(broker, more, rate=6000)
@@ -145,7 +181,7 @@ def main():
     il.wait_idle(b, quiet=2)
     every = first + more
     all_found(ports[0], every, "A")
-    all_found(ports[1], every, "B")
+    all_found(ports[1], every, "B (the first plays only from the copy: no longer in Kafka)")
     a.stop()
     b.stop()
     broker.stop()
