@@ -18,10 +18,15 @@
 //   - Filter at saturation: --inflight threads, each with its own channel and
 //     completion queue, one call in flight each;
 //   - legacy, 1 in flight: ZRANGE key 0 -1 of the 10,000-member ZSet, a hash
-//     set of the members, each candidate checked against it.
+//     set of the members, each candidate checked against it; twice: with
+//     the strongest set a legacy C++ client would write (flat open
+//     addressing over the reply's own buffers, XXH3, no allocation per
+//     member: the baseline the ratio is taken against), and with
+//     std::unordered_set<std::string_view> (one heap node per member: the
+//     weak baseline earlier figures used, printed for comparison).
 // Each prints calls, calls/s and p50/p99/p999 latency (ms); then the ratio
-// legacy/dedupd and the goals (p99 <= 1 ms at low load, >= 2,000 calls/s,
-// >= 5x faster than legacy).
+// legacy/dedupd (against the strong baseline) and the goals (p99 <= 1 ms at
+// low load, >= 2,000 calls/s, >= 3x faster than the strong legacy path).
 //
 // The request is serialised once and sent through grpc's generic stub, so
 // the client's cost per call is the transport and parsing the response, as
@@ -81,6 +86,9 @@
 #include <string_view>
 #include <thread>
 #include <unordered_set>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 #include <dirent.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -443,11 +451,56 @@ Result run_filter(const Options &o, const std::string &addr, const grpc::ByteBuf
     return all;
 }
 
+// The strong legacy client's set: open addressing over the reply's own
+// member buffers (nothing copied, nothing allocated per member), XXH3 of
+// each member, linear probing in a power-of-two table at most half full.
+// Built once per call, as a client that reads the ZSet each time must.
+class FlatSet {
+public:
+    void build(const redisReply *rep)
+    {
+        rep_ = rep;
+        size_t cap = 16;
+        while (cap < 2 * rep->elements) cap *= 2;
+        slot_.assign(cap, 0);
+        hash_.resize(cap);
+        mask_ = cap - 1;
+        for (size_t i = 0; i < rep->elements; i++) {
+            const redisReply *e = rep->element[i];
+            uint64_t h = XXH3_64bits(e->str, e->len);
+            size_t s = h & mask_;
+            while (slot_[s]) s = (s + 1) & mask_;
+            slot_[s] = static_cast<uint32_t>(i + 1);
+            hash_[s] = h;
+        }
+    }
+    bool has(const std::string &x) const
+    {
+        uint64_t h = XXH3_64bits(x.data(), x.size());
+        for (size_t s = h & mask_; slot_[s]; s = (s + 1) & mask_) {
+            if (hash_[s] != h) continue;
+            const redisReply *e = rep_->element[slot_[s] - 1];
+            if (e->len == x.size() && std::memcmp(e->str, x.data(), x.size()) == 0) return true;
+        }
+        return false;
+    }
+
+private:
+    const redisReply *rep_ = nullptr;
+    std::vector<uint32_t> slot_;   // member index + 1; 0 = empty
+    std::vector<uint64_t> hash_;
+    size_t mask_ = 0;
+};
+
+// The legacy path, 1 in flight: ZRANGE the whole ZSet, build a set of the
+// members (FLAT: FlatSet, else std::unordered_set<std::string_view>), keep
+// the candidates not in it.
 Result run_legacy(redisContext *c, const std::string &key, const std::vector<std::string> &cands,
-                  size_t want_kept, double seconds)
+                  size_t want_kept, double seconds, bool flat)
 {
     Result r;
     r.lat_ms.reserve(100000);
+    FlatSet fs;
     std::unordered_set<std::string_view> seen;
     std::vector<uint32_t> kept;
     kept.reserve(cands.size());
@@ -459,13 +512,19 @@ Result run_legacy(redisContext *c, const std::string &key, const std::vector<std
         auto *rep = static_cast<redisReply *>(
             redisCommand(c, "ZRANGE %b 0 -1", key.data(), key.size()));
         if (!rep || rep->type != REDIS_REPLY_ARRAY) die("legacy ZRANGE failed");
-        seen.clear();
-        seen.reserve(rep->elements);
-        for (size_t i = 0; i < rep->elements; i++)
-            seen.emplace(rep->element[i]->str, rep->element[i]->len);
         kept.clear();
-        for (size_t i = 0; i < cands.size(); i++)
-            if (!seen.count(cands[i])) kept.push_back(static_cast<uint32_t>(i));
+        if (flat) {
+            fs.build(rep);
+            for (size_t i = 0; i < cands.size(); i++)
+                if (!fs.has(cands[i])) kept.push_back(static_cast<uint32_t>(i));
+        } else {
+            seen.clear();
+            seen.reserve(rep->elements);
+            for (size_t i = 0; i < rep->elements; i++)
+                seen.emplace(rep->element[i]->str, rep->element[i]->len);
+            for (size_t i = 0; i < cands.size(); i++)
+                if (!seen.count(cands[i])) kept.push_back(static_cast<uint32_t>(i));
+        }
         freeReplyObject(rep);
         double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         if (kept.size() != want_kept) r.errors++;
@@ -698,19 +757,24 @@ int main(int argc, char **argv)
     uint64_t paced_errors = o.rate > 0 ? phase(1, o.rate).errors : 0;
     Result sat = phase(o.inflight, 0);
     MachineCpu m2 = machine_cpu();
-    Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds);
-    print("legacy ZRANGE 10000 + hash set, 1 in flight", legacy);
+    Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds, true);
+    print("legacy ZRANGE 10000 + flat hash set (strong), 1 in flight", legacy);
+    Result weak = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds, false);
+    print("legacy ZRANGE 10000 + std::unordered_set (weak), 1 in flight", weak);
     print_steal(m2, machine_cpu());
     redisFree(rc);
 
     double r50 = pct(legacy.lat_ms, 0.5) / pct(low.lat_ms, 0.5);
     double r99 = pct(legacy.lat_ms, 0.99) / pct(low.lat_ms, 0.99);
-    std::printf("ratio legacy/dedupd latency: p50 %.1fx, p99 %.1fx\n", r50, r99);
+    std::printf("ratio legacy/dedupd latency: p50 %.1fx, p99 %.1fx (strong baseline); "
+                "p50 %.1fx against the weak one\n",
+                r50, r99, pct(weak.lat_ms, 0.5) / pct(low.lat_ms, 0.5));
     double low_p99 = pct(low.lat_ms, 0.99);
     double sat_cps = static_cast<double>(sat.lat_ms.size()) / sat.elapsed_s;
     std::printf("goal p99 <= 1 ms at 1 in flight: %s (%.3f ms)\n", low_p99 <= 1.0 ? "met" : "MISSED", low_p99);
     std::printf("goal >= 2000 calls/s at saturation: %s (%.0f)\n", sat_cps >= 2000 ? "met" : "MISSED", sat_cps);
-    std::printf("goal >= 5x faster than legacy (p50): %s (%.1fx)\n", r50 >= 5 ? "met" : "MISSED", r50);
+    std::printf("goal >= 3x faster than the strong legacy path (p50): %s (%.1fx)\n",
+                r50 >= 3 ? "met" : "MISSED", r50);
     std::printf("hardware threads: %u\n", std::thread::hardware_concurrency());
-    return low.errors + paced_errors + sat.errors + legacy.errors ? 1 : 0;
+    return low.errors + paced_errors + sat.errors + legacy.errors + weak.errors ? 1 : 0;
 }
