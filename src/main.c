@@ -112,6 +112,16 @@ static bool store_exists(const char *path)
  * give one (logged): dedupd then stops rather than serve from an empty
  * store whose log may no longer be in Kafka. */
 #define BOOTSTRAP_ROUNDS 120
+
+/* Whether SIGTERM or SIGINT waits (they are blocked: main takes them with
+ * sigwait once running), so that a copy stops when asked. */
+static bool stop_pending(void *ud)
+{
+    (void)ud;
+    sigset_t p;
+    return sigpending(&p) == 0 && (sigismember(&p, SIGTERM) == 1 || sigismember(&p, SIGINT) == 1);
+}
+
 static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_cluster_map *map)
 {
     char err[512] = "no other replica in this shard", hash[17], from[32];
@@ -119,19 +129,20 @@ static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_clus
     snprintf(from, sizeof from, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
     grpc_init();
     int rc = DD_ERR_UNAVAILABLE;
-    for (int round = 0; round < BOOTSTRAP_ROUNDS && rc != DD_OK; round++) {
+    for (int round = 0; round < BOOTSTRAP_ROUNDS && rc != DD_OK && rc != DD_ERR_STATE; round++) {
         if (round) {
             struct timespec ts = {1, 0};
             nanosleep(&ts, NULL);
         }
-        for (uint32_t r = 0; r < map->nreplicas[map->shard] && rc != DD_OK; r++) {
+        for (uint32_t r = 0; r < map->nreplicas[map->shard] && rc != DD_OK && rc != DD_ERR_STATE;
+             r++) {
             if (r == map->replica) continue;
             const char *addr = map->addr[map->shard][r];
             grpc_channel *ch = dd_cluster_channel_new(&cfg->cluster, &cfg->rpc, addr, err,
                                                       sizeof err);
             if (!ch) continue;
             struct dd_snapshot_source src = {ch, addr, hash, from, map->shard,
-                                             cfg->cluster.forward_timeout_ms};
+                                             cfg->cluster.forward_timeout_ms, stop_pending, NULL};
             /* A file whose checksum differed was removed: fetched again at once. */
             for (int tries = 0; tries < 3; tries++) {
                 rc = dd_snapshot_fetch(&src, cfg->history.path, err, sizeof err);
@@ -141,13 +152,18 @@ static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_clus
             }
             grpc_channel_destroy(ch);
             static struct dd_log_limit lim;
-            if (rc != DD_OK)
+            if (rc != DD_OK && rc != DD_ERR_STATE)
                 dd_log_limited(&lim, 10000, DD_LOG_WARN, "main",
                                "msg=\"cannot copy the store from a peer\" peer=%s round=%d "
                                "error=\"%s\"", addr, round + 1, err);
         }
     }
     grpc_shutdown();
+    if (rc == DD_ERR_STATE) {
+        dd_info("main", "msg=\"asked to stop while copying a store; the copy resumes at the next "
+                        "start\"");
+        return rc;
+    }
     if (rc != DD_OK)
         dd_error("main", "msg=\"cluster.bootstrap = peer: no replica of shard %" PRIu32
                          " could give its store; stopping\" error=\"%s\"", map->shard, err);
@@ -302,7 +318,9 @@ int main(int argc, char **argv)
         !store_exists(cfg.history.path)) {
         dd_info("main", "msg=\"empty store and cluster.bootstrap = peer: copying a replica's "
                         "store\" path=\"%s\"", cfg.history.path);
-        if (bootstrap_from_peer(&cfg, &map) != DD_OK) goto out;
+        int brc = bootstrap_from_peer(&cfg, &map);
+        if (brc == DD_ERR_STATE) rc = 0; /* stopped when asked */
+        if (brc != DD_OK) goto out;
     }
     if (dd_history_open(&history, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"",

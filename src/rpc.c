@@ -1502,4 +1502,14 @@ void dd_rpc_collect(dd_prom *p, void *ud)
                     f.history_errors + w.history_errors);
     dd_record_collect(p);
     dd_recent_collect(p);
+    dd_rpc *rpc = ud;
+    if (rpc->snapshot) {
+        /* The store lent to new replicas (snapshot.h), through this server. */
+        uint64_t bytes, throttled;
+        dd_snapshot_server_counts(rpc->snapshot, &bytes, &throttled);
+        dd_prom_counter(p, "dedupd_snapshot_sent_bytes_total",
+                        "Bytes of this store's checkpoints sent to replicas copying it", bytes);
+        dd_prom_counter(p, "dedupd_snapshot_throttled_total",
+                        "Snapshot reads answered 'ask again' by cluster.snapshot_mbps", throttled);
+    }
 }

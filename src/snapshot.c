@@ -412,6 +412,11 @@ static int unary(const struct dd_snapshot_source *src, const char *method, const
     return rc;
 }
 
+static bool stopping(const struct dd_snapshot_source *src)
+{
+    return src->stop && src->stop(src->stop_ud);
+}
+
 static void sleep_ms(int64_t ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
@@ -433,6 +438,7 @@ static int get_manifest(const struct dd_snapshot_source *src, struct dd_snapshot
     if (len > sizeof buf) return dd_fail(DD_ERR_INVALID, err, errlen, "request too large");
     dedup__v1__snapshot_begin_request__pack(&req, buf);
     for (int i = 0; i < 4 * 3600; i++) {
+        if (stopping(src)) return dd_fail(DD_ERR_STATE, err, errlen, "stopped");
         uint8_t *resp;
         size_t rlen;
         int rc = unary(src, DD_API_PATH_SNAPSHOT_BEGIN, buf, len, &resp, &rlen, err, errlen);
@@ -526,6 +532,10 @@ static int fetch_file(const struct dd_snapshot_source *src, const char *id, cons
     uint8_t rb[512];
     int rc = off > f->size ? dd_fail(DD_ERR_IO, err, errlen, "%s: cannot truncate", path) : DD_OK;
     while (rc == DD_OK && off < f->size) {
+        if (stopping(src)) {
+            rc = dd_fail(DD_ERR_STATE, err, errlen, "stopped");
+            break;
+        }
         req.offset = off;
         size_t len = dedup__v1__snapshot_read_request__get_packed_size(&req);
         if (len > sizeof rb) {

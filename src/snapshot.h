@@ -113,13 +113,16 @@ struct dd_snapshot_source {
     const char *from;          /* this node's place "s.r" */
     uint32_t shard;
     int64_t timeout_ms;        /* per call */
+    bool (*stop)(void *ud);    /* asked between calls: true ends the copy (may be NULL) */
+    void *stop_ud;
 };
 
 /* Copy the peer's store into HISTORY_PATH (which must not hold a store),
  * resuming a copy cut short (above). Blocks until done. 0; DD_ERR_UNAVAILABLE
  * (the peer cannot be reached or refused: try another), DD_ERR_CORRUPT (a
  * file's checksum differed: the file is removed, a next call fetches it
- * again) or DD_ERR_IO; message in err. */
+ * again), DD_ERR_STATE (SRC->stop said stop: what was copied is kept for
+ * the next start) or DD_ERR_IO; message in err. */
 int dd_snapshot_fetch(const struct dd_snapshot_source *src, const char *history_path, char *err,
                       size_t errlen);
 

@@ -11,8 +11,9 @@ while everything below happens.
    again with cluster.bootstrap = peer and copies A's store, throttled by
    A's cluster.snapshot_mbps so the copy lasts a few seconds.
 2. B is killed with SIGKILL in the middle of the copy; started again, it
-   resumes the copy (the same checkpoint, the files where they stopped)
-   and installs it.
+   resumes the copy (the same checkpoint, the files where they stopped);
+   stopped with SIGTERM while copying, it exits 0 at once; started again,
+   it resumes again and installs the copy. A counts what it sent.
 3. B resumes ingest from the log positions inside the copy (from_store=4),
    catches up and becomes ready; then Filter on both A and B finds every
    produced play (0 lost) and keeps unplayed items.
@@ -109,8 +110,8 @@ def main():
             "cluster.nodes": nodes, "cluster.redis": redis.addr,
             "cluster.health_interval_ms": "200", "cluster.max_lag_ms": "3000",
             "window.flush_ms": "100", "ingest.durable_interval_ms": "1000",
-            # 2 Mbit/s: a store of a MB or two takes seconds to copy
-            "cluster.snapshot_mbps": "2",
+            # 1 Mbit/s: a store of a MB or two takes seconds to copy
+            "cluster.snapshot_mbps": "1",
         })
         o.update(extra or {})
         return harness.Dedupd(o, name="dd-%d" % replica)
@@ -160,12 +161,26 @@ def main():
     check(part > 0, "nothing copied before the kill")
     start_nowait(b)
     b.wait_log('msg="resuming a snapshot"', timeout=60)
+    time.sleep(0.5)
+    check("snapshot installed" not in b.run_log(), "the copy ended before SIGTERM")
+    t0 = time.time()
+    b.stop(timeout=10)
+    check("asked to stop while copying a store" in b.run_log(), "no stop message:\n" +
+          b.proc.tail())
+    harness.log("SIGTERM mid-copy: exit 0 after %.1f s" % (time.time() - t0))
+    start_nowait(b)
+    b.wait_log('msg="resuming a snapshot"', timeout=60)
     b.wait_log('msg="snapshot installed"', timeout=120)
     m = re.search(r'msg="snapshot installed".* bytes=(\d+) fetched=(\d+) seconds=(\S+) '
                   r'mb_per_s=(\S+)', b.run_log())
     harness.log("installed: %s bytes, %s fetched after the resume in %s s (%s MB/s)" % (
         m.group(1), m.group(2), m.group(3), m.group(4)))
     check(int(m.group(2)) < int(m.group(1)), "the resumed copy fetched everything again")
+    sent = 0
+    for line in harness.http_get(admins[0], "/metrics")[1].splitlines():
+        if line.startswith("dedupd_snapshot_sent_bytes_total "):
+            sent = int(float(line.split()[1]))
+    check(sent >= int(m.group(1)), "A says it sent %d bytes of a %s-byte copy" % (sent, m.group(1)))
 
     # ---- 3. ingest from the copy's positions, caught up, nothing lost -----
     b.wait_log("msg=ready", timeout=60)
