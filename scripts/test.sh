@@ -38,6 +38,8 @@ if ! run_suite "$here/build-ci" --; then
 fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# grpc's own TLS leaks at shutdown, and only those: tests/lsan.supp.
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/tests/lsan.supp:print_suppressions=0}
 if ! run_suite "$here/build-asan" -Db_sanitize=address,undefined -Dclients=disabled -- \
         --suite unit --suite sanitize; then
     echo "sanitizer build failed"; status=1
