@@ -266,9 +266,7 @@ void dd_admin_stopping(dd_admin *a)
     sd_notify(0, "STOPPING=1\nSTATUS=stopping");
     if (a->drain_ms == 0) return;
     dd_info("admin", "msg=\"draining: not ready, still serving\" drain_ms=%u", a->drain_ms);
-    struct timespec ts = {(time_t)(a->drain_ms / 1000), (long)(a->drain_ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    dd_sleep_ms(a->drain_ms);
 }
 
 void dd_admin_service_ready(dd_admin *a)

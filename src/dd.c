@@ -72,6 +72,14 @@ int64_t dd_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void dd_sleep_ms(int64_t ms)
+{
+    if (ms <= 0) return;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 char *dd_read_file(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");

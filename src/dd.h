@@ -54,6 +54,8 @@ uint64_t dd_hash(const void *data, size_t len);
 int64_t dd_now_ms(void);
 /* Monotonic clock in nanoseconds, for durations and deadlines. */
 int64_t dd_mono_ns(void);
+/* Sleep MS milliseconds (<= 0: not at all), resumed across signals. */
+void dd_sleep_ms(int64_t ms);
 
 /* One key = value of a pass-through section ([kafka], [rocksdb]), in file
  * order; handed to librdkafka / RocksDB as is. Owned by struct dd_config. */

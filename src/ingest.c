@@ -499,12 +499,6 @@ static void slot_store(dd_ingest *in, struct slot *s)
     s->messages = 0;
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
-
 /* Commit the stored offsets asynchronously (commit_cb counts the result). */
 static void commit_async(dd_ingest *in)
 {
@@ -736,7 +730,7 @@ static void write_window(dd_ingest *in, struct slot *s)
                                  : "; retrying",
                        dd_window_plays(s->w), err);
         if (giving_up) break;
-        sleep_ms(backoff);
+        dd_sleep_ms(backoff);
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
     }
     /* Stopping with a broken store: drop the window (and forget) and its
@@ -1351,7 +1345,7 @@ static void *poll_main(void *arg)
             dd_log_limited(&in->lim_kafka, 5000, DD_LOG_WARN, MOD,
                            "msg=\"consume failed\" error=\"%s\"",
                            rd_kafka_err2str(rd_kafka_last_error()));
-            sleep_ms(timeout);
+            dd_sleep_ms(timeout);
             continue;
         }
         for (ssize_t i = 0; i < n; i++) on_message(in, in->mbatch[i]);

@@ -130,10 +130,7 @@ static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_clus
     grpc_init();
     int rc = DD_ERR_UNAVAILABLE;
     for (int round = 0; round < BOOTSTRAP_ROUNDS && rc != DD_OK && rc != DD_ERR_STATE; round++) {
-        if (round) {
-            struct timespec ts = {1, 0};
-            nanosleep(&ts, NULL);
-        }
+        if (round) dd_sleep_ms(1000);
         for (uint32_t r = 0; r < map->nreplicas[map->shard] && rc != DD_OK && rc != DD_ERR_STATE;
              r++) {
             if (r == map->replica) continue;

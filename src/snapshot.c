@@ -417,13 +417,6 @@ static bool stopping(const struct dd_snapshot_source *src)
     return src->stop && src->stop(src->stop_ud);
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* SnapshotBegin until the manifest is ready (asking every 250 ms, for at
  * most an hour: hashing a large store takes a while), into *M, checked. */
 static int get_manifest(const struct dd_snapshot_source *src, struct dd_snapshot_manifest *m,
@@ -449,7 +442,7 @@ static int get_manifest(const struct dd_snapshot_source *src, struct dd_snapshot
                                 src->peer);
         if (!pm->ready) {
             dedup__v1__snapshot_manifest__free_unpacked(pm, NULL);
-            sleep_ms(250);
+            dd_sleep_ms(250);
             continue;
         }
         rc = DD_OK;
@@ -561,7 +554,7 @@ static int fetch_file(const struct dd_snapshot_source *src, const char *id, cons
                              " of %" PRIu64 " bytes", src->peer, f->name, off, f->size);
                 break;
             }
-            sleep_ms(wait > 5000 ? 5000 : wait);
+            dd_sleep_ms(wait > 5000 ? 5000 : wait);
             continue;
         }
         if (c->data.len > f->size - off) {
