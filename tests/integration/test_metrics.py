@@ -306,7 +306,7 @@ def feed_fifo(path, content, done, timeout=30.0):
             os.close(fd)
         # Let this reader read to the end and close before the next open is
         # served: a write end opened while it still reads would add a second
-        # copy to what it reads ("CURRENT file corrupted", 1 run in 12).
+        # copy to what it reads ("CURRENT file corrupted").
         time.sleep(0.2)
 
 
