@@ -391,6 +391,15 @@ static int reduce_into(struct dd_fold *fd, uint32_t seg, struct dd_buf *out,
  * a main filter A and a small full-range delta B, so that a read (which
  * runs this on every Get of a key with operands) copies A and re-encodes
  * only B. */
+bool dd_fold_foreign(struct dd_fold *f, const char *key, size_t klen)
+{
+    const struct dd_fold_owner *o = atomic_load_explicit(&f->owner, memory_order_acquire);
+    const char *user;
+    size_t ulen;
+    if (!o || !dd_key_user(key, klen, &user, &ulen) || ulen == 0) return false;
+    return !o->owns(o->ud, user, ulen);
+}
+
 char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *existing,
                         size_t existing_len, const char *const *ops, const size_t *lens,
                         int nops, unsigned char *success, size_t *new_len)
@@ -408,8 +417,10 @@ char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *exi
     *new_len = 0;
     atomic_fetch_add_explicit(&fd->merges, 1, memory_order_relaxed);
 
-    if (have_seg && dd_segment_dead(&fd->seg, seg, day)) {
-        atomic_fetch_add_explicit(&fd->merged_dead, 1, memory_order_relaxed);
+    bool dead = have_seg && dd_segment_dead(&fd->seg, seg, day);
+    if (dead || (have_seg && !in_probe && dd_fold_foreign(fd, key, klen))) {
+        atomic_fetch_add_explicit(dead ? &fd->merged_dead : &fd->segments_foreign, 1,
+                                  memory_order_relaxed);
         char *p = give(&out, new_len);
         if (p) *success = 1;
         return p;
@@ -577,6 +588,10 @@ unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
     int64_t day = today(fd);
     if (dd_segment_dead(&fd->seg, seg, day)) {
         atomic_fetch_add_explicit(&fd->segments_expired, 1, memory_order_relaxed);
+        return 1;
+    }
+    if (dd_fold_foreign(fd, key, klen)) {
+        atomic_fetch_add_explicit(&fd->segments_foreign, 1, memory_order_relaxed);
         return 1;
     }
     if (!dd_segment_closed(&fd->seg, seg, day) || vlen == 0) return 0;

@@ -42,6 +42,14 @@
 
 /* The fold's state: geometry, clock and counters. Owned by the store,
  * which must outlive every RocksDB object made from it. */
+/* Which users this node keeps (resharding: cluster.h dd_cluster_owns).
+ * OWNS is called from compaction threads, for user ids of 1..DD_USER_MAX
+ * bytes, and must be thread-safe and cheap; true keeps the user. */
+struct dd_fold_owner {
+    bool (*owns)(void *ud, const char *user, size_t len);
+    void *ud;
+};
+
 struct dd_fold {
     struct dd_segments seg;
     double segment_fp;                  /* fp_rate / S: a closed segment's target */
@@ -54,6 +62,8 @@ struct dd_fold {
     _Atomic uint64_t segments_reduced;  /* re-encoded at their final range */
     _Atomic uint64_t merges;            /* full merges run */
     _Atomic uint64_t merged_dead;       /* full merges that emptied a dead segment */
+    _Atomic(const struct dd_fold_owner *) owner; /* NULL: every user is kept */
+    _Atomic uint64_t segments_foreign;  /* another node's users' segments dropped or emptied */
 };
 
 /* Initialise F for geometry G (both fields > 0) and FP_RATE in (0, 1),
@@ -92,6 +102,10 @@ int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
  * line per 10 s. Cannot fail. */
 void dd_fold_note_corrupt(struct dd_fold *f, const char *what, const char *key, size_t klen);
 
+/* Whether stored key KEY is a segment of a user F's owner (if any) says
+ * is not this node's. Cannot fail. */
+bool dd_fold_foreign(struct dd_fold *f, const char *key, size_t klen);
+
 /* Mark the merges this thread runs from now on as serving a read (ON) or
  * not: a read's merge result is thrown away, so it never re-encodes a
  * closed segment (a decode and an encode that buy nothing there). */
@@ -101,7 +115,9 @@ void dd_fold_reading(bool on);
  * signatures. Each returns a malloc'd value for dd_fold_free_value and sets
  * *SUCCESS; the full merge fails only on out of memory, the partial merge
  * on any problem (RocksDB then keeps the operands). A full merge of a dead
- * segment yields an empty value. */
+ * segment, or outside a read of a user F's owner says is not this node's,
+ * yields an empty value (the compaction filter drops it at the next
+ * compaction: RocksDB filters a merge's result only then). */
 char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *existing,
                          size_t existing_len, const char *const *ops, const size_t *lens,
                          int nops, unsigned char *success, size_t *new_len);
@@ -112,7 +128,8 @@ void dd_fold_free_value(void *st, const char *value, size_t len);
 
 /* A compaction filter instance over F (one per compaction: it owns the
  * buffer *NEW_VALUE points into). dd_fold_cfilter returns 1 to drop a dead
- * segment; re-encodes a closed full-range one (*CHANGED = 1, *NEW_VALUE
+ * segment or a segment of a user F's owner says is not this node's;
+ * re-encodes a closed full-range one (*CHANGED = 1, *NEW_VALUE
  * valid until the next call); keeps anything else, foreign keys and
  * corrupt values included. dd_fold_cfilter_new returns NULL on out of
  * memory; dd_fold_cfilter_destroy frees the instance. */

@@ -109,6 +109,8 @@ struct dd_history {
     } day[DD_DAY_SCENES_MAX];
     _Atomic uint64_t errors_no_space;
     _Atomic uint64_t errors_other;
+    struct dd_fold_owner owner;        /* published through fold.owner once set */
+    atomic_bool compact_cancelled;     /* dd_history_cancel_compact */
 };
 
 struct dd_history_batch {
@@ -699,6 +701,66 @@ int dd_history_get_offset(dd_history *h, const char *topic, int32_t partition, i
     return rc;
 }
 
+void dd_history_set_owner(dd_history *h, bool (*owns)(void *ud, const char *user, size_t len),
+                          void *ud)
+{
+    if (!owns) {
+        atomic_store_explicit(&h->fold.owner, NULL, memory_order_release);
+        return;
+    }
+    /* Set once per store (history.h): the slot is written before it is
+     * published and never while published. */
+    h->owner.owns = owns;
+    h->owner.ud = ud;
+    atomic_store_explicit(&h->fold.owner, &h->owner, memory_order_release);
+}
+
+/* The holds key: 00 00 00 | 'M', outside every segment key's layout (too
+ * short) and apart from the offsets' ('K'). */
+static const char holds_key[4] = {0, 0, 0, 'M'};
+
+int dd_history_get_holds(dd_history *h, uint64_t *id, char *err, size_t errlen)
+{
+    char *e = NULL;
+    size_t vlen = 0;
+    char *v = rocksdb_get_cf(h->db, h->ropts, h->cf, holds_key, sizeof holds_key, &vlen, &e);
+    if (e) {
+        dd_set_err(err, errlen, "read: %s", e);
+        rocksdb_free(e);
+        return DD_ERR_IO;
+    }
+    if (!v) return DD_ERR_NOTFOUND;
+    int rc = DD_ERR_CORRUPT;
+    if (vlen == 8) {
+        uint64_t x = 0;
+        for (int i = 0; i < 8; i++) x = x << 8 | (uint8_t)v[i];
+        *id = x;
+        rc = 0;
+    } else {
+        dd_set_err(err, errlen, "the stored ownership is corrupt (%zu bytes)", vlen);
+    }
+    rocksdb_free(v);
+    return rc;
+}
+
+int dd_history_put_holds(dd_history *h, uint64_t id, char *err, size_t errlen)
+{
+    if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
+    uint8_t v[8];
+    for (int i = 0; i < 8; i++) v[i] = (uint8_t)(id >> (56 - 8 * i));
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(wo, 1);
+    char *e = NULL;
+    rocksdb_put_cf(h->db, wo, h->cf, holds_key, sizeof holds_key, (const char *)v, sizeof v, &e);
+    rocksdb_writeoptions_destroy(wo);
+    if (e) {
+        dd_set_err(err, errlen, "write: %s", e);
+        rocksdb_free(e);
+        return DD_ERR_IO;
+    }
+    return 0;
+}
+
 void dd_history_batch_set_unlogged(dd_history_batch *b, bool unlogged)
 {
     b->unlogged = unlogged;
@@ -1074,17 +1136,35 @@ int dd_history_compact(dd_history *h, char *err, size_t errlen)
      * shows as a new background error. */
     uint64_t bg = background_errors(h);
     for (int pass = 0; pass < 2; pass++) {
+        if (atomic_load(&h->compact_cancelled)) {
+            dd_set_err(err, errlen, "compaction cancelled: the store is closing");
+            return DD_ERR_STATE;
+        }
         uint64_t dead = atomic_load_explicit(&h->fold.merged_dead, memory_order_relaxed);
+        uint64_t foreign = atomic_load_explicit(&h->fold.segments_foreign, memory_order_relaxed);
         rocksdb_compact_range_opt(h->db, h->copts, NULL, 0, NULL, 0);
+        if (atomic_load(&h->compact_cancelled)) {
+            dd_set_err(err, errlen, "compaction cancelled: the store is closing");
+            return DD_ERR_STATE;
+        }
         if (background_errors(h) != bg) {
             dd_set_err(err, errlen, "compaction failed (see the RocksDB LOG)");
             return DD_ERR_IO;
         }
-        /* Operands of a dead segment fold into an empty value during the
-         * pass; the compaction filter sees that value only in the next one. */
-        if (atomic_load_explicit(&h->fold.merged_dead, memory_order_relaxed) == dead) break;
+        /* Operands of a dead (or foreign) segment fold into an empty value
+         * during the pass; the compaction filter sees that value only in
+         * the next one. */
+        if (atomic_load_explicit(&h->fold.merged_dead, memory_order_relaxed) == dead &&
+            atomic_load_explicit(&h->fold.segments_foreign, memory_order_relaxed) == foreign)
+            break;
     }
     return 0;
+}
+
+void dd_history_cancel_compact(dd_history *h)
+{
+    atomic_store(&h->compact_cancelled, true);
+    rocksdb_disable_manual_compaction(h->db);
 }
 
 /* ---- stats ---------------------------------------------------------------- */
@@ -1106,6 +1186,7 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
     out->corrupt_values = atomic_load_explicit(&h->fold.corrupt_values, memory_order_relaxed);
     out->segments_expired = atomic_load_explicit(&h->fold.segments_expired, memory_order_relaxed);
     out->segments_reduced = atomic_load_explicit(&h->fold.segments_reduced, memory_order_relaxed);
+    out->segments_foreign = atomic_load_explicit(&h->fold.segments_foreign, memory_order_relaxed);
     out->merges = atomic_load_explicit(&h->fold.merges, memory_order_relaxed);
     out->writes = atomic_load_explicit(&h->writes, memory_order_relaxed);
     out->operands_written = atomic_load_explicit(&h->operands_written, memory_order_relaxed);
@@ -1171,6 +1252,9 @@ void dd_history_collect(struct dd_prom *p, void *h)
             "Segments dropped by compaction as past the retention", s.segments_expired);
     dd_prom_counter(p, "dedupd_history_segments_reduced_total",
             "Closed segments re-encoded at their final size", s.segments_reduced);
+    dd_prom_counter(p, "dedupd_history_segments_foreign_total",
+            "Segments of users this node no longer owns (resharding) dropped or emptied",
+            s.segments_foreign);
     dd_prom_counter(p, "dedupd_history_merges_total", "Full merges run by the merge operator",
             s.merges);
     dd_prom_counter(p, "dedupd_history_writes_total", "Write batches written", s.writes);

@@ -179,6 +179,25 @@ int dd_history_batch_put_offset(dd_history_batch *b, const char *topic, int32_t 
 int dd_history_get_offset(dd_history *h, const char *topic, int32_t partition, int64_t *next,
                           char *err, size_t errlen);
 
+/* Ownership (resharding, cluster.h). OWNS (NULL: none) decides which
+ * users this node keeps: from now on compactions drop, and full merges
+ * outside reads empty, the segments of every user it says are not this
+ * node's (counted as segments_foreign). Reads are not filtered: callers
+ * route a foreign user's calls elsewhere. OWNS and UD must stay valid
+ * until dd_history_set_owner(h, NULL, NULL) returns and no compaction
+ * runs any more (dd_history_close). Cannot fail. */
+void dd_history_set_owner(dd_history *h, bool (*owns)(void *ud, const char *user, size_t len),
+                          void *ud);
+
+/* Which users the store holds, as a 64-bit id of an ownership (cluster.h
+ * dd_cluster_ownership_id), kept in the store's reserved key space like
+ * the offsets: a store made or swept under one ownership holds no other
+ * node's users. dd_history_get_holds: 0 with *ID, DD_ERR_NOTFOUND (never
+ * recorded), DD_ERR_CORRUPT or DD_ERR_IO. dd_history_put_holds writes it
+ * durably: 0 or DD_ERR_IO. Messages in err. */
+int dd_history_get_holds(dd_history *h, uint64_t *id, char *err, size_t errlen);
+int dd_history_put_holds(dd_history *h, uint64_t id, char *err, size_t errlen);
+
 /* Write this batch without the WAL (default: with it). An unlogged write is
  * visible to every later probe at once but durable only once a later
  * dd_history_flush() returns 0 (or the store is closed cleanly): a crash
@@ -267,12 +286,17 @@ bool dd_history_writable(dd_history *h, char *why, size_t whylen);
  * benchmarks, operators). Return 0 or DD_ERR_IO. */
 int dd_history_flush(dd_history *h, char *err, size_t errlen);
 int dd_history_compact(dd_history *h, char *err, size_t errlen);
+/* Make a dd_history_compact running in another thread return soon (with
+ * DD_ERR_STATE) and refuse later ones: before closing a store a thread
+ * may still be compacting. Cannot fail. */
+void dd_history_cancel_compact(dd_history *h);
 
 /* Counters since open, for metrics. Cannot fail. */
 struct dd_history_stats {
     uint64_t corrupt_values;     /* values/operands that failed version or checksum */
     uint64_t segments_expired;   /* dropped by the compaction filter */
     uint64_t segments_reduced;   /* closed segments re-encoded at their final range */
+    uint64_t segments_foreign;   /* other nodes' users' segments dropped (dd_history_set_owner) */
     uint64_t merges;             /* full merges run */
     uint64_t writes;             /* batches written */
     uint64_t operands_written;

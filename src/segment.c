@@ -89,6 +89,16 @@ bool dd_key_segment(const char *key, size_t len, uint32_t *seg)
     return true;
 }
 
+bool dd_key_user(const char *key, size_t len, const char **user, size_t *user_len)
+{
+    uint32_t seg;
+    if (!dd_key_segment(key, len, &seg)) return false;
+    size_t slen = (uint8_t)key[0];
+    *user_len = ((size_t)(uint8_t)key[1 + slen] << 8) | (uint8_t)key[2 + slen];
+    *user = key + 3 + slen;
+    return true;
+}
+
 void dd_key_hex(char *out, size_t outlen, const char *key, size_t len)
 {
     static const char hx[] = "0123456789abcdef";

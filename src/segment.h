@@ -91,6 +91,11 @@ void dd_key_put_segment(uint8_t *p, uint32_t seg);
  * is well formed; returns false (and leaves *SEG) for any other key. */
 bool dd_key_segment(const char *key, size_t len, uint32_t *seg);
 
+/* The user id inside stored key KEY (LEN bytes), pointing into KEY, if the
+ * key is a well-formed segment key (as dd_key_segment); false otherwise
+ * (offsets and other reserved keys). */
+bool dd_key_user(const char *key, size_t len, const char **user, size_t *user_len);
+
 /* Hex of up to the first 48 bytes of KEY into OUT (NUL-terminated,
  * truncated to OUTLEN), for log lines. */
 void dd_key_hex(char *out, size_t outlen, const char *key, size_t len);

@@ -893,6 +893,83 @@ static void test_offsets(void)
     dd_config_free(&cfg);
 }
 
+/* Resharding: an owner that refuses some users; compactions drop them. */
+static bool odd_users_foreign(void *ud, const char *user, size_t len)
+{
+    (*(int *)ud)++;
+    return !(len >= 2 && (user[len - 1] - '0') % 2 == 1);
+}
+
+static void test_owner(void)
+{
+    char err[256];
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    uint64_t a[3] = {item("own", 1), item("own", 2), item("own", 3)};
+    char users[10][4];
+    for (int i = 0; i < 10; i++) {
+        snprintf(users[i], sizeof users[i], "u%d", i);
+        play(h, "", users[i], a, 3, T0);
+        play(h, "sc", users[i], a, 1, T0 - 40 * DAY); /* an older segment, another scene */
+    }
+    dd_history_batch *b = dd_history_batch_new();
+    REQUIRE(b);
+    CHECK_EQ_INT(dd_history_batch_put_offset(b, "plays", 1, 99), DD_OK);
+    CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK);
+    dd_history_batch_free(b);
+
+    /* the ownership record */
+    uint64_t id = 0;
+    CHECK_EQ_INT(dd_history_get_holds(h, &id, err, sizeof err), DD_ERR_NOTFOUND);
+    CHECK_EQ_INT(dd_history_put_holds(h, 0x1234abcd5678ef00ull, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_history_get_holds(h, &id, err, sizeof err), DD_OK);
+    CHECK(id == 0x1234abcd5678ef00ull);
+
+    /* no owner: compaction keeps everyone */
+    flush_compact(h);
+    for (int i = 0; i < 10; i++) CHECK_EQ_INT(count_hits(h, "", users[i], 0, a, 3), 3);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.segments_foreign, 0);
+
+    /* one more operand on a foreign user, so a merge meets the owner too */
+    play(h, "", "u1", a, 1, T0);
+    int calls = 0;
+    dd_history_set_owner(h, odd_users_foreign, &calls);
+    /* reads are not filtered: routing keeps foreign users away */
+    CHECK_EQ_INT(count_hits(h, "", "u1", 0, a, 3), 3);
+    flush_compact(h);
+    CHECK(calls > 0);
+    for (int i = 0; i < 10; i++) {
+        size_t want = i % 2 ? 0 : 3;
+        CHECK_EQ_INT(count_hits(h, "", users[i], 0, a, 3), want);
+        CHECK_EQ_INT(count_hits(h, "sc", users[i], 0, a, 1), i % 2 ? 0 : 1);
+    }
+    dd_history_get_stats(h, &st);
+    CHECK(st.segments_foreign >= 10); /* 5 users x 2 segments, some emptied by a merge first */
+    int64_t next = 0;
+    CHECK_EQ_INT(dd_history_get_offset(h, "plays", 1, &next, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(next, 99);
+    CHECK_EQ_INT(dd_history_get_holds(h, &id, err, sizeof err), DD_OK);
+    CHECK(id == 0x1234abcd5678ef00ull);
+
+    /* cleared: a foreign user written again stays */
+    dd_history_set_owner(h, NULL, NULL);
+    play(h, "", "u3", a, 2, T0);
+    flush_compact(h);
+    CHECK_EQ_INT(count_hits(h, "", "u3", 0, a, 3), 2);
+
+    /* a cancelled compaction says so, and later ones are refused */
+    dd_history_cancel_compact(h);
+    CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_ERR_STATE);
+    CHECK(strstr(err, "cancelled") != NULL);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
 static void test_forget_and_scenes(void)
 {
     struct dd_config cfg;
@@ -1597,6 +1674,7 @@ int main(void)
     test_day_lookback();
     test_day_fp();
     test_offsets();
+    test_owner();
     test_probe_any_ways();
     test_forget_and_scenes();
     test_concurrent();
