@@ -266,9 +266,26 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
             goto done;
         }
         /* Replica-major: adding a replica to every shard appends N pods
-         * and moves no existing one (shard-major would renumber them). */
-        m.shard = (uint32_t)ord % m.shards;
-        m.replica = (uint32_t)ord / m.shards;
+         * and moves no existing one (shard-major would renumber them).
+         * After a split (cluster.split_from = M), the first M x R pods keep
+         * their places of the M-shard map and the pods after them take the
+         * new shards M..N-1, again replica-major, so resharding appends
+         * pods and moves none. */
+        uint32_t mfrom = c->split_from && c->split_from < m.shards &&
+                                 m.shards % c->split_from == 0
+                             ? c->split_from
+                             : 0;
+        if (mfrom && (uint64_t)ord < (uint64_t)mfrom * r) {
+            m.shard = (uint32_t)ord % mfrom;
+            m.replica = (uint32_t)ord / mfrom;
+        } else if (mfrom) {
+            uint32_t j = (uint32_t)ord - mfrom * r, fresh = m.shards - mfrom;
+            m.shard = mfrom + j % fresh;
+            m.replica = j / fresh;
+        } else {
+            m.shard = (uint32_t)ord % m.shards;
+            m.replica = (uint32_t)ord / m.shards;
+        }
     }
     if (m.replica >= m.nreplicas[m.shard]) {
         rc = dd_fail(DD_ERR_INVALID, err, errlen,
@@ -296,6 +313,18 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
             }
         }
     }
+    if (c->split_from) {
+        if (c->split_from >= m.shards || m.shards % c->split_from != 0) {
+            rc = dd_fail(DD_ERR_INVALID, err, errlen,
+                         "cluster.split_from: %" PRIu32 " must divide cluster.shards (%" PRIu32
+                         ") and be smaller (N -> 2N: split_from = N)",
+                         c->split_from, m.shards);
+            goto done;
+        }
+        struct dd_cluster_map old = {.shards = c->split_from, .partitioner = m.partitioner};
+        m.split_from = c->split_from;
+        m.split_hash = map_hash(&old);
+    }
     m.hash = map_hash(&m);
     m.nodes_hash = nodes_hash(&m);
     rc = DD_OK;
@@ -310,6 +339,26 @@ done:
 void dd_cluster_map_hash_hex(const struct dd_cluster_map *m, char out[17])
 {
     snprintf(out, 17, "%016" PRIx64, m->hash);
+}
+
+void dd_cluster_map_split_hex(const struct dd_cluster_map *m, char out[17])
+{
+    if (m->split_from)
+        snprintf(out, 17, "%016" PRIx64, m->split_hash);
+    else
+        out[0] = '\0';
+}
+
+uint64_t dd_cluster_ownership_id(const struct dd_cluster_map *m)
+{
+    uint32_t v[4] = {0x6f776e31u /* "own1": a version */, m->shards, m->shard,
+                     (uint32_t)m->partitioner};
+    return XXH3_64bits(v, sizeof v);
+}
+
+uint32_t dd_cluster_source_shard(const struct dd_cluster_map *m)
+{
+    return m->split_from && m->shard >= m->split_from ? m->shard % m->split_from : m->shard;
 }
 
 uint32_t dd_cluster_shard_of(const struct dd_cluster_map *m, const char *user, size_t len,
@@ -338,6 +387,7 @@ struct peer {
     _Atomic int state;         /* enum peer_state, from the last probe */
     atomic_bool ready;         /* the peer's own readiness */
     atomic_bool mismatch;      /* it would own other users than our map says */
+    _Atomic int relation;      /* enum dd_cluster_relation of its map, when not a mismatch */
     atomic_bool nodes_differ;  /* it lists other nodes (a rolling change) */
     _Atomic int64_t lag_ms;
     _Atomic int64_t last_ok_ms; /* wall clock of the last answered probe; 0 never */
@@ -352,6 +402,7 @@ struct peer {
 struct dd_cluster {
     struct dd_cluster_map map;
     char hash_hex[17];
+    char split_hex[17];        /* "" when this map splits none */
     char nodes_hex[17];
     char self_label[32];
     struct peer *peers;        /* every node of the map, shard-major */
@@ -372,6 +423,9 @@ struct dd_cluster {
     _Atomic uint64_t map_refusals; /* forwarded calls or probes refused for the map */
     atomic_bool self_behind;   /* this node's lag, as of the last health round */
     atomic_bool odd_one_out;   /* its map differs from as many peers as agree (last round) */
+    atomic_bool settled;       /* dd_cluster_settled, as of the last health round */
+    _Atomic int32_t settled_partitions; /* the partition count it was settled with */
+    _Atomic uint64_t unsettled_rounds;
 };
 
 bool dd_cluster_self_behind(const dd_cluster *cl)
@@ -380,6 +434,34 @@ bool dd_cluster_self_behind(const dd_cluster *cl)
 }
 
 static void map_votes(dd_cluster *cl, size_t *disagree, size_t *agree, const struct peer **first);
+
+/* How a map with ownership hash HASH that splits SPLIT ("" or NULL: none)
+ * relates to ours. */
+static enum dd_cluster_relation relation_of(const dd_cluster *cl, const char *hash,
+                                            const char *split)
+{
+    if (strcmp(hash, cl->hash_hex) == 0) return DD_MAP_SAME;
+    if (cl->split_hex[0] && strcmp(hash, cl->split_hex) == 0) return DD_MAP_OLDER;
+    if (split && split[0] && strcmp(split, cl->hash_hex) == 0) return DD_MAP_NEWER;
+    return DD_MAP_OTHER;
+}
+
+/* Every peer answered the last round with our own map, and the partition
+ * count is known and unchanged. */
+static bool compute_settled(dd_cluster *cl)
+{
+    int32_t n = cl->local.partitions ? cl->local.partitions(cl->local.ud) : 0;
+    if (n <= 0) return false;
+    if (cl->local.partitions_changed && cl->local.partitions_changed(cl->local.ud)) return false;
+    for (size_t i = 0; i < cl->npeers; i++) {
+        struct peer *p = &cl->peers[i];
+        if (!p->ch) continue;
+        if (atomic_load(&p->state) != PEER_UP || atomic_load(&p->mismatch) ||
+            atomic_load(&p->relation) != DD_MAP_SAME)
+            return false;
+    }
+    return true;
+}
 
 /* Refresh self_behind and odd_one_out (each health round, and at start). */
 static void update_self(dd_cluster *cl)
@@ -395,6 +477,13 @@ static void update_self(dd_cluster *cl)
                  disagree, agree);
     else if (!odd && was)
         dd_info(MOD, "msg=\"cluster map agreed again; serving\"");
+    bool settled = compute_settled(cl);
+    if (!settled) atomic_fetch_add(&cl->unsettled_rounds, 1);
+    /* dd_cluster_owns reads the count from here, never from ingest: the
+     * compaction threads that call it may outlive ingest. */
+    atomic_store(&cl->settled_partitions,
+                 settled && cl->local.partitions ? cl->local.partitions(cl->local.ud) : 0);
+    atomic_store(&cl->settled, settled);
     int64_t lag = cl->local.lag_ms ? cl->local.lag_ms(cl->local.ud) : -1;
     bool behind = lag < 0 || lag > cl->max_lag_ms;
     if (atomic_exchange(&cl->self_behind, behind) != behind)
@@ -502,6 +591,7 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
     pthread_cond_init(&cl->cv, NULL);
     dd_histogram_init(&cl->fwd_latency, fwd_bounds, DD_ARRAY_LEN(fwd_bounds));
     dd_cluster_map_hash_hex(&cl->map, cl->hash_hex);
+    dd_cluster_map_split_hex(&cl->map, cl->split_hex);
     snprintf(cl->nodes_hex, sizeof cl->nodes_hex, "%016" PRIx64, cl->map.nodes_hash);
     snprintf(cl->self_label, sizeof cl->self_label, "%" PRIu32 ".%" PRIu32, cl->map.shard,
              cl->map.replica);
@@ -607,8 +697,9 @@ static void probe_start(dd_cluster *cl, struct peer *p, gpr_timespec deadline)
 {
     Dedup__V1__NodeStatusRequest req = DEDUP__V1__NODE_STATUS_REQUEST__INIT;
     req.map_hash = cl->hash_hex;
+    req.split_hash = cl->split_hex;
     req.from = cl->self_label;
-    uint8_t buf[128];
+    uint8_t buf[160];
     size_t n = dedup__v1__node_status_request__get_packed_size(&req);
     if (n > sizeof buf) return; /* cannot happen: two short strings */
     dedup__v1__node_status_request__pack(&req, buf);
@@ -675,14 +766,22 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
             atomic_store(&p->state, PEER_UP);
             atomic_store(&p->ready, false);
         } else {
-            bool differ = strcmp(st->map_hash, cl->hash_hex) != 0;
+            enum dd_cluster_relation rel = relation_of(cl, st->map_hash, st->split_hash);
+            bool differ = rel == DD_MAP_OTHER;
             bool was = atomic_exchange(&p->mismatch, differ);
+            int rel_was = atomic_exchange(&p->relation, differ ? DD_MAP_SAME : (int)rel);
             if (differ && !was)
                 dd_error(MOD, "msg=\"peer has another cluster map (shards or partitioner); not "
                               "used\" peer=%s addr=%s ours=%s theirs=\"%.32s\"",
                          p->label, p->addr, cl->hash_hex, st->map_hash);
             else if (!differ && was)
                 dd_info(MOD, "msg=\"peer agrees about the cluster map again\" peer=%s", p->label);
+            if (!differ && (int)rel != rel_was)
+                dd_info(MOD, "msg=\"%s\" peer=%s addr=%s",
+                        rel == DD_MAP_OLDER   ? "resharding: peer runs the map this one splits"
+                        : rel == DD_MAP_NEWER ? "resharding: peer runs a map that splits this one"
+                                              : "peer runs this node's map",
+                        p->label, p->addr);
             bool nodes = strcmp(st->nodes_hash, cl->nodes_hex) != 0 || st->replica != p->replica;
             bool nodes_was = atomic_exchange(&p->nodes_differ, nodes);
             if (nodes && !nodes_was)
@@ -882,10 +981,13 @@ void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
     if (outcome == DD_FWD_OK) dd_histogram_observe(&cl->fwd_latency, (double)ns / 1e9);
 }
 
-int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *from, char *err,
+int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *split_hex,
+                              const char *from, enum dd_cluster_relation *rel, char *err,
                               size_t errlen)
 {
-    if (strcmp(hash_hex, cl->hash_hex) == 0) return DD_OK;
+    enum dd_cluster_relation r = relation_of(cl, hash_hex, split_hex);
+    if (rel) *rel = r;
+    if (r != DD_MAP_OTHER) return DD_OK;
     static struct dd_log_limit lim;
     atomic_fetch_add_explicit(&cl->map_refusals, 1, memory_order_relaxed);
     dd_fail(DD_ERR_STATE, err, errlen,
@@ -970,6 +1072,16 @@ bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen)
     }
     for (size_t i = 0; i < cl->npeers; i++) {
         const struct peer *p = &cl->peers[i];
+        int rel = atomic_load(&p->relation);
+        if (p->ch && !atomic_load(&p->mismatch) && rel != DD_MAP_SAME) {
+            dd_set_err(why, whylen, "resharding: peer %s (%s) runs %s", p->label, p->addr,
+                       rel == DD_MAP_OLDER ? "the map this node's splits (cluster.split_from)"
+                                           : "a map that splits this node's");
+            return true;
+        }
+    }
+    for (size_t i = 0; i < cl->npeers; i++) {
+        const struct peer *p = &cl->peers[i];
         if (p->ch && atomic_load(&p->nodes_differ)) {
             dd_set_err(why, whylen, "peer %s (%s) lists other nodes in cluster.nodes", p->label,
                        p->addr);
@@ -985,12 +1097,28 @@ bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen)
     return false;
 }
 
+bool dd_cluster_owns(void *ud, const char *user, size_t len)
+{
+    dd_cluster *cl = ud;
+    if (!atomic_load_explicit(&cl->settled, memory_order_acquire)) return true;
+    int32_t n = atomic_load_explicit(&cl->settled_partitions, memory_order_relaxed);
+    if (n <= 0) return true;
+    return dd_cluster_shard_of(&cl->map, user, len, n, NULL) == cl->map.shard;
+}
+
+bool dd_cluster_settled(dd_cluster *cl, uint64_t *rounds)
+{
+    if (rounds) *rounds = atomic_load(&cl->unsettled_rounds);
+    return atomic_load(&cl->settled);
+}
+
 void dd_cluster_get_self(dd_cluster *cl, struct dd_cluster_self *out)
 {
     memset(out, 0, sizeof *out);
     out->shard = cl->map.shard;
     out->replica = cl->map.replica;
     memcpy(out->map_hash, cl->hash_hex, sizeof out->map_hash);
+    memcpy(out->split_hash, cl->split_hex, sizeof out->split_hash);
     memcpy(out->nodes_hash, cl->nodes_hex, sizeof out->nodes_hash);
     out->lag_ms = cl->local.lag_ms ? cl->local.lag_ms(cl->local.ud) : -1;
     out->partition_count = cl->local.partitions ? cl->local.partitions(cl->local.ud) : 0;
@@ -1087,6 +1215,8 @@ char *dd_cluster_describe(dd_cluster *cl)
     json_object_object_add(root, "shard", json_object_new_int64(self.shard));
     json_object_object_add(root, "replica", json_object_new_int64(self.replica));
     json_object_object_add(root, "map_hash", json_object_new_string(cl->hash_hex));
+    json_object_object_add(root, "split_from", json_object_new_int64(cl->map.split_from));
+    json_object_object_add(root, "settled", json_object_new_boolean(atomic_load(&cl->settled)));
     json_object_object_add(root, "nodes_hash", json_object_new_string(cl->nodes_hex));
     json_object_object_add(root, "partitioner",
                            json_object_new_string(dd_partitioner_name(
@@ -1121,6 +1251,10 @@ char *dd_cluster_describe(dd_cluster *cl)
             json_object_object_add(o, "ready", json_object_new_boolean(atomic_load(&p->ready)));
             json_object_object_add(o, "lag_ms", json_object_new_int64(atomic_load(&p->lag_ms)));
             json_object_object_add(o, "map_mismatch", json_object_new_boolean(atomic_load(&p->mismatch)));
+            static const char *const rel_names[] = {"same", "older", "newer", "other"};
+            int rel = atomic_load(&p->relation);
+            json_object_object_add(o, "map_relation",
+                                   json_object_new_string(rel_names[rel >= 0 && rel < 4 ? rel : 3]));
             json_object_object_add(o, "nodes_differ", json_object_new_boolean(atomic_load(&p->nodes_differ)));
             int64_t last = atomic_load(&p->last_ok_ms);
             json_object_object_add(o, "last_seen_ms_ago", json_object_new_int64(last ? now - last : -1));

@@ -60,6 +60,8 @@ struct dd_cluster_conf {
     char *bootstrap;            /* "none", or "peer": an empty store is first copied from a
                                  * live replica of this shard (snapshot.h) */
     uint32_t snapshot_mbps;     /* this node lends its store at most this fast; 0 = no limit */
+    uint32_t split_from;        /* resharding: this map splits one of that many shards
+                                 * (0 = none); see "Resharding" below */
 };
 
 /* The limits of the map. */
@@ -77,6 +79,8 @@ struct dd_cluster_map {
     uint64_t hash;              /* ownership: of shards and partitioner; nodes that differ
                                  * here refuse each other */
     uint64_t nodes_hash;        /* of the node list: may differ while replicas are added */
+    uint32_t split_from;        /* cluster.split_from; 0 = none */
+    uint64_t split_hash;        /* the ownership hash of the map it splits; 0 = none */
 };
 
 /* Whether CONF describes a cluster (more than one shard or replica) rather
@@ -90,7 +94,10 @@ bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
  * trailing "-ORDINAL" (a StatefulSet pod, "dedupd-5"), replica-major:
  * shard = ordinal mod N, replica = ordinal / N, with the same number of
  * replicas R in every shard (so adding a replica to every shard appends
- * N pods and moves none); a known partitioner;
+ * N pods and moves none); with cluster.split_from = M, ordinals below
+ * M x R keep their places of the M-shard map and the ordinals after them
+ * take shards M..N-1 the same way (ordinal - M x R = replica x (N - M) +
+ * shard - M), so a split appends pods and moves none; a known partitioner;
  * cluster.redis empty or one host:port per shard. With
  * cluster.shards = 1 and cluster.nodes empty, the single node: MAP gets
  * one shard of one replica with an empty address. HOSTNAME NULL = the
@@ -108,6 +115,37 @@ bool dd_cluster_shard_redis(const struct dd_cluster_conf *conf, uint32_t shard, 
 
 /* The map's hash as 16 lower-case hex digits and a NUL. */
 void dd_cluster_map_hash_hex(const struct dd_cluster_map *map, char out[17]);
+/* The hash of the map MAP splits (cluster.split_from), the same way; ""
+ * when it splits none. */
+void dd_cluster_map_split_hex(const struct dd_cluster_map *map, char out[17]);
+
+/* ---- resharding --------------------------------------------------------
+ *
+ * N -> kN shards (k >= 2; 2N in practice) without a new generation: shard
+ * s of kN owns the partitions p with p mod kN = s, a subset of shard
+ * s mod N's under N. The new map sets cluster.split_from = N and keeps
+ * every old node at its shard number; the new shards' nodes copy a store
+ * of their parent shard s mod N (cluster.bootstrap = peer) and then
+ * consume only their own partitions from the offsets inside it. While old
+ * and new maps run side by side they are peers, not strangers: a node
+ * accepts calls and probes from a map its own splits (older) or from one
+ * that splits its own (newer, recognised by the split hash it sends).
+ * Each node routes by its own map, so every call reaches a node that
+ * holds the user: an old node holds every user of its old shard, a new
+ * one its own. A call a node of the older map forwarded to a node of the
+ * newer map that does not own it under the newer map is forwarded once
+ * more (rpc.c). Once no peer runs another map, each node drops the users
+ * it no longer owns (dd_cluster_owns, sweep.h). */
+
+/* A 64-bit id of the users node (SHARD of MAP) owns: shards, shard and
+ * partitioner. A store records the id it holds (history.h holds). */
+uint64_t dd_cluster_ownership_id(const struct dd_cluster_map *map);
+
+/* The shard a node of MAP with an empty store copies when no other
+ * replica of its own shard lends it a store: for a new shard of a split
+ * (shard >= split_from) its parent shard, shard mod split_from; else its
+ * own. Cannot fail. */
+uint32_t dd_cluster_source_shard(const struct dd_cluster_map *map);
 
 /* Which shard owns user USER[0..LEN) when the topic has PARTITIONS
  * partitions (> 0): partition(user) mod shards. Sets *partition if not NULL. */
@@ -187,16 +225,43 @@ enum dd_cluster_outcome {
 void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
                           enum dd_cluster_outcome outcome, int64_t ns);
 
-/* A forwarded call or a status probe carries the sender's map hash; 0 when
- * it equals ours, else DD_ERR_STATE with a message (counted, logged at
- * most every few seconds, and shown by dd_cluster_degraded for a while). */
-int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *from,
-                              char *err, size_t errlen);
+/* How a peer's map relates to ours. */
+enum dd_cluster_relation {
+    DD_MAP_SAME = 0,     /* the same ownership */
+    DD_MAP_OLDER,        /* the map ours splits (cluster.split_from): resharding */
+    DD_MAP_NEWER,        /* a map that splits ours: resharding */
+    DD_MAP_OTHER,        /* a stranger: refused */
+};
+
+/* A forwarded call or a status probe carries the sender's map hash and
+ * the hash of the map it splits ("" none); 0 when they are the same map
+ * or one splits the other (*REL, may be NULL, says which), else
+ * DD_ERR_STATE with a message (counted, logged at most every few
+ * seconds, and shown by dd_cluster_degraded for a while). */
+int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *split_hex,
+                              const char *from, enum dd_cluster_relation *rel, char *err,
+                              size_t errlen);
+
+/* Whether this node keeps USER's history (the compaction filter asks:
+ * history.h dd_history_set_owner). False only while ownership is
+ * settled (dd_cluster_settled) and USER belongs to another shard; true
+ * whenever anything is unknown, so that nothing is dropped on a guess.
+ * Lock-free; from any thread; reads only CL's own memory (never ingest's),
+ * so it may be called until dd_cluster_free, after dd_cluster_stop. */
+bool dd_cluster_owns(void *cl, const char *user, size_t len);
+
+/* Settled: the partition count is known and unchanged, and at the last
+ * health round every peer answered with this node's own map (none
+ * older, newer or other). *ROUNDS (may be NULL) counts the rounds that
+ * were not settled since start: a sweep that saw it unchanged before and
+ * after ran settled throughout. */
+bool dd_cluster_settled(dd_cluster *cl, uint64_t *rounds);
 
 /* This node's own state, as Status answers it. */
 struct dd_cluster_self {
     uint32_t shard, replica;
     char map_hash[17];
+    char split_hash[17];     /* "" when this map splits none */
     char nodes_hash[17];
     bool ready;
     int64_t lag_ms;          /* -1 unknown */
@@ -212,15 +277,21 @@ void dd_cluster_get_self(dd_cluster *cl, struct dd_cluster_self *out);
 bool dd_cluster_ready(dd_cluster *cl, char *why, size_t whylen);
 
 /* Ready but something is off (admin.h's degraded check): a peer of the
- * map disagrees about it (and is not forwarded to), or a caller with
- * another map was refused in the last few health intervals. */
+ * map disagrees about it (and is not forwarded to), a peer runs the map
+ * this one splits or one that splits it (resharding in progress), or a
+ * caller with another map was refused in the last few health intervals. */
 bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen);
 
 /* The metadata keys of a forwarded call: the sender's place ("s.r") and
  * its map hash. A call that carries DD_CLUSTER_MD_FROM is never forwarded
- * again. */
+ * again, but once while resharding (see "resharding" above). */
 #define DD_CLUSTER_MD_FROM "dedupd-forwarded-by"
 #define DD_CLUSTER_MD_MAP "dedupd-cluster-map"
+/* The hash of the map the sender's splits (resharding), when it has one. */
+#define DD_CLUSTER_MD_SPLIT "dedupd-cluster-split"
+/* Set on a call forwarded a second time (resharding): never forwarded
+ * again. */
+#define DD_CLUSTER_MD_HOP2 "dedupd-forwarded-twice"
 
 /* One unary client call to a peer, as one batch: send metadata MD[0..NMD),
  * the message SEND (borrowed; kept by the caller until the batch

@@ -171,6 +171,7 @@ static const struct key keys[] = {
     ROW_STR("cluster.tls_server_name", cluster.tls_server_name, ""),
     ROW_ENUM("cluster.bootstrap", cluster.bootstrap, "none", bootstrap_words),
     ROW_U32("cluster.snapshot_mbps", cluster.snapshot_mbps, "400", 0, 1000000),
+    ROW_U32("cluster.split_from", cluster.split_from, "0", 0, 1024),
 
     ROW_STR("trace.path", trace.path, "./data/trace"),
     ROW_STR("trace.users", trace.users, ""),

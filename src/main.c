@@ -20,6 +20,7 @@
 #include "plays.h"
 #include "rpc.h"
 #include "snapshot.h"
+#include "sweep.h"
 #include "trace.h"
 #include "why.h"
 
@@ -124,22 +125,38 @@ static bool stop_pending(void *ud)
 
 static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_cluster_map *map)
 {
-    char err[512] = "no other replica in this shard", hash[17], from[32];
+    char err[512] = "no other replica in this shard", hash[17], split[17], from[32];
     dd_cluster_map_hash_hex(map, hash);
+    dd_cluster_map_split_hex(map, split);
+    /* Other replicas of this shard first; then, for a new shard of a
+     * split, its parent shard's (whose old-map nodes hold its users). */
+    uint32_t shards_to_try[2] = {map->shard, dd_cluster_source_shard(map)};
+    int nshards = shards_to_try[1] != map->shard ? 2 : 1;
     snprintf(from, sizeof from, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
     grpc_init();
     int rc = DD_ERR_UNAVAILABLE;
     for (int round = 0; round < BOOTSTRAP_ROUNDS && rc != DD_OK && rc != DD_ERR_STATE; round++) {
         if (round) dd_sleep_ms(1000);
-        for (uint32_t r = 0; r < map->nreplicas[map->shard] && rc != DD_OK && rc != DD_ERR_STATE;
-             r++) {
-            if (r == map->replica) continue;
-            const char *addr = map->addr[map->shard][r];
+        for (uint32_t k = 0, nk = map->nreplicas[map->shard] +
+                                  (nshards > 1 ? map->nreplicas[shards_to_try[1]] : 0);
+             k < nk && rc != DD_OK && rc != DD_ERR_STATE; k++) {
+            bool own = k < map->nreplicas[map->shard];
+            uint32_t src_shard = shards_to_try[own ? 0 : 1];
+            uint32_t r = own ? k : k - map->nreplicas[map->shard];
+            if (own && r == map->replica) continue;
+            const char *addr = map->addr[src_shard][r];
             grpc_channel *ch = dd_cluster_channel_new(&cfg->cluster, &cfg->rpc, addr, err,
                                                       sizeof err);
             if (!ch) continue;
-            struct dd_snapshot_source src = {ch, addr, hash, from, map->shard,
-                                             cfg->cluster.forward_timeout_ms, stop_pending, NULL};
+            struct dd_snapshot_source src = {.ch = ch,
+                                             .peer = addr,
+                                             .map_hash = hash,
+                                             .split_hash = split,
+                                             .from = from,
+                                             .shard = src_shard,
+                                             .asker_shard = map->shard,
+                                             .timeout_ms = cfg->cluster.forward_timeout_ms,
+                                             .stop = stop_pending};
             /* A file whose checksum differed was removed: fetched again at once. */
             for (int tries = 0; tries < 3; tries++) {
                 rc = dd_snapshot_fetch(&src, cfg->history.path, err, sizeof err);
@@ -163,7 +180,8 @@ static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_clus
     }
     if (rc != DD_OK)
         dd_error("main", "msg=\"cluster.bootstrap = peer: no replica of shard %" PRIu32
-                         " could give its store; stopping\" error=\"%s\"", map->shard, err);
+                         "%s could give its store; stopping\" error=\"%s\"", map->shard,
+                 nshards > 1 ? " or of its parent shard" : "", err);
     return rc;
 }
 
@@ -178,6 +196,7 @@ int main(int argc, char **argv)
     dd_ingest *ingest = NULL;
     dd_plays *plays = NULL;
     dd_cluster *cluster = NULL;
+    dd_sweep *sweep = NULL;
     dd_producer *producer = NULL;
     dd_snapshot_server *snapshot = NULL;
     dd_trace *trace = NULL;
@@ -388,6 +407,14 @@ int main(int argc, char **argv)
             dd_error("main", "msg=\"out of memory\"");
             goto out;
         }
+        /* Resharding: compactions drop the users this node no longer owns
+         * once the cluster has settled, and a store that may hold some is
+         * swept (sweep.h). */
+        dd_history_set_owner(history, dd_cluster_owns, cluster);
+        if (dd_sweep_start(&sweep, history, cluster, err, sizeof err) != DD_OK) {
+            dd_error("main", "msg=\"cannot check the store's ownership\" error=\"%s\"", err);
+            goto out;
+        }
     }
 
     /* gRPC last: once it answers, everything behind it is up. */
@@ -471,7 +498,10 @@ out:
     dd_why_free(why);
     dd_producer_free(producer);
     dd_admin_detach(admin, DD_ADMIN_CLUSTER);
-    dd_cluster_free(cluster);
+    /* Stopped now, freed after the store: compactions ask it who owns a
+     * user until the store is closed (dd_cluster_owns). */
+    dd_cluster_stop(cluster);
+    dd_sweep_stop(sweep);
     dd_cluster_map_free(&map);
     if (plays) dd_plays_set_ingest(plays, NULL);
     dd_admin_detach(admin, DD_ADMIN_INGEST);
@@ -480,6 +510,7 @@ out:
     dd_trace_close(trace);
     dd_admin_detach(admin, DD_ADMIN_STORE);
     dd_history_close(history);
+    dd_cluster_free(cluster);
     if (rc == 0 && history) dd_info("main", "msg=stopped");
     dd_admin_free(admin); /* the registry with it: no collector runs after */
     dd_plays_free(plays);

@@ -95,7 +95,8 @@ struct forward {
     bool patient;               /* second round: wait for a connection (forward_try) */
     int64_t start_ns;           /* of this try */
     gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
-    grpc_metadata md[2];
+    bool second_hop;            /* forwarded to us by a node of the map ours splits */
+    grpc_metadata md[4];
     struct dd_unary u;          /* the payload is sent as it came (a copy per try) */
 };
 
@@ -172,6 +173,7 @@ struct dd_rpc {
     dd_snapshot_server *snapshot; /* lends this store to new replicas; NULL: none */
     struct dd_producer *producer;
     grpc_slice md_from, md_map; /* our place and map hash, sent with forwarded calls */
+    grpc_slice md_split;        /* the hash of the map ours splits; empty when none */
     int started, shut_down;
     atomic_bool serving;
     atomic_bool stopping;     /* do not re-post slots */
@@ -307,13 +309,16 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     rpc->cluster = cluster;
     rpc->md_from = grpc_empty_slice();
     rpc->md_map = grpc_empty_slice();
+    rpc->md_split = grpc_empty_slice();
     if (cluster) {
         const struct dd_cluster_map *map = dd_cluster_get_map(cluster);
-        char place[32], hex[17];
+        char place[32], hex[17], split[17];
         snprintf(place, sizeof place, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
         dd_cluster_map_hash_hex(map, hex);
+        dd_cluster_map_split_hex(map, split);
         rpc->md_from = grpc_slice_from_copied_string(place);
         rpc->md_map = grpc_slice_from_copied_string(hex);
+        if (split[0]) rpc->md_split = grpc_slice_from_copied_string(split);
         rpc->forward_timeout_ms = dd_cluster_forward_timeout_ms(cluster);
     }
     atomic_init(&rpc->serving, false);
@@ -615,12 +620,23 @@ static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, co
         Dedup__V1__SnapshotBeginRequest *req =
             dedup__v1__snapshot_begin_request__unpack(al, len, data);
         if (!req) return bad_message(w, "dedup.v1.SnapshotBeginRequest");
-        if (dd_cluster_check_peer_map(rpc->cluster, req->map_hash, req->from, w->msg,
-                                      sizeof w->msg) != DD_OK)
+        enum dd_cluster_relation rel;
+        if (dd_cluster_check_peer_map(rpc->cluster, req->map_hash, req->split_hash, req->from,
+                                      &rel, w->msg, sizeof w->msg) != DD_OK)
             return GRPC_STATUS_FAILED_PRECONDITION;
-        if (req->shard != dd_cluster_get_map(rpc->cluster)->shard) {
-            snprintf(w->msg, sizeof w->msg, "this node holds shard %" PRIu32 ", not %" PRIu32,
-                     dd_cluster_get_map(rpc->cluster)->shard, req->shard);
+        /* A replica of our shard under our map, or a new shard of a map
+         * that splits ours whose parent we are: we hold every user of
+         * theirs. Never a shard of our own map other than ours, nor a
+         * map ours splits: we may have dropped users they need. */
+        const struct dd_cluster_map *map = dd_cluster_get_map(rpc->cluster);
+        bool lend = req->shard == map->shard &&
+                    ((rel == DD_MAP_SAME && req->asker_shard == map->shard) ||
+                     (rel == DD_MAP_NEWER && req->asker_shard % map->shards == map->shard));
+        if (!lend) {
+            snprintf(w->msg, sizeof w->msg,
+                     "this node (shard %" PRIu32 " of %" PRIu32 ") does not hold every user of "
+                     "shard %" PRIu32 " of the asker's map",
+                     map->shard, map->shards, req->asker_shard);
             return GRPC_STATUS_FAILED_PRECONDITION;
         }
         struct dd_snapshot_manifest man;
@@ -759,8 +775,8 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         /* Answered either way, so that the asker sees the difference too;
          * a difference makes this node not ready for a while. */
         char ignored[256];
-        dd_cluster_check_peer_map(w->rpc->cluster, req->map_hash, req->from, ignored,
-                                  sizeof ignored);
+        dd_cluster_check_peer_map(w->rpc->cluster, req->map_hash, req->split_hash, req->from, NULL,
+                                  ignored, sizeof ignored);
         struct dd_cluster_self self;
         dd_cluster_get_self(w->rpc->cluster, &self);
         Dedup__V1__NodeStatus resp = DEDUP__V1__NODE_STATUS__INIT;
@@ -768,6 +784,7 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         resp.replica = self.replica;
         resp.map_hash = self.map_hash;
         resp.nodes_hash = self.nodes_hash;
+        resp.split_hash = self.split_hash;
         resp.ready = self.ready && atomic_load(&w->rpc->serving);
         resp.lag_ms = self.lag_ms;
         resp.partition_count = self.partition_count;
@@ -883,6 +900,17 @@ static const grpc_slice *md_get(const grpc_metadata_array *md, const char *key)
     return NULL;
 }
 
+/* Metadata KEY's value into OUT as a string ("" when absent or too long). */
+static void md_copy(const grpc_metadata_array *md, const char *key, char *out, size_t outlen)
+{
+    const grpc_slice *v = md_get(md, key);
+    out[0] = '\0';
+    if (v && GRPC_SLICE_LENGTH(*v) < outlen) {
+        memcpy(out, GRPC_SLICE_START_PTR(*v), GRPC_SLICE_LENGTH(*v));
+        out[GRPC_SLICE_LENGTH(*v)] = '\0';
+    }
+}
+
 /* Release the try in S->fwd (its call, its received message, metadata). */
 static void forward_reset(struct slot *s)
 {
@@ -934,8 +962,17 @@ static int forward_try(struct worker *w, struct slot *s)
         f->md[0].value = rpc->md_from;
         f->md[1].key = grpc_slice_from_static_string(DD_CLUSTER_MD_MAP);
         f->md[1].value = rpc->md_map;
+        size_t nmd = 2;
+        if (!GRPC_SLICE_IS_EMPTY(rpc->md_split)) {
+            f->md[nmd].key = grpc_slice_from_static_string(DD_CLUSTER_MD_SPLIT);
+            f->md[nmd++].value = rpc->md_split;
+        }
+        if (f->second_hop) {
+            f->md[nmd].key = grpc_slice_from_static_string(DD_CLUSTER_MD_HOP2);
+            f->md[nmd++].value = grpc_slice_from_static_string("1");
+        }
         f->u.md = f->md;
-        f->u.nmd = 2;
+        f->u.nmd = nmd;
         f->u.flags = f->patient ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
         /* grpc core moves the slices out of a message it sends: each try
          * sends its own copy (references to the same bytes). */
@@ -1071,20 +1108,23 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
         return ROUTE_ERROR;
     }
     const grpc_slice *from = md_get(&s->md, DD_CLUSTER_MD_FROM);
+    bool second_hop = false;
     if (from) {
-        /* Forwarded to us: never forwarded again, and only if we agree
-         * on the map with the sender. */
-        const grpc_slice *map = md_get(&s->md, DD_CLUSTER_MD_MAP);
-        char hex[40] = "", who[40] = "";
-        if (map && GRPC_SLICE_LENGTH(*map) < sizeof hex)
-            memcpy(hex, GRPC_SLICE_START_PTR(*map), GRPC_SLICE_LENGTH(*map));
-        if (GRPC_SLICE_LENGTH(*from) < sizeof who)
-            memcpy(who, GRPC_SLICE_START_PTR(*from), GRPC_SLICE_LENGTH(*from));
-        if (dd_cluster_check_peer_map(rpc->cluster, hex, who, w->msg, sizeof w->msg) != DD_OK) {
+        /* Forwarded to us: only if we agree on the map with the sender
+         * (or one map splits the other: resharding), and never forwarded
+         * again, but for one case: a node of the map ours splits sent us
+         * a user its map gives our old shard and ours gives a new one. */
+        char hex[40] = "", split[40] = "", who[40] = "";
+        md_copy(&s->md, DD_CLUSTER_MD_MAP, hex, sizeof hex);
+        md_copy(&s->md, DD_CLUSTER_MD_SPLIT, split, sizeof split);
+        md_copy(&s->md, DD_CLUSTER_MD_FROM, who, sizeof who);
+        enum dd_cluster_relation rel;
+        if (dd_cluster_check_peer_map(rpc->cluster, hex, split, who, &rel, w->msg,
+                                      sizeof w->msg) != DD_OK) {
             s->status = GRPC_STATUS_FAILED_PRECONDITION;
             return ROUTE_ERROR;
         }
-        if (!local) {
+        if (!local && (rel != DD_MAP_OLDER || md_get(&s->md, DD_CLUSTER_MD_HOP2))) {
             s->status = GRPC_STATUS_FAILED_PRECONDITION;
             snprintf(w->msg, sizeof w->msg,
                      "forwarded by node %s for shard %" PRIu32 ", but this node is of shard %" PRIu32,
@@ -1092,7 +1132,8 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
             return ROUTE_ERROR;
         }
         /* The sender chose us: answer, and say so if we are behind. */
-        return dd_cluster_self_behind(rpc->cluster) ? ROUTE_HERE_DEGRADED : ROUTE_HERE;
+        if (local) return dd_cluster_self_behind(rpc->cluster) ? ROUTE_HERE_DEGRADED : ROUTE_HERE;
+        second_hop = true;
     }
     bool behind_here = local && dd_cluster_self_behind(rpc->cluster);
     if (local && !behind_here) return ROUTE_HERE;
@@ -1100,6 +1141,7 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
     f->shard = shard;
     f->tried = 0;
     f->own = local;
+    f->second_hop = second_hop;
     f->patient = false;
     gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
     f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
@@ -1427,6 +1469,7 @@ void dd_rpc_free(dd_rpc *rpc)
     dd_auth_free(rpc->auth);
     grpc_slice_unref(rpc->md_from);
     grpc_slice_unref(rpc->md_map);
+    grpc_slice_unref(rpc->md_split);
     free(rpc);
     grpc_shutdown();
 }

@@ -424,8 +424,10 @@ static int get_manifest(const struct dd_snapshot_source *src, struct dd_snapshot
 {
     Dedup__V1__SnapshotBeginRequest req = DEDUP__V1__SNAPSHOT_BEGIN_REQUEST__INIT;
     req.map_hash = (char *)src->map_hash;
+    req.split_hash = (char *)(src->split_hash ? src->split_hash : "");
     req.from = (char *)src->from;
     req.shard = src->shard;
+    req.asker_shard = src->asker_shard;
     uint8_t buf[256];
     size_t len = dedup__v1__snapshot_begin_request__get_packed_size(&req);
     if (len > sizeof buf) return dd_fail(DD_ERR_INVALID, err, errlen, "request too large");

@@ -110,8 +110,10 @@ struct dd_snapshot_source {
     grpc_channel *ch;          /* borrowed */
     const char *peer;          /* its address, for logs */
     const char *map_hash;      /* this node's map hash */
+    const char *split_hash;    /* the hash of the map this node's splits; "" none */
     const char *from;          /* this node's place "s.r" */
-    uint32_t shard;
+    uint32_t shard;            /* whose store: dd_cluster_source_shard */
+    uint32_t asker_shard;      /* this node's own shard */
     int64_t timeout_ms;        /* per call */
     bool (*stop)(void *ud);    /* asked between calls: true ends the copy (may be NULL) */
     void *stop_ud;

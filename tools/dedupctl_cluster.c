@@ -76,6 +76,12 @@ int dedupctl_cluster(const char *addr, int timeout_ms, FILE *out, char *err, siz
     fprintf(out, "cluster: %s shards, partitioner %s, %s partitions, map %s; this node %s.%s\n",
             str_of(root, "shards"), str_of(root, "partitioner"), str_of(root, "partition_count"),
             str_of(root, "map_hash"), str_of(root, "shard"), str_of(root, "replica"));
+    if (int_of(root, "split_from", 0) > 0)
+        fprintf(out, "resharding: this map splits %s shards (cluster.split_from); %s\n",
+                str_of(root, "split_from"),
+                strcmp(str_of(root, "settled"), "true") == 0
+                    ? "settled: every peer runs this map"
+                    : "not settled: a peer runs another map or is not answering");
     size_t n = json_object_array_length(nodes);
     int aw = 7; /* "ADDRESS"; pod DNS names are long */
     for (size_t i = 0; i < n; i++) {
@@ -98,6 +104,10 @@ int dedupctl_cluster(const char *addr, int timeout_ms, FILE *out, char *err, siz
         const char *note = str_of(o, "why");
         if (json_object_object_get_ex(o, "map_mismatch", &mm) && json_object_get_boolean(mm))
             note = "ANOTHER CLUSTER MAP";
+        else if (strcmp(str_of(o, "map_relation"), "older") == 0)
+            note = "resharding: runs the map this one splits";
+        else if (strcmp(str_of(o, "map_relation"), "newer") == 0)
+            note = "resharding: runs a map that splits this one";
         else if (json_object_object_get_ex(o, "nodes_differ", &mm) && json_object_get_boolean(mm))
             note = "lists other nodes";
         fprintf(out, "%-6s %-*s %-8s %-5s %8s  %-16s %-14s %s\n", str_of(o, "node"), aw,

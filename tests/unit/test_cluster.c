@@ -263,6 +263,117 @@ static void test_running(void)
     dd_cluster_free(cl);
 }
 
+/* Resharding: split_from's checks, the hashes and ids, the relation of
+ * maps, and that nothing is dropped while not settled. */
+static void test_split(void)
+{
+    char err[256];
+    struct dd_cluster_conf c = conf(2, "1", "0", "127.0.0.1:1;127.0.0.1:2");
+    c.split_from = 2;
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "cluster.split_from") != NULL);
+    c.split_from = 3;
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "h", NULL, err, sizeof err), DD_ERR_INVALID);
+    struct dd_cluster_conf c4 = conf(4, "0", "0", "127.0.0.1:1;127.0.0.1:2;127.0.0.1:3;127.0.0.1:4");
+    c4.split_from = 3;
+    CHECK_EQ_INT(dd_cluster_conf_check(&c4, "h", NULL, err, sizeof err), DD_ERR_INVALID);
+
+    /* the old map: one shard, two replicas */
+    struct dd_cluster_conf old = conf(1, "0", "0", "127.0.0.1:1,127.0.0.1:3");
+    struct dd_cluster_map mo, mn;
+    REQUIRE(dd_cluster_conf_check(&old, "h", &mo, err, sizeof err) == DD_OK);
+    char old_hex[17], split_none[17];
+    dd_cluster_map_hash_hex(&mo, old_hex);
+    dd_cluster_map_split_hex(&mo, split_none);
+    CHECK(split_none[0] == '\0');
+    CHECK_EQ_INT(dd_cluster_source_shard(&mo), 0);
+
+    /* the new map: 2 shards split from 1; this node is the new shard 1 */
+    c.split_from = 1;
+    REQUIRE(dd_cluster_conf_check(&c, "h", &mn, err, sizeof err) == DD_OK);
+    char new_hex[17], new_split[17];
+    dd_cluster_map_hash_hex(&mn, new_hex);
+    dd_cluster_map_split_hex(&mn, new_split);
+    CHECK(strcmp(new_split, old_hex) == 0);
+    CHECK(strcmp(new_hex, old_hex) != 0);
+    CHECK_EQ_INT(dd_cluster_source_shard(&mn), 0);
+    CHECK(dd_cluster_ownership_id(&mn) != dd_cluster_ownership_id(&mo));
+    struct dd_cluster_conf c0 = c;
+    c0.shard = (char *)"0";
+    struct dd_cluster_map m0;
+    REQUIRE(dd_cluster_conf_check(&c0, "h", &m0, err, sizeof err) == DD_OK);
+    CHECK_EQ_INT(dd_cluster_source_shard(&m0), 0);
+    CHECK(dd_cluster_ownership_id(&m0) != dd_cluster_ownership_id(&mn));
+    dd_cluster_map_free(&m0);
+    /* 2 -> 4: shard 3's parent is 1 */
+    struct dd_cluster_conf c43 = c4;
+    c43.shard = (char *)"3";
+    c43.split_from = 2;
+    struct dd_cluster_map m43;
+    REQUIRE(dd_cluster_conf_check(&c43, "h", &m43, err, sizeof err) == DD_OK);
+    CHECK_EQ_INT(dd_cluster_source_shard(&m43), 1);
+    dd_cluster_map_free(&m43);
+
+    /* auto after a split 2 -> 4 with 2 replicas: the old pods 0..3 keep
+     * their places, 4..7 take shards 2 and 3 */
+    struct dd_cluster_conf ca = conf(4, "auto", "auto",
+                                     "h0:1,h2:1;h1:1,h3:1;h4:1,h6:1;h5:1,h7:1");
+    ca.split_from = 2;
+    static const uint32_t want[8][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 1},
+                                        {2, 0}, {3, 0}, {2, 1}, {3, 1}};
+    for (int k = 0; k < 8; k++) {
+        char host[32];
+        snprintf(host, sizeof host, "dedupd-%d", k);
+        struct dd_cluster_map ma;
+        REQUIRE(dd_cluster_conf_check(&ca, host, &ma, err, sizeof err) == DD_OK);
+        CHECK_EQ_INT(ma.shard, want[k][0]);
+        CHECK_EQ_INT(ma.replica, want[k][1]);
+        dd_cluster_map_free(&ma);
+    }
+    CHECK_EQ_INT(dd_cluster_conf_check(&ca, "dedupd-8", NULL, err, sizeof err), DD_ERR_INVALID);
+
+    struct dd_rpc_conf rpc = {.tls_cert = (char *)"", .tls_key = (char *)"",
+                              .tls_client_ca = (char *)""};
+    struct dd_cluster_local local = {l_partitions, l_changed, l_lag, NULL};
+    fake_partitions = 8;
+    fake_changed = false;
+    /* an old node meets new ones */
+    dd_cluster *co = NULL, *cn = NULL;
+    REQUIRE(dd_cluster_new(&co, &mo, &old, &rpc, &local, err, sizeof err) == DD_OK);
+    REQUIRE(dd_cluster_new(&cn, &mn, &c, &rpc, &local, err, sizeof err) == DD_OK);
+    enum dd_cluster_relation rel = DD_MAP_OTHER;
+    CHECK_EQ_INT(dd_cluster_check_peer_map(co, new_hex, new_split, "1.0", &rel, err, sizeof err),
+                 DD_OK);
+    CHECK_EQ_INT(rel, DD_MAP_NEWER);
+    CHECK_EQ_INT(dd_cluster_check_peer_map(cn, old_hex, "", "0.1", &rel, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(rel, DD_MAP_OLDER);
+    CHECK_EQ_INT(dd_cluster_check_peer_map(cn, new_hex, new_split, "0.0", &rel, err, sizeof err),
+                 DD_OK);
+    CHECK_EQ_INT(rel, DD_MAP_SAME);
+    /* a new map without split_from is a stranger to the old one */
+    CHECK_EQ_INT(dd_cluster_check_peer_map(co, new_hex, "", "1.0", &rel, err, sizeof err),
+                 DD_ERR_STATE);
+    CHECK_EQ_INT(rel, DD_MAP_OTHER);
+    /* a map that claims to split some other map */
+    CHECK_EQ_INT(dd_cluster_check_peer_map(co, "0123456789abcdef", "fedcba9876543210", "1.0",
+                                           &rel, err, sizeof err),
+                 DD_ERR_STATE);
+    /* not settled (no health round ran): every user is kept */
+    uint64_t rounds = 7;
+    CHECK(!dd_cluster_settled(cn, &rounds));
+    CHECK_EQ_INT(rounds, 0);
+    for (int i = 0; i < 100; i++) {
+        char u[16];
+        int n = snprintf(u, sizeof u, "u%d", i);
+        CHECK(dd_cluster_owns(cn, u, (size_t)n));
+    }
+    char *json = dd_cluster_describe(cn);
+    CHECK(json && strstr(json, "\"split_from\":1") && strstr(json, "\"settled\":false"));
+    free(json);
+    dd_cluster_free(co);
+    dd_cluster_free(cn);
+}
+
 int main(void)
 {
     test_single_node();
@@ -272,5 +383,6 @@ int main(void)
     test_redis();
     test_shard_of();
     test_running();
+    test_split();
     TEST_MAIN_END();
 }
