@@ -131,6 +131,8 @@ struct dd_ingest {
     bool wal;             /* ingest.wal: windows through the WAL */
     int64_t durable_ns;   /* ingest.durable_interval_ms, in ns */
 
+    atomic_bool log_gap;  /* dd_ingest_log_gap */
+    char gap_why[200];    /* written once, before log_gap is set */
     rd_kafka_t *rk;       /* consumer */
     rd_kafka_topic_t *rkt; /* the topic, for metadata requests */
     rd_kafka_t *dlq;      /* producer, or NULL */
@@ -186,7 +188,7 @@ struct dd_ingest {
         atomic_uint_least64_t messages, plays, bad[DD_INGEST_NBAD], expired, key_mismatch,
             duplicates, plays_written, messages_flushed, messages_durable, flushes,
             durable_flushes, write_errors, commits, commit_errors,
-            dead_lettered, dead_letter_errors, pauses, rebalances, kafka_errors,
+            dead_lettered, dead_letter_errors, pauses, rebalances, log_gaps, kafka_errors,
             assigned, last_flush_ms, forgets, count_changes, topic_partitions;
         atomic_int_least64_t lag;
         atomic_uint_least64_t pending_entries, pending_bytes; /* of the active window */
@@ -1159,6 +1161,46 @@ static void update_assigned(dd_ingest *in)
     atomic_store_explicit(&in->st.assigned, n, memory_order_relaxed);
 }
 
+/* The log of PARTITION must still hold NEXT, the store's position in it:
+ * if it starts later, plays between them were dropped by the topic's
+ * retention before this store had them (librdkafka would silently start
+ * at the beginning). Logged, counted, and the node is not ready from then
+ * on (dd_ingest_log_gap). A watermark that cannot be read is logged and
+ * not held against the store. */
+static void check_log_start(dd_ingest *in, int32_t partition, int64_t next)
+{
+    int64_t lo = 0, hi = 0;
+    rd_kafka_resp_err_t e =
+        rd_kafka_query_watermark_offsets(in->rk, in->topic, partition, &lo, &hi, 5000);
+    if (e) {
+        dd_warn(MOD, "msg=\"cannot read where the log starts; not checked for a gap\" "
+                     "topic=%s partition=%" PRId32 " error=\"%s\"",
+                in->topic, partition, rd_kafka_err2str(e));
+        return;
+    }
+    if (next >= lo) return;
+    INC(log_gaps);
+    dd_error(MOD, "msg=\"the log starts after the store's position: the plays between are gone "
+                  "from the topic and missing from this store; replace the store (a copy from a "
+                  "replica: cluster.bootstrap = peer) or raise the topic's retention\" "
+                  "topic=%s partition=%" PRId32 " store_next=%" PRId64 " log_start=%" PRId64,
+             in->topic, partition, next, lo);
+    if (!atomic_load(&in->log_gap)) {
+        snprintf(in->gap_why, sizeof in->gap_why,
+                 "ingest: partition %" PRId32 " of %s starts at offset %" PRId64
+                 ", after the store's %" PRId64 ": plays missing (see the log)",
+                 partition, in->topic, lo, next);
+        atomic_store(&in->log_gap, true);
+    }
+}
+
+bool dd_ingest_log_gap(dd_ingest *in, char *why, size_t whylen)
+{
+    if (!atomic_load(&in->log_gap)) return false;
+    if (why && whylen) snprintf(why, whylen, "%s", in->gap_why);
+    return true;
+}
+
 /* Start each partition of L at the next offset the store recorded for it,
  * where it has one: the store's own position wins over committed offsets,
  * since it was written with the plays (history.h, "Log positions"). The
@@ -1177,6 +1219,7 @@ static int offsets_from_store(dd_ingest *in, rd_kafka_topic_partition_list_t *l)
         if (rc == DD_OK) {
             l->elems[i].offset = next;
             n++;
+            check_log_start(in, l->elems[i].partition, next);
         } else if (rc != DD_ERR_NOTFOUND) {
             dd_error(MOD, "msg=\"cannot read the store's offset; starting from the committed "
                           "one\" topic=%s partition=%" PRId32 " error=\"%s\"",
@@ -1837,6 +1880,7 @@ void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out)
     out->dead_letter_errors = LOAD(dead_letter_errors);
     out->pauses = LOAD(pauses);
     out->rebalances = LOAD(rebalances);
+    out->log_gaps = LOAD(log_gaps);
     out->kafka_errors = LOAD(kafka_errors);
     out->forgets = LOAD(forgets);
     out->partition_count_changes = LOAD(count_changes);
@@ -1976,6 +2020,9 @@ void dd_ingest_collect(dd_prom *p, void *ud)
     dd_prom_counter(p, "dedupd_ingest_pauses_total", "Times consumption paused for the store",
             s.pauses);
     dd_prom_counter(p, "dedupd_ingest_rebalances_total", "Partition assignment changes", s.rebalances);
+    dd_prom_counter(p, "dedupd_ingest_log_gaps_total",
+                    "Partitions whose log starts after the store's position: plays missing",
+                    s.log_gaps);
     dd_prom_counter(p, "dedupd_ingest_kafka_errors_total", "Errors reported by librdkafka",
             s.kafka_errors);
 }

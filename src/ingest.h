@@ -156,6 +156,14 @@ void dd_ingest_sync(dd_ingest *in);
  * consumer (for /readyz). Safe from any thread. */
 bool dd_ingest_assigned(const dd_ingest *in);
 
+/* A partition assigned here starts in the log after the position its
+ * store recorded for it (the topic's retention dropped plays before this
+ * store had them: a node down longer than the retention, or a copy older
+ * than it): the store misses those plays for good. True from then until
+ * restart, with what and what to do in WHY (may be NULL); the node must
+ * not be ready. Safe from any thread. */
+bool dd_ingest_log_gap(dd_ingest *in, char *why, size_t whylen);
+
 /* The topic's partition count: in assign mode the count the partitions
  * were assigned by (it stays, even after a change); in group mode the
  * last count read. 0 = not known yet. Safe from any thread. */
@@ -222,6 +230,7 @@ struct dd_ingest_stats {
     uint64_t dead_letter_errors;
     uint64_t pauses;          /* times consumption paused for the store */
     uint64_t rebalances;      /* assignment changes (assign or revoke) */
+    uint64_t log_gaps;        /* partitions whose log starts after the store's position */
     uint64_t kafka_errors;    /* errors reported by librdkafka */
     uint64_t forgets;         /* forget markers applied (durable writes of dd_history_forget) */
     uint64_t partition_count_changes; /* times the broker reported a new partition count */

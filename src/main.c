@@ -59,7 +59,13 @@ static bool store_degraded(void *h, char *why, size_t whylen)
 }
 
 /* Ingest is ready while it has partitions (admin.h's probe). */
-static bool ingest_assigned(void *in) { return dd_ingest_assigned(in); }
+/* Ready once partitions are assigned, and never while the store misses
+ * plays the log no longer holds. */
+static bool ingest_assigned(void *in) { return dd_ingest_assigned(in) && !dd_ingest_log_gap(in, NULL, 0); }
+static bool ingest_why(void *in, char *why, size_t whylen)
+{
+    return dd_ingest_log_gap(in, why, whylen);
+}
 
 /* What the cluster asks of ingest (cluster.h, struct dd_cluster_local). */
 static int32_t ingest_partitions(void *in) { return dd_ingest_partition_count(in); }
@@ -381,6 +387,7 @@ int main(int argc, char **argv)
             dd_error("main", "msg=\"cannot start Kafka ingest\" topic=%s", cfg.ingest.topic);
             goto out;
         }
+        dd_admin_set_why(admin, DD_ADMIN_INGEST, ingest_why);
         if (dd_admin_attach(admin, DD_ADMIN_INGEST, ingest, dd_ingest_collect,
                             ingest_assigned) != DD_OK) {
             dd_error("main", "msg=\"out of memory\"");

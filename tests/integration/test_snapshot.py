@@ -7,6 +7,9 @@ while everything below happens.
    at most 5 MB per partition, as a size-limited Kafka log would: FILLER
    messages of 2 KB, uncompressed, push them out), so replaying the topic
    from its beginning could no longer rebuild a replica: only a copy can.
+   B is stopped meanwhile; restarted on its store, it finds the log
+   starting after its stored positions and reports not ready (plays
+   missing) rather than skip them.
 1. B is killed and its data directory deleted while plays flow; it starts
    again with cluster.bootstrap = peer and copies A's store, throttled by
    A's cluster.snapshot_mbps so the copy lasts a few seconds.
@@ -127,8 +130,10 @@ def main():
     il.wait_flushed(b, FIRST, timeout=180)
 
     # ---- 0. the log's beginning moves past the first plays ---------------
-    # item ids longer than rpc.max_id_bytes: counted as bad and skipped,
-    # which is all filler needs to be
+    # B is down meanwhile, so its store's position falls behind the log's
+    # start. Item ids longer than rpc.max_id_bytes: counted as bad and
+    # skipped, which is all filler needs to be.
+    b.stop()
     filler = [("filler-%05d" % i, "f%d-" % i + "x" * 2000, None, None) for i in range(FILLER)]
     p = produce(broker, filler, extra=("compression.type=none",))
     check(p.wait(timeout=300) == 0, "ddproduce failed: %s" % p.stderr.read())
@@ -138,6 +143,18 @@ def main():
     # every first play came before every filler message in its partition
     check(all(o > 0 and k.startswith("filler-") for o, k in starts),
           "the log still holds first plays: %s" % starts)
+
+    # B restarts on its store: the plays between its position and the
+    # log's start are gone, and it says so instead of skipping them
+    b.start()
+    b.wait_log("the log starts after the store's position", timeout=60)
+    time.sleep(1)
+    st, body = harness.http_get(admins[1], "/readyz")
+    check(st == 503 and "plays missing" in body, "B with a gap: /readyz %d %s" % (st, body))
+    gaps = [l for l in harness.http_get(admins[1], "/metrics")[1].splitlines()
+            if l.startswith("dedupd_ingest_log_gaps_total ")]
+    check(gaps and float(gaps[0].split()[1]) >= 1, "no log gap counted: %s" % gaps)
+    harness.log("B restarted behind the log's start: not ready (%s)" % body.strip())
 
     # ---- 1. B's store lost while plays flow; copied from A ---------------
     flowing = produce(broker, more, rate=6000)
