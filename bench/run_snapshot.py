@@ -14,9 +14,10 @@ stopped at exit, its temporary directories removed):
    (an empty plays topic) and a redis-server. bench/filter_pace (C,
    libddclient) sends A one Filter call at a time, paced at --rate
    calls/s: 10,000 candidates against the store's heaviest user, as a
-   recall service would. Its latencies are taken for --seconds before the
-   copy ("before"), and from B's start until B has installed the copy
-   ("during": A makes its checkpoint and sends the files).
+   recall service would. Its latencies, and how many answers came back
+   degraded (Redis slower than recent.timeout_ms), are taken for --seconds
+   before the copy ("before"), and from B's start until B has installed
+   the copy ("during": A makes its checkpoint and sends the files).
 3. Node B starts with an empty data directory and cluster.bootstrap = peer.
    Printed: bytes copied, the copy's MB/s (B's own figure, from its
    "snapshot installed" line), seconds from B's start to its /readyz 200,
@@ -153,13 +154,16 @@ class FilterLoad:
                     time.sleep(0.02)
                     continue
                 w = line.split()
-                if w[0] == "call" and len(w) == 4:
-                    self.samples.append((int(w[1]) / 1e9, int(w[2]) / 1e9))
+                if w[0] == "call" and len(w) == 5:
+                    self.samples.append((int(w[1]) / 1e9, int(w[2]) / 1e9, w[4] == "1"))
                 elif w[0] == "error":
                     self.errors.append(line.strip())
 
     def window(self, t0, t1):
-        return sorted(lat for due, lat in list(self.samples) if t0 <= due < t1)
+        """The latencies of the calls due in [T0, T1), sorted, and how many
+        of them were answered degraded."""
+        w = [s for s in list(self.samples) if t0 <= s[0] < t1]
+        return sorted(lat for _, lat, _ in w), sum(1 for _, _, deg in w if deg)
 
     def stop(self):
         self.proc.stop()
@@ -244,8 +248,8 @@ def one_round(args, mbps, hist, heavy, pb, pbg, grpc, broker, redis):
     if load.errors:
         harness.fail("%d Filter calls to A failed, first: %s" % (len(load.errors),
                                                                  load.errors[0]))
-    before = load.window(t_before, t_start)
-    during = load.window(t_start, t_installed)
+    before, deg_before = load.window(t_before, t_start)
+    during, deg_during = load.window(t_start, t_installed)
     m = re.search(r'msg="snapshot installed".* bytes=(\d+) fetched=(\d+) seconds=(\S+) '
                   r'mb_per_s=(\S+)', b.run_log())
     if not m:
@@ -264,6 +268,7 @@ def one_round(args, mbps, hist, heavy, pb, pbg, grpc, broker, redis):
         "throttled": metric(admins[0], "dedupd_snapshot_throttled_total"),
         "p50_before": pct(before, 0.5), "p99_before": pct(before, 0.99), "n_before": len(before),
         "p50_during": pct(during, 0.5), "p99_during": pct(during, 0.99), "n_during": len(during),
+        "deg_before": deg_before, "deg_during": deg_during,
     }
     b.stop()
     a.stop()
@@ -290,21 +295,23 @@ def main():
 
     print("\nsnapshot transfer: %.1f MB store, Filter of %d candidates paced at %g calls/s, "
           "1 in flight, p50/p99 ms" % (sst / 1e6, CANDIDATES, args.rate))
-    print("%-12s %10s %8s %8s %10s %17s %17s" % ("snapshot_mbps", "MB copied", "copy s", "MB/s",
-                                                "to ready s", "A before p50/p99",
-                                                "A during p50/p99"))
+    print("%-13s %10s %7s %7s %10s %17s %17s %15s" % (
+        "snapshot_mbps", "MB copied", "copy s", "MB/s", "to ready s", "A before p50/p99",
+        "A during p50/p99", "degraded b/d"))
     for r in results:
-        print("%-12s %10.1f %8.1f %8.1f %10.1f %8.2f/%-8.2f %8.2f/%-8.2f" % (
+        print("%-13s %10.1f %7.1f %7.1f %10.1f %8.2f/%-8.2f %8.2f/%-8.2f %7d/%-7d" % (
             r["mbps"] or "0 (no limit)", r["bytes"] / 1e6, r["copy_s"], r["mb_per_s"],
-            r["ready_s"], r["p50_before"], r["p99_before"], r["p50_during"], r["p99_during"]))
+            r["ready_s"], r["p50_before"], r["p99_before"], r["p50_during"], r["p99_during"],
+            r["deg_before"], r["deg_during"]))
     for r in results:
         print("SUMMARY snapshot mbps=%d bytes=%d copy_s=%.1f mb_per_s=%.1f ready_s=%.1f "
               "sent_bytes=%d throttled=%d filter_p50_before_ms=%.3f filter_p99_before_ms=%.3f "
               "calls_before=%d filter_p50_during_ms=%.3f filter_p99_during_ms=%.3f "
-              "calls_during=%d b_ready=1" % (
+              "calls_during=%d degraded_before=%d degraded_during=%d b_ready=1" % (
                   r["mbps"], r["bytes"], r["copy_s"], r["mb_per_s"], r["ready_s"], r["sent"],
                   r["throttled"], r["p50_before"], r["p99_before"], r["n_before"],
-                  r["p50_during"], r["p99_during"], r["n_during"]))
+                  r["p50_during"], r["p99_during"], r["n_during"], r["deg_before"],
+                  r["deg_during"]))
     sys.stdout.flush()
 
 

@@ -48,6 +48,8 @@ def main():
         for w in ("before", "during"):
             if int(kv["calls_" + w]) < 1 or not float(kv["filter_p99_%s_ms" % w]) > 0:
                 harness.fail("mbps=%s: no Filter latency %s the copy: %s" % (mbps, w, kv))
+            if not 0 <= int(kv["degraded_" + w]) <= int(kv["calls_" + w]):
+                harness.fail("mbps=%s: degraded answers %s the copy: %s" % (mbps, w, kv))
     # everything the script made was under TMPDIR, and named it in its
     # processes' arguments
     left = os.listdir(tmp)
