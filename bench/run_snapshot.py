@@ -29,8 +29,9 @@ Then a table, and one SUMMARY line per bandwidth.
                         [--seconds S] [--rate CALLS_PER_S] [--mbps 400,0]
 
 --users N: the store's users (the realistic mix averages about 3,000 plays
-a user). --dir DIR: where the store is (DIR/history); built there when
-missing, reused when present. A store this script built is removed at exit
+a user; the default makes a little over 2 GB of SST). --dir DIR: where the
+store is (DIR/history); built there when missing, reused (whatever --users
+says) when DIR/bench_store.txt says a build there finished. A store this script built is removed at exit
 unless --keep; one it found is never removed. --rounds R is passed to
 bench_history (default 90: one flush round per day). Run from the source
 tree with the build in build/ (or DD_SOURCE_ROOT / DD_BUILD_ROOT set).
@@ -97,13 +98,16 @@ def store(args):
             harness._tmpdirs.append(d)
     hist = os.path.join(d, "history")
     info = os.path.join(d, STORE_INFO)
-    if os.path.exists(os.path.join(hist, "CURRENT")):
-        heavy = "u0"
-        if os.path.exists(info):
-            with open(info) as f:
-                heavy = dict(line.split("=", 1) for line in f.read().split())["heavy"]
-        harness.log("reusing the store in %s (heaviest user %s)" % (hist, heavy))
-        return hist, heavy
+    if os.path.exists(info):
+        with open(info) as f:
+            kv = dict(w.split("=", 1) for w in f.read().split())
+        harness.log("reusing the store in %s (%s users, heaviest user %s)" % (hist, kv["users"],
+                                                                          kv["heavy"]))
+        return hist, kv["heavy"]
+    if os.path.exists(hist):
+        # a build cut short leaves a store without the info file
+        harness.fail("%s exists but no %s beside it says it is complete: remove it or choose "
+                     "another --dir" % (hist, STORE_INFO))
     os.makedirs(d, exist_ok=True)
     if args.dir and not args.keep:
         # built here, so removed at exit; DIR itself may be the caller's
