@@ -26,7 +26,7 @@
  *
  *   bench_history [--users N] [--segment-days D] [--phase F] [--rounds R]
  *                 [--no-round-flush] [--day-scene] [--lookback D] [--dir PATH]
- *                 [--keep]
+ *                 [--keep] [--build-only]
  *   bench_history --read-merge [--segment-days D] [--dir PATH] [--keep]
  *
  * segment_days defaults to history.segment_days' default (30).
@@ -34,6 +34,11 @@
  * segment per day, lookback exact to the day: segment.h). --lookback D
  * times the heaviest user's probes with that lookback (default 0, the
  * whole retention); every other figure reads the whole retention.
+ *
+ * --build-only writes the store and stops after its size (no figures but
+ * the load's); it implies --keep. Its "today" is the real clock's, not one
+ * near day 20000, so that a dedupd opened on the store (bench/run_snapshot.py)
+ * finds the plays inside its retention and serves them.
  *
  * --read-merge measures what a read costs while a user's segment is not
  * compacted: RocksDB runs the merge operator on every Get of a key with
@@ -286,7 +291,7 @@ int main(int argc, char **argv)
     uint32_t users = 20000, segment_days = 0, rounds = SPAN_DAYS;
     double phase = 0.5;
     const char *dir = NULL;
-    int keep = 0, round_flush = 1, rmerge = 0, day_scene = 0;
+    int keep = 0, round_flush = 1, rmerge = 0, day_scene = 0, build_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--users") && i + 1 < argc) users = (uint32_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--segment-days") && i + 1 < argc)
@@ -295,6 +300,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = (uint32_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--keep")) keep = 1;
+        else if (!strcmp(argv[i], "--build-only")) build_only = keep = 1;
         else if (!strcmp(argv[i], "--no-round-flush")) round_flush = 0;
         else if (!strcmp(argv[i], "--read-merge")) rmerge = 1;
         else if (!strcmp(argv[i], "--day-scene")) day_scene = 1;
@@ -303,7 +309,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: %s [--users N] [--segment-days D] [--phase F] "
                             "[--rounds R] [--no-round-flush] [--day-scene] [--lookback D]\n"
-                            "       [--dir PATH] [--keep]\n"
+                            "       [--dir PATH] [--keep] [--build-only]\n"
                             "       %s --read-merge [--segment-days D] [--dir PATH] [--keep]\n",
                     argv[0], argv[0]);
             return 2;
@@ -346,6 +352,10 @@ int main(int argc, char **argv)
     int64_t today = (int64_t)(20000 / segment_days) * segment_days +
                     (int64_t)(phase * segment_days);
     int64_t now = today * DAY + DAY / 2;
+    if (build_only) {
+        now = dd_now_ms();
+        today = now / DAY;
+    }
     if (rmerge) {
         int bad = read_merge(&cfg, path, now);
         dd_config_free(&cfg);
@@ -482,6 +492,14 @@ int main(int argc, char **argv)
     printf("\nbytes on disk per stored play: %.3f  (SST %.1f MB / %llu plays; %.2f bits; "
            "goal <= 1.8)\n",
            bpp, (double)st2.live_sst_bytes / 1e6, (unsigned long long)written, 8 * bpp);
+    if (build_only) {
+        printf("SUMMARY build users=%u plays=%llu sst_bytes=%llu seconds=%.1f dir=%s\n", users,
+               (unsigned long long)written, (unsigned long long)st2.live_sst_bytes,
+               (double)(t2 - t0) / 1e9, path);
+        dd_history_close(h);
+        dd_config_free(&cfg);
+        return 0;
+    }
 
     /* union fp over every user, plus no false negative on a sample */
     uint64_t cand[CANDIDATES], tmp[CANDIDATES];
