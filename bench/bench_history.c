@@ -26,8 +26,10 @@
  *
  *   bench_history [--users N] [--segment-days D] [--phase F] [--rounds R]
  *                 [--no-round-flush] [--day-scene] [--lookback D] [--dir PATH]
- *                 [--keep] [--build-only]
+ *                 [--keep] [--build-only] [--set KEY=VALUE]...
  *   bench_history --read-merge [--segment-days D] [--dir PATH] [--keep]
+ *
+ * --set changes a dedupd setting (e.g. history.index_cache_mb=0), for A/B.
  *
  * segment_days defaults to history.segment_days' default (30).
  * --day-scene stores the plays in a scene listed in history.day_scenes (one
@@ -292,6 +294,8 @@ int main(int argc, char **argv)
     double phase = 0.5;
     const char *dir = NULL;
     int keep = 0, round_flush = 1, rmerge = 0, day_scene = 0, build_only = 0;
+    const char *set[8];
+    int nset = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--users") && i + 1 < argc) users = (uint32_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--segment-days") && i + 1 < argc)
@@ -300,6 +304,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = (uint32_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--keep")) keep = 1;
+        else if (!strcmp(argv[i], "--set") && i + 1 < argc && nset < 8) set[nset++] = argv[++i];
         else if (!strcmp(argv[i], "--build-only")) build_only = keep = 1;
         else if (!strcmp(argv[i], "--no-round-flush")) round_flush = 0;
         else if (!strcmp(argv[i], "--read-merge")) rmerge = 1;
@@ -336,6 +341,14 @@ int main(int argc, char **argv)
         if (dd_config_set(&cfg, "history.segment_days", sd, err, sizeof err)) die("config", err);
     }
     if (dd_config_set(&cfg, "history.path", path, err, sizeof err)) die("config", err);
+    for (int i = 0; i < nset; i++) {
+        char key[128];
+        const char *eq = strchr(set[i], '=');
+        if (!eq || (size_t)(eq - set[i]) >= sizeof key) die("--set", "not KEY=VALUE");
+        memcpy(key, set[i], (size_t)(eq - set[i]));
+        key[eq - set[i]] = '\0';
+        if (dd_config_set(&cfg, key, eq + 1, err, sizeof err)) die("config", err);
+    }
     /* fsync per batch changes time, not size or lookups */
     if (dd_config_set(&cfg, "history.sync", "false", err, sizeof err)) die("config", err);
     segment_days = cfg.history.segment_days;

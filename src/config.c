@@ -97,6 +97,7 @@ static const struct key keys[] = {
     ROW_U32("history.max_successive_merges", history.max_successive_merges, "0", 0,
             UINT32_MAX),
     ROW_U64("history.block_cache_mb", history.block_cache_mb, "256", 0, UINT64_MAX >> 20),
+    ROW_U64("history.index_cache_mb", history.index_cache_mb, "128", 0, UINT64_MAX >> 20),
     ROW_BOOL("history.sync", history.sync, "true"),
     /* at most 10 years, so that now + max_future_ms cannot overflow */
     ROW_I64("history.max_future_ms", history.max_future_ms, "3600000", 0,

@@ -27,6 +27,7 @@
  * per-key set would be unbounded memory on the read path.
  */
 #include "history.h"
+#include "icache.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -110,6 +111,7 @@ struct dd_history {
     _Atomic uint64_t errors_no_space;
     _Atomic uint64_t errors_other;
     struct dd_fold_owner owner;        /* published through fold.owner once set */
+    dd_icache *icache;                 /* decoded closed filters; NULL = none */
     atomic_bool compact_cancelled;     /* dd_history_cancel_compact */
 };
 
@@ -280,6 +282,12 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     struct dd_segments g = {conf->segment_days, conf->retention_days};
     dd_fold_init(&h->fold, &g, conf->fp_rate, h->clock.now_ms, h->clock.ud);
 
+    if (conf->index_cache_mb &&
+        dd_icache_new(&h->icache, (size_t)(conf->index_cache_mb << 20)) != DD_OK) {
+        dd_set_err(err, errlen, "out of memory for the index cache");
+        dd_history_close(h);
+        return DD_ERR_NOMEM;
+    }
     int rc = DD_ERR_IO;
     rocksdb_options_t *base = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(base, 1);
@@ -315,6 +323,7 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
      * users with no history cheap. No prefix extractor: nothing seeks. */
     uint64_t cache_bytes = conf->block_cache_mb << 20;
     h->cache = rocksdb_cache_create_lru(cache_bytes ? (size_t)cache_bytes : 1);
+
     rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(t, h->cache);
     rocksdb_block_based_options_set_filter_policy(t, rocksdb_filterpolicy_create_bloom_full(10));
@@ -423,6 +432,7 @@ void dd_history_close(dd_history *h)
     if (h->fopts) rocksdb_flushoptions_destroy(h->fopts);
     if (h->copts) rocksdb_compactoptions_destroy(h->copts);
     if (h->cache) rocksdb_cache_destroy(h->cache);
+    dd_icache_free(h->icache);
     free(h->path);
     free(h->day_buf);
     free(h);
@@ -965,6 +975,10 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
                       errlen);
 }
 
+/* Filters with fewer fingerprints decode faster than a cache lookup is
+ * worth (the key hashes the whole filter) and stay out of the cache. */
+#define ICACHE_MIN_COUNT 2048
+
 struct probe_any_ctx {
     const struct dd_candset *cs;
     uint8_t *hit;
@@ -1004,16 +1018,28 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     if (left == 0) return 0;
     if (index && left <= PROBE_INDEX_VIEWS) {
         for (size_t j = 0; j < left; j++) {
-            void *mem = dd_arena_alloc(c->arena, dd_bloom_index_bytes(&v[j]));
-            if (!mem) goto nomem;
             struct dd_bloom_index ix;
-            if (dd_bloom_index_build(&v[j], mem, &ix) != 0) {
+            struct dd_icache_entry *ref = NULL;
+            int rc;
+            /* A closed segment's filter is kept decoded between calls
+             * (icache.h); an open one changes with every write. */
+            if (h->icache && v[j].range != DD_BLOOM_FULL_RANGE &&
+                v[j].count >= ICACHE_MIN_COUNT) {
+                rc = dd_icache_get(h->icache, &v[j], &ix, &ref);
+                if (rc == DD_ERR_NOMEM) goto nomem;
+            } else {
+                void *mem = dd_arena_alloc(c->arena, dd_bloom_index_bytes(&v[j]));
+                if (!mem) goto nomem;
+                rc = dd_bloom_index_build(&v[j], mem, &ix) != 0 ? DD_ERR_CORRUPT : DD_OK;
+            }
+            if (rc != DD_OK) {
                 dd_fold_note_corrupt(&h->fold, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
                 continue;
             }
             const struct dd_bloom_index cix = ix;
             uint8_t *hit = c->hit;
             for (size_t i = 0; i < n; i++) hit[i] |= (uint8_t)dd_bloom_index_has(cix, hashes[i]);
+            dd_icache_release(h->icache, ref);
         }
         return 0;
     }
@@ -1187,6 +1213,13 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
     out->segments_expired = atomic_load_explicit(&h->fold.segments_expired, memory_order_relaxed);
     out->segments_reduced = atomic_load_explicit(&h->fold.segments_reduced, memory_order_relaxed);
     out->segments_foreign = atomic_load_explicit(&h->fold.segments_foreign, memory_order_relaxed);
+    if (h->icache) {
+        struct dd_icache_stats is;
+        dd_icache_get_stats(h->icache, &is);
+        out->index_cache_hits = is.hits;
+        out->index_cache_misses = is.misses;
+        out->index_cache_bytes = is.bytes;
+    }
     out->merges = atomic_load_explicit(&h->fold.merges, memory_order_relaxed);
     out->writes = atomic_load_explicit(&h->writes, memory_order_relaxed);
     out->operands_written = atomic_load_explicit(&h->operands_written, memory_order_relaxed);
@@ -1245,6 +1278,13 @@ void dd_history_collect(struct dd_prom *p, void *h)
                    DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_history_block_cache_hit_ratio", NULL, 0,
                        lookups ? (double)s.block_cache_hits / (double)lookups : NAN);
+    dd_prom_counter(p, "dedupd_history_index_cache_hits_total",
+            "Closed-segment filters found decoded in the index cache", s.index_cache_hits);
+    dd_prom_counter(p, "dedupd_history_index_cache_misses_total",
+            "Closed-segment filters decoded and kept in the index cache", s.index_cache_misses);
+    dd_prom_gauge(p, "dedupd_history_index_cache_bytes",
+                  "Memory held by the index cache (history.index_cache_mb bounds it)",
+                  s.index_cache_bytes);
     dd_prom_counter(p, "dedupd_history_corrupt_values_total",
             "Stored values that failed their version or checksum (read as empty)",
             s.corrupt_values);

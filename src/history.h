@@ -61,6 +61,7 @@ struct dd_history_conf {
     double fp_rate;             /* union false-positive bound over a user's live segments */
     uint32_t max_successive_merges; /* pending merge operands per key in a memtable */
     uint64_t block_cache_mb;    /* RocksDB block cache */
+    uint64_t index_cache_mb;    /* decoded closed-segment filters kept between calls (icache.h); 0 = none */
     bool sync;                  /* fsync the WAL on every write batch */
     int64_t max_future_ms;      /* plays dated further ahead than this are rejected */
     uint64_t min_free_mb;       /* writes are refused while path's filesystem has less free */
@@ -308,6 +309,9 @@ struct dd_history_stats {
     uint64_t pending_compaction_bytes; /* RocksDB's estimate of what compaction must rewrite */
     uint64_t block_cache_hits;
     uint64_t block_cache_misses;
+    uint64_t index_cache_hits;   /* decoded filters found in the index cache */
+    uint64_t index_cache_misses; /* decoded and kept */
+    uint64_t index_cache_bytes;  /* now */
     uint64_t free_bytes;         /* now: free on history.path's filesystem (UINT64_MAX unknown) */
     uint64_t fs_size_bytes;      /* now: that filesystem's size (UINT64_MAX unknown) */
     uint64_t write_errors_no_space; /* writes and flushes refused or failed for lack of space */
