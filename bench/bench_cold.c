@@ -34,9 +34,11 @@
  * never played.
  *
  * Prints per variant and choice: p50/p99/p999 and mean of the call in
- * microseconds, block reads and bytes read from disk per call (RocksDB's
- * perf context, this thread: data, index and filter blocks) and the block
- * cache's hit rate (its statistics). Not a test: it exits non-zero only if
+ * microseconds; p50/p99 of the same call made again at once (warm: its
+ * blocks cached, so cold - warm is what the disk adds); block reads and
+ * bytes read from disk per call and the block cache's hit rate over the
+ * cold calls (RocksDB's perf context, this thread: data, index and filter
+ * blocks). Not a test: it exits non-zero only if
  * the store fails, a played candidate is not found, or no call read a
  * block while the store is larger than the cache (instrumentation broken).
  *
@@ -291,10 +293,10 @@ struct variant {
     struct dd_config cfg;
     dd_history *h;
     /* per choice (0 uniform, 1 weighted) */
-    int64_t *ns[2];
+    int64_t *ns[2], *warm_ns[2];
     size_t n[2];
-    uint64_t reads[2], bytes[2], cache_hit_pc[2], plays[2];
-    uint64_t hits[2], misses[2]; /* block cache statistics */
+    uint64_t reads[2], bytes[2], plays[2];
+    uint64_t hits[2]; /* block cache hits (the cold calls') */
 };
 
 struct caller {
@@ -303,6 +305,7 @@ struct caller {
     uint64_t *cand;
     uint8_t *hit;
     rocksdb_perfcontext_t *pc;
+    uint32_t found; /* hits of the last decide */
 };
 
 /* User number R of a run: uniform, or by plays through CUM (prefix sums). */
@@ -319,12 +322,33 @@ static uint32_t pick(uint64_t r, int weighted, const uint64_t *cum, uint32_t use
     return lo;
 }
 
-/* One Filter decision for user U against V; timed and counted when TIMED.
- * Exits if a played candidate is not found. */
+/* Filter's work on the store for C's candidates against USER: the
+ * candidate set, the probe, the hits counted. Returns its ns. */
+static int64_t decide(struct caller *c, struct variant *v, const char *user, size_t ul)
+{
+    char err[512];
+    memset(c->hit, 0, CANDIDATES);
+    dd_arena_reset(c->arena);
+    int64_t t0 = dd_mono_ns();
+    if (dd_candset_begin(&c->cs, c->cand, CANDIDATES) != DD_OK) die("candset", "out of memory");
+    for (uint32_t j = 0; j < CANDIDATES; j++) dd_candset_add(&c->cs, j);
+    if (dd_history_probe_any(v->h, "", 0, user, ul, 0, &c->cs, c->hit, c->arena, err,
+                             sizeof err))
+        die("probe", err);
+    uint32_t found = 0;
+    for (uint32_t j = 0; j < CANDIDATES; j++) found += c->hit[j];
+    int64_t t1 = dd_mono_ns();
+    c->found = found;
+    return t1 - t0;
+}
+
+/* One Filter decision for user U against V; when TIMED it is timed and
+ * counted, then made again at once (its blocks now cached) for the warm
+ * figure. Exits if a played candidate is not found. */
 static void call(struct caller *c, struct variant *v, uint32_t u, uint64_t salt, int choice,
                  int timed)
 {
-    char user[16], err[512];
+    char user[16];
     int ul = snprintf(user, sizeof user, "u%u", u);
     uint32_t plays = mix_user_plays(u);
     uint32_t played = plays < PLAYED_MAX ? plays : PLAYED_MAX;
@@ -337,27 +361,20 @@ static void call(struct caller *c, struct variant *v, uint32_t u, uint64_t salt,
         uint32_t pos = (uint32_t)((uint64_t)k * CANDIDATES / played);
         c->cand[pos] = mix_play_hash(u, (first + k) % plays);
     }
-    memset(c->hit, 0, CANDIDATES);
-    dd_arena_reset(c->arena);
     rocksdb_perfcontext_reset(c->pc);
-    int64_t t0 = dd_mono_ns();
-    if (dd_candset_begin(&c->cs, c->cand, CANDIDATES) != DD_OK) die("candset", "out of memory");
-    for (uint32_t j = 0; j < CANDIDATES; j++) dd_candset_add(&c->cs, j);
-    if (dd_history_probe_any(v->h, "", 0, user, (size_t)ul, 0, &c->cs, c->hit, c->arena, err,
-                             sizeof err))
-        die("probe", err);
-    uint32_t found = 0;
-    for (uint32_t j = 0; j < CANDIDATES; j++) found += c->hit[j];
-    int64_t t1 = dd_mono_ns();
+    int64_t ns = decide(c, v, user, (size_t)ul);
     for (uint32_t k = 0; k < played; k++)
-        if (!c->hit[(uint64_t)k * CANDIDATES / played]) die("probe", "a played candidate was not found");
-    if (found < played) die("probe", "fewer hits than played candidates");
+        if (!c->hit[(uint64_t)k * CANDIDATES / played])
+            die("probe", "a played candidate was not found");
+    if (c->found < played) die("probe", "fewer hits than played candidates");
     if (!timed) return;
-    v->ns[choice][v->n[choice]++] = t1 - t0;
+    size_t i = v->n[choice]++;
+    v->ns[choice][i] = ns;
     v->reads[choice] += rocksdb_perfcontext_metric(c->pc, rocksdb_block_read_count);
     v->bytes[choice] += rocksdb_perfcontext_metric(c->pc, rocksdb_block_read_byte);
-    v->cache_hit_pc[choice] += rocksdb_perfcontext_metric(c->pc, rocksdb_block_cache_hit_count);
+    v->hits[choice] += rocksdb_perfcontext_metric(c->pc, rocksdb_block_cache_hit_count);
     v->plays[choice] += plays;
+    v->warm_ns[choice][i] = decide(c, v, user, (size_t)ul);
 }
 
 /* Try to drop the page cache; prints whether it worked. */
@@ -492,7 +509,8 @@ int main(int argc, char **argv)
         print_options(v->path);
         for (int c = 0; c < 2; c++) {
             v->ns[c] = malloc(calls * sizeof *v->ns[c]);
-            if (!v->ns[c]) die("calls", "out of memory");
+            v->warm_ns[c] = malloc(calls * sizeof *v->warm_ns[c]);
+            if (!v->ns[c] || !v->warm_ns[c]) die("calls", "out of memory");
         }
     }
     fflush(stdout);
@@ -516,43 +534,42 @@ int main(int argc, char **argv)
         for (size_t j = 0; j < nvar; j++) {
             struct variant *v = &var[s % 2 ? nvar - 1 - j : j];
             for (int choice = 0; choice < 2; choice++) {
-                struct dd_history_stats a, b;
-                dd_history_get_stats(v->h, &a);
                 for (size_t k = 0; k < per_slice; k++) {
                     uint64_t r = mix_hash(((uint64_t)s << 40) ^ ((uint64_t)choice << 32) ^ k);
                     call(&c, v, pick(r, choice, cum, users), r, choice, 1);
                 }
-                dd_history_get_stats(v->h, &b);
-                v->hits[choice] += b.block_cache_hits - a.block_cache_hits;
-                v->misses[choice] += b.block_cache_misses - a.block_cache_misses;
             }
         }
     }
 
     int bad = 0;
     static const char *const choice_name[2] = {"uniform", "weighted"};
-    printf("\n%-10s %-8s %9s %9s %9s %9s %12s %12s %10s %10s\n", "variant", "users", "p50 us",
-           "p99 us", "p999 us", "mean us", "reads/call", "KB/call", "cache hit", "plays/user");
+    printf("\n%-9s %-8s %8s %8s %8s %8s %8s %8s %10s %8s %9s %10s\n", "variant", "users",
+           "p50 us", "p99 us", "p999 us", "mean us", "warm p50", "warm p99", "reads/call",
+           "KB/call", "cache hit", "plays/user");
     for (size_t i = 0; i < nvar; i++) {
         struct variant *v = &var[i];
         for (int ch = 0; ch < 2; ch++) {
             size_t n = v->n[ch];
-            int64_t *ns = v->ns[ch];
+            int64_t *ns = v->ns[ch], *wn = v->warm_ns[ch];
             double sum = 0;
             for (size_t k = 0; k < n; k++) sum += (double)ns[k];
             qsort(ns, n, sizeof *ns, cmp_i64);
+            qsort(wn, n, sizeof *wn, cmp_i64);
             double p50 = (double)ns[n / 2] / 1e3, p99 = (double)ns[n * 99 / 100] / 1e3,
                    p999 = (double)ns[n * 999 / 1000] / 1e3, mean = sum / (double)n / 1e3;
+            double w50 = (double)wn[n / 2] / 1e3, w99 = (double)wn[n * 99 / 100] / 1e3;
             double reads = (double)v->reads[ch] / (double)n;
             double kb = (double)v->bytes[ch] / (double)n / 1024;
-            uint64_t lookups = v->hits[ch] + v->misses[ch];
+            uint64_t lookups = v->hits[ch] + v->reads[ch];
             double hit = lookups ? (double)v->hits[ch] / (double)lookups : 0;
-            printf("%-10s %-8s %9.1f %9.1f %9.1f %9.1f %12.2f %12.1f %9.1f%% %10.0f\n", v->name,
-                   choice_name[ch], p50, p99, p999, mean, reads, kb, 100 * hit,
+            printf("%-9s %-8s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %10.2f %8.1f %8.1f%% %10.0f\n",
+                   v->name, choice_name[ch], p50, p99, p999, mean, w50, w99, reads, kb, 100 * hit,
                    (double)v->plays[ch] / (double)n);
             printf("SUMMARY variant=%s users=%s p50_us=%.1f p99_us=%.1f p999_us=%.1f mean_us=%.1f "
-                   "block_reads_per_call=%.2f kb_read_per_call=%.1f cache_hit=%.3f\n",
-                   v->name, choice_name[ch], p50, p99, p999, mean, reads, kb, hit);
+                   "warm_p50_us=%.1f warm_p99_us=%.1f block_reads_per_call=%.2f "
+                   "kb_read_per_call=%.1f cache_hit=%.3f\n",
+                   v->name, choice_name[ch], p50, p99, p999, mean, w50, w99, reads, kb, hit);
             if (v->reads[ch] == 0 && v->cfg.history.block_cache_mb << 20 < sst_max) bad = 1;
         }
     }
@@ -568,8 +585,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nvar; i++) {
         dd_history_close(var[i].h);
         dd_config_free(&var[i].cfg);
-        free(var[i].ns[0]);
-        free(var[i].ns[1]);
+        for (int ch = 0; ch < 2; ch++) {
+            free(var[i].ns[ch]);
+            free(var[i].warm_ns[ch]);
+        }
     }
     if (!keep) {
         /* what this run made: the variants, and the store if it built it */
