@@ -17,7 +17,8 @@
  * options, e.g. "block_based_table_factory={block_size=4096}"), so table
  * settings can be compared on the same data; without --variant there is
  * one, "default" (history.c's settings). A copy is kept and reused with
- * --keep while its options are unchanged.
+ * --keep while the settings it would be written with (this build's
+ * defaults and OPTS) are those it was written with.
  *
  * Run: every variant is reopened with a block cache of --cache-mb MiB
  * (default: the store's SST bytes / 32) and use_direct_reads=true
@@ -205,45 +206,11 @@ static void build(const char *path, uint32_t users, uint32_t rounds, int64_t now
     dd_config_free(&cfg);
 }
 
-/* The variant copy at DIR/v-NAME under OPTS: reused if its stamp says
- * OPTS, else a checkpoint of BASE rewritten by a full compaction. */
-static void make_variant(const char *base_path, const char *dir, const char *name,
-                         const char *opts, char *out, size_t outlen)
+/* The table and read settings a store was last opened with, from the
+ * newest OPTIONS file RocksDB wrote in PATH, into OUT ("" if none). */
+static void options_summary(const char *path, char *out, size_t outlen)
 {
-    char err[512], stamp[1100], have[1100];
-    snprintf(out, outlen, "%s/v-%s", dir, name);
-    snprintf(stamp, sizeof stamp, "%s/v-%s.options", dir, name);
-    if (exists(out, "CURRENT") && read_small(stamp, have, sizeof have) == 0 &&
-        strcmp(have, opts) == 0) {
-        printf("variant %s: reusing %s\n", name, out);
-        return;
-    }
-    rm_tree(out);
-    remove(stamp);
-    struct dd_config cfg;
-    make_config(&cfg, base_path, NULL, 0, 0);
-    dd_history *h = open_store(&cfg);
-    if (dd_history_checkpoint(h, out, err, sizeof err)) die("checkpoint", err);
-    dd_history_close(h);
-    dd_config_free(&cfg);
-
-    make_config(&cfg, out, opts, 0, 0);
-    h = open_store(&cfg);
-    int64_t t0 = dd_mono_ns();
-    if (dd_history_compact(h, err, sizeof err)) die("compact", err);
-    struct dd_history_stats st;
-    dd_history_get_stats(h, &st);
-    printf("variant %s: rewritten in %.1f s, SST %.1f MB (options \"%s\")\n", name,
-           (double)(dd_mono_ns() - t0) / 1e9, (double)st.live_sst_bytes / 1e6, opts);
-    dd_history_close(h);
-    dd_config_free(&cfg);
-    write_small(stamp, opts);
-}
-
-/* The table and read settings a store was opened with, from the newest
- * OPTIONS file RocksDB wrote in PATH: what was asked for took effect. */
-static void print_options(const char *path)
-{
+    out[0] = '\0';
     DIR *d = opendir(path);
     if (!d) return;
     char best[300] = "";
@@ -266,7 +233,7 @@ static void print_options(const char *path)
         "cache_index_and_filter_blocks_with_high_priority=", "pin_top_level_index_and_filter=",
         "pin_l0_filter_and_index_blocks_in_cache=", "data_block_index_type=",
     };
-    char line[512], out[2048] = "";
+    char line[512];
     size_t o = 0;
     while (fgets(line, sizeof line, f)) {
         char *s = line;
@@ -275,13 +242,56 @@ static void print_options(const char *path)
         for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
             if (strncmp(s, keys[i], strlen(keys[i])) != 0) continue;
             if (strstr(out, s)) break; /* one line per setting (several sections) */
-            int n = snprintf(out + o, sizeof out - o, " %s", s);
-            if (n > 0 && (size_t)n < sizeof out - o) o += (size_t)n;
+            int n = snprintf(out + o, outlen - o, " %s", s);
+            if (n > 0 && (size_t)n < outlen - o) o += (size_t)n;
             break;
         }
     }
     fclose(f);
-    printf("  as opened:%s\n", out);
+}
+
+/* The variant copy at DIR/v-NAME under OPTS: reused if its files were
+ * written under the settings it opens with now (its stamp: this build's
+ * defaults and OPTS), else a checkpoint of BASE rewritten by a full
+ * compaction. */
+static void make_variant(const char *base_path, const char *dir, const char *name,
+                         const char *opts, char *out, size_t outlen)
+{
+    char err[512], stamp[1100], have[4096], now[4096];
+    struct dd_config cfg;
+    dd_history *h;
+    snprintf(out, outlen, "%s/v-%s", dir, name);
+    snprintf(stamp, sizeof stamp, "%s/v-%s.options", dir, name);
+    if (exists(out, "CURRENT") && read_small(stamp, have, sizeof have) == 0) {
+        make_config(&cfg, out, opts, 0, 0);
+        dd_history_close(open_store(&cfg)); /* writes an OPTIONS file */
+        dd_config_free(&cfg);
+        options_summary(out, now, sizeof now);
+        if (strcmp(have, now) == 0) {
+            printf("variant %s: reusing %s\n", name, out);
+            return;
+        }
+    }
+    rm_tree(out);
+    remove(stamp);
+    make_config(&cfg, base_path, NULL, 0, 0);
+    h = open_store(&cfg);
+    if (dd_history_checkpoint(h, out, err, sizeof err)) die("checkpoint", err);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+
+    make_config(&cfg, out, opts, 0, 0);
+    h = open_store(&cfg);
+    int64_t t0 = dd_mono_ns();
+    if (dd_history_compact(h, err, sizeof err)) die("compact", err);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    printf("variant %s: rewritten in %.1f s, SST %.1f MB (options \"%s\")\n", name,
+           (double)(dd_mono_ns() - t0) / 1e9, (double)st.live_sst_bytes / 1e6, opts);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+    options_summary(out, now, sizeof now);
+    write_small(stamp, now);
 }
 
 /* ---- calls ------------------------------------------------------------ */
@@ -506,7 +516,9 @@ int main(int argc, char **argv)
         printf("variant %s: SST %.1f MB = %.1fx the cache; options \"%s\"\n", v->name,
                (double)st.live_sst_bytes / 1e6,
                (double)st.live_sst_bytes / (double)(cache_mb << 20), v->opts);
-        print_options(v->path);
+        char as[4096];
+        options_summary(v->path, as, sizeof as);
+        printf("  as opened:%s\n", as);
         for (int c = 0; c < 2; c++) {
             v->ns[c] = malloc(calls * sizeof *v->ns[c]);
             v->warm_ns[c] = malloc(calls * sizeof *v->warm_ns[c]);
