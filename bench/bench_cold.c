@@ -44,8 +44,14 @@
  * block while the store is larger than the cache (instrumentation broken).
  *
  *   bench_cold [--users N] [--dir PATH] [--keep] [--rounds R] [--cache-mb M]
- *              [--calls N] [--warmup N] [--slices S] [--buffered]
- *              [--variant NAME=OPTS]...
+ *              [--calls N] [--warmup N] [--slices S] [--buffered] [--wall-clock]
+ *              [--users-out PREFIX] [--variant NAME=OPTS]...
+ *
+ * --wall-clock builds the store with "now" the wall clock instead of a
+ * fixed day, so that a dedupd (whose clock is the wall clock) can serve
+ * it; --users-out PREFIX then writes PREFIX.uniform and PREFIX.weighted,
+ * 20,000 user ids each drawn as the timed calls draw them, for loadgen's
+ * --users-file, and exits (bench/run_cold_loadgen.sh does both).
  */
 #include "arena.h"
 #include "candset.h"
@@ -72,6 +78,7 @@
 #define PLAYED_MAX 2000
 #define VARIANTS_MAX 8
 #define PHASE 0.5
+#define USERS_OUT 20000
 
 static _Atomic int64_t clock_now;
 
@@ -403,8 +410,8 @@ int main(int argc, char **argv)
     uint32_t users = 400000, rounds = MIX_SPAN_DAYS, slices = 10;
     size_t calls = 20000, warmup = 2000;
     uint64_t cache_mb = 0;
-    int keep = 0, direct = 1;
-    const char *dir = NULL;
+    int keep = 0, direct = 1, wall = 0;
+    const char *dir = NULL, *users_out = NULL;
     struct variant var[VARIANTS_MAX];
     size_t nvar = 0;
     memset(var, 0, sizeof var);
@@ -419,6 +426,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--slices") && i + 1 < argc) slices = (uint32_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--buffered")) direct = 0;
+        else if (!strcmp(argv[i], "--wall-clock")) wall = 1;
+        else if (!strcmp(argv[i], "--users-out") && i + 1 < argc) users_out = argv[++i];
         else if (!strcmp(argv[i], "--variant") && i + 1 < argc && nvar < VARIANTS_MAX) {
             char *s = argv[++i], *eq = strchr(s, '=');
             if (!eq || eq == s) die("--variant", "NAME=OPTIONS expected");
@@ -428,8 +437,8 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: %s [--users N] [--dir PATH] [--keep] [--rounds R] [--cache-mb M]\n"
-                    "       [--calls N] [--warmup N] [--slices S] [--buffered]\n"
-                    "       [--variant NAME=OPTS]... (at most %d)\n",
+                    "       [--calls N] [--warmup N] [--slices S] [--buffered] [--wall-clock]\n"
+                    "       [--users-out PREFIX] [--variant NAME=OPTS]... (at most %d)\n",
                     argv[0], VARIANTS_MAX);
             return 2;
         }
@@ -452,28 +461,33 @@ int main(int argc, char **argv)
     snprintf(base, sizeof base, "%s/history", dir);
     snprintf(meta, sizeof meta, "%s/mix.users", dir);
 
-    /* segment_days is history's default: mix_now_ms needs it */
+    /* The store's "now": near day 20000 (mix_now_ms, segment_days is
+     * history's default), or the wall clock for a store dedupd is to serve
+     * (--wall-clock); kept in META with the user count, for reuse. */
     struct dd_config dflt;
     make_config(&dflt, base, NULL, 0, 0);
-    const int64_t now = mix_now_ms(dflt.history.segment_days, PHASE);
+    int64_t now = wall ? dd_now_ms() : mix_now_ms(dflt.history.segment_days, PHASE);
     dd_config_free(&dflt);
-    atomic_store(&clock_now, now);
 
     char have[64];
     int built = 0;
+    long long meta_now = 0;
     if (!exists(base, "CURRENT")) {
         built = 1;
+        atomic_store(&clock_now, now);
         build(base, users, rounds, now);
-        snprintf(have, sizeof have, "%u\n", users);
+        snprintf(have, sizeof have, "%u %lld\n", users, (long long)now);
         write_small(meta, have);
     } else if (read_small(meta, have, sizeof have) == 0) {
-        users = (uint32_t)atol(have);
-        printf("reusing the store in %s: %u users (%s)\n", base, users, meta);
+        if (sscanf(have, "%u %lld", &users, &meta_now) == 2) now = meta_now;
+        printf("reusing the store in %s: %u users, now %lld ms (%s)\n", base, users,
+               (long long)now, meta);
     } else {
         printf("reusing the store in %s: %u users (--users; no %s)\n", base, users, meta);
-        snprintf(have, sizeof have, "%u\n", users);
+        snprintf(have, sizeof have, "%u %lld\n", users, (long long)now);
         write_small(meta, have);
     }
+    atomic_store(&clock_now, now);
     for (size_t i = 0; i < nvar; i++)
         make_variant(base, dir, var[i].name, var[i].opts, var[i].path, sizeof var[i].path);
 
@@ -481,6 +495,22 @@ int main(int argc, char **argv)
     if (!cum) die("users", "out of memory");
     cum[0] = 0;
     for (uint32_t u = 0; u < users; u++) cum[u + 1] = cum[u] + mix_user_plays(u);
+    if (users_out) {
+        /* users for loadgen --users-file, drawn as the timed calls are */
+        for (int ch = 0; ch < 2; ch++) {
+            char p[1100];
+            snprintf(p, sizeof p, "%s.%s", users_out, ch ? "weighted" : "uniform");
+            FILE *f = fopen(p, "w");
+            if (!f) die("--users-out", p);
+            for (uint64_t k = 0; k < USERS_OUT; k++)
+                fprintf(f, "u%u\n", pick(mix_hash(0x5eed0000 ^ ((uint64_t)ch << 32) ^ k), ch,
+                                         cum, users));
+            if (fclose(f) != 0) die("--users-out", p);
+            printf("users: %s (%d)\n", p, USERS_OUT);
+        }
+        free(cum);
+        return 0;
+    }
 
     /* ---- open every variant cold ---------------------------------------- */
     drop_caches();
