@@ -39,9 +39,9 @@
  * blocks cached, so cold - warm is what the disk adds); block reads and
  * bytes read from disk per call and the block cache's hit rate over the
  * cold calls (RocksDB's perf context, this thread: data, index and filter
- * blocks). Not a test: it exits non-zero only if
- * the store fails, a played candidate is not found, or no call read a
- * block while the store is larger than the cache (instrumentation broken).
+ * blocks). Not a test: it exits non-zero only if the store fails, a
+ * played candidate is not found, or no call read a block while the store
+ * is larger than the cache (instrumentation broken).
  *
  *   bench_cold [--users N] [--dir PATH] [--keep] [--rounds R] [--cache-mb M]
  *              [--calls N] [--warmup N] [--slices S] [--buffered] [--wall-clock]
