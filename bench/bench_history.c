@@ -64,6 +64,7 @@
 #include "config.h"
 #include "dd.h"
 #include "history.h"
+#include "mix.h"
 #include "segment.h"
 
 #include <ftw.h>
@@ -76,67 +77,13 @@
 #include <unistd.h>
 
 #define DAY DD_MS_PER_DAY
-#define SPAN_DAYS 90
-#define MAX_PLAYS 50000
+#define SPAN_DAYS MIX_SPAN_DAYS
+#define MAX_PLAYS MIX_MAX_PLAYS
 #define NEVER_PER_USER 100
 #define CANDIDATES 10000
 #define REPEATS 300
 
 static _Atomic int64_t clock_now;
-static int64_t bench_clock(void *ud)
-{
-    (void)ud;
-    return atomic_load(&clock_now);
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static double unit(uint64_t x)
-{
-    return (double)(mix(x) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* Everything about user U is a pure function of U: plays are regenerated
- * from (U, i) rather than stored. */
-static uint64_t user_seed(uint32_t u)
-{
-    return mix(0xd1b54a32d192ed03ull ^ ((uint64_t)u << 20));
-}
-
-static uint32_t user_plays(uint32_t u)
-{
-    uint64_t s = user_seed(u);
-    /* Box-Muller from two uniforms */
-    double u1 = unit(s ^ 0x1111), u2 = unit(s ^ 0x2222);
-    if (u1 < 1e-300) u1 = 1e-300;
-    double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-    double n = exp(log(1000.0) + 1.5 * z);
-    if (n < 1) n = 1;
-    if (n > MAX_PLAYS) n = MAX_PLAYS;
-    return (uint32_t)n;
-}
-
-static uint64_t play_hash(uint32_t u, uint32_t i)
-{
-    return mix(user_seed(u) + 2 * (uint64_t)i + 1);
-}
-
-static uint64_t never_hash(uint32_t u, uint32_t j)
-{
-    return mix(~user_seed(u) + 2 * (uint64_t)j + (UINT64_C(1) << 40));
-}
-
-/* ms before NOW of play i: uniform over the 90 days before now. */
-static int64_t play_age_ms(uint32_t u, uint32_t i)
-{
-    return (int64_t)(unit(user_seed(u) ^ mix(i + 0x5bd1e995ull)) * (double)(SPAN_DAYS * DAY - 1));
-}
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -214,13 +161,13 @@ static void rm_write(dd_history *h, const char *user, uint32_t seg, const uint64
 /* The play hashes of scenario user U: (U, i); candidates: 10% of them. */
 static uint64_t rm_play(uint32_t u, uint32_t i)
 {
-    return mix(((uint64_t)u << 40) ^ (2 * (uint64_t)i + 1));
+    return mix_hash(((uint64_t)u << 40) ^ (2 * (uint64_t)i + 1));
 }
 
 static int read_merge(struct dd_config *cfg, const char *path, int64_t now)
 {
     char err[512];
-    struct dd_history_clock clk = {bench_clock, NULL};
+    struct dd_history_clock clk = {mix_clock_ms, &clock_now};
     dd_history *h = NULL;
     atomic_store(&clock_now, now);
     if (dd_history_open(&h, &cfg->history, &cfg->rocksdb, &clk, err, sizeof err)) die("open", err);
@@ -265,8 +212,8 @@ static int read_merge(struct dd_config *cfg, const char *path, int64_t now)
     static uint64_t src[CANDIDATES];
     for (int s = 0; s < 5; s++) {
         for (uint32_t j = 0; j < CANDIDATES; j++)
-            src[j] = j % 10 == 0 ? rm_play((uint32_t)s, (uint32_t)(mix(j) % plays[s]))
-                                 : mix(~((uint64_t)s << 40) ^ j);
+            src[j] = j % 10 == 0 ? rm_play((uint32_t)s, (uint32_t)(mix_hash(j) % plays[s]))
+                                 : mix_hash(~((uint64_t)s << 40) ^ j);
         double t[3], merges = 0;
         size_t found = 0;
         rm_time(h, names[s], src, CANDIDATES, t, &found, &merges);
@@ -362,13 +309,8 @@ int main(int argc, char **argv)
     const uint32_t seg_flag = day_scene ? DD_SEGMENT_DAY : 0;
 
     /* today = a day PHASE into its segment, near day 20000 */
-    int64_t today = (int64_t)(20000 / segment_days) * segment_days +
-                    (int64_t)(phase * segment_days);
-    int64_t now = today * DAY + DAY / 2;
-    if (build_only) {
-        now = dd_now_ms();
-        today = now / DAY;
-    }
+    int64_t now = mix_now_ms(segment_days, phase);
+    if (build_only) now = dd_now_ms();
     if (rmerge) {
         int bad = read_merge(&cfg, path, now);
         dd_config_free(&cfg);
@@ -380,7 +322,7 @@ int main(int argc, char **argv)
     }
     atomic_store(&clock_now, now - SPAN_DAYS * DAY);
 
-    struct dd_history_clock clk = {bench_clock, NULL};
+    struct dd_history_clock clk = {mix_clock_ms, &clock_now};
     dd_history *h = NULL;
     if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, &clk, err, sizeof err)) die("open", err);
 
@@ -394,93 +336,20 @@ int main(int argc, char **argv)
     uint64_t total = 0;
     uint32_t heavy = 0;
     for (uint32_t u = 0; u < users; u++) {
-        uint32_t n = user_plays(u);
+        uint32_t n = mix_user_plays(u);
         total += n;
-        if (n > user_plays(heavy)) heavy = u;
+        if (n > mix_user_plays(heavy)) heavy = u;
     }
     printf("plays: %llu (mean %.0f per user), heaviest user %u with %u plays\n",
-           (unsigned long long)total, (double)total / users, heavy, user_plays(heavy));
+           (unsigned long long)total, (double)total / users, heavy, mix_user_plays(heavy));
 
-    /* Each user's plays bucketed by round (counting sort of indices), so a
-     * round touches only its own plays. */
-    uint64_t *user_off = malloc(((size_t)users + 1) * sizeof *user_off);
-    uint32_t *round_off = malloc((size_t)users * (rounds + 1) * sizeof *round_off);
-    uint32_t *order = malloc(total * sizeof *order);
-    uint32_t *fill = malloc(rounds * sizeof *fill);
-    if (!user_off || !round_off || !order || !fill) die("load", "out of memory");
-    const int64_t round_ms = SPAN_DAYS * DAY / rounds;
-    user_off[0] = 0;
-    for (uint32_t u = 0; u < users; u++) {
-        uint32_t n = user_plays(u), *ro = round_off + (size_t)u * (rounds + 1);
-        user_off[u + 1] = user_off[u] + n;
-        memset(ro, 0, (rounds + 1) * sizeof *ro);
-        /* round r holds the plays aged [SPAN - (r+1)*len, SPAN - r*len) */
-        for (uint32_t i = 0; i < n; i++) {
-            int64_t r = (SPAN_DAYS * DAY - 1 - play_age_ms(u, i)) / round_ms;
-            ro[(r >= rounds ? rounds - 1 : r) + 1]++;
-        }
-        for (uint32_t r = 0; r < rounds; r++) ro[r + 1] += ro[r];
-        memcpy(fill, ro, rounds * sizeof *fill);
-        for (uint32_t i = 0; i < n; i++) {
-            int64_t r = (SPAN_DAYS * DAY - 1 - play_age_ms(u, i)) / round_ms;
-            order[user_off[u] + fill[r >= rounds ? rounds - 1 : r]++] = i;
-        }
-    }
-
-    size_t max_segs = SPAN_DAYS / geo_days + 3;
-    uint64_t *per_seg = malloc(max_segs * MAX_PLAYS * sizeof *per_seg);
-    size_t *seg_n = calloc(max_segs, sizeof *seg_n);
-    dd_history_batch *b = dd_history_batch_new();
-    if (!per_seg || !seg_n || !b) die("load", "out of memory");
-    const uint32_t users_per_batch = 2000;
-    const uint32_t first_seg = (uint32_t)((today - SPAN_DAYS - 1) / geo_days);
-    int64_t t0 = dd_mono_ns();
-    uint64_t written = 0, expired = 0;
-    for (uint32_t r = 0; r < rounds; r++) {
-        /* the flush at the end of the round: the clock is there */
-        int64_t lo_age = r == rounds - 1 ? 0 : SPAN_DAYS * DAY - (int64_t)(r + 1) * round_ms;
-        atomic_store(&clock_now, now - lo_age);
-        for (uint32_t u0 = 0; u0 < users; u0 += users_per_batch) {
-            dd_history_batch_clear(b);
-            for (uint32_t u = u0; u < users && u < u0 + users_per_batch; u++) {
-                const uint32_t *ro = round_off + (size_t)u * (rounds + 1);
-                memset(seg_n, 0, max_segs * sizeof *seg_n);
-                for (uint32_t j = ro[r]; j < ro[r + 1]; j++) {
-                    uint32_t i = order[user_off[u] + j];
-                    uint32_t seg;
-                    if (dd_history_place(h, g_scene, g_scene_len, now - play_age_ms(u, i), &seg) !=
-                        DD_HISTORY_PLACE_OK) {
-                        expired++;
-                        continue;
-                    }
-                    size_t k = (seg & ~seg_flag) - first_seg;
-                    per_seg[k * MAX_PLAYS + seg_n[k]++] = play_hash(u, i);
-                }
-                char user[16];
-                int ul = snprintf(user, sizeof user, "u%u", u);
-                for (size_t k = 0; k < max_segs; k++) {
-                    if (!seg_n[k]) continue;
-                    if (dd_history_batch_add(b, g_scene, g_scene_len, user, (size_t)ul,
-                                             (first_seg + (uint32_t)k) | seg_flag,
-                                             per_seg + k * MAX_PLAYS, seg_n[k]))
-                        die("batch", "add failed");
-                    written += seg_n[k];
-                }
-            }
-            if (dd_history_write(h, b, err, sizeof err)) die("write", err);
-        }
-        /* A full-size instance (millions of users) fills a memtable in
-         * minutes; 20,000 users would leave plays in it for simulated days,
-         * where they arrive "late" at segments folded meanwhile. */
-        if (round_flush && dd_history_flush(h, err, sizeof err)) die("flush", err);
-    }
-    free(fill);
-    free(order);
-    free(round_off);
-    free(user_off);
-    dd_history_batch_free(b);
-    free(per_seg);
-    free(seg_n);
+    struct mix_load ml = {
+        .prog = "bench_history", .h = h, .clock = &clock_now, .users = users, .rounds = rounds,
+        .now = now, .scene = g_scene, .scene_len = g_scene_len, .geo_days = geo_days,
+        .seg_flag = seg_flag, .round_flush = round_flush,
+    };
+    mix_load(&ml);
+    const uint64_t written = ml.written, expired = ml.expired;
     int64_t t1 = dd_mono_ns();
     atomic_store(&clock_now, now);
     if (dd_history_flush(h, err, sizeof err)) die("flush", err);
@@ -492,7 +361,7 @@ int main(int argc, char **argv)
     int64_t t2 = dd_mono_ns();
     printf("load: %.1f s (%llu plays written, %llu expired at ingest, %llu writes, "
            "%llu operands); compaction: %.1f s (second pass re-encoded %llu more)\n",
-           (double)(t1 - t0) / 1e9, (unsigned long long)written, (unsigned long long)expired,
+           (double)ml.write_ns / 1e9, (unsigned long long)written, (unsigned long long)expired,
            (unsigned long long)st2.writes, (unsigned long long)st2.operands_written,
            (double)(t2 - t1) / 1e9,
            (unsigned long long)(st2.segments_reduced - st1.segments_reduced));
@@ -524,7 +393,7 @@ int main(int argc, char **argv)
     for (uint32_t u = 0; u < users; u++) {
         char user[16];
         int ul = snprintf(user, sizeof user, "u%u", u);
-        for (uint32_t j = 0; j < NEVER_PER_USER; j++) cand[j] = never_hash(u, j);
+        for (uint32_t j = 0; j < NEVER_PER_USER; j++) cand[j] = mix_never_hash(u, j);
         dd_bloom_sort_hashes(cand, NULL, NEVER_PER_USER, tmp, NULL);
         memset(hit, 0, NEVER_PER_USER);
         if (dd_history_probe(h, g_scene, g_scene_len, user, (size_t)ul, 0, cand, NEVER_PER_USER,
@@ -534,8 +403,8 @@ int main(int argc, char **argv)
         for (uint32_t j = 0; j < NEVER_PER_USER; j++) fp_hits += hit[j];
         probes += NEVER_PER_USER;
         if (u % 97 == 0 || u == heavy) {
-            uint32_t n = user_plays(u);
-            for (uint32_t i = 0; i < n; i++) mine[i] = play_hash(u, i);
+            uint32_t n = mix_user_plays(u);
+            for (uint32_t i = 0; i < n; i++) mine[i] = mix_play_hash(u, i);
             dd_bloom_sort_hashes(mine, NULL, n, mtmp, NULL);
             memset(mhit, 0, n);
             if (dd_history_probe(h, g_scene, g_scene_len, user, (size_t)ul, 0, mine, n, mhit, err,
@@ -555,10 +424,11 @@ int main(int argc, char **argv)
     /* 10,000 candidates against the heaviest user, cached: 10% played */
     char huser[16];
     int hul = snprintf(huser, sizeof huser, "u%u", heavy);
-    uint32_t hn = user_plays(heavy);
+    uint32_t hn = mix_user_plays(heavy);
     uint64_t src[CANDIDATES];
     for (uint32_t j = 0; j < CANDIDATES; j++)
-        src[j] = j % 10 == 0 ? play_hash(heavy, (uint32_t)(mix(j) % hn)) : never_hash(heavy, j);
+        src[j] = j % 10 == 0 ? mix_play_hash(heavy, (uint32_t)(mix_hash(j) % hn))
+                             : mix_never_hash(heavy, j);
     int64_t *ns = malloc(2 * REPEATS * sizeof *ns), *sort_ns = ns + REPEATS;
     if (!ns) die("timing", "out of memory");
     size_t found = 0;

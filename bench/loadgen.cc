@@ -37,6 +37,7 @@
 //                [--inflight N] [--mode ids|indexes] [--user ID] [--server-pid PID]
 //                [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]
 //                [--client-spin] [--compare HOST:PORT [--compare-pid PID]]
+//                [--users-file PATH]
 //
 // Each Filter phase prints dedupd's CPU per call (from /proc, with
 // --server-pid) and the load generator's own (getrusage), so that the
@@ -65,6 +66,13 @@
 // both see the same host; each slice pair is compared, and the legacy
 // phase and goals are left out. run_loadgen.sh does it with DEDUPD_B set.
 //
+// --users-file PATH (with --phase run): each call asks for the next user
+// of PATH's list (one id a line, e.g. bench_cold --users-out's) instead of
+// the heavy user, with the same candidates, none of which these users
+// played; only the 1-in-flight and paced phases run, with no warm-up, and
+// an answer must keep at least 95 % of the candidates (bloom false
+// positives remove a few). For the cold path: run_cold_loadgen.sh.
+//
 // --phase setup writes the user and the legacy ZSet and exits; --phase run
 // measures what is there. run_loadgen.sh restarts dedupd between the two so
 // that the plays are read from an SST (folded at flush), as in steady state,
@@ -76,6 +84,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <fstream>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -112,6 +121,7 @@ struct Options {
     bool client_spin = false; // --client-spin: wait for paced calls' due times busily
     std::string compare;     // --compare: a second dedupd, measured alternately with --addr
     int compare_pid = 0;     // its pid
+    std::string users_file;  // --users-file: a user per call from this list
 };
 
 struct Result {
@@ -263,6 +273,33 @@ Snap snap(int pid)
 int g_window = 0;  // Options::window, for channel()
 bool g_client_spin = false;  // Options::client_spin, for filter_loop()
 
+// --users-file: each call asks for the next of these users (all threads
+// share the walk), with the request's other fields G_BASE (serialised
+// without user_id, which is field 1 and so goes first); an answer must
+// keep at least g_min_kept candidates.
+std::vector<std::string> g_users;
+std::atomic<size_t> g_next_user{0};
+grpc::Slice g_base;
+size_t g_min_kept = 0;
+constexpr size_t kAnyKept = SIZE_MAX;  // want_kept in --users-file runs
+
+// The next user's request: user_id's field, then g_base, uncopied.
+grpc::ByteBuffer next_user_request()
+{
+    const std::string &u = g_users[g_next_user.fetch_add(1) % g_users.size()];
+    std::string head(1, '\x0a');  // field 1, length-delimited
+    for (size_t n = u.size();; n >>= 7) {
+        if (n < 0x80) {
+            head.push_back(static_cast<char>(n));
+            break;
+        }
+        head.push_back(static_cast<char>((n & 0x7f) | 0x80));
+    }
+    head += u;
+    grpc::Slice parts[2] = {grpc::Slice(head), g_base};
+    return grpc::ByteBuffer(parts, 2);
+}
+
 // "1 in flight", "paced 200/s", "8 in flight".
 std::string phase_name(int inflight, double rate)
 {
@@ -370,6 +407,9 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
         std::chrono::duration<double>(rate > 0 ? 1.0 / rate : 0.0));
     auto due = t_start;
     while (Clock::now() < stop) {
+        grpc::ByteBuffer user_req;
+        if (!g_users.empty()) user_req = next_user_request();
+        const grpc::ByteBuffer &send = g_users.empty() ? req : user_req;
         // Paced: a call is timed from when it is sent, unless it is sent
         // late because the one before took past its due time: then from
         // when it was due, so that the wait behind a slow call counts (the
@@ -393,7 +433,7 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
         grpc::ByteBuffer rbuf;
         grpc::Status status;
         if (rate <= 0) t0 = Clock::now();
-        auto call = stub.PrepareUnaryCall(&ctx, "/dedup.v1.Dedup/Filter", req, &cq);
+        auto call = stub.PrepareUnaryCall(&ctx, "/dedup.v1.Dedup/Filter", send, &cq);
         call->StartCall();
         call->Finish(&rbuf, &status, reinterpret_cast<void *>(1));
         void *tag;
@@ -410,7 +450,7 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
             // then includes the deliveries.
             if (resp.degraded())
                 out->degraded++;
-            else if (kept != want_kept)
+            else if (want_kept == kAnyKept ? kept < g_min_kept : kept != want_kept)
                 good = false;
         }
         if (!good) {
@@ -641,13 +681,17 @@ Options parse(int argc, char **argv)
         else if (a == "--client-spin") o.client_spin = true;
         else if (a == "--compare") o.compare = val();
         else if (a == "--compare-pid") o.compare_pid = std::atoi(val().c_str());
+        else if (a == "--users-file") o.users_file = val();
         else die("unknown option " + a +
                  " (usage: loadgen --addr H:P --redis H:P [--seconds S] [--inflight N]"
                  " [--mode ids|indexes] [--user ID] [--server-pid PID]"
                  " [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]"
-                 " [--client-spin] [--compare HOST:PORT [--compare-pid PID]])");
+                 " [--client-spin] [--compare HOST:PORT [--compare-pid PID]]"
+                 " [--users-file PATH])");
     }
     if (o.seconds <= 0 || o.inflight < 1) die("--seconds and --inflight must be positive");
+    if (!o.users_file.empty() && (o.phase != "run" || !o.compare.empty()))
+        die("--users-file goes with --phase run and without --compare");
     if (o.rate < 0) die("--rate must be 0 or more");
     if (o.phase != "all" && o.phase != "setup" && o.phase != "run")
         die("--phase is all, setup or run");
@@ -707,6 +751,40 @@ int main(int argc, char **argv)
     bool own;
     if (!grpc::SerializationTraits<dedup::v1::FilterRequest>::Serialize(req, &req_buf, &own).ok())
         die("cannot serialise the request");
+
+    if (!o.users_file.empty()) {
+        // The store's users (bench_cold --users-out), none of whom has any
+        // of these candidates: everything is kept but bloom false
+        // positives. No warm-up: the first calls are as cold as the rest.
+        std::ifstream in(o.users_file);
+        for (std::string line; std::getline(in, line);)
+            if (!line.empty()) g_users.push_back(line);
+        if (g_users.empty()) die("no users in " + o.users_file);
+        dedup::v1::FilterRequest base = req;
+        base.clear_user_id();
+        std::string bytes;
+        if (!base.SerializeToString(&bytes)) die("cannot serialise the request");
+        g_base = grpc::Slice(bytes);
+        g_min_kept = n_cands * 95 / 100;
+        std::printf("users: %zu from %s; request %zu candidates (%zu bytes)\n", g_users.size(),
+                    o.users_file.c_str(), n_cands, bytes.size());
+        std::fflush(stdout);
+        uint64_t errors = 0;
+        for (double rate : {0.0, o.rate}) {
+            Snap a = snap(o.server_pid);
+            Result r = run_filter(o, o.addr, req_buf, kAnyKept, 1, o.seconds, rate);
+            Snap b = snap(o.server_pid);
+            std::string label = "dedupd Filter, users from " + o.users_file + ", " +
+                                 phase_name(1, rate);
+            print(label.c_str(), r, b.server_cpu - a.server_cpu, b.self_cpu - a.self_cpu,
+                  o.server_pid > 0 ? static_cast<double>(b.cs - a.cs) : -1);
+            print_steal(a.machine, b.machine);
+            errors += r.errors;
+            if (o.rate <= 0) break;
+        }
+        redisFree(rc);
+        return errors ? 1 : 0;
+    }
 
     // The kept count from one checked call: at most the fresh candidates
     // (bloom false positives may remove a few more); every later call must
