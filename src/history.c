@@ -1100,6 +1100,25 @@ static uint64_t ticker(const char *text, const char *name)
     return 0;
 }
 
+/* The SUM of a histogram in RocksDB's statistics text:
+ * "NAME P50 : x ... COUNT : n SUM : N". */
+static uint64_t histogram_sum(const char *text, const char *name)
+{
+    size_t nl = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)) != NULL; p += nl) {
+        if ((p != text && p[-1] != '\n') || p[nl] != ' ') continue;
+        const char *eol = strchr(p, '\n');
+        const char *sum = strstr(p, " SUM : ");
+        if (sum && (!eol || sum < eol)) return strtoull(sum + 7, NULL, 10);
+    }
+    return 0;
+}
+
+int dd_history_property_int(dd_history *h, const char *name, uint64_t *out)
+{
+    return rocksdb_property_int(h->db, name, out) == 0 ? 0 : DD_ERR_NOTFOUND;
+}
+
 void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
 {
     memset(out, 0, sizeof *out);
@@ -1125,6 +1144,7 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
         out->wal_bytes = ticker(s, "rocksdb.wal.bytes");
         out->flush_bytes = ticker(s, "rocksdb.flush.write.bytes");
         out->compaction_bytes = ticker(s, "rocksdb.compact.write.bytes");
+        out->compaction_cpu_micros = histogram_sum(s, "rocksdb.compaction.times.cpu_micros");
         out->bytes_written = out->wal_bytes + out->flush_bytes + out->compaction_bytes;
         out->block_cache_hits = ticker(s, "rocksdb.block.cache.hit");
         out->block_cache_misses = ticker(s, "rocksdb.block.cache.miss");
