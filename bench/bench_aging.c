@@ -505,8 +505,8 @@ int main(int argc, char **argv)
         printf("  rocksdb.%s = %s\n", cfg.rocksdb.items[i].key, cfg.rocksdb.items[i].value);
     printf("plays: %.0f per day (%llu per 90 days, mean %.0f per user)\n",
            (double)per90 / SPAN_DAYS, (unsigned long long)per90, (double)per90 / users);
-    printf("%4s %9s %7s %7s %7s %8s %8s %8s %4s %9s %6s %6s %8s %8s %s\n", "day", "plays",
-           "B/play", "flush", "compact", "sst_MB", "peak_MB", "pend_MB", "L0", "cpu_us/pl",
+    printf("%4s %9s %7s %7s %7s %8s %8s %8s %9s %6s %6s %8s %8s %s\n", "day", "plays",
+           "B/play", "flush", "compact", "sst_MB", "peak_MB", "pend_MB", "cpu_us/pl",
            "n_comp", "n_idle", "p99_comp", "p99_idle", "");
     fflush(stdout);
 
@@ -593,8 +593,7 @@ int main(int argc, char **argv)
         sleep_ns(rest > (int64_t)(quiet_seconds * 1e9) ? rest : (int64_t)(quiet_seconds * 1e9));
 
         dd_history_get_stats(h, &s1);
-        uint64_t peak = atomic_exchange(&rd.peak_bytes, 0), l0 = 0;
-        dd_history_property_int(h, "rocksdb.num-files-at-level0", &l0);
+        uint64_t peak = atomic_exchange(&rd.peak_bytes, 0);
         pthread_mutex_lock(&rd.mu);
         struct samples td = rd.during, ti = rd.idle;
         memset(&rd.during, 0, sizeof rd.during);
@@ -624,11 +623,11 @@ int main(int argc, char **argv)
         samples_append(&day_i, &ti);
         if ((d + 1) % every == 0 || d + 1 == days) {
             double pp = plays ? (double)plays : 1;
-            printf("%4u %9llu %7.1f %7.1f %7.1f %8.1f %8.1f %8.1f %4llu %9.2f %6zu %6zu %8.2f %8.2f"
+            printf("%4u %9llu %7.1f %7.1f %7.1f %8.1f %8.1f %8.1f %9.2f %6zu %6zu %8.2f %8.2f"
                    "%s\n",
                    d + 1, (unsigned long long)plays, (double)(fl + co) / pp, (double)fl / pp,
                    (double)co / pp, (double)s1.live_sst_bytes / 1e6, (double)peak / 1e6,
-                   (double)s1.pending_compaction_bytes / 1e6, (unsigned long long)l0,
+                   (double)s1.pending_compaction_bytes / 1e6,
                    (double)cpu / pp, day_d.n, day_i.n, pct_ms(day_d.v, day_d.n, 99),
                    pct_ms(day_i.v, day_i.n, 99), overrun ? " overrun" : "");
             fflush(stdout);
