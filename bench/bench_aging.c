@@ -97,8 +97,8 @@
 #define USERS_PER_BATCH 2000
 /* dd_history_open's ttl and periodic_compaction_seconds (history.c,
  * BASE_OPTIONS), in simulated seconds; -o rocksdb.ttl=... overrides. */
-#define DEFAULT_TTL_S 86400
-#define DEFAULT_PERIODIC_S 172800
+#define DEFAULT_TTL_S 0
+#define DEFAULT_PERIODIC_S 2592000
 /* The first simulated day: not on a segment boundary, so the first
  * segment (10 days of it written) expires within a 120-day run. */
 #define DAY0 20000
