@@ -12,7 +12,7 @@
  *     (RocksDB statistics) / plays written that day (write amplification);
  *     the WAL is off, as with ingest.wal = false;
  *   - disk space: live SST bytes, and against the live data (below); and
- *     the day's peak of what the store's directory took on disk (sampled
+ *     the day's peak of what the store's SST files took on disk (sampled
  *     every 50 ms), which also counts compaction outputs not yet live;
  *   - compaction CPU per play: RocksDB's compaction CPU-time histogram
  *     (its SUM), which includes the merge operator and compaction filter;
@@ -29,11 +29,11 @@
  *     (use_direct_reads), so they come from the disk, not the page cache.
  *
  * Live data: what a full compaction of the store would leave at that
- * moment. Every --live-every days from day retention_days on, and after the last day, a
- * checkpoint of the store is taken (hard links; under a second); after the
- * run each checkpoint is opened with the clock of its day, compacted
- * (dead segments dropped, closed ones re-encoded, operands folded) and its
- * live SST bytes are the live data of that day. Space amplification = the
+ * moment. Every --live-every days (default 10) from day retention_days on,
+ * and after the last day, a checkpoint of the store is taken (hard links;
+ * under a second); after the run each checkpoint is opened with the clock
+ * of its day, compacted (dead segments dropped, closed ones re-encoded,
+ * operands folded) and its live SST bytes are the live data of that day. Space amplification = the
  * store's live SST bytes / that.
  *
  * Time: the store's clock is simulated, but RocksDB's ttl and
@@ -715,7 +715,7 @@ int main(int argc, char **argv)
            "max %.2fx)  (goal <= 1.2x)\n",
            st_days ? st_sst / st_days / 1e6 : 0, st_ratio_n ? st_ratio_sum / st_ratio_n : 0,
            st_ratio_n, ratio_max);
-    printf("  peak on disk (the store's directory, sampled every 50 ms: compaction outputs "
+    printf("  peak on disk (the store's SST files, sampled every 50 ms: compaction outputs "
            "not yet live included): %.1f MB; on checkpoint days up to %.2fx the live data\n",
            (double)st_peak / 1e6, peak_max);
     printf("  compaction CPU per play: %.2f us\n", (double)st_cpu / st_p);
