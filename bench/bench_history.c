@@ -348,6 +348,7 @@ int main(int argc, char **argv)
         .now = now, .scene = g_scene, .scene_len = g_scene_len, .geo_days = geo_days,
         .seg_flag = seg_flag, .round_flush = round_flush,
     };
+    int64_t t0 = dd_mono_ns();
     mix_load(&ml);
     const uint64_t written = ml.written, expired = ml.expired;
     int64_t t1 = dd_mono_ns();

@@ -19,8 +19,8 @@
  * No per-user compaction: the merge operator cannot start one (it runs
  * inside a compaction or a Get), a manual CompactRange of one key range
  * still rewrites every L0 file and blocks, and RocksDB already bounds a
- * key's operands (a flush partial-merges them per L0 file, ttl pushes them
- * down to the base). max_successive_merges stays off by default: it adds a
+ * key's operands (a flush partial-merges them per L0 file, compactions
+ * carry them down to the base). max_successive_merges stays off by default: it adds a
  * memtable lookup to every write.
  *
  * Logging of corrupt values is rate limited rather than tracked per key: a
@@ -60,18 +60,21 @@
  * of the candidates and a merge per filter cost less. */
 #define PROBE_INDEX_VIEWS 8
 
-/* Set before the rocksdb.* pass-through (which may override them): non-bottom
- * files older than a day are pushed down (ttl), so operands meet their base
- * within days; every file goes through the compaction filter at least every
- * two days (periodic compaction), so segments expire and are re-encoded
- * without waiting for write traffic. RocksDB's info LOG is off (FATAL
+/* Set before the rocksdb.* pass-through (which may override them): no ttl,
+ * since every play touches the whole key range, so compactions already
+ * carry operands down, and forcing the base level down daily rewrote the
+ * whole bottom level each day (bench_aging); every file goes through the
+ * compaction filter at least every 30 days (periodic compaction), a
+ * backstop so that segments expire and are re-encoded in a store without
+ * write traffic (under traffic compactions reach every file sooner; a
+ * shorter period rewrote the whole store that often). RocksDB's info LOG is off (FATAL
  * only): Debian 12's librocksdb 7.8 is built with assertions, and a LOG
  * line after one that failed (a full disk) aborts the process; operators
  * who want the LOG set rocksdb.info_log_level and put it on another
  * filesystem with rocksdb.db_log_dir (README, "Full disk").
  * Not wal_compression: kZSTD is experimental in RocksDB 7.8, and with it
  * the million-play ingest test lost plays across a clean stop and reopen. */
-#define BASE_OPTIONS "ttl=86400;periodic_compaction_seconds=172800;info_log_level=FATAL_LEVEL"
+#define BASE_OPTIONS "ttl=0;periodic_compaction_seconds=2592000;info_log_level=FATAL_LEVEL"
 
 /* RocksDB's BottommostLevelCompaction::kForce: compaction filter and
  * re-encoding must see the bottom level too. */
@@ -311,6 +314,12 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
      * compaction writes. A read may meet a few more L0 files; their
      * whole-key bloom filters are pinned in the cache. */
     rocksdb_options_set_level0_file_num_compaction_trigger(base, 8);
+    /* An 8 MiB base level in 2 MiB files (RocksDB: 256 and 64): each flush
+     * spans every user's keys, so L0 is compacted with the whole base
+     * level; a base near L0's size, in files small enough that moving one
+     * down rewrites a slice of the level below, not all of it (bench_aging). */
+    rocksdb_options_set_max_bytes_for_level_base(base, 8u << 20);
+    rocksdb_options_set_target_file_size_base(base, 2u << 20);
     rocksdb_options_set_keep_log_file_num(base, 5);
     rocksdb_options_set_max_log_file_size(base, 16u << 20);
 
@@ -1210,6 +1219,25 @@ static uint64_t ticker(const char *text, const char *name)
     return 0;
 }
 
+/* The SUM of a histogram in RocksDB's statistics text:
+ * "NAME P50 : x ... COUNT : n SUM : N". */
+static uint64_t histogram_sum(const char *text, const char *name)
+{
+    size_t nl = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)) != NULL; p += nl) {
+        if ((p != text && p[-1] != '\n') || p[nl] != ' ') continue;
+        const char *eol = strchr(p, '\n');
+        const char *sum = strstr(p, " SUM : ");
+        if (sum && (!eol || sum < eol)) return strtoull(sum + 7, NULL, 10);
+    }
+    return 0;
+}
+
+int dd_history_property_int(dd_history *h, const char *name, uint64_t *out)
+{
+    return rocksdb_property_int(h->db, name, out) == 0 ? 0 : DD_ERR_NOTFOUND;
+}
+
 void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
 {
     memset(out, 0, sizeof *out);
@@ -1243,6 +1271,7 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
         out->wal_bytes = ticker(s, "rocksdb.wal.bytes");
         out->flush_bytes = ticker(s, "rocksdb.flush.write.bytes");
         out->compaction_bytes = ticker(s, "rocksdb.compact.write.bytes");
+        out->compaction_cpu_micros = histogram_sum(s, "rocksdb.compaction.times.cpu_micros");
         out->bytes_written = out->wal_bytes + out->flush_bytes + out->compaction_bytes;
         out->block_cache_hits = ticker(s, "rocksdb.block.cache.hit");
         out->block_cache_misses = ticker(s, "rocksdb.block.cache.miss");

@@ -305,6 +305,7 @@ struct dd_history_stats {
     uint64_t wal_bytes;
     uint64_t flush_bytes;        /* of them: memtable flushes */
     uint64_t compaction_bytes;   /* of them: compactions */
+    uint64_t compaction_cpu_micros; /* CPU time RocksDB's compactions used (merges and filter included) */
     uint64_t live_sst_bytes;
     uint64_t pending_compaction_bytes; /* RocksDB's estimate of what compaction must rewrite */
     uint64_t block_cache_hits;
@@ -320,6 +321,13 @@ struct dd_history_stats {
     bool wal_failed;             /* a WAL append failed: writes need a restart */
 };
 void dd_history_get_stats(dd_history *h, struct dd_history_stats *out);
+
+/* RocksDB's integer property NAME ("rocksdb.num-running-compactions",
+ * "rocksdb.estimate-pending-compaction-bytes", ...; RocksDB's
+ * DB::Properties) into *OUT. Returns 0, or DD_ERR_NOTFOUND when RocksDB
+ * has no integer property of that name. Cheap: no statistics are
+ * formatted. */
+int dd_history_property_int(dd_history *h, const char *name, uint64_t *out);
 
 /* A metrics.h collector for H (a dd_history *): renders the
  * dedupd_history_* families from dd_history_get_stats. */

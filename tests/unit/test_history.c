@@ -434,9 +434,20 @@ static void test_pending_compaction(void)
              (unsigned long long)st.pending_compaction_bytes);
     CHECK_MSG(strstr(text, want) != NULL, "no %s in:\n%s", want, text);
     free(text);
+    uint64_t v = 0;
+    CHECK_EQ_INT(dd_history_property_int(h, "rocksdb.estimate-pending-compaction-bytes", &v),
+                 DD_OK);
+    CHECK_EQ_INT(v, st.pending_compaction_bytes);
+    CHECK_EQ_INT(dd_history_property_int(h, "rocksdb.no-such-property", &v), DD_ERR_NOTFOUND);
+    CHECK_EQ_INT(st.compaction_cpu_micros, 0);
     CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
     dd_history_get_stats(h, &st);
     CHECK_EQ_INT(st.pending_compaction_bytes, 0);
+    /* the compaction's CPU time is counted (its merges decode and encode) */
+    CHECK_MSG(st.compaction_cpu_micros > 0, "compaction CPU %llu us",
+              (unsigned long long)st.compaction_cpu_micros);
+    CHECK_EQ_INT(dd_history_property_int(h, "rocksdb.num-running-compactions", &v), DD_OK);
+    CHECK_EQ_INT(v, 0);
     dd_history_close(h);
     dd_config_free(&cfg);
 }
