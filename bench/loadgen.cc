@@ -3,7 +3,7 @@
 // loadgen.cc - load generator for dedupd's Filter, and the legacy path it
 // replaces, in one run.
 //
-// Setup: a heavy user gets 10,000 plays (RecordPlays, spread over 30 days)
+// Setup: a heavy user gets 10,000 plays (--plays; RecordPlays, spread over 30 days)
 // and 100 deliveries (RecordDelivery); the same 10,000 play ids go into a
 // Redis sorted set, the legacy store. The request: 10,000 candidates, 2,000
 // of them played, 50 delivered, the rest fresh.
@@ -37,7 +37,10 @@
 //                [--inflight N] [--mode ids|indexes] [--user ID] [--server-pid PID]
 //                [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]
 //                [--client-spin] [--compare HOST:PORT [--compare-pid PID]]
-//                [--users-file PATH]
+//                [--users-file PATH] [--plays N]
+//
+// --plays N: the heavy user's plays (default 10,000; up to 50,000), for the
+// cost of a heavier history at the same 10,000 candidates.
 //
 // Each Filter phase prints dedupd's CPU per call (from /proc, with
 // --server-pid) and the load generator's own (getrusage), so that the
@@ -122,6 +125,7 @@ struct Options {
     std::string compare;     // --compare: a second dedupd, measured alternately with --addr
     int compare_pid = 0;     // its pid
     std::string users_file;  // --users-file: a user per call from this list
+    size_t plays = 10000;    // --plays: the heavy user's plays (1..50,000)
 };
 
 struct Result {
@@ -338,20 +342,22 @@ void setup(const Options &o, std::vector<std::string> &plays)
         auto s = stub->ForgetUser(&ctx, req, &resp);
         if (!s.ok()) die("ForgetUser: " + s.error_message());
     }
-    dedup::v1::RecordPlaysRequest pr;
-    pr.set_user_id(o.user);
-    for (size_t i = 0; i < plays.size(); i++) {
-        auto *p = pr.add_plays();
-        p->set_item_id(plays[i]);
-        p->set_played_at_ms(now_ms - static_cast<int64_t>(i % 30) * 86400000 - 1000);
-    }
-    {
+    // In requests of at most 10,000 plays (rpc.max_candidates, default).
+    for (size_t off = 0; off < plays.size(); off += 10000) {
+        dedup::v1::RecordPlaysRequest pr;
+        pr.set_user_id(o.user);
+        size_t end = std::min(plays.size(), off + 10000);
+        for (size_t i = off; i < end; i++) {
+            auto *p = pr.add_plays();
+            p->set_item_id(plays[i]);
+            p->set_played_at_ms(now_ms - static_cast<int64_t>(i % 30) * 86400000 - 1000);
+        }
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
         dedup::v1::RecordPlaysResponse resp;
         auto s = stub->RecordPlays(&ctx, pr, &resp);
         if (!s.ok()) die("RecordPlays: " + s.error_message());
-        if (resp.accepted() != plays.size()) die("RecordPlays accepted " + std::to_string(resp.accepted()));
+        if (resp.accepted() != end - off) die("RecordPlays accepted " + std::to_string(resp.accepted()));
     }
     dedup::v1::RecordDeliveryRequest dr;
     dr.set_user_id(o.user);
@@ -682,6 +688,11 @@ Options parse(int argc, char **argv)
         else if (a == "--compare") o.compare = val();
         else if (a == "--compare-pid") o.compare_pid = std::atoi(val().c_str());
         else if (a == "--users-file") o.users_file = val();
+        else if (a == "--plays") {
+            long n = std::atol(val().c_str());
+            if (n < 1 || n > 50000) die("--plays: 1 .. 50000");
+            o.plays = static_cast<size_t>(n);
+        }
         else die("unknown option " + a +
                  " (usage: loadgen --addr H:P --redis H:P [--seconds S] [--inflight N]"
                  " [--mode ids|indexes] [--user ID] [--server-pid PID]"
@@ -705,7 +716,7 @@ int main(int argc, char **argv)
     Options o = parse(argc, argv);
     g_window = o.window;
     g_client_spin = o.client_spin;
-    const size_t n_plays = 10000, n_cands = 10000;
+    const size_t n_plays = o.plays, n_cands = 10000;
 
     std::vector<std::string> plays(n_plays);
     for (size_t i = 0; i < n_plays; i++) plays[i] = "video-" + std::to_string(1000000 + i * 7);
@@ -836,9 +847,10 @@ int main(int argc, char **argv)
     Result sat = phase(o.inflight, 0);
     MachineCpu m2 = machine_cpu();
     Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds, true);
-    print("legacy ZRANGE 10000 + flat hash set (strong), 1 in flight", legacy);
+    const std::string zr = "legacy ZRANGE " + std::to_string(n_plays);
+    print((zr + " + flat hash set (strong), 1 in flight").c_str(), legacy);
     Result weak = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds, false);
-    print("legacy ZRANGE 10000 + std::unordered_set (weak), 1 in flight", weak);
+    print((zr + " + std::unordered_set (weak), 1 in flight").c_str(), weak);
     print_steal(m2, machine_cpu());
     redisFree(rc);
 
