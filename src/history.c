@@ -339,11 +339,11 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     rocksdb_block_based_options_set_whole_key_filtering(t, 1);
     rocksdb_block_based_options_set_cache_index_and_filter_blocks(t, 1);
     rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(t, 1);
-    /* 64 KiB blocks (RocksDB: 4): a user's live segments are adjacent keys,
+    /* 32 KiB blocks (RocksDB: 4): a user's live segments are adjacent keys,
      * so on a cache miss one block read holds the whole history of most
-     * users, active ones included (bench_cold); the index to keep cached
-     * is smaller too. */
-    rocksdb_block_based_options_set_block_size(t, 64 * 1024);
+     * users, active ones included; larger blocks save few more reads and
+     * cost more per read (bench_cold). */
+    rocksdb_block_based_options_set_block_size(t, 32 * 1024);
     rocksdb_block_based_options_set_format_version(t, 5);
     rocksdb_options_set_block_based_table_factory(base, t);
     rocksdb_block_based_options_destroy(t);   /* the factory copied them */
