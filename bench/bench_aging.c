@@ -51,8 +51,9 @@
  * length 90 days / plays(u). Each day is cut into --rounds-per-day rounds
  * (default 24); a round's plays are written with the clock at its end,
  * one operand per (user, segment), in batches of 2,000 users, then the
- * memtable is flushed. This generator is this file's own; the other
- * benchmarks' realistic mix (bench_history.c) draws the same distribution.
+ * memtable is flushed. Users, their play counts and their items are the
+ * other benchmarks' realistic mix (mix.h); only the play times are this
+ * file's, spread evenly instead of over a fixed 90 days.
  *
  *   bench_aging [--users N] [--days D] [--rounds-per-day R] [--day-seconds S]
  *               [--quiet-seconds Q] [--cache-mb M] [--buffered-reads] [--probe-rate N]
@@ -75,6 +76,8 @@
 #include "config.h"
 #include "dd.h"
 #include "history.h"
+#include "mix.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <ftw.h>
@@ -91,8 +94,6 @@
 #include <unistd.h>
 
 #define DAY DD_MS_PER_DAY
-#define SPAN_DAYS 90
-#define MAX_PLAYS 50000
 #define CANDIDATES 10000
 #define USERS_PER_BATCH 2000
 /* dd_history_open's ttl and periodic_compaction_seconds (history.c,
@@ -112,54 +113,8 @@ static void die(const char *what, const char *detail)
 /* ---- the simulated clock -------------------------------------------------- */
 
 static _Atomic int64_t clock_now;
-static int64_t bench_clock(void *ud)
-{
-    (void)ud;
-    return atomic_load(&clock_now);
-}
 
 /* ---- the load: a pure function of (user, play index) ------------------- */
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static double unit(uint64_t x)
-{
-    return (double)(mix(x) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static uint64_t user_seed(uint32_t u)
-{
-    return mix(0x6a09e667f3bcc909ull ^ ((uint64_t)u << 20));
-}
-
-/* Plays per 90 days: log-normal, median 1,000, sigma 1.5, in [1, 50,000]. */
-static uint32_t user_plays(uint32_t u)
-{
-    uint64_t s = user_seed(u);
-    double u1 = unit(s ^ 0x1111), u2 = unit(s ^ 0x2222);
-    if (u1 < 1e-300) u1 = 1e-300;
-    double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-    double n = exp(log(1000.0) + 1.5 * z);
-    if (n < 1) n = 1;
-    if (n > MAX_PLAYS) n = MAX_PLAYS;
-    return (uint32_t)n;
-}
-
-static uint64_t play_hash(uint32_t u, uint64_t i)
-{
-    return mix(user_seed(u) + 2 * i + 1);
-}
-
-static uint64_t never_hash(uint32_t u, uint64_t j)
-{
-    return mix(~user_seed(u) + 2 * j + (UINT64_C(1) << 40));
-}
 
 /* Per user: ms between plays; play i is at slot_ms * (i + jitter(u, i))
  * after the start. */
@@ -167,7 +122,7 @@ static double *slot_ms;
 
 static double play_at(uint32_t u, uint64_t i)
 {
-    return slot_ms[u] * ((double)i + unit(user_seed(u) ^ mix(i + 0x5bd1e995ull)));
+    return slot_ms[u] * ((double)i + mix_unit(mix_user_seed(u) ^ mix_hash(i + 0x5bd1e995ull)));
 }
 
 /* Plays of U before offset T ms (its count so far). */
@@ -179,25 +134,6 @@ static uint64_t plays_before(uint32_t u, double t)
 }
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
 
 static void sleep_ns(int64_t ns)
 {
@@ -231,7 +167,7 @@ static uint64_t dir_bytes(const char *path)
 static double pct_ms(int64_t *v, size_t n, double p)
 {
     if (n == 0) return 0;
-    qsort(v, n, sizeof *v, cmp_i64);
+    qsort(v, n, sizeof *v, bench_cmp_i64);
     size_t k = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
     return (double)v[k] / 1e6;
 }
@@ -309,24 +245,24 @@ static void *reader_main(void *arg)
             if (bytes > atomic_load(&r->peak_bytes)) atomic_store(&r->peak_bytes, bytes);
             next_du = dd_mono_ns() + 50000000;
         }
-        uint32_t u = (uint32_t)(mix(k ^ 0xabcdefull) % r->users);
+        uint32_t u = (uint32_t)(mix_hash(k ^ 0xabcdefull) % r->users);
         /* plays a day old at least: the writer may not have written the
          * newest round yet */
         double t = (double)(atomic_load(&clock_now) - (int64_t)atomic_load(&r->start_ms) - DAY);
         uint64_t have = plays_before(u, t);
         /* distinct plays, spread over 90 % of those still within the
-         * retention a day ago (SPAN_DAYS hold user_plays) */
+         * retention a day ago (MIX_SPAN_DAYS hold user_plays) */
         double keep_days = r->retention_days > 1 ? r->retention_days - 1.0 : 0.0;
-        uint64_t live = (uint64_t)((double)user_plays(u) * 0.9 * keep_days / SPAN_DAYS);
+        uint64_t live = (uint64_t)((double)mix_user_plays(u) * 0.9 * keep_days / MIX_SPAN_DAYS);
         if (live > have) live = have;
         uint32_t played = 0;
         for (uint32_t j = 0; j < CANDIDATES; j++) {
             if (j % 10 == 0 && j / 10 < live) {
                 uint64_t q = j / 10, spread = q * live / (CANDIDATES / 10);
-                src[j] = play_hash(u, have - 1 - (live > CANDIDATES / 10 ? spread : q));
+                src[j] = mix_play_hash(u, have - 1 - (live > CANDIDATES / 10 ? spread : q));
                 played++;
             } else {
-                src[j] = never_hash(u, k * CANDIDATES + j);
+                src[j] = mix_never_hash(u, k * CANDIDATES + j);
             }
         }
         char user[16];
@@ -481,14 +417,14 @@ int main(int argc, char **argv)
     if (!slot_ms) die("load", "out of memory");
     uint64_t per90 = 0;
     for (uint32_t u = 0; u < users; u++) {
-        uint32_t n = user_plays(u);
+        uint32_t n = mix_user_plays(u);
         per90 += n;
-        slot_ms[u] = (double)SPAN_DAYS * DAY / n;
+        slot_ms[u] = (double)MIX_SPAN_DAYS * DAY / n;
     }
 
     const int64_t start = (int64_t)DAY0 * DAY;
     atomic_store(&clock_now, start);
-    struct dd_history_clock clk = {bench_clock, NULL};
+    struct dd_history_clock clk = {mix_clock_ms, &clock_now};
     dd_history *h = NULL;
     if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, &clk, err, sizeof err)) die("open", err);
 
@@ -504,7 +440,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < cfg.rocksdb.len; i++)
         printf("  rocksdb.%s = %s\n", cfg.rocksdb.items[i].key, cfg.rocksdb.items[i].value);
     printf("plays: %.0f per day (%llu per 90 days, mean %.0f per user)\n",
-           (double)per90 / SPAN_DAYS, (unsigned long long)per90, (double)per90 / users);
+           (double)per90 / MIX_SPAN_DAYS, (unsigned long long)per90, (double)per90 / users);
     printf("%4s %9s %7s %7s %7s %8s %8s %8s %9s %6s %6s %8s %8s %s\n", "day", "plays",
            "B/play", "flush", "compact", "sst_MB", "peak_MB", "pend_MB", "cpu_us/pl",
            "n_comp", "n_idle", "p99_comp", "p99_idle", "");
@@ -520,7 +456,7 @@ int main(int argc, char **argv)
     size_t max_live = days / (live_every ? live_every : days) + 2;
     struct live_point *lp = calloc(max_live, sizeof *lp);
     uint32_t *nseg_user = calloc(8, sizeof *nseg_user);
-    uint64_t *hs = malloc(8 * (size_t)MAX_PLAYS * sizeof *hs);
+    uint64_t *hs = malloc(8 * (size_t)MIX_MAX_PLAYS * sizeof *hs);
     uint32_t *segs = malloc(8 * sizeof *segs);
     uint64_t *pos = calloc(users, sizeof *pos);   /* next play index per user */
     dd_history_batch *b = dd_history_batch_new();
@@ -563,14 +499,14 @@ int main(int argc, char **argv)
                             segs[ns] = seg;
                             nseg_user[ns++] = 0;
                         }
-                        if (nseg_user[k] < MAX_PLAYS)
-                            hs[k * MAX_PLAYS + nseg_user[k]++] = play_hash(u, pos[u]);
+                        if (nseg_user[k] < MIX_MAX_PLAYS)
+                            hs[k * MIX_MAX_PLAYS + nseg_user[k]++] = mix_play_hash(u, pos[u]);
                     }
                     char user[16];
                     int ul = snprintf(user, sizeof user, "u%u", u);
                     for (size_t k = 0; k < ns; k++) {
                         if (dd_history_batch_add(b, "", 0, user, (size_t)ul, segs[k],
-                                                 hs + k * MAX_PLAYS, nseg_user[k]))
+                                                 hs + k * MIX_MAX_PLAYS, nseg_user[k]))
                             die("batch", "add failed");
                         plays += nseg_user[k];
                     }
@@ -683,7 +619,7 @@ int main(int argc, char **argv)
         dd_history_get_stats(c, &cs);
         dd_history_close(c);
         p->live = cs.live_sst_bytes;
-        rm_tree(p->dir);
+        bench_rm_tree(p->dir);
         double ratio = p->live ? (double)p->store_sst / (double)p->live : 0;
         double pratio = p->live ? (double)p->peak / (double)p->live : 0;
         printf("live data, day %u: %.1f MB (the store compacted fully); store %.1f MB: "
@@ -744,7 +680,7 @@ int main(int argc, char **argv)
     pthread_mutex_destroy(&rd.mu);
     dd_config_free(&cfg);
     if (!keep) {
-        rm_tree(path);
+        bench_rm_tree(path);
         if (own_dir) rmdir(dir);
     }
     return misses ? 1 : 0;

@@ -59,6 +59,7 @@
 #include "dd.h"
 #include "history.h"
 #include "mix.h"
+#include "util.h"
 
 #include <rocksdb/c.h>
 
@@ -86,25 +87,6 @@ static void die(const char *what, const char *err)
 {
     fprintf(stderr, "bench_cold: %s: %s\n", what, err);
     exit(1);
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
 }
 
 static int exists(const char *dir, const char *name)
@@ -279,7 +261,7 @@ static void make_variant(const char *base_path, const char *dir, const char *nam
             return;
         }
     }
-    rm_tree(out);
+    bench_rm_tree(out);
     remove(stamp);
     make_config(&cfg, base_path, NULL, 0, 0);
     h = open_store(&cfg);
@@ -596,8 +578,8 @@ int main(int argc, char **argv)
             int64_t *ns = v->ns[ch], *wn = v->warm_ns[ch];
             double sum = 0;
             for (size_t k = 0; k < n; k++) sum += (double)ns[k];
-            qsort(ns, n, sizeof *ns, cmp_i64);
-            qsort(wn, n, sizeof *wn, cmp_i64);
+            qsort(ns, n, sizeof *ns, bench_cmp_i64);
+            qsort(wn, n, sizeof *wn, bench_cmp_i64);
             double p50 = (double)ns[n / 2] / 1e3, p99 = (double)ns[n * 99 / 100] / 1e3,
                    p999 = (double)ns[n * 999 / 1000] / 1e3, mean = sum / (double)n / 1e3;
             double w50 = (double)wn[n / 2] / 1e3, w99 = (double)wn[n * 99 / 100] / 1e3;
@@ -637,11 +619,11 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < nvar; i++) {
             char stamp[1200];
             snprintf(stamp, sizeof stamp, "%s.options", var[i].path);
-            rm_tree(var[i].path);
+            bench_rm_tree(var[i].path);
             remove(stamp);
         }
         if (built) {
-            rm_tree(base);
+            bench_rm_tree(base);
             remove(meta);
         }
         if (dir == tmpl) rmdir(tmpl);

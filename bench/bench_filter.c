@@ -42,6 +42,7 @@
 #include "wire.h"
 
 #include "dedup.pb-c.h"
+#include "util.h"
 
 #include <arpa/inet.h>
 #include <ftw.h>
@@ -56,14 +57,6 @@
 #define N_PLAYS 10000
 #define N_CANDS 10000
 #define ID_MAX 32
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
 
 static void die(const char *what, const char *err)
 {
@@ -83,15 +76,9 @@ static int closed_port(void)
     return ntohs(a.sin_port);
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static void report(const char *name, int64_t *ns, size_t calls)
 {
-    qsort(ns, calls, sizeof *ns, cmp_i64);
+    qsort(ns, calls, sizeof *ns, bench_cmp_i64);
     double p50 = (double)ns[calls / 2], p99 = (double)ns[calls * 99 / 100];
     printf("%-16s p50 %8.1f us  p99 %8.1f us  (%5.1f ns per candidate at p50)\n", name, p50 / 1e3,
            p99 / 1e3, p50 / N_CANDS);
@@ -275,7 +262,7 @@ int main(int argc, char **argv)
     free(t_decide);
     free(t_encode);
     free(t_total);
-    if (!dir_opt) nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!dir_opt) bench_rm_tree(root);
     if (bad) {
         fprintf(stderr, "bench_filter: %zu played candidates kept\n", bad / (calls + 20));
         return 1;

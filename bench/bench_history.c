@@ -66,6 +66,7 @@
 #include "history.h"
 #include "mix.h"
 #include "segment.h"
+#include "util.h"
 
 #include <ftw.h>
 #include <math.h>
@@ -84,20 +85,6 @@
 #define REPEATS 300
 
 static _Atomic int64_t clock_now;
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void die(const char *what, const char *err)
 {
@@ -138,7 +125,7 @@ static void rm_time(dd_history *h, const char *user, const uint64_t *src, size_t
     }
     dd_history_get_stats(h, &b);
     *merges = (double)(b.merges - a.merges) / (RM_REPEATS + 20);
-    qsort(ns, RM_REPEATS, sizeof *ns, cmp_i64);
+    qsort(ns, RM_REPEATS, sizeof *ns, bench_cmp_i64);
     out[0] = (double)ns[RM_REPEATS / 2] / (double)n;
     out[1] = (double)ns[RM_REPEATS * 9 / 10] / (double)n;
     out[2] = (double)ns[0] / (double)n;
@@ -315,7 +302,7 @@ int main(int argc, char **argv)
         int bad = read_merge(&cfg, path, now);
         dd_config_free(&cfg);
         if (!keep) {
-            nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+            bench_rm_tree(path);
             if (dir == tmpl) rmdir(tmpl);
         }
         return bad;
@@ -450,8 +437,8 @@ int main(int argc, char **argv)
         }
         if (r == 0) for (uint32_t j = 0; j < CANDIDATES; j++) found += hit[j];
     }
-    qsort(ns, REPEATS, sizeof *ns, cmp_i64);
-    qsort(sort_ns, REPEATS, sizeof *sort_ns, cmp_i64);
+    qsort(ns, REPEATS, sizeof *ns, bench_cmp_i64);
+    qsort(sort_ns, REPEATS, sizeof *sort_ns, bench_cmp_i64);
     printf("ns per candidate (10,000 vs the heaviest user, %u plays, cached, sort included): "
            "median %.1f, p90 %.1f, min %.1f  (goal <= 100; %zu of %u found)\n",
            hn, (double)ns[REPEATS / 2] / CANDIDATES, (double)ns[REPEATS * 9 / 10] / CANDIDATES,
@@ -487,8 +474,8 @@ int main(int argc, char **argv)
     }
     dd_arena_free(arena);
     dd_candset_free(&cs);
-    qsort(ns, REPEATS, sizeof *ns, cmp_i64);
-    qsort(sort_ns, REPEATS, sizeof *sort_ns, cmp_i64);
+    qsort(ns, REPEATS, sizeof *ns, bench_cmp_i64);
+    qsort(sort_ns, REPEATS, sizeof *sort_ns, bench_cmp_i64);
     printf("ns per candidate, any order (dd_history_probe_any, as Filter): median %.1f, "
            "p90 %.1f, min %.1f  (%zu of %u found)\n",
            (double)ns[REPEATS / 2] / CANDIDATES, (double)ns[REPEATS * 9 / 10] / CANDIDATES,
@@ -513,7 +500,7 @@ int main(int argc, char **argv)
     dd_history_close(h);
     dd_config_free(&cfg);
     if (!keep) {
-        nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        bench_rm_tree(path);
         if (dir == tmpl) rmdir(tmpl);
     }
     return fn ? 1 : 0;

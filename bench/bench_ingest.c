@@ -43,6 +43,7 @@
 #include "ingest.h"
 #include "log.h"
 #include "trace.h"
+#include "util.h"
 
 #include <ftw.h>
 #include <sys/resource.h>
@@ -182,12 +183,6 @@ static void *latency_producer(void *arg)
     return NULL;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Wait until IN has written (made visible) PLAYS messages, started at T0. */
 static void wait_written(dd_ingest *in, uint64_t plays, int64_t t0)
 {
@@ -280,14 +275,6 @@ static void trace_cost(struct dd_config *cfg, dd_history *h, const char *dir, ui
     dd_trace_close(empty);
     dd_trace_close(full);
     free(users);
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
 }
 
 int main(int argc, char **argv)
@@ -450,7 +437,7 @@ int main(int argc, char **argv)
     size_t m = 0;
     for (size_t k = 0; k < n; k++)
         if (L.s[k].seen_ns) lat[m++] = L.s[k].seen_ns - L.s[k].sent_ns;
-    qsort(lat, m, sizeof *lat, cmp_i64);
+    qsort(lat, m, sizeof *lat, bench_cmp_i64);
     int rc = 0;
     if (m < n) {
         fprintf(stderr, "bench_ingest: %zu of %zu sampled plays never seen\n", n - m, n);
@@ -470,6 +457,6 @@ int main(int argc, char **argv)
     free(lat);
     free(L.s);
     dd_config_free(&cfg);
-    if (own_dir) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (own_dir) bench_rm_tree(dir);
     return rc;
 }

@@ -25,6 +25,7 @@
 #include "bloom.h"
 #include "candset.h"
 #include "dd.h"
+#include "util.h"
 #include "testlib.h" /* tl_splitmix64 */
 
 #include <stdint.h>
@@ -37,12 +38,6 @@
 
 static uint64_t rng_state = 0x5851f42d4c957f2dull;
 static uint64_t rnd(void) { return tl_splitmix64(&rng_state); }
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
 
 static void die(const char *what)
 {
@@ -126,8 +121,8 @@ int main(int argc, char **argv)
                 }
         }
         if (found_set != found_ix || found_set < played) die("the two ways found different hits");
-        qsort(t_set, calls, sizeof *t_set, cmp_i64);
-        qsort(t_ix, calls, sizeof *t_ix, cmp_i64);
+        qsort(t_set, calls, sizeof *t_set, bench_cmp_i64);
+        qsort(t_ix, calls, sizeof *t_ix, bench_cmp_i64);
         double ix_us = (double)t_ix[calls / 2] / 1e3, set_us = (double)t_set[calls / 2] / 1e3;
         printf("%8u %14.1f %14.1f %8.2f\n", m, ix_us, set_us, set_us / ix_us);
         for (int j = 0; j < N_VIEWS; j++) dd_buf_free(&buf[j]);

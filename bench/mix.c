@@ -27,14 +27,14 @@ double mix_unit(uint64_t x)
     return (double)(mix_hash(x) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static uint64_t user_seed(uint32_t u)
+uint64_t mix_user_seed(uint32_t u)
 {
     return mix_hash(0xd1b54a32d192ed03ull ^ ((uint64_t)u << 20));
 }
 
 uint32_t mix_user_plays(uint32_t u)
 {
-    uint64_t s = user_seed(u);
+    uint64_t s = mix_user_seed(u);
     /* Box-Muller from two uniforms */
     double u1 = mix_unit(s ^ 0x1111), u2 = mix_unit(s ^ 0x2222);
     if (u1 < 1e-300) u1 = 1e-300;
@@ -45,19 +45,19 @@ uint32_t mix_user_plays(uint32_t u)
     return (uint32_t)n;
 }
 
-uint64_t mix_play_hash(uint32_t u, uint32_t i)
+uint64_t mix_play_hash(uint32_t u, uint64_t i)
 {
-    return mix_hash(user_seed(u) + 2 * (uint64_t)i + 1);
+    return mix_hash(mix_user_seed(u) + 2 * i + 1);
 }
 
-uint64_t mix_never_hash(uint32_t u, uint32_t j)
+uint64_t mix_never_hash(uint32_t u, uint64_t j)
 {
-    return mix_hash(~user_seed(u) + 2 * (uint64_t)j + (UINT64_C(1) << 40));
+    return mix_hash(~mix_user_seed(u) + 2 * j + (UINT64_C(1) << 40));
 }
 
 int64_t mix_play_age_ms(uint32_t u, uint32_t i)
 {
-    return (int64_t)(mix_unit(user_seed(u) ^ mix_hash(i + 0x5bd1e995ull)) *
+    return (int64_t)(mix_unit(mix_user_seed(u) ^ mix_hash(i + 0x5bd1e995ull)) *
                      (double)(MIX_SPAN_DAYS * DAY - 1));
 }
 

@@ -28,12 +28,15 @@ uint64_t mix_hash(uint64_t x);
 /* A uniform double in [0, 1) from X. */
 double mix_unit(uint64_t x);
 
-/* User U's plays: 1..MIX_MAX_PLAYS. */
+/* User U's seed, from which everything about U derives. */
+uint64_t mix_user_seed(uint32_t u);
+/* User U's plays: 1..MIX_MAX_PLAYS (per MIX_SPAN_DAYS). */
 uint32_t mix_user_plays(uint32_t u);
-/* The item hash of U's play I (I < mix_user_plays(U)). */
-uint64_t mix_play_hash(uint32_t u, uint32_t i);
+/* The item hash of U's play I (I < mix_user_plays(U), or beyond for a
+ * load that goes on past MIX_SPAN_DAYS). */
+uint64_t mix_play_hash(uint32_t u, uint64_t i);
 /* The J-th item hash U never played. */
-uint64_t mix_never_hash(uint32_t u, uint32_t j);
+uint64_t mix_never_hash(uint32_t u, uint64_t j);
 /* How long before the load's end U's play I is dated, in ms. */
 int64_t mix_play_age_ms(uint32_t u, uint32_t i);
 
