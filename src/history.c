@@ -660,6 +660,19 @@ int dd_history_batch_forget(dd_history_batch *b, const char *scene, size_t scene
     return 0;
 }
 
+/* The reserved keys' 8-byte big-endian values (offsets, holds). */
+static void be64_put(uint8_t v[8], uint64_t x)
+{
+    for (int i = 0; i < 8; i++) v[i] = (uint8_t)(x >> (56 - 8 * i));
+}
+
+static uint64_t be64_get(const char *v)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) x = x << 8 | (uint8_t)v[i];
+    return x;
+}
+
 /* Offsets' keys: 00 00 00 | 'K' | topic | 00 | u32 BE partition. As a
  * history key it would be scene "" and user "", with a length (at least 10)
  * that no segment key of that user has (7). */
@@ -681,7 +694,7 @@ int dd_history_batch_put_offset(dd_history_batch *b, const char *topic, int32_t 
     if (tl == 0 || tl > DD_TOPIC_MAX || partition < 0 || next < 0) return DD_ERR_INVALID;
     size_t n = offset_key(b->key.data, topic, tl, partition);
     uint8_t v[8];
-    for (int i = 0; i < 8; i++) v[i] = (uint8_t)((uint64_t)next >> (56 - 8 * i));
+    be64_put(v, (uint64_t)next);
     rocksdb_writebatch_put(b->wb, (const char *)b->key.data, n, (const char *)v, sizeof v);
     b->bytes += n + sizeof v;
     return 0;
@@ -709,7 +722,7 @@ int dd_history_get_offset(dd_history *h, const char *topic, int32_t partition, i
     uint64_t x = 0;
     int rc = DD_ERR_CORRUPT;
     if (vlen == 8) {
-        for (int i = 0; i < 8; i++) x = x << 8 | (uint8_t)v[i];
+        x = be64_get(v);
         if (x <= INT64_MAX) {
             *next = (int64_t)x;
             rc = 0;
@@ -755,9 +768,7 @@ int dd_history_get_holds(dd_history *h, uint64_t *id, char *err, size_t errlen)
     if (!v) return DD_ERR_NOTFOUND;
     int rc = DD_ERR_CORRUPT;
     if (vlen == 8) {
-        uint64_t x = 0;
-        for (int i = 0; i < 8; i++) x = x << 8 | (uint8_t)v[i];
-        *id = x;
+        *id = be64_get(v);
         rc = 0;
     } else {
         dd_set_err(err, errlen, "the stored ownership is corrupt (%zu bytes)", vlen);
@@ -770,7 +781,7 @@ int dd_history_put_holds(dd_history *h, uint64_t id, char *err, size_t errlen)
 {
     if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
     uint8_t v[8];
-    for (int i = 0; i < 8; i++) v[i] = (uint8_t)(id >> (56 - 8 * i));
+    be64_put(v, id);
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(wo, 1);
     char *e = NULL;
@@ -1169,23 +1180,25 @@ static uint64_t background_errors(dd_history *h)
     return v;
 }
 
+/* dd_history_cancel_compact was called (message in err). */
+static bool compact_cancelled(dd_history *h, char *err, size_t errlen)
+{
+    if (!atomic_load(&h->compact_cancelled)) return false;
+    dd_set_err(err, errlen, "compaction cancelled: the store is closing");
+    return true;
+}
+
 int dd_history_compact(dd_history *h, char *err, size_t errlen)
 {
     /* The C API's compact_range reports no status: a failed compaction
      * shows as a new background error. */
     uint64_t bg = background_errors(h);
     for (int pass = 0; pass < 2; pass++) {
-        if (atomic_load(&h->compact_cancelled)) {
-            dd_set_err(err, errlen, "compaction cancelled: the store is closing");
-            return DD_ERR_STATE;
-        }
+        if (compact_cancelled(h, err, errlen)) return DD_ERR_STATE;
         uint64_t dead = atomic_load_explicit(&h->fold.merged_dead, memory_order_relaxed);
         uint64_t foreign = atomic_load_explicit(&h->fold.segments_foreign, memory_order_relaxed);
         rocksdb_compact_range_opt(h->db, h->copts, NULL, 0, NULL, 0);
-        if (atomic_load(&h->compact_cancelled)) {
-            dd_set_err(err, errlen, "compaction cancelled: the store is closing");
-            return DD_ERR_STATE;
-        }
+        if (compact_cancelled(h, err, errlen)) return DD_ERR_STATE;
         if (background_errors(h) != bg) {
             dd_set_err(err, errlen, "compaction failed (see the RocksDB LOG)");
             return DD_ERR_IO;

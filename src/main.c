@@ -58,9 +58,8 @@ static bool store_degraded(void *h, char *why, size_t whylen)
     return true;
 }
 
-/* Ingest is ready while it has partitions (admin.h's probe). */
-/* Ready once partitions are assigned, and never while the store misses
- * plays the log no longer holds. */
+/* Ingest is ready while it has partitions (admin.h's probe), and never
+ * while the store misses plays the log no longer holds. */
 static bool ingest_assigned(void *in) { return dd_ingest_assigned(in) && !dd_ingest_log_gap(in, NULL, 0); }
 static bool ingest_why(void *in, char *why, size_t whylen)
 {
@@ -138,19 +137,24 @@ static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_clus
      * split, its parent shard's (whose old-map nodes hold its users). */
     uint32_t shards_to_try[2] = {map->shard, dd_cluster_source_shard(map)};
     int nshards = shards_to_try[1] != map->shard ? 2 : 1;
+    struct {
+        uint32_t shard, replica;
+    } peers[2 * DD_CLUSTER_MAX_REPLICAS];
+    size_t npeers = 0;
+    for (int si = 0; si < nshards; si++)
+        for (uint32_t r = 0; r < map->nreplicas[shards_to_try[si]]; r++)
+            if (shards_to_try[si] != map->shard || r != map->replica) {
+                peers[npeers].shard = shards_to_try[si];
+                peers[npeers++].replica = r;
+            }
     snprintf(from, sizeof from, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
     grpc_init();
     int rc = DD_ERR_UNAVAILABLE;
     for (int round = 0; round < BOOTSTRAP_ROUNDS && rc != DD_OK && rc != DD_ERR_STATE; round++) {
         if (round) dd_sleep_ms(1000);
-        for (uint32_t k = 0, nk = map->nreplicas[map->shard] +
-                                  (nshards > 1 ? map->nreplicas[shards_to_try[1]] : 0);
-             k < nk && rc != DD_OK && rc != DD_ERR_STATE; k++) {
-            bool own = k < map->nreplicas[map->shard];
-            uint32_t src_shard = shards_to_try[own ? 0 : 1];
-            uint32_t r = own ? k : k - map->nreplicas[map->shard];
-            if (own && r == map->replica) continue;
-            const char *addr = map->addr[src_shard][r];
+        for (size_t k = 0; k < npeers && rc != DD_OK && rc != DD_ERR_STATE; k++) {
+            uint32_t src_shard = peers[k].shard;
+            const char *addr = map->addr[src_shard][peers[k].replica];
             grpc_channel *ch = dd_cluster_channel_new(&cfg->cluster, &cfg->rpc, addr, err,
                                                       sizeof err);
             if (!ch) continue;
