@@ -55,6 +55,7 @@ fi
 import json, os, sys
 status = int(sys.argv[1])
 passed = failed = skipped = 0
+failures = []
 for path in sys.argv[2:]:
     if not os.path.exists(path):
         failed += 1
@@ -64,13 +65,23 @@ for path in sys.argv[2:]:
             line = line.strip()
             if not line:
                 continue
-            r = json.loads(line).get("result", "")
+            t = json.loads(line)
+            r = t.get("result", "")
             if r in ("OK", "EXPECTEDFAIL"):
                 passed += 1
             elif r == "SKIP":
                 skipped += 1
             else:
                 failed += 1
+                failures.append((os.path.dirname(os.path.dirname(path)), t))
+# Repeat each failure's name and the end of its output here, so that the
+# tail of a long CI log is enough to tell what failed and why.
+for build, t in failures:
+    print("FAILED: %s %s (%s after %.1f s)" % (os.path.basename(build),
+          t.get("name", "?"), t.get("result", "?"), t.get("duration", 0.0)))
+    out = (t.get("stdout") or "") + (t.get("stderr") or "")
+    for l in out.splitlines()[-40:]:
+        print("    " + l)
 if status and failed == 0:
     failed = 1  # a build step failed without a test to show it
 line = "%d passed, %d failed" % (passed, failed)
