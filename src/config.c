@@ -99,6 +99,8 @@ static const struct key keys[] = {
     ROW_U64("history.block_cache_mb", history.block_cache_mb, "256", 0, UINT64_MAX >> 20),
     ROW_U64("history.index_cache_mb", history.index_cache_mb, "128", 0, UINT64_MAX >> 20),
     ROW_BOOL("history.sync", history.sync, "true"),
+    ROW_U64("history.write_mbps", history.write_mbps, "0", 0, 1000000),
+    ROW_BOOL("history.compaction_low_cpu", history.compaction_low_cpu, "false"),
     /* at most 10 years, so that now + max_future_ms cannot overflow */
     ROW_I64("history.max_future_ms", history.max_future_ms, "3600000", 0,
             3650 * DD_MS_PER_DAY),

@@ -142,8 +142,16 @@ static int apply_passthrough(rocksdb_options_t *base, const struct dd_config_lis
                              rocksdb_options_t **out, char *err, size_t errlen)
 {
     size_t need = 1;
-    for (size_t i = 0; i < l->len; i++)
+    for (size_t i = 0; i < l->len; i++) {
+        /* RocksDB's option string parser accepts a rate limiter and drops
+         * it, so an operator's limit would silently not apply. */
+        if (!strcmp(l->items[i].key, "rate_limiter")) {
+            dd_set_err(err, errlen, "rocksdb.rate_limiter is accepted and ignored by RocksDB's "
+                       "option parser: use history.write_mbps");
+            return DD_ERR_INVALID;
+        }
         need += strlen(l->items[i].key) + strlen(l->items[i].value) + 2;
+    }
     char *s = malloc(need);
     if (!s) return DD_ERR_NOMEM;
     size_t o = 0;
@@ -367,6 +375,20 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
         goto fail;
     }
     rocksdb_options_enable_statistics(opts);
+    if (conf->write_mbps) {
+        /* Options keep the limiter (a shared_ptr in c.cc). */
+        rocksdb_ratelimiter_t *rl = rocksdb_ratelimiter_create(
+            (int64_t)(conf->write_mbps * 1000000 / 8), 100 * 1000, 10);
+        rocksdb_options_set_ratelimiter(opts, rl);
+        rocksdb_ratelimiter_destroy(rl);
+    }
+    if (conf->compaction_low_cpu) {
+        /* The default Env is the process's: every store in it shares its
+         * thread pools, so this lowers all their compaction threads. */
+        rocksdb_env_t *env = rocksdb_create_default_env();
+        rocksdb_env_lower_thread_pool_cpu_priority(env);
+        rocksdb_env_destroy(env);
+    }
     h->opts = opts;
 
     const char *cf_names[1] = {"default"};

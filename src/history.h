@@ -63,6 +63,8 @@ struct dd_history_conf {
     uint64_t block_cache_mb;    /* RocksDB block cache */
     uint64_t index_cache_mb;    /* decoded closed-segment filters kept between calls (icache.h); 0 = none */
     bool sync;                  /* fsync the WAL on every write batch */
+    uint64_t write_mbps;        /* flushes' and compactions' disk writes, Mbit/s; 0 = no limit */
+    bool compaction_low_cpu;    /* RocksDB's compaction threads at the lowest CPU priority */
     int64_t max_future_ms;      /* plays dated further ahead than this are rejected */
     uint64_t min_free_mb;       /* writes are refused while path's filesystem has less free */
     char *day_scenes;           /* comma list of scenes kept in day segments (segment.h); NULL or "" = none */

@@ -198,6 +198,17 @@ def main():
     check(all(len(v) >= 5 for v in by_shard.values()), "users by shard: %s" % by_shard)
     harness.log("users by shard:", {s: len(v) for s, v in by_shard.items()})
 
+    # /why answers only for the node's own shard; another shard's user gets
+    # 421 naming that shard and its nodes.
+    u1 = by_shard[1][0]
+    st, body = harness.http_get(admins[0][0], "/why?user=%s&item=x" % u1)
+    check(st == 421 and "shard 1" in body and "127.0.0.1:%d" % ports[1][0] in body
+          and "127.0.0.1:%d" % ports[1][1] in body,
+          "/why of a shard-1 user on node 0.0: %d %s" % (st, body))
+    st, body = harness.http_get(admins[1][0], "/why?user=%s&item=x" % u1)
+    check(st == 200 and '"user"' in body, "/why of a shard-1 user on node 1.0: %d %s" % (st, body))
+    harness.log("/why: 421 from another shard's node, 200 from the owner's")
+
     # ---- 2. a delivery recorded on the other shard is seen everywhere ------
     for s in range(SHARDS):
         u = by_shard[s][0]

@@ -21,6 +21,7 @@
 #include "testlib.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -454,6 +455,53 @@ static void test_pending_compaction(void)
     }
     CHECK_EQ_INT(v, 0);
     dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* history.write_mbps limits what flushes write: 1 Mbit/s makes a flush of
+ * a few hundred KB take seconds (a lower bound, which a loaded host cannot
+ * break). RocksDB's option string accepts a rate_limiter and ignores it:
+ * the store refuses it and names history.write_mbps. */
+static void test_write_limit(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    REQUIRE(dd_config_set(&cfg, "history.write_mbps", "1", err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "history.compaction_low_cpu", "true", err, sizeof err) == DD_OK);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    enum { N = 80000 };
+    uint64_t *x = malloc(N * sizeof *x);
+    REQUIRE(x);
+    for (int i = 0; i < N; i++) x[i] = item("wl", (uint64_t)i);
+    play(h, "", "wl", x, N, T0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double took = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    /* 1 Mbit/s = 125 KB/s */
+    double floor_s = (double)st.live_sst_bytes / 125000.0 * 0.7;
+    CHECK_MSG(st.live_sst_bytes > 100000 && took >= floor_s,
+              "flushed %llu bytes in %.2f s (limit: at least %.2f s)",
+              (unsigned long long)st.live_sst_bytes, took, floor_s);
+    CHECK_EQ_INT(count_hits(h, "", "wl", 0, x, 100), 100);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+    free(x);
+
+    new_config(&cfg, path, sizeof path);
+    REQUIRE(dd_config_set(&cfg, "rocksdb.rate_limiter",
+                          "{id=GenericRateLimiter;rate_bytes_per_sec=1000}", err,
+                          sizeof err) == DD_OK);
+    h = NULL;
+    CHECK_EQ_INT(dd_history_open(&h, &cfg.history, &cfg.rocksdb, &tclock, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "history.write_mbps") != NULL, "%s", err);
+    CHECK(h == NULL);
     dd_config_free(&cfg);
 }
 
@@ -1198,6 +1246,9 @@ static void test_corrupt(void)
     kl = make_key(k, "", "u", 663);
     rocksdb_merge(db, wo, (const char *)k, kl, "\x01\x02junk", 6, &e);
     REQUIRE(!e);
+    /* an ownership record of the wrong length */
+    rocksdb_put(db, wo, "\0\0\0M", 4, "\1\2\3", 3, &e);
+    REQUIRE(!e);
     rocksdb_readoptions_destroy(ro);
     rocksdb_writeoptions_destroy(wo);
     rocksdb_close(db);
@@ -1208,6 +1259,13 @@ static void test_corrupt(void)
     CHECK_EQ_INT(count_hits(h, "", "u", 0, b, 50), 50);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, c, 50), 0);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, d, 50), 50);   /* the base survives a bad operand */
+    uint64_t held = 7;
+    CHECK_EQ_INT(dd_history_get_holds(h, &held, err, sizeof err), DD_ERR_CORRUPT);
+    CHECK(strstr(err, "corrupt") != NULL);
+    CHECK(held == 7);
+    CHECK_EQ_INT(dd_history_put_holds(h, 42, err, sizeof err), DD_OK); /* a sweep's record replaces it */
+    CHECK_EQ_INT(dd_history_get_holds(h, &held, err, sizeof err), DD_OK);
+    CHECK(held == 42);
     struct dd_history_stats st;
     dd_history_get_stats(h, &st);
     CHECK_MSG(st.corrupt_values >= 3, "corrupt_values %llu",
@@ -1227,7 +1285,6 @@ static void test_corrupt(void)
     CHECK_EQ_INT(count_hits(h, "", "u", 0, b, 50), 50);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, d, 50), 50);
     dd_history_close(h);
-    (void)err;
     dd_config_free(&cfg);
 }
 
@@ -1681,6 +1738,7 @@ int main(void)
     test_roundtrip();
     test_stats_counts_writes();
     test_pending_compaction();
+    test_write_limit();
     test_full_disk();
     test_expiry();
     test_reduce_fp();
