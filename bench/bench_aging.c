@@ -25,9 +25,12 @@
  *     --quiet-seconds without writes, and the calls there are classed by
  *     "rocksdb.num-running-compactions" read before and after each
  *     (either > 0: during compactions); the p99 of each class is printed,
- *     and over the whole run each class's block reads per call and time
- *     per read (RocksDB's perf context), which tell more reads (new files
- *     not yet cached) from slower ones (a busy disk) from neither (CPU).
+ *     and over the whole run, per class and per call: block reads and
+ *     time per read, the reader thread's CPU time, and RocksDB's timers
+ *     (time in SST files; finding tables and index and filter blocks;
+ *     merges; checksums and decompression; the DB mutex), which tell more
+ *     reads (new files not yet cached) from slower ones (a busy disk) from
+ *     more CPU from waiting off the CPU.
  *     The block cache is small (--cache-mb) and reads are direct
  *     (use_direct_reads), so they come from the disk, not the page cache.
  *
@@ -217,6 +220,9 @@ struct reader {
     /* the whole run's block reads and their time (perf context), by class
      * [0] none running, [1] during compactions; under mu */
     uint64_t calls_by[2], reads_by[2], read_ns_by[2];
+    uint64_t cpu_ns_by[2], merge_ns_by[2], unpack_ns_by[2]; /* thread CPU; merges; checksums + decompression */
+    uint64_t files_ns_by[2], meta_ns_by[2]; /* in SST files; finding tables, index and filter blocks */
+    uint64_t mutex_ns_by[2];                /* waiting for the DB mutex */
     int failed;
     char err[256];
 };
@@ -243,7 +249,7 @@ static void *reader_main(void *arg)
     int64_t next_du = 0;
     /* Perf context is per thread: block reads and their time, so the two
      * classes' p99 can be told apart as more reads or slower reads. */
-    rocksdb_set_perf_level(rocksdb_enable_time_except_for_mutex);
+    rocksdb_set_perf_level(rocksdb_enable_time);
     rocksdb_perfcontext_t *pc = rocksdb_perfcontext_create();
     while (!atomic_load(&r->stop)) {
         sleep_ns(next - dd_mono_ns());
@@ -283,6 +289,8 @@ static void *reader_main(void *arg)
         bool w0 = atomic_load(&r->writing);
         bool c0 = compacting(r->h);
         rocksdb_perfcontext_reset(pc);
+        struct timespec ca, cb;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ca);
         int64_t a = dd_mono_ns();
         if (dd_candset_begin(&cs, src, CANDIDATES) != DD_OK) die("candset", "out of memory");
         for (uint32_t j = 0; j < CANDIDATES; j++) dd_candset_add(&cs, j);
@@ -290,6 +298,17 @@ static void *reader_main(void *arg)
         int rc = dd_history_probe_any(r->h, "", 0, user, (size_t)ul, 0, &cs, hit, arena, err,
                                       sizeof err);
         int64_t ns = dd_mono_ns() - a;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cb);
+        uint64_t cpu_ns = (uint64_t)((cb.tv_sec - ca.tv_sec) * 1000000000LL + (cb.tv_nsec - ca.tv_nsec));
+        uint64_t merge_ns = rocksdb_perfcontext_metric(pc, rocksdb_merge_operator_time_nanos);
+        uint64_t unpack_ns = rocksdb_perfcontext_metric(pc, rocksdb_block_checksum_time) +
+                             rocksdb_perfcontext_metric(pc, rocksdb_block_decompress_time);
+        uint64_t files_ns = rocksdb_perfcontext_metric(pc, rocksdb_get_from_output_files_time);
+        uint64_t mutex_ns = rocksdb_perfcontext_metric(pc, rocksdb_db_mutex_lock_nanos) +
+                            rocksdb_perfcontext_metric(pc, rocksdb_db_condition_wait_nanos);
+        uint64_t meta_ns = rocksdb_perfcontext_metric(pc, rocksdb_find_table_nanos) +
+                           rocksdb_perfcontext_metric(pc, rocksdb_read_index_block_nanos) +
+                           rocksdb_perfcontext_metric(pc, rocksdb_read_filter_block_nanos);
         uint64_t nreads = rocksdb_perfcontext_metric(pc, rocksdb_block_read_count);
         uint64_t read_ns = rocksdb_perfcontext_metric(pc, rocksdb_block_read_time);
         bool c1 = compacting(r->h);
@@ -310,6 +329,12 @@ static void *reader_main(void *arg)
             r->calls_by[c]++;
             r->reads_by[c] += nreads;
             r->read_ns_by[c] += read_ns;
+            r->cpu_ns_by[c] += cpu_ns;
+            r->merge_ns_by[c] += merge_ns;
+            r->unpack_ns_by[c] += unpack_ns;
+            r->files_ns_by[c] += files_ns;
+            r->meta_ns_by[c] += meta_ns;
+            r->mutex_ns_by[c] += mutex_ns;
         }
         pthread_mutex_unlock(&r->mu);
     }
@@ -683,9 +708,16 @@ int main(int argc, char **argv)
     for (int c = 1; c >= 0; c--) {
         double n = rd.calls_by[c] ? (double)rd.calls_by[c] : 1;
         double per = rd.reads_by[c] ? (double)rd.read_ns_by[c] / (double)rd.reads_by[c] : 0;
-        printf("  %s (whole run, %llu calls): %.2f block reads per call, %.0f us per read\n",
+        printf("  %s (whole run, %llu calls): %.2f block reads per call, %.0f us per read; "
+               "per call: %.0f us of the reader's CPU, of which merges %.0f us and block "
+               "checksums and decompression %.0f us; wall time in SST files %.0f us, of which "
+               "finding tables and reading index and filter blocks %.0f us; waiting for the DB "
+               "mutex %.0f us\n",
                c ? "during compactions" : "none running", (unsigned long long)rd.calls_by[c],
-               (double)rd.reads_by[c] / n, per / 1e3);
+               (double)rd.reads_by[c] / n, per / 1e3, (double)rd.cpu_ns_by[c] / n / 1e3,
+               (double)rd.merge_ns_by[c] / n / 1e3, (double)rd.unpack_ns_by[c] / n / 1e3,
+               (double)rd.files_ns_by[c] / n / 1e3, (double)rd.meta_ns_by[c] / n / 1e3,
+               (double)rd.mutex_ns_by[c] / n / 1e3);
     }
     printf("SUMMARY users=%u days=%u bytes_per_play=%.1f space_amp=%.2f peak_space_amp=%.2f "
            "cpu_us_per_play=%.2f p99_compacting_ms=%.2f p99_idle_ms=%.2f p99_ratio=%.2f "
