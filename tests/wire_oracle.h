@@ -65,6 +65,23 @@ static inline uint32_t ref_varint32(const uint8_t **pp)
     return (uint32_t)v;
 }
 
+/* A key's varint as protobuf-c reads it: the field number is bits 3-34
+ * (a tag of 5 bytes can set bit 31 of the number), not the low 32 bits
+ * of the whole varint. */
+static inline uint32_t ref_tag(const uint8_t **pp, unsigned *wire_type)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        uint8_t b = *p++;
+        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) break;
+    }
+    *pp = p;
+    *wire_type = (unsigned)(v & 7);
+    return (uint32_t)(v >> 3);
+}
+
 /* For bytes protobuf-c unpacks: 1 if the strings dedupd reads (the last
  * user_id and scene; every candidate while at most MAX_IDS) are valid
  * UTF-8 without a NUL, which protobuf-c does not ask. */
@@ -74,17 +91,18 @@ static inline int ref_strings_ok(const uint8_t *buf, size_t len, size_t max_ids)
     size_t user_len = 0, scene_len = 0, n = 0;
     int ids_ok = 1;
     while (p < end) {
-        uint32_t tag = ref_varint32(&p);
-        switch (tag & 7) {
+        unsigned wt;
+        uint32_t field = ref_tag(&p, &wt);
+        switch (wt) {
         case 0: while (*p++ & 0x80) {} break;
         case 1: p += 8; break;
         case 5: p += 4; break;
         default: {
             uint32_t l = ref_varint32(&p);
-            if (tag >> 3 == 1) user = p, user_len = l;
-            else if (tag >> 3 == 3) scene = p, scene_len = l;
-            else if (tag >> 3 == 2 && !ref_text_ok(p, l)) ids_ok = 0;
-            if (tag >> 3 == 2) n++;
+            if (field == 1) user = p, user_len = l;
+            else if (field == 3) scene = p, scene_len = l;
+            else if (field == 2 && !ref_text_ok(p, l)) ids_ok = 0;
+            if (field == 2) n++;
             p += l;
         }
         }
