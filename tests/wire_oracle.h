@@ -51,8 +51,8 @@ static inline int ref_text_ok(const uint8_t *p, size_t len)
     return 1;
 }
 
-/* protobuf-c reads a varint of at most 5 bytes as 32 bits. */
-static inline uint32_t ref_varint32(const uint8_t **pp)
+/* A varint of any length, its low 64 bits. */
+static inline uint64_t ref_varint64(const uint8_t **pp)
 {
     const uint8_t *p = *pp;
     uint64_t v = 0;
@@ -62,7 +62,13 @@ static inline uint32_t ref_varint32(const uint8_t **pp)
         if (!(b & 0x80)) break;
     }
     *pp = p;
-    return (uint32_t)v;
+    return v;
+}
+
+/* protobuf-c reads a varint of at most 5 bytes as 32 bits. */
+static inline uint32_t ref_varint32(const uint8_t **pp)
+{
+    return (uint32_t)ref_varint64(pp);
 }
 
 /* A key's varint as protobuf-c reads it: the field number is bits 3-34
@@ -70,14 +76,7 @@ static inline uint32_t ref_varint32(const uint8_t **pp)
  * of the whole varint. */
 static inline uint32_t ref_tag(const uint8_t **pp, unsigned *wire_type)
 {
-    const uint8_t *p = *pp;
-    uint64_t v = 0;
-    for (unsigned shift = 0;; shift += 7) {
-        uint8_t b = *p++;
-        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) break;
-    }
-    *pp = p;
+    uint64_t v = ref_varint64(pp);
     *wire_type = (unsigned)(v & 7);
     return (uint32_t)(v >> 3);
 }
