@@ -3,8 +3,9 @@
 #
 # The whole test suite, as CI runs it: install what is missing, build with
 # warnings as errors, run every test (unit + integration, real servers), then
-# the unit suite and the ingest tests of suite 'sanitize' again under
-# AddressSanitizer + UndefinedBehaviorSanitizer, then the libFuzzer targets
+# the unit suite, the ingest tests of suite 'sanitize' and suite
+# 'fleet_safety' again under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then the libFuzzer targets
 # (suite 'fuzz', clang-14, build-fuzz), each for DD_FUZZ_SECONDS (default 60),
 # two at a time: each is one test result, and a finding fails it.
 # Ends with one line "N passed, N failed[, N skipped]" counted from meson's
@@ -41,7 +42,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # grpc's own TLS leaks at shutdown, and only those: tests/lsan.supp.
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/tests/lsan.supp:print_suppressions=0}
 if ! run_suite "$here/build-asan" -Db_sanitize=address,undefined -Dclients=disabled -- \
-        --suite unit --suite sanitize; then
+        --suite unit --suite sanitize --suite fleet_safety; then
     echo "sanitizer build failed"; status=1
 fi
 
