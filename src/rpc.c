@@ -65,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Upper bounds of the latency buckets in seconds (+Inf implied). */
@@ -176,6 +177,8 @@ struct dd_rpc {
     grpc_slice md_split;        /* the hash of the map ours splits; empty when none */
     int started, shut_down;
     atomic_bool serving;
+    bool (*ready)(void *ud);    /* dd_rpc_set_ready: the node's readiness, or NULL */
+    void *ready_ud;
     atomic_bool stopping;     /* do not re-post slots */
     atomic_bool drain;        /* server shutdown done: workers may close their queues */
     _Atomic uint64_t in_flight;
@@ -266,6 +269,25 @@ static unsigned usable_cpus(void)
     return n > 0 ? (unsigned)n : 1;
 }
 
+/* Why grpc could not bind LISTEN, which it logs but does not return: bind
+ * a socket of our own to it (no SO_REUSEPORT, as grpc's) and put the
+ * error ("Address already in use": another process holds the port) in
+ * WHY, or "" when that bind works or the address does not resolve. */
+static void bind_error(const char *listen, char *why, size_t whylen)
+{
+    why[0] = '\0';
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    int gai;
+    if (dd_hostport_resolve(listen, &hints, &res, &gai) != DD_OK) return;
+    int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+    if (fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) != 0)
+        snprintf(why, whylen, "%s", strerror(errno));
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+}
+
 int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
                const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
                struct dd_producer *producer, char *err, size_t errlen)
@@ -343,7 +365,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
      * server CPU and save no time, because BDP probing already opens the
      * window past the largest request. The limits below bound what one
      * client can hold (rpc.h's conf, rpc.c's DESIGN). */
-    grpc_arg args[10];
+    grpc_arg args[11];
     size_t nargs = 0;
 #define INT_ARG(k, v)                                                                    \
     do {                                                                                 \
@@ -354,6 +376,11 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     } while (0)
     INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, conf->max_message_bytes);
     INT_ARG(GRPC_ARG_MAX_CONCURRENT_STREAMS, conf->max_streams_per_connection);
+    /* One daemon per port: grpc sets SO_REUSEPORT on its listeners by
+     * default, which lets a second dedupd bind the same port and the
+     * kernel split new connections between the two stores. Off, the
+     * second one's bind fails with EADDRINUSE and it exits. */
+    INT_ARG(GRPC_ARG_ALLOW_REUSEPORT, 0);
     if (conf->max_connection_idle_ms)
         INT_ARG(GRPC_ARG_MAX_CONNECTION_IDLE_MS, conf->max_connection_idle_ms);
     if (conf->max_connection_age_ms) {
@@ -435,8 +462,11 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     rpc->port = grpc_server_add_http2_port(rpc->server, rpc->listen, creds);
     grpc_server_credentials_release(creds);
     if (rpc->port <= 0) {
+        char why[128];
+        bind_error(rpc->listen, why, sizeof why);
         rc = DD_ERR_IO;
-        dd_fail(rc, err, errlen, "rpc.listen: cannot listen on %s", rpc->listen);
+        dd_fail(rc, err, errlen, "rpc.listen: cannot listen on %s%s%s", rpc->listen,
+                why[0] ? ": " : "", why);
         goto err;
     }
     *out = rpc;
@@ -456,6 +486,14 @@ void dd_rpc_set_trace(dd_rpc *rpc, dd_trace *trace)
 }
 
 void dd_rpc_set_serving(dd_rpc *rpc, bool serving) { atomic_store(&rpc->serving, serving); }
+
+bool dd_rpc_serving(const dd_rpc *rpc) { return atomic_load(&rpc->serving); }
+
+void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud)
+{
+    rpc->ready = ready;
+    rpc->ready_ud = ud;
+}
 
 /* ---- calls -------------------------------------------------------------- */
 
@@ -759,9 +797,11 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         }
         Grpc__Health__V1__HealthCheckResponse resp;
         grpc__health__v1__health_check_response__init(&resp);
-        resp.status = atomic_load(&w->rpc->serving)
-                          ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                          : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        /* One source of truth: what /readyz says (dd_rpc_set_ready). */
+        bool up = w->rpc->ready ? w->rpc->ready(w->rpc->ready_ud)
+                                : atomic_load(&w->rpc->serving);
+        resp.status = up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                         : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
         *reply = pack_reply(&resp.base);
         return GRPC_STATUS_OK;
     }
@@ -909,6 +949,18 @@ static void md_copy(const grpc_metadata_array *md, const char *key, char *out, s
         memcpy(out, GRPC_SLICE_START_PTR(*v), GRPC_SLICE_LENGTH(*v));
         out[GRPC_SLICE_LENGTH(*v)] = '\0';
     }
+}
+
+/* Whether MD holds a header of the cluster's own (cluster.h: every one is
+ * named "dedupd-..."), which only a peer may send (auth.h). */
+static bool forwarding(const grpc_metadata_array *md)
+{
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_slice k = md->metadata[i].key;
+        if (GRPC_SLICE_LENGTH(k) >= 7 && memcmp(GRPC_SLICE_START_PTR(k), "dedupd-", 7) == 0)
+            return true;
+    }
+    return false;
 }
 
 /* Release the try in S->fwd (its call, its received message, metadata). */
@@ -1189,8 +1241,9 @@ static void handle(struct worker *w, struct slot *s)
         snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
         gpr_free(name);
         s->status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method, w->msg,
-                                         sizeof w->msg)) != GRPC_STATUS_OK) {
+    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method,
+                                         s->method <= DD_API_FORGET_USER && forwarding(&s->md),
+                                         w->msg, sizeof w->msg)) != GRPC_STATUS_OK) {
         /* message set by authorize; the payload is never looked at */
     } else if (!s->payload) {
         s->status = GRPC_STATUS_INVALID_ARGUMENT;
