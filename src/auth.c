@@ -5,6 +5,7 @@
 #include "auth.h"
 
 #include "addr.h"
+#include "cluster.h"
 #include "dd.h"
 #include "log.h"
 
@@ -14,7 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One parsed allow list (rpc.h: rpc.allow_read, rpc.allow_write). */
+/* One parsed allow list (rpc.h: rpc.allow_read, rpc.allow_write,
+ * rpc.allow_peer). */
 struct allow {
     const char *key;  /* "rpc.allow_read", static */
     bool any;         /* "*" */
@@ -25,6 +27,7 @@ struct allow {
 struct dd_auth {
     struct allow read;  /* Filter */
     struct allow write; /* RecordDelivery, RecordPlays, ForgetUser */
+    struct allow peer;  /* the Cluster service, and calls forwarded by a node */
 };
 
 static bool blank(char c) { return c == ' ' || c == '\t'; }
@@ -101,8 +104,8 @@ int dd_auth_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen)
         return dd_fail(DD_ERR_INVALID, err, errlen,
                        "rpc.tls_client_ca: needs rpc.tls_cert and rpc.tls_key (client "
                        "certificates are asked for only over TLS)");
-    const char *keys[] = {"rpc.allow_read", "rpc.allow_write"};
-    const char *lists[] = {conf->allow_read, conf->allow_write};
+    const char *keys[] = {"rpc.allow_read", "rpc.allow_write", "rpc.allow_peer"};
+    const char *lists[] = {conf->allow_read, conf->allow_write, conf->allow_peer};
     for (size_t i = 0; i < DD_ARRAY_LEN(keys); i++) {
         bool named;
         int rc = allow_parse(keys[i], lists[i], NULL, &named, err, errlen);
@@ -133,6 +136,8 @@ int dd_auth_new(dd_auth **out, const struct dd_rpc_conf *conf, char *err, size_t
     int rc = allow_parse("rpc.allow_read", conf->allow_read, &a->read, &named, err, errlen);
     if (rc == DD_OK)
         rc = allow_parse("rpc.allow_write", conf->allow_write, &a->write, &named, err, errlen);
+    if (rc == DD_OK)
+        rc = allow_parse("rpc.allow_peer", conf->allow_peer, &a->peer, &named, err, errlen);
     if (rc != DD_OK) {
         dd_auth_free(a);
         return rc;
@@ -146,6 +151,7 @@ void dd_auth_free(dd_auth *a)
     if (!a) return;
     allow_free(&a->read);
     allow_free(&a->write);
+    allow_free(&a->peer);
     free(a);
 }
 
@@ -205,32 +211,63 @@ static bool has_identity(const grpc_auth_context *ctx, const char *name, const c
     return false;
 }
 
-/* The allow list for method M, or NULL for a method anyone may call. */
-static const struct allow *allow_of(const dd_auth *a, enum dd_api_method m)
+enum dd_auth_class dd_auth_class_of(enum dd_api_method m)
 {
     switch (m) {
-    case DD_API_FILTER:
-    case DD_API_CLUSTER_STATUS: return &a->read;
+    case DD_API_FILTER: return DD_AUTH_READ;
     case DD_API_RECORD_DELIVERY:
     case DD_API_RECORD_PLAYS:
-    case DD_API_FORGET_USER:
+    case DD_API_FORGET_USER: return DD_AUTH_WRITE;
+    case DD_API_CLUSTER_STATUS:
     case DD_API_SNAPSHOT_BEGIN:
-    case DD_API_SNAPSHOT_READ: return &a->write;
+    case DD_API_SNAPSHOT_READ: return DD_AUTH_PEER;
+    default: return DD_AUTH_OPEN;
+    }
+}
+
+const char *dd_auth_class_key(enum dd_auth_class c)
+{
+    switch (c) {
+    case DD_AUTH_READ: return "rpc.allow_read";
+    case DD_AUTH_WRITE: return "rpc.allow_write";
+    case DD_AUTH_PEER: return "rpc.allow_peer";
     default: return NULL;
     }
 }
 
-grpc_status_code dd_auth_call(const dd_auth *auth, grpc_call *call, enum dd_api_method m,
-                              char *msg, size_t msg_cap)
+/* The allow list of class C, or NULL for the open class. */
+static const struct allow *allow_of(const dd_auth *a, enum dd_auth_class c)
 {
-    static struct dd_log_limit denied_log;
-    const struct allow *a = allow_of(auth, m);
-    if (!a || a->any) return GRPC_STATUS_OK;
-    grpc_auth_context *ctx = grpc_call_auth_context(call);
+    switch (c) {
+    case DD_AUTH_READ: return &a->read;
+    case DD_AUTH_WRITE: return &a->write;
+    case DD_AUTH_PEER: return &a->peer;
+    default: return NULL;
+    }
+}
+
+bool dd_auth_allows(const dd_auth *auth, enum dd_auth_class c, const grpc_auth_context *ctx)
+{
+    const struct allow *a = allow_of(auth, c);
+    if (!a || a->any) return true;
     bool ok = false;
     for (size_t i = 0; ctx && !ok && i < a->n; i++)
         ok = has_identity(ctx, GRPC_X509_CN_PROPERTY_NAME, a->ids[i]) ||
              has_identity(ctx, GRPC_X509_SAN_PROPERTY_NAME, a->ids[i]);
+    return ok;
+}
+
+grpc_status_code dd_auth_call(const dd_auth *auth, grpc_call *call, enum dd_api_method m,
+                              bool forwarded, char *msg, size_t msg_cap)
+{
+    static struct dd_log_limit denied_log;
+    /* A forwarded call was checked against its method's class by the node
+     * that forwarded it; here the question is whether that node is one. */
+    enum dd_auth_class c = forwarded ? DD_AUTH_PEER : dd_auth_class_of(m);
+    const struct allow *a = allow_of(auth, c);
+    if (!a || a->any) return GRPC_STATUS_OK;
+    grpc_auth_context *ctx = grpc_call_auth_context(call);
+    bool ok = dd_auth_allows(auth, c, ctx);
     if (!ok) {
         /* Name the client by what grpc calls its identity (the SANs, else
          * the CN); the first one is enough to tell certificates apart. */
@@ -240,11 +277,16 @@ grpc_status_code dd_auth_call(const dd_auth *auth, grpc_call *call, enum dd_api_
             p = grpc_auth_property_iterator_next(&it);
         }
         const char *who = p && p->value ? p->value : "(no client certificate)";
-        snprintf(msg, msg_cap, "client \"%.200s\" may not call %s (not in %s)", who,
-                 dd_api_method_name(m), a->key);
+        if (forwarded)
+            snprintf(msg, msg_cap, "client \"%.200s\" may not forward calls (%s carries %s; "
+                     "not in %s)", who, dd_api_method_name(m), DD_CLUSTER_MD_FROM, a->key);
+        else
+            snprintf(msg, msg_cap, "client \"%.200s\" may not call %s (not in %s)", who,
+                     dd_api_method_name(m), a->key);
         dd_log_limited(&denied_log, 10000, DD_LOG_WARN, "rpc",
-                       "msg=\"call denied\" method=%s client=\"%.200s\" setting=%s",
-                       dd_api_method_path(m), who, a->key);
+                       "msg=\"call denied\" method=%s forwarded=%s client=\"%.200s\" "
+                       "setting=%s", dd_api_method_path(m), forwarded ? "true" : "false", who,
+                       a->key);
     }
     if (ctx) grpc_auth_context_release(ctx);
     return ok ? GRPC_STATUS_OK : GRPC_STATUS_PERMISSION_DENIED;

@@ -2,9 +2,11 @@
  *
  * auth.h - who may call what on the gRPC port: the server's credentials
  * (plaintext, TLS, or mutual TLS against rpc.tls_client_ca), the allow
- * lists of the read class (Filter) and the write class (RecordDelivery,
- * RecordPlays, ForgetUser), and the per-call check of the client's
- * certificate identities against them. rpc.h documents the settings.
+ * lists of the read class (Filter), the write class (RecordDelivery,
+ * RecordPlays, ForgetUser) and the peer class (the Cluster service, and
+ * Dedup calls another node forwards), and the per-call check of the
+ * client's certificate identities against them. rpc.h documents the
+ * settings.
  *
  * DESIGN
  *
@@ -19,14 +21,33 @@
 #ifndef DD_AUTH_H
 #define DD_AUTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 
 #include "api.h"
 #include "rpc.h"
 
 typedef struct dd_auth dd_auth;
+
+/* Who may call a method (rpc.h, "Who may call what"). */
+enum dd_auth_class {
+    DD_AUTH_OPEN = 0, /* grpc.health.v1.Health/Check: any client that connects */
+    DD_AUTH_READ,     /* rpc.allow_read: Filter */
+    DD_AUTH_WRITE,    /* rpc.allow_write: RecordDelivery, RecordPlays, ForgetUser */
+    DD_AUTH_PEER,     /* rpc.allow_peer: Cluster/Status, SnapshotBegin, SnapshotRead,
+                       * and any Dedup call carrying a forwarding header */
+};
+
+/* The class of method M (DD_AUTH_OPEN for health and unknown methods).
+ * Cannot fail. */
+enum dd_auth_class dd_auth_class_of(enum dd_api_method m);
+
+/* "rpc.allow_read", "rpc.allow_write", "rpc.allow_peer"; NULL for the open
+ * class. Static. */
+const char *dd_auth_class_key(enum dd_auth_class c);
 
 /* Check CONF's TLS and allow-list settings alone, reading no file (rpc.h,
  * dd_rpc_conf_check, which calls this, says what is checked). Returns 0 or
@@ -47,10 +68,19 @@ void dd_auth_free(dd_auth *a);
 grpc_server_credentials *dd_auth_credentials(const struct dd_rpc_conf *conf, char *err,
                                              size_t errlen);
 
-/* May the client of CALL call method M? GRPC_STATUS_OK, or
- * GRPC_STATUS_PERMISSION_DENIED with the client and the key named in MSG
- * (MSG_CAP bytes) and a rate-limited warning logged. Thread-safe. */
+/* Whether a client whose verified identities are CTX's (NULL: none, a
+ * plaintext or server-only TLS connection) is on class C's list. A "*"
+ * list allows anyone, CTX NULL included. Thread-safe; cannot fail. */
+bool dd_auth_allows(const dd_auth *a, enum dd_auth_class c, const grpc_auth_context *ctx);
+
+/* May the client of CALL call method M? FORWARDED: the call carries a
+ * forwarding header (cluster.h, DD_CLUSTER_MD_FROM and its kin), which
+ * only a peer may send, so it is judged by rpc.allow_peer alone (the node
+ * that forwarded it judged the original client by M's class). Returns
+ * GRPC_STATUS_OK, or GRPC_STATUS_PERMISSION_DENIED with the client and the
+ * key named in MSG (MSG_CAP bytes) and a rate-limited warning logged.
+ * Thread-safe. */
 grpc_status_code dd_auth_call(const dd_auth *a, grpc_call *call, enum dd_api_method m,
-                              char *msg, size_t msg_cap);
+                              bool forwarded, char *msg, size_t msg_cap);
 
 #endif

@@ -60,6 +60,8 @@ struct dd_cluster_conf {
     char *bootstrap;            /* "none", or "peer": an empty store is first copied from a
                                  * live replica of this shard (snapshot.h) */
     uint32_t snapshot_mbps;     /* this node lends its store at most this fast; 0 = no limit */
+    uint32_t snapshot_max_age_s; /* a checkpoint lent for copies is released this long
+                                  * after it was made, however often it is read */
     uint32_t split_from;        /* resharding: this map splits one of that many shards
                                  * (0 = none); see "Resharding" below */
 };
@@ -284,7 +286,10 @@ bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen);
 
 /* The metadata keys of a forwarded call: the sender's place ("s.r") and
  * its map hash. A call that carries DD_CLUSTER_MD_FROM is never forwarded
- * again, but once while resharding (see "resharding" above). */
+ * again, but once while resharding (see "resharding" above). Every header
+ * a node sends is named "dedupd-...": a call carrying one is judged by
+ * rpc.allow_peer (auth.h), so a client that is not a peer cannot pose as a
+ * forwarding node. */
 #define DD_CLUSTER_MD_FROM "dedupd-forwarded-by"
 #define DD_CLUSTER_MD_MAP "dedupd-cluster-map"
 /* The hash of the map the sender's splits (resharding), when it has one. */

@@ -139,6 +139,7 @@ static const struct key keys[] = {
     ROW_STR("rpc.tls_client_ca", rpc.tls_client_ca, ""),
     ROW_STR("rpc.allow_read", rpc.allow_read, "*"),
     ROW_STR("rpc.allow_write", rpc.allow_write, "*"),
+    ROW_STR("rpc.allow_peer", rpc.allow_peer, "*"),
     ROW_BOOL("rpc.allow_insecure", rpc.allow_insecure, "false"),
     ROW_U32("rpc.shutdown_grace_ms", rpc.shutdown_grace_ms, "5000", 0, UINT32_MAX),
     ROW_ENUM("rpc.poller", rpc.poller, "poll", poller_words),
@@ -160,6 +161,7 @@ static const struct key keys[] = {
     ROW_U32("admin.max_connections", admin.max_connections, "64", 1, 4096),
     ROW_U32("admin.max_connections_per_ip", admin.max_connections_per_ip, "8", 1, 4096),
     ROW_U32("admin.request_timeout_ms", admin.request_timeout_ms, "10000", 100, 3600000),
+    ROW_STR("admin.token_file", admin.token_file, ""),
 
     ROW_U32("cluster.shards", cluster.shards, "1", 1, DD_CLUSTER_MAX_SHARDS),
     ROW_STR("cluster.shard", cluster.shard, "0"),
@@ -174,6 +176,7 @@ static const struct key keys[] = {
     ROW_STR("cluster.tls_server_name", cluster.tls_server_name, ""),
     ROW_ENUM("cluster.bootstrap", cluster.bootstrap, "none", bootstrap_words),
     ROW_U32("cluster.snapshot_mbps", cluster.snapshot_mbps, "400", 0, 1000000),
+    ROW_U32("cluster.snapshot_max_age_s", cluster.snapshot_max_age_s, "3600", 1, 604800),
     ROW_U32("cluster.split_from", cluster.split_from, "0", 0, 1024),
 
     ROW_STR("trace.path", trace.path, "./data/trace"),
@@ -784,6 +787,15 @@ static unsigned long addr_port(const char *v)
     return port;
 }
 
+/* Whether allow list V is "*" (blanks around it ignored, as auth.c reads it). */
+static bool list_is_any(const char *v)
+{
+    while (*v == ' ' || *v == '\t') v++;
+    if (*v++ != '*') return false;
+    while (*v == ' ' || *v == '\t') v++;
+    return *v == '\0';
+}
+
 int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
 {
     for (size_t i = 0; i < DD_ARRAY_LEN(keys); i++)
@@ -816,6 +828,15 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
     if (strcmp(c->trace.path, c->history.path) == 0) {
         dd_set_err(err, errlen, "trace.path: \"%s\" is also history.path (the trace is a "
                                 "database of its own)", c->trace.path);
+        return DD_ERR_INVALID;
+    }
+    if (dd_cluster_enabled(&c->cluster) && c->rpc.tls_client_ca[0] &&
+        list_is_any(c->rpc.allow_peer)) {
+        dd_set_err(err, errlen,
+                   "rpc.allow_peer: \"*\" in a cluster under mutual TLS lets any client "
+                   "holding a certificate rpc.tls_client_ca signed (every reader and writer) "
+                   "call the Cluster service and copy every user's history: name the nodes' "
+                   "certificate identities (they call each other with rpc.tls_cert)");
         return DD_ERR_INVALID;
     }
     if (dd_cluster_enabled(&c->cluster) && !c->ingest.enabled) {

@@ -38,6 +38,7 @@ struct dd_rpc_conf {
                                  * signed (mutual TLS); "" = no client certificates */
     char *allow_read;           /* identities that may call Filter (dd_rpc_conf_check) */
     char *allow_write;          /* ... RecordDelivery, RecordPlays and ForgetUser */
+    char *allow_peer;           /* ... the Cluster service and forwarded calls */
     bool allow_insecure;        /* serve a non-loopback rpc.listen without client
                                  * certificates (anyone may call everything) */
     uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
@@ -58,7 +59,7 @@ struct dd_rpc_conf {
 typedef struct dd_history dd_history;
 typedef struct dd_rpc dd_rpc;
 
-/* Who may call what (rpc.allow_read, rpc.allow_write). A client's
+/* Who may call what (rpc.allow_read, rpc.allow_write, rpc.allow_peer). A client's
  * identities are its certificate's subject common name and each of its
  * subject alternative names (DNS names, URIs, e-mail addresses, IP
  * addresses as text), as grpc reports them after verifying the certificate
@@ -72,10 +73,26 @@ typedef struct dd_rpc dd_rpc;
  *             an entry; entries are trimmed of surrounding blanks, must be
  *             non-empty and may not be "*". Only with rpc.tls_client_ca:
  *             without client certificates there is no identity to check.
- * Filter (and dedup.v1.Cluster/Status, which peers call) is the read
- * class; RecordDelivery, RecordPlays and ForgetUser the write class; grpc.health.v1.Health/Check is open to every peer. A call
- * the list does not allow is answered PERMISSION_DENIED, naming the
- * client and the key, before its request is decoded.
+ * The classes (auth.h, enum dd_auth_class):
+ *   read   rpc.allow_read:  dedup.v1.Dedup/Filter;
+ *   write  rpc.allow_write: dedup.v1.Dedup/RecordDelivery, RecordPlays,
+ *                           ForgetUser;
+ *   peer   rpc.allow_peer:  dedup.v1.Cluster/Status, SnapshotBegin and
+ *                           SnapshotRead (a node's state, and a copy of
+ *                           every user's history), and any Dedup call
+ *                           carrying a forwarding header (dedupd-forwarded-by
+ *                           and its kin, cluster.h): a forwarded call is
+ *                           judged by rpc.allow_peer alone, since the node
+ *                           that forwarded it judged its client;
+ *   open   grpc.health.v1.Health/Check: any client that connects.
+ * Readers and writers are not peers unless rpc.allow_peer names them. A
+ * call the list does not allow is answered PERMISSION_DENIED, naming the
+ * client and the key, before its request is decoded. Nodes of a cluster
+ * call each other with their own certificate (rpc.tls_cert, cluster.h),
+ * so under mutual TLS rpc.allow_peer names the nodes' identities, and a
+ * cluster under mutual TLS refuses rpc.allow_peer = "*" (any holder of a
+ * certificate rpc.tls_client_ca signed, every reader and writer
+ * included, could copy every user's history).
  *
  * dd_rpc_conf_check checks CONF alone (config.c calls it from
  * dd_config_validate, so dedupd -t catches it): rpc.tls_cert and
@@ -156,9 +173,19 @@ void dd_rpc_set_trace(dd_rpc *rpc, dd_trace *trace);
 /* The bound TCP port (the real one when rpc.listen asked for port 0). */
 int dd_rpc_port(const dd_rpc *rpc);
 
-/* What grpc.health.v1.Health/Check answers for "" and "dedup.v1.Dedup":
- * SERVING when true, NOT_SERVING when false. Cannot fail. */
+/* Whether the front end serves: true from dd_rpc_start until
+ * dd_rpc_set_serving(false) or shutdown. Without dd_rpc_set_ready it is
+ * what grpc.health.v1.Health/Check answers for "" and "dedup.v1.Dedup"
+ * (SERVING / NOT_SERVING). Cannot fail. */
 void dd_rpc_set_serving(dd_rpc *rpc, bool serving);
+bool dd_rpc_serving(const dd_rpc *rpc);
+
+/* Health/Check answers SERVING exactly when READY(UD) is true: main passes
+ * the admin's readiness (/readyz 200), whose gRPC component is
+ * dd_rpc_serving, so that health and /readyz never disagree. READY is
+ * called on a worker thread per health check and must be quick and
+ * thread-safe. Before dd_rpc_start. Cannot fail. */
+void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud);
 
 /* Health NOT_SERVING, stop accepting calls, let calls in flight finish for
  * up to rpc.shutdown_grace_ms, cancel the rest, stop the workers and
