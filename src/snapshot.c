@@ -97,12 +97,16 @@ out:
 
 /* ---- the lending side --------------------------------------------------- */
 
-enum { ST_NONE, ST_MAKING, ST_READY, ST_FAILED };
+/* ST_READY: lent, until its thread releases it (lend()); ST_RELEASING: a
+ * SnapshotBegin found it too old or idle and asked its thread to. */
+enum { ST_NONE, ST_MAKING, ST_READY, ST_RELEASING, ST_FAILED };
 
 struct dd_snapshot_server {
     dd_history *h;
     char *root;                 /* <history.path>.snapshot */
     pthread_mutex_t mu;
+    pthread_cond_t cond;        /* on CLOCK_MONOTONIC: wakes the lending thread */
+    bool stop;                  /* the server is being freed */
     int state;
     bool joinable;              /* thread started and not joined */
     pthread_t thread;
@@ -111,14 +115,16 @@ struct dd_snapshot_server {
     size_t n;
     char fail[256];
     int64_t last_used_ns;
+    int64_t made_ns;            /* when the lent checkpoint became ready */
+    int64_t max_age_ns;         /* cluster.snapshot_max_age_s */
     double rate;                /* bytes per second, 0 = no limit */
     double tokens;
     int64_t tokens_ns;
     _Atomic uint64_t bytes, throttled;
 };
 
-int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbps, char *err,
-                           size_t errlen)
+int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbps,
+                           uint32_t max_age_s, char *err, size_t errlen)
 {
     *out = NULL;
     dd_snapshot_server *s = calloc(1, sizeof *s);
@@ -134,7 +140,20 @@ int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbp
     s->rate = (double)mbps * 125000.0;
     s->tokens = s->rate;
     s->tokens_ns = dd_mono_ns();
-    pthread_mutex_init(&s->mu, NULL);
+    s->max_age_ns = (int64_t)(max_age_s ? max_age_s : 1) * 1000000000;
+    pthread_condattr_t ca;
+    bool cond_ok = pthread_condattr_init(&ca) == 0;
+    if (cond_ok) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        cond_ok = pthread_cond_init(&s->cond, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!cond_ok || pthread_mutex_init(&s->mu, NULL) != 0) {
+        if (cond_ok) pthread_cond_destroy(&s->cond);
+        free(s->root);
+        free(s);
+        return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a condition variable");
+    }
     *out = s;
     return DD_OK;
 }
@@ -142,8 +161,14 @@ int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbp
 void dd_snapshot_server_free(dd_snapshot_server *s)
 {
     if (!s) return;
+    /* The lending thread releases its checkpoint and returns. */
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mu);
     if (s->joinable) pthread_join(s->thread, NULL);
     rm_tree(s->root);
+    pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);
     free(s->files);
     free(s->root);
@@ -154,6 +179,48 @@ static int cmp_file(const void *a, const void *b)
 {
     return strcmp(((const struct dd_snapshot_file *)a)->name,
                   ((const struct dd_snapshot_file *)b)->name);
+}
+
+/* With s->mu held and the checkpoint in DIR ready (ST_READY): lend it
+ * until it is cluster.snapshot_max_age_s old, DD_SNAPSHOT_IDLE_S unread,
+ * asked to go by SnapshotBegin (ST_RELEASING) or the server is freed,
+ * whichever comes first, however often it is read meanwhile: its hard
+ * links pin SST files compaction would delete, so a receiver that keeps
+ * reading, or one that never finishes, must not hold them for ever. Then
+ * release it (ST_NONE; the directory removed after unlocking). Returns
+ * with s->mu unlocked. */
+static void lend(dd_snapshot_server *s, const char *dir)
+{
+    const char *why = "the server stops";
+    for (;;) {
+        if (s->stop) break;
+        if (s->state == ST_RELEASING) {
+            why = "replaced by a fresh one";
+            break;
+        }
+        int64_t now = dd_mono_ns();
+        int64_t age_end = s->made_ns + s->max_age_ns;
+        int64_t idle_end = s->last_used_ns + (int64_t)DD_SNAPSHOT_IDLE_S * 1000000000;
+        if (now >= age_end) {
+            why = "cluster.snapshot_max_age_s";
+            break;
+        }
+        if (now >= idle_end) {
+            why = "idle";
+            break;
+        }
+        int64_t until = age_end < idle_end ? age_end : idle_end;
+        struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
+        pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+    }
+    dd_info(MOD, "msg=\"checkpoint released\" id=%s reason=\"%s\" age_ms=%" PRId64, s->id, why,
+            (dd_mono_ns() - s->made_ns) / 1000000);
+    s->state = ST_NONE;
+    free(s->files);
+    s->files = NULL;
+    s->n = 0;
+    pthread_mutex_unlock(&s->mu);
+    rm_tree(dir);
 }
 
 /* The thread that makes checkpoint s->id: checkpoint, list, hash. */
@@ -209,9 +276,11 @@ static void *make_main(void *arg)
         s->files = files;
         s->n = n;
         s->state = ST_READY;
-        s->last_used_ns = dd_mono_ns();
+        s->made_ns = s->last_used_ns = dd_mono_ns();
         dd_info(MOD, "msg=\"checkpoint ready to lend\" id=%s files=%zu bytes=%" PRIu64 " ms=%" PRId64,
                 s->id, n, total, (dd_mono_ns() - t0) / 1000000);
+        lend(s, dir);
+        return NULL;
     } else {
         free(files);
         snprintf(s->fail, sizeof s->fail, "%s", err);
@@ -230,7 +299,9 @@ int dd_snapshot_begin(dd_snapshot_server *s, struct dd_snapshot_manifest *out, c
     int rc = DD_OK;
     pthread_mutex_lock(&s->mu);
     int64_t now = dd_mono_ns();
-    if (s->state == ST_READY && now - s->last_used_ns < (int64_t)DD_SNAPSHOT_IDLE_S * 1000000000) {
+    bool fresh = now - s->last_used_ns < (int64_t)DD_SNAPSHOT_IDLE_S * 1000000000 &&
+                 now - s->made_ns < s->max_age_ns;
+    if (s->state == ST_READY && fresh) {
         out->files = malloc((s->n ? s->n : 1) * sizeof *out->files);
         if (!out->files) {
             rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
@@ -241,18 +312,20 @@ int dd_snapshot_begin(dd_snapshot_server *s, struct dd_snapshot_manifest *out, c
             snprintf(out->id, sizeof out->id, "%s", s->id);
             s->last_used_ns = now;
         }
+    } else if (s->state == ST_READY || s->state == ST_RELEASING) {
+        /* Too old or idle: its thread releases it; a fresh one is made at
+         * a later call (the receiver asks again while not ready). */
+        s->state = ST_RELEASING;
+        pthread_cond_broadcast(&s->cond);
     } else if (s->state == ST_FAILED) {
         rc = dd_fail(DD_ERR_IO, err, errlen, "%s", s->fail);
         s->state = ST_NONE; /* the next call tries again */
     } else if (s->state != ST_MAKING) {
-        /* none yet, or idle too long: a fresh one */
+        /* none yet, or the last one released: a fresh one. The last
+         * thread has set ST_NONE as its last act under the lock, so the
+         * join waits at most for its directory's removal. */
         if (s->joinable) pthread_join(s->thread, NULL);
         s->joinable = false;
-        if (s->state == ST_READY) {
-            char old[4096];
-            snprintf(old, sizeof old, "%s/%s", s->root, s->id);
-            rm_tree(old);
-        }
         free(s->files);
         s->files = NULL;
         s->n = 0;
@@ -285,6 +358,11 @@ int dd_snapshot_read(dd_snapshot_server *s, const char *id, const char *name, ui
     if (s->state != ST_READY || strcmp(id, s->id) != 0) {
         pthread_mutex_unlock(&s->mu);
         return dd_fail(DD_ERR_NOTFOUND, err, errlen, "no checkpoint %.60s here (any more)", id);
+    }
+    if (dd_mono_ns() - s->made_ns >= s->max_age_ns) {
+        pthread_mutex_unlock(&s->mu);
+        return dd_fail(DD_ERR_NOTFOUND, err, errlen, "checkpoint %.60s is past "
+                       "cluster.snapshot_max_age_s and released", id);
     }
     struct dd_snapshot_file key;
     snprintf(key.name, sizeof key.name, "%s", name);

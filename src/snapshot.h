@@ -14,10 +14,13 @@
  * and the manifest (id, files, sizes, checksums) after. SnapshotRead sends
  * a file's bytes from an offset, at most DD_SNAPSHOT_CHUNK_MAX per call,
  * within cluster.snapshot_mbps (a token bucket; over it the answer is
- * empty with a retry delay, so no RPC worker ever sleeps). A checkpoint not
- * read for DD_SNAPSHOT_IDLE_S is replaced at the next SnapshotBegin (its
- * hard links pin SST files compaction would delete), and removed when the
- * server is freed; a leftover of a crashed run is removed at start.
+ * empty with a retry delay, so no RPC worker ever sleeps). The thread that
+ * made a checkpoint lends it, then releases it (its hard links pin SST
+ * files compaction would delete) once it is cluster.snapshot_max_age_s old
+ * however often it is read, or unread for DD_SNAPSHOT_IDLE_S, or when the
+ * server is freed; a read of a released checkpoint is NOT_FOUND and the
+ * next SnapshotBegin makes a fresh one (the receiver then starts over). A
+ * leftover of a crashed run is removed at start.
  *
  * The receiver (dd_snapshot_fetch, before the store opens) copies the files
  * into "<history.path>.incoming", checks each file's checksum, then renames
@@ -75,16 +78,20 @@ bool dd_snapshot_name_ok(const char *name);
 typedef struct dd_snapshot_server dd_snapshot_server;
 
 /* A server for store H (borrowed; outlives the server) sending at most
- * MBPS megabits per second in total (0 = no limit). Removes a leftover
- * "<history.path>.snapshot". 0, DD_ERR_NOMEM or DD_ERR_IO. */
-int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbps, char *err,
-                           size_t errlen);
-/* Wait for a checkpoint being made, remove the checkpoints. NULL: no-op. */
+ * MBPS megabits per second in total (0 = no limit), releasing each
+ * checkpoint MAX_AGE_S seconds after it was made (cluster.snapshot_max_age_s;
+ * 0 counts as 1). Removes a leftover "<history.path>.snapshot". 0,
+ * DD_ERR_NOMEM or DD_ERR_IO. */
+int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbps,
+                           uint32_t max_age_s, char *err, size_t errlen);
+/* Wait for a checkpoint being made, release it and remove the checkpoints.
+ * NULL: no-op. */
 void dd_snapshot_server_free(dd_snapshot_server *s);
 
 /* SnapshotBegin: *OUT is the current checkpoint's manifest (a copy), or
  * ready = false while one is being made (starting it if there is none, or
- * the last one failed or was idle too long). 0, DD_ERR_NOMEM, or DD_ERR_IO
+ * the last one failed or was released) or the current one, too old or
+ * idle too long, is being released. 0, DD_ERR_NOMEM, or DD_ERR_IO
  * when the last attempt failed (message in err; the next call tries
  * again). */
 int dd_snapshot_begin(dd_snapshot_server *s, struct dd_snapshot_manifest *out, char *err,
@@ -94,7 +101,7 @@ int dd_snapshot_begin(dd_snapshot_server *s, struct dd_snapshot_manifest *out, c
  * NAME of checkpoint ID from OFFSET into BUF (room for MAX), *N the count
  * (0 at the end of the file). Over the bandwidth limit: *N = 0 and
  * *RETRY_AFTER_MS > 0. Returns 0, DD_ERR_NOTFOUND (no such checkpoint any
- * more, or no such file in it), DD_ERR_INVALID (offset past the end) or
+ * more, one past cluster.snapshot_max_age_s, or no such file in it), DD_ERR_INVALID (offset past the end) or
  * DD_ERR_IO. */
 int dd_snapshot_read(dd_snapshot_server *s, const char *id, const char *name, uint64_t offset,
                      size_t max, uint8_t *buf, size_t *n, uint32_t *retry_after_ms, char *err,

@@ -72,7 +72,7 @@ int main(void)
     dd_history_batch_free(b);
 
     dd_snapshot_server *s = NULL;
-    REQUIRE(dd_snapshot_server_new(&s, h, 0, err, sizeof err) == DD_OK);
+    REQUIRE(dd_snapshot_server_new(&s, h, 0, 3600, err, sizeof err) == DD_OK);
     struct dd_snapshot_manifest m = {0};
     REQUIRE(dd_snapshot_begin(s, &m, err, sizeof err) == DD_OK);
     CHECK(!m.ready || m.n > 0);
@@ -163,7 +163,7 @@ int main(void)
     /* a limit of 1 Mbit/s (125,000 bytes/s, a one-second burst): reading
      * the largest file again and again, after the burst a read says when
      * to ask again, and sends nothing */
-    REQUIRE(dd_snapshot_server_new(&s, h, 1, err, sizeof err) == DD_OK);
+    REQUIRE(dd_snapshot_server_new(&s, h, 1, 3600, err, sizeof err) == DD_OK);
     wait_manifest(s, &m2);
     const struct dd_snapshot_file *big = &m2.files[0];
     for (size_t i = 1; i < m2.n; i++)
