@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
@@ -129,8 +130,10 @@ struct dd_admin {
         const char *path;
         dd_admin_handler_fn fn;
         void *ud;
-        bool loopback_only;
+        bool operator;
     } handlers[4];
+    char token[DD_ADMIN_TOKEN_MAX + 1]; /* admin.token_file's; "" = operator pages off */
+    size_t token_len;
 
     /* the watchdog thread, when WATCHDOG_USEC asked for one */
     uint64_t wd_usec;
@@ -146,7 +149,8 @@ struct conn {
 };
 
 static const char *const component_names[DD_ADMIN_COMPONENT_COUNT] = {"store", "grpc",
-                                                                         "ingest", "cluster"};
+                                                                         "ingest", "cluster",
+                                                                         "redis"};
 
 /* ---- readiness ------------------------------------------------------- */
 
@@ -184,7 +188,7 @@ bool dd_admin_ready(dd_admin *a, char *why, size_t whylen)
         if (component_ready(a, c)) continue;
         static const char *const missing[DD_ADMIN_COMPONENT_COUNT] = {
             "store not open", "grpc not serving", "ingest has no partitions assigned",
-            "cluster not ready"};
+            "cluster not ready", "redis unreachable"};
         if (why && off < whylen) {
             char reason[160];
             snprintf(reason, sizeof reason, "%s", missing[c]);
@@ -286,7 +290,12 @@ static void collect_process(dd_prom *p, void *ud)
     dd_prom_family(p, "dedupd_component_ready", "1 when the component is up",
                    DD_PROM_GAUGE);
     for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) {
-        if (!a->required[c]) continue;
+        if (!a->required[c]) {
+            pthread_mutex_lock(&a->lock);
+            bool attached = a->attached[c].module != NULL;
+            pthread_mutex_unlock(&a->lock);
+            if (!attached) continue;
+        }
         struct dd_prom_label l = {"component", component_names[c]};
         dd_prom_sample_u64(p, "dedupd_component_ready", &l, 1, component_ready(a, c));
     }
@@ -396,7 +405,7 @@ const char *dd_admin_arg(const dd_admin_request *r, const char *key, size_t *len
 }
 
 int dd_admin_set_handler(dd_admin *a, const char *path, dd_admin_handler_fn fn, void *ud,
-                         bool loopback_only)
+                         bool operator)
 {
     if (!a->hlock_ok) return DD_ERR_STATE;
     pthread_rwlock_wrlock(&a->hlock);
@@ -406,7 +415,7 @@ int dd_admin_set_handler(dd_admin *a, const char *path, dd_admin_handler_fn fn, 
         a->handlers[i].path = fn ? path : NULL;
         a->handlers[i].fn = fn;
         a->handlers[i].ud = ud;
-        a->handlers[i].loopback_only = loopback_only;
+        a->handlers[i].operator = operator;
         rc = DD_OK;
         break;
     }
@@ -438,6 +447,93 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char 
 static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status,
                                   const char *text);
 
+int dd_admin_token_parse(const char *text, char *out, size_t out_cap, char *err, size_t errlen)
+{
+    const char *b = text, *e = text + strlen(text);
+    while (b < e && (*b == ' ' || *b == '\t' || *b == '\r' || *b == '\n')) b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n')) e--;
+    size_t n = (size_t)(e - b);
+    if (n < 16 || n > DD_ADMIN_TOKEN_MAX || n >= out_cap)
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                       "admin.token_file: the token is %zu bytes; want 16 to %d", n,
+                       DD_ADMIN_TOKEN_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (b[i] < 0x21 || b[i] > 0x7e)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "admin.token_file: the token holds byte 0x%02x at %zu (want one "
+                           "line of printable ASCII without spaces)", (unsigned char)b[i], i);
+    memcpy(out, b, n);
+    out[n] = '\0';
+    return DD_OK;
+}
+
+/* Whether the N bytes at P equal the token, in time that depends only on N
+ * and the token's length. */
+static bool token_equal(const dd_admin *a, const char *p, size_t n)
+{
+    unsigned char diff = (unsigned char)(n != a->token_len);
+    for (size_t i = 0; i < a->token_len; i++)
+        diff |= (unsigned char)(a->token[i] ^ (i < n ? p[i] : 0));
+    return diff == 0;
+}
+
+/* Whether content type CT (NULL: none) is one an HTML form can send. */
+static bool form_type(const char *ct)
+{
+    static const char *const forms[] = {"application/x-www-form-urlencoded",
+                                        "multipart/form-data", "text/plain"};
+    if (!ct) return false;
+    while (*ct == ' ') ct++;
+    for (size_t i = 0; i < DD_ARRAY_LEN(forms); i++) {
+        size_t n = strlen(forms[i]);
+        if (strncasecmp(ct, forms[i], n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' '))
+            return true;
+    }
+    return false;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
+                                   const char *text);
+
+/* The operator page checks (admin.h, "An OPERATOR page"): 1 and *RET when
+ * the request is refused, else 0. */
+static int operator_refused(dd_admin *a, struct MHD_Connection *conn, const char *method,
+                            enum MHD_Result *ret)
+{
+    static struct dd_log_limit lim;
+    const char *why = NULL;
+    unsigned status = MHD_HTTP_FORBIDDEN;
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    const char *site = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-Fetch-Site");
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    bool write = strcmp(method, "POST") == 0 || strcmp(method, "DELETE") == 0;
+    if (!client_loopback(conn)) {
+        why = "forbidden: this page answers loopback clients only";
+    } else if (!a->token_len) {
+        why = "forbidden: /why and /trace are off: set admin.token_file to a file holding a "
+              "token, and send it as \"Authorization: Bearer TOKEN\" (dedupctl "
+              "--admin-token-file)";
+    } else if (origin || (site && strcmp(site, "none") != 0 && strcmp(site, "same-origin") != 0)) {
+        why = "forbidden: a browser's cross-site request (Origin or Sec-Fetch-Site)";
+    } else if (write && (!ct || form_type(ct))) {
+        status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE;
+        why = "a write wants Content-Type: application/json (a form's content type is refused)";
+    } else if (!auth || strncasecmp(auth, "Bearer ", 7) != 0 ||
+               !token_equal(a, auth + 7, strlen(auth + 7))) {
+        status = MHD_HTTP_UNAUTHORIZED;
+        why = auth ? "unauthorized: wrong token (admin.token_file)"
+                   : "unauthorized: send \"Authorization: Bearer TOKEN\" with the token in "
+                     "admin.token_file (dedupctl --admin-token-file)";
+    }
+    if (!why) return 0;
+    if (status != MHD_HTTP_FORBIDDEN || a->token_len)
+        dd_log_limited(&lim, 10000, DD_LOG_WARN, "admin",
+                       "msg=\"operator page refused\" status=%u reason=\"%s\"", status, why);
+    *ret = reply_error(conn, status, why);
+    return 1;
+}
+
 /* Serve URL with its handler, if one has it: 1 and *RET, else 0. */
 static int run_handler(dd_admin *a, struct MHD_Connection *conn, const char *url,
                        const char *method, enum MHD_Result *ret)
@@ -456,11 +552,7 @@ static int run_handler(dd_admin *a, struct MHD_Connection *conn, const char *url
             *ret = reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET, POST and DELETE\n");
             break;
         }
-        if (a->handlers[i].loopback_only && !client_loopback(conn)) {
-            *ret = reply_text(conn, MHD_HTTP_FORBIDDEN,
-                              "forbidden: this page answers loopback clients only\n");
-            break;
-        }
+        if (a->handlers[i].operator && operator_refused(a, conn, m, ret)) break;
         dd_admin_request r = {conn, m};
         unsigned status = MHD_HTTP_OK;
         const char *ctype = "application/json";
@@ -497,6 +589,31 @@ static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status,
 {
     return reply(conn, status, (char *)text, strlen(text), MHD_RESPMEM_MUST_COPY,
                  "text/plain; charset=utf-8");
+}
+
+/* {"error": TEXT} (TEXT has no character JSON must escape but '"'), with
+ * the Bearer challenge on a 401. */
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
+                                   const char *text)
+{
+    char body[512];
+    size_t o = (size_t)snprintf(body, sizeof body, "{\"error\": \"");
+    for (const char *p = text; *p && o + 4 < sizeof body; p++) {
+        if (*p == '"' || *p == '\\') body[o++] = '\\';
+        body[o++] = *p;
+    }
+    snprintf(body + o, sizeof body - o, "\"}\n");
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"dedupd admin\"");
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
@@ -724,6 +841,22 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
     a->hlock_ok = true;
     a->request_timeout_ns = (int64_t)(conf->request_timeout_ms ? conf->request_timeout_ms : 1)
                             * 1000000;
+    if (conf->token_file && conf->token_file[0]) {
+        char *text = dd_read_file(conf->token_file, err, errlen);
+        if (!text) {
+            char e2[256];
+            snprintf(e2, sizeof e2, "%s", err);
+            snprintf(err, errlen, "admin.token_file: %s", e2);
+            rc = DD_ERR_INVALID;
+            goto err_msg;
+        }
+        rc = dd_admin_token_parse(text, a->token, sizeof a->token, err, errlen);
+        memset(text, 0, strlen(text));
+        free(text);
+        if (rc != DD_OK) goto err_msg;
+        a->token_len = strlen(a->token);
+        rc = DD_ERR_NOMEM;
+    }
     if ((rc = dd_metrics_new(&a->metrics)) != DD_OK) goto err;
     if ((rc = dd_metrics_add(a->metrics, collect_process, a)) != DD_OK) goto err;
 

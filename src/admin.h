@@ -26,11 +26,16 @@
  *
  * Ready (/readyz 200) = not stopping, and the store is open, and gRPC is
  * serving, and (when ingest.enabled) ingest has partitions assigned;
- * otherwise 503 with one line naming what is missing. A ready component
- * may be degraded (full disk): /readyz stays 200, since Filter still
- * answers correctly and taking the node out would move load onto nodes
- * sharing the fault, and says "ready; degraded: ...". /healthz is 200
- * while the process answers at all.
+ * otherwise 503 with one line naming what is missing (with ingest, the
+ * broker's last error when there is one). A ready component may be
+ * degraded (full disk, Redis unreachable): /readyz stays 200, since Filter
+ * still answers correctly or marks its answers degraded, and taking the
+ * node out would move load onto nodes sharing the fault, and says "ready;
+ * degraded: ...". gRPC health answers from the same function (rpc.h,
+ * dd_rpc_set_ready), so it is NOT_SERVING exactly when /readyz is 503.
+ * dedupd_component_ready has a sample per required component and per
+ * attached optional one (redis). /healthz is 200 while the process
+ * answers at all.
  */
 #ifndef DD_ADMIN_H
 #define DD_ADMIN_H
@@ -50,6 +55,8 @@ struct dd_admin_conf {
     uint32_t request_timeout_ms; /* a connection that has not completed a request this
                                   * long after it opened (or after its last
                                   * request) is closed, however it trickles bytes */
+    char *token_file;           /* file holding the bearer token the operator pages
+                                 * (/why, /trace) want; "" = those pages answer 403 */
 };
 typedef struct dd_admin dd_admin;
 
@@ -58,6 +65,8 @@ enum dd_admin_component {
     DD_ADMIN_RPC,         /* the gRPC front end is serving */
     DD_ADMIN_INGEST,      /* the Kafka consumer has partitions (only when ingest.enabled) */
     DD_ADMIN_CLUSTER,     /* the node's place in the cluster holds (only once required) */
+    DD_ADMIN_REDIS,       /* Redis answers (recent_watch.h); never required: reported in
+                           * dedupd_component_ready while attached, and as "degraded" */
     DD_ADMIN_COMPONENT_COUNT,
 };
 
@@ -67,8 +76,9 @@ enum dd_admin_component {
  * the watchdog thread. INGEST_REQUIRED (ingest.enabled): readiness also
  * waits for DD_ADMIN_INGEST. Nothing is ready yet: /readyz answers 503. Returns
  * 0, DD_ERR_INVALID (bad address) or DD_ERR_IO (cannot bind or start),
- * with a message naming admin.listen in err, or DD_ERR_NOMEM; *out is NULL
- * on error. Free with dd_admin_free. */
+ * with a message naming admin.listen in err, DD_ERR_INVALID naming
+ * admin.token_file (unreadable, or not a token: dd_admin_token_parse), or
+ * DD_ERR_NOMEM; *out is NULL on error. Free with dd_admin_free. */
 int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_required,
                  char *err, size_t errlen);
 
@@ -142,13 +152,30 @@ void dd_admin_set_page(dd_admin *a, enum dd_admin_component c, const char *path,
  * A handler serves one path (e.g. "/why") for GET, HEAD, POST and DELETE
  * (other methods: 405), with the request's query arguments (URL-decoded
  * by libmicrohttpd; a value may hold any byte but NUL: see dd_admin_arg).
- * With LOOPBACK_ONLY the handler answers only clients whose address is
- * loopback (127.0.0.0/8, ::1, ::ffff:127.x): others get 403, so a
- * non-loopback admin.listen (for Prometheus) does not open writes or user
- * data to the network (`kubectl exec ... dedupctl` still comes from
- * loopback). A handler runs on an HTTP thread, without the admin's locks,
- * possibly in several threads at once, and may block (bounded by its own
- * timeouts); admin.request_timeout_ms does not interrupt it. */
+ *
+ * An OPERATOR page (user data or writes: /why, /trace) is not a side door
+ * for whatever runs on the host or in a browser there. Its checks, in
+ * order, before the handler runs:
+ *   1. the client's address is loopback (127.0.0.0/8, ::1, ::ffff:127.x),
+ *      else 403: a non-loopback admin.listen (for Prometheus) does not
+ *      open user data to the network (`kubectl exec ... dedupctl` still
+ *      comes from loopback);
+ *   2. admin.token_file is set, else 403 naming it (the pages are off);
+ *   3. the request is not a browser's cross-site one: any Origin header,
+ *      or Sec-Fetch-Site other than "none" or "same-origin", is 403 (the
+ *      admin listener serves no page a browser should call it from);
+ *   4. a write (POST, DELETE) carries a Content-Type that no HTML form can
+ *      send (not application/x-www-form-urlencoded, multipart/form-data
+ *      or text/plain; dedupctl sends application/json), else 415;
+ *   5. "Authorization: Bearer TOKEN" with the file's token (compared in
+ *      constant time), else 401.
+ * A browser form can neither set Authorization nor a JSON content type,
+ * and a page of another origin cannot read the answers; 3 and 4 hold even
+ * against a token that leaked. Refusals are {"error": "..."}.
+ *
+ * A handler runs on an HTTP thread, without the admin's locks, possibly in
+ * several threads at once, and may block (bounded by its own timeouts);
+ * admin.request_timeout_ms does not interrupt it. */
 typedef struct dd_admin_request dd_admin_request;
 
 /* "GET", "HEAD", "POST" or "DELETE". Static. */
@@ -173,9 +200,17 @@ typedef char *(*dd_admin_handler_fn)(void *ud, const dd_admin_request *r, unsign
 
 /* Serve PATH (static string) with FN(UD, ...) until set again; FN NULL
  * removes it, waiting for calls of it in flight to return, so UD may be
- * freed after. At most 4 handlers. Returns 0 or DD_ERR_LIMIT. */
+ * freed after. OPERATOR: the checks above. At most 4 handlers. Returns 0
+ * or DD_ERR_LIMIT. */
 int dd_admin_set_handler(dd_admin *a, const char *path, dd_admin_handler_fn fn, void *ud,
-                         bool loopback_only);
+                         bool operator);
+
+/* The token in admin.token_file's text TEXT (surrounding blanks and line
+ * ends dropped) into OUT (OUT_CAP bytes): 16 to DD_ADMIN_TOKEN_MAX
+ * printable ASCII characters without a space. Returns 0 or DD_ERR_INVALID
+ * with a message naming admin.token_file. */
+#define DD_ADMIN_TOKEN_MAX 512
+int dd_admin_token_parse(const char *text, char *out, size_t out_cap, char *err, size_t errlen);
 
 /* Tell the service manager the daemon is serving (READY=1; a no-op
  * without NOTIFY_SOCKET). Call once the store is open and gRPC serves. */

@@ -11,6 +11,7 @@
 #include "dd.h"
 #include "history.h"
 #include "log.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -219,6 +220,18 @@ static void add_time(json_object *o, const char *ms_key, const char *iso_key, in
     json_object_object_add(o, iso_key, json_object_new_string(iso));
 }
 
+/* Whether V (LEN bytes) is text the gRPC API takes in a string field
+ * (wire.h: UTF-8 without NUL); if not, *PAGE is a 400 naming FIELD, as
+ * gRPC's INVALID_ARGUMENT names it. */
+static bool bad_text(const char *field, const char *v, size_t len, unsigned *status, char **page)
+{
+    int t = dd_wire_text_check((const uint8_t *)v, len);
+    if (t == DD_TEXT_OK) return false;
+    *page = error_page(status, 400, "%s: %s", field,
+                       t == DD_TEXT_NUL ? "holds a NUL byte" : "is not valid UTF-8");
+    return true;
+}
+
 /* The user argument, checked as every API call checks it. NULL: *PAGE is
  * the error answer. */
 static const char *user_arg(dd_why *w, const dd_admin_request *r, size_t *len, unsigned *status,
@@ -234,6 +247,7 @@ static const char *user_arg(dd_why *w, const dd_admin_request *r, size_t *len, u
         *page = error_page(status, 400, "%s", err);
         return NULL;
     }
+    if (bad_text("user", u, *len, status, page)) return NULL;
     return u;
 }
 
@@ -471,6 +485,7 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
     if (!scene) scene = "";
     if (dd_api_check_user_scene(ulen, slen, w->conf.filter.max_id_bytes, err, sizeof err) != DD_OK)
         return error_page(status, 400, "%s", err);
+    if (bad_text("scene", scene, slen, status, &page)) return page;
     const char *lb = dd_admin_arg(r, "lookback", &llen);
     long long lookback = lb ? parse_u32(lb, llen) : 0;
     if (lookback < 0) return error_page(status, 400, "lookback: want a number of days");
@@ -481,6 +496,8 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
     if (its.nomem) return NULL;
     if (its.n == 0) return error_page(status, 400, "item: at least one (&item=ID, repeatable)");
     size_t n = its.n;
+    for (size_t i = 0; i < n; i++)
+        if (bad_text("item", its.ids[i].p, its.ids[i].len, status, &page)) return page;
 
     /* Filter's own decision. */
     struct dd_filter_query q = {user, ulen, scene, slen, (uint32_t)lookback, 0, 1, n, its.ids};

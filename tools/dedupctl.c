@@ -37,6 +37,8 @@
 struct opts {
     const char *addr;
     const char *admin;        /* why, trace: the admin listener */
+    const char *admin_token_file; /* why, trace: --admin-token-file, else the
+                                   * environment's DEDUPCTL_ADMIN_TOKEN_FILE */
     struct dd_client_tls tls; /* all NULL: plaintext */
     const char *scene;
     int timeout_ms;
@@ -73,6 +75,9 @@ static void usage(FILE *f)
             "options:\n"
             "  -a, --addr ADDR        dedupd gRPC address (default 127.0.0.1:50051)\n"
             "      --admin ADDR       why, trace: the admin listener (default 127.0.0.1:9464)\n"
+            "      --admin-token-file FILE\n"
+            "                         why, trace: the file holding the admin token (dedupd's\n"
+            "                         admin.token_file; default $DEDUPCTL_ADMIN_TOKEN_FILE)\n"
             "  -s, --scene SCENE      scene (namespace; default \"\")\n"
             "  -t, --timeout MS       deadline per call (default %d)\n"
             "  -l, --lookback DAYS    filter: lookback in days (default 0 = whole retention)\n"
@@ -280,6 +285,30 @@ static const struct {
 };
 
 /* Run the command ARGS[0] with its NARGS - 1 arguments, options O read. */
+/* The admin token in file PATH (dedupd's admin.token_file): its one line,
+ * blanks and line ends around it dropped, into OUT. 0, or DD_ERR_IO /
+ * DD_ERR_INVALID with a message naming the file. */
+static int read_token(const char *path, char *out, size_t cap, char *err, size_t errlen)
+{
+    char *text = dd_read_file(path, err, errlen);
+    if (!text) return DD_ERR_IO;
+    const char *b = text, *e = text + strlen(text);
+    while (b < e && strchr(" \t\r\n", *b)) b++;
+    while (e > b && strchr(" \t\r\n", e[-1])) e--;
+    size_t n = (size_t)(e - b);
+    int rc = DD_OK;
+    if (n == 0 || n >= cap || memchr(b, '\n', n) || memchr(b, '\r', n)) {
+        rc = dd_fail(DD_ERR_INVALID, err, errlen, "%s: not a token (one line, under %zu bytes)",
+                     path, cap);
+    } else {
+        memcpy(out, b, n);
+        out[n] = '\0';
+    }
+    memset(text, 0, strlen(text));
+    free(text);
+    return rc;
+}
+
 static int run(const struct opts *o, int nargs, char **args)
 {
     if (nargs < 1) {
@@ -320,13 +349,27 @@ static int run(const struct opts *o, int nargs, char **args)
         return EXIT_RPC;
     }
     int ms = o->timeout_ms > 0 ? o->timeout_ms : DD_CLIENT_DEFAULT_TIMEOUT_MS;
+    char token[520];
+    const char *tok = NULL;
+    if (strcmp(cmd, "why") == 0 || strcmp(cmd, "trace") == 0) {
+        const char *tf = o->admin_token_file ? o->admin_token_file
+                                             : getenv("DEDUPCTL_ADMIN_TOKEN_FILE");
+        if (tf && tf[0]) {
+            char err[400];
+            if (read_token(tf, token, sizeof token, err, sizeof err) != DD_OK) {
+                fprintf(stderr, "dedupctl: %s: %s\n", cmd, err);
+                return EXIT_RPC;
+            }
+            tok = token;
+        }
+    }
     if (strcmp(cmd, "why") == 0) { /* the admin listener's /why */
         if (nargs < 3) {
             fprintf(stderr, "dedupctl: why: need USER and at least one ID\n");
             return EXIT_USAGE;
         }
         char err[600];
-        if (dedupctl_why(o->admin, ms, args[1], o->scene, o->lookback_days, args + 2,
+        if (dedupctl_why(o->admin, tok, ms, args[1], o->scene, o->lookback_days, args + 2,
                          (size_t)nargs - 2, stdout, err, sizeof err) == DD_OK)
             return 0;
         fprintf(stderr, "dedupctl: why: %s\n", err);
@@ -341,7 +384,7 @@ static int run(const struct opts *o, int nargs, char **args)
             return EXIT_USAGE;
         }
         char err[600];
-        if (dedupctl_trace(o->admin, ms, action, list ? NULL : args[2], stdout, err,
+        if (dedupctl_trace(o->admin, tok, ms, action, list ? NULL : args[2], stdout, err,
                            sizeof err) == DD_OK)
             return 0;
         fprintf(stderr, "dedupctl: trace %s: %s\n", action, err);
@@ -371,10 +414,11 @@ int main(int argc, char **argv)
     int opt;
     uint32_t v;
     enum { OPT_TLS_CA = 256, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME, OPT_EXPLAIN,
-           OPT_NO_EXPLAIN, OPT_ADMIN };
+           OPT_NO_EXPLAIN, OPT_ADMIN, OPT_ADMIN_TOKEN_FILE };
     static const struct option longopts[] = {
         {"addr", required_argument, NULL, 'a'},
         {"admin", required_argument, NULL, OPT_ADMIN},
+        {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE},
         {"scene", required_argument, NULL, 's'},
         {"timeout", required_argument, NULL, 't'},
         {"lookback", required_argument, NULL, 'l'},
@@ -402,6 +446,7 @@ int main(int argc, char **argv)
         case 1: args[nargs++] = optarg; break;
         case 'a': o.addr = optarg; break;
         case OPT_ADMIN: o.admin = optarg; break;
+        case OPT_ADMIN_TOKEN_FILE: o.admin_token_file = optarg; break;
         case OPT_TLS_CA: o.tls.ca = optarg; break;
         case OPT_TLS_CERT: o.tls.cert = optarg; break;
         case OPT_TLS_KEY: o.tls.key = optarg; break;

@@ -57,16 +57,26 @@ static void arg(struct path *p, const char *key, const char *value)
     }
 }
 
-/* Run METHOD PATH and parse the JSON answer into *ROOT. */
-static int ask(const char *addr, int timeout_ms, const char *method, struct path *p,
-               json_object **root, char *err, size_t errlen)
+/* Run METHOD PATH, with TOKEN (NULL: none) as bearer token and writes as
+ * JSON (admin.h: what an operator page wants), and parse the JSON answer
+ * into *ROOT. */
+static int ask(const char *addr, int timeout_ms, const char *method, const char *token,
+               struct path *p, json_object **root, char *err, size_t errlen)
 {
     *root = NULL;
     if (p->nomem) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     int status;
     char *body;
     size_t len;
-    int rc = dd_http_request(addr, method, p->s, timeout_ms, &status, &body, &len, err, errlen);
+    char headers[DD_HTTP_HEADERS_MAX + 1];
+    int hn = snprintf(headers, sizeof headers, "%s%s%s%s",
+                      token ? "Authorization: Bearer " : "", token ? token : "",
+                      token ? "\r\n" : "",
+                      strcmp(method, "GET") != 0 ? "Content-Type: application/json\r\n" : "");
+    if (hn < 0 || (size_t)hn >= sizeof headers)
+        return dd_fail(DD_ERR_INVALID, err, errlen, "the admin token is too long");
+    int rc = dd_http_request_h(addr, method, p->s, headers, timeout_ms, &status, &body, &len, err,
+                               errlen);
     if (rc != DD_OK) return rc;
     json_object *o = json_tokener_parse(body);
     json_object *e;
@@ -96,9 +106,9 @@ static const char *str_of(json_object *o, const char *key, const char *dflt)
     return json_object_get_string(v);
 }
 
-int dedupctl_why(const char *addr, int timeout_ms, const char *user, const char *scene,
-                 uint32_t lookback_days, char *const *items, size_t n, FILE *out, char *err,
-                 size_t errlen)
+int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char *user,
+                 const char *scene, uint32_t lookback_days, char *const *items, size_t n,
+                 FILE *out, char *err, size_t errlen)
 {
     struct path p = {0};
     put(&p, "/why", 4);
@@ -111,7 +121,7 @@ int dedupctl_why(const char *addr, int timeout_ms, const char *user, const char 
     }
     for (size_t i = 0; i < n; i++) arg(&p, "item", items[i]);
     json_object *root;
-    int rc = ask(addr, timeout_ms, "GET", &p, &root, err, errlen);
+    int rc = ask(addr, timeout_ms, "GET", token, &p, &root, err, errlen);
     free(p.s);
     if (rc != DD_OK) return rc;
     json_object *arr, *tr;
@@ -139,8 +149,8 @@ int dedupctl_why(const char *addr, int timeout_ms, const char *user, const char 
     return DD_OK;
 }
 
-int dedupctl_trace(const char *addr, int timeout_ms, const char *action, const char *user,
-                   FILE *out, char *err, size_t errlen)
+int dedupctl_trace(const char *addr, const char *token, int timeout_ms, const char *action,
+                   const char *user, FILE *out, char *err, size_t errlen)
 {
     struct path p = {0};
     put(&p, "/trace", 6);
@@ -149,7 +159,7 @@ int dedupctl_trace(const char *addr, int timeout_ms, const char *action, const c
     else if (strcmp(action, "remove") == 0) method = "DELETE";
     if (user) arg(&p, "user", user);
     json_object *root;
-    int rc = ask(addr, timeout_ms, method, &p, &root, err, errlen);
+    int rc = ask(addr, timeout_ms, method, token, &p, &root, err, errlen);
     free(p.s);
     if (rc != DD_OK) return rc;
     if (strcmp(method, "GET") == 0) {

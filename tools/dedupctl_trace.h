@@ -11,7 +11,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* GET ADDR's /why for USER in SCENE with LOOKBACK_DAYS and the N ITEMS,
+/* TOKEN (NULL: none) is sent as "Authorization: Bearer TOKEN": the admin
+ * listener's operator pages want admin.token_file's token (src/admin.h).
+ *
+ * GET ADDR's /why for USER in SCENE with LOOKBACK_DAYS and the N ITEMS,
  * and print to OUT a line on the user (traced since when, or that no
  * trace is kept) and one line per item: the item, its verdict (kept,
  * duplicate, delivered, played), the time (UTC ISO-8601, "-" when none is
@@ -19,15 +22,15 @@
  * "RecordDelivery", "-") and the detail. Returns 0, or an error with a
  * message in ERR: the server's {"error"} text (DD_ERR_INVALID for 4xx,
  * DD_ERR_UNAVAILABLE for 5xx), or as dd_http_request. */
-int dedupctl_why(const char *addr, int timeout_ms, const char *user, const char *scene,
-                 uint32_t lookback_days, char *const *items, size_t n, FILE *out, char *err,
-                 size_t errlen);
+int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char *user,
+                 const char *scene, uint32_t lookback_days, char *const *items, size_t n,
+                 FILE *out, char *err, size_t errlen);
 
 /* `trace add USER`, `trace remove USER`, `trace list`: ACTION is "add",
  * "remove" or "list" (USER NULL). Prints one line per traced user for
  * list (user, since, from config or run time), a confirmation otherwise.
  * Returns as dedupctl_why. */
-int dedupctl_trace(const char *addr, int timeout_ms, const char *action, const char *user,
-                   FILE *out, char *err, size_t errlen);
+int dedupctl_trace(const char *addr, const char *token, int timeout_ms, const char *action,
+                   const char *user, FILE *out, char *err, size_t errlen);
 
 #endif

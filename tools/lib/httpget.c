@@ -44,6 +44,15 @@ int dd_http_get(const char *addr, const char *path, int timeout_ms, int *status,
 int dd_http_request(const char *addr, const char *method, const char *path, int timeout_ms,
                     int *status, char **body, size_t *len, char *err, size_t errlen)
 {
+    return dd_http_request_h(addr, method, path, NULL, timeout_ms, status, body, len, err,
+                             errlen);
+}
+
+int dd_http_request_h(const char *addr, const char *method, const char *path,
+                      const char *headers, int timeout_ms, int *status, char **body, size_t *len,
+                      char *err, size_t errlen)
+{
+    if (!headers) headers = "";
     *body = NULL;
     *len = 0;
     *status = 0;
@@ -80,8 +89,14 @@ int dd_http_request(const char *addr, const char *method, const char *path, int 
         return DD_ERR_UNAVAILABLE;
     }
     char *req = NULL;
-    size_t reqcap = strlen(method) + strlen(path) + strlen(addr) + 128;
+    size_t reqcap = strlen(method) + strlen(path) + strlen(addr) + strlen(headers) + 128;
     int rn = -1;
+    if (strlen(headers) > DD_HTTP_HEADERS_MAX) {
+        snprintf(err, errlen, "headers too long (%zu bytes, at most %d)", strlen(headers),
+                 DD_HTTP_HEADERS_MAX);
+        rc = DD_ERR_INVALID;
+        goto out;
+    }
     if (strlen(path) > DD_HTTP_PATH_MAX) {
         snprintf(err, errlen, "path too long (%zu bytes, at most %d)", strlen(path),
                  DD_HTTP_PATH_MAX);
@@ -94,9 +109,10 @@ int dd_http_request(const char *addr, const char *method, const char *path, int 
         goto out;
     }
     /* A POST or DELETE has no body: say so, as HTTP/1.0 servers expect. */
-    rn = snprintf(req, reqcap, "%s %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n%s\r\n",
+    rn = snprintf(req, reqcap, "%s %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n%s%s\r\n",
                   method, path, addr,
-                  strcmp(method, "GET") && strcmp(method, "HEAD") ? "Content-Length: 0\r\n" : "");
+                  strcmp(method, "GET") && strcmp(method, "HEAD") ? "Content-Length: 0\r\n" : "",
+                  headers);
     if (rn < 0 || (size_t)rn >= reqcap) {
         snprintf(err, errlen, "request too long");
         rc = DD_ERR_INVALID;
