@@ -205,6 +205,10 @@ struct dd_ingest {
     size_t lag_n, lag_cap;
     struct plag *plag;
     size_t nplag;
+    /* The last error librdkafka reported (error_cb), for /readyz while no
+     * partition is assigned; also under lag_mu. */
+    char kafka_err[200];
+    int64_t kafka_err_ns;       /* when; 0 = none yet */
 
     struct dd_log_limit lim_bad, lim_kafka, lim_write, lim_commit, lim_dlq, lim_store, lim_meta,
         lim_assign;
@@ -231,6 +235,14 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     (void)rk;
     dd_ingest *in = opaque;
     INC(kafka_errors);
+    /* Kept printable: the text reaches /readyz. */
+    pthread_mutex_lock(&in->lag_mu);
+    snprintf(in->kafka_err, sizeof in->kafka_err, "%s: %s",
+             rd_kafka_err2name((rd_kafka_resp_err_t)err), reason ? reason : "");
+    for (char *c = in->kafka_err; *c; c++)
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f) *c = '?';
+    in->kafka_err_ns = dd_mono_ns();
+    pthread_mutex_unlock(&in->lag_mu);
     dd_log_limited(&in->lim_kafka, 5000,
                    err == RD_KAFKA_RESP_ERR__FATAL ? DD_LOG_ERROR : DD_LOG_WARN, MOD,
                    "msg=\"kafka error\" error=%s reason=\"%s\"",
@@ -1192,6 +1204,16 @@ static void check_log_start(dd_ingest *in, int32_t partition, int64_t next)
                  partition, in->topic, lo, next);
         atomic_store(&in->log_gap, true);
     }
+}
+
+bool dd_ingest_broker_error(dd_ingest *in, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&in->lag_mu);
+    bool recent = in->kafka_err_ns &&
+                  dd_mono_ns() - in->kafka_err_ns < (int64_t)DD_INGEST_BROKER_ERROR_S * 1000000000;
+    if (recent && why && whylen) snprintf(why, whylen, "%s", in->kafka_err);
+    pthread_mutex_unlock(&in->lag_mu);
+    return recent;
 }
 
 bool dd_ingest_log_gap(dd_ingest *in, char *why, size_t whylen)

@@ -156,6 +156,14 @@ void dd_ingest_sync(dd_ingest *in);
  * consumer (for /readyz). Safe from any thread. */
 bool dd_ingest_assigned(const dd_ingest *in);
 
+/* Whether librdkafka reported an error (a broker down or unreachable,
+ * authentication, a missing topic: its error callback) in the last
+ * DD_INGEST_BROKER_ERROR_S seconds; if so its name and text, printable
+ * ASCII, go into WHY (may be NULL). /readyz adds it to "ingest has no
+ * partitions assigned". Safe from any thread. */
+#define DD_INGEST_BROKER_ERROR_S 60
+bool dd_ingest_broker_error(dd_ingest *in, char *why, size_t whylen);
+
 /* A partition assigned here starts in the log after the position its
  * store recorded for it (the topic's retention dropped plays before this
  * store had them: a node down longer than the retention, or a copy older

@@ -21,6 +21,7 @@
 #include "rpc.h"
 #include "snapshot.h"
 #include "sweep.h"
+#include "recent_watch.h"
 #include "trace.h"
 #include "why.h"
 
@@ -63,7 +64,11 @@ static bool store_degraded(void *h, char *why, size_t whylen)
 static bool ingest_assigned(void *in) { return dd_ingest_assigned(in) && !dd_ingest_log_gap(in, NULL, 0); }
 static bool ingest_why(void *in, char *why, size_t whylen)
 {
-    return dd_ingest_log_gap(in, why, whylen);
+    if (dd_ingest_log_gap(in, why, whylen)) return true;
+    char e[200];
+    if (!dd_ingest_broker_error(in, e, sizeof e)) return false;
+    snprintf(why, whylen, "ingest has no partitions assigned; kafka: %s", e);
+    return true;
 }
 
 /* What the cluster asks of ingest (cluster.h, struct dd_cluster_local). */
@@ -74,6 +79,22 @@ static int ingest_applied(void *in, int32_t partition, int64_t offset, int64_t d
 {
     return dd_ingest_wait_visible(in, partition, offset, deadline_ns);
 }
+
+/* Redis as an optional component (recent_watch.h): up, or degraded. */
+static bool redis_up(void *w) { return dd_recent_watch_up(w, NULL, 0); }
+static bool redis_degraded(void *w, char *why, size_t whylen)
+{
+    char e[200];
+    if (dd_recent_watch_up(w, e, sizeof e)) return false;
+    snprintf(why, whylen, "redis unreachable (recent deliveries unknown; Filter answers "
+                          "degraded): %s", e);
+    return true;
+}
+
+/* gRPC health is /readyz (rpc.h, dd_rpc_set_ready), and /readyz's gRPC
+ * component is whether it serves: one source of truth. */
+static bool node_ready(void *admin) { return dd_admin_ready(admin, NULL, 0); }
+static bool rpc_serving(void *rpc) { return dd_rpc_serving(rpc); }
 
 /* The cluster's readiness, and why not (admin.h's probe and why). */
 static bool cluster_ready(void *cl)
@@ -211,6 +232,7 @@ int main(int argc, char **argv)
     dd_snapshot_server *snapshot = NULL;
     dd_trace *trace = NULL;
     dd_why *why = NULL;
+    dd_recent_watch *redis_watch = NULL;
     bool trace_metrics = false;
     struct dd_cluster_map map = {0};
 
@@ -330,14 +352,17 @@ int main(int argc, char **argv)
         dd_info("main", "msg=\"admin listening\" admin=%s",
                 bound_addr(addrbuf, sizeof addrbuf, cfg.admin.listen, dd_admin_port(admin)));
         /* Allowed (probes and Prometheus come from other hosts) but said
-         * once: the admin listener has no TLS and no authentication. Its
-         * pages with user data or writes (/why, /trace) answer loopback
-         * clients only (why.h). */
+         * once: the admin listener has no TLS. Its pages with user data
+         * or writes (/why, /trace) answer loopback clients with the
+         * admin.token_file token only (admin.h, "An OPERATOR page"). */
         if (!dd_hostport_is_loopback(cfg.admin.listen))
             dd_warn("main", "msg=\"admin listener on a non-loopback address: /metrics, /healthz "
                             "and /readyz are plaintext and open to any peer (/why and /trace "
-                            "answer loopback clients only)\" admin=%s",
+                            "answer loopback clients with the admin token only)\" admin=%s",
                     cfg.admin.listen);
+        if (!cfg.admin.token_file[0])
+            dd_info("main", "msg=\"/why and /trace are off (403) until admin.token_file is "
+                            "set\"");
     }
 
     if (clustered && strcmp(cfg.cluster.bootstrap, "peer") == 0 &&
@@ -438,12 +463,24 @@ int main(int argc, char **argv)
         }
         dd_producer_set_applied(producer, ingest_applied, ingest);
     }
-    if (clustered && dd_snapshot_server_new(&snapshot, history, cfg.cluster.snapshot_mbps, err,
+    if (clustered && dd_snapshot_server_new(&snapshot, history, cfg.cluster.snapshot_mbps,
+                                            cfg.cluster.snapshot_max_age_s, err,
                                             sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot set up snapshots\" error=\"%s\"", err);
         goto out;
     }
-    /* /why and /trace on the admin listener (why.h): loopback clients only. */
+    /* Redis reachability for /readyz and dedupd_component_ready. */
+    if (dd_recent_watch_new(&redis_watch, &cfg.recent, err, sizeof err) != DD_OK) {
+        dd_error("main", "msg=\"cannot watch Redis\" error=\"%s\"", err);
+        goto out;
+    }
+    dd_admin_set_degraded(admin, DD_ADMIN_REDIS, redis_degraded);
+    if (dd_admin_attach(admin, DD_ADMIN_REDIS, redis_watch, NULL, redis_up) != DD_OK) {
+        dd_error("main", "msg=\"out of memory\"");
+        goto out;
+    }
+    /* /why and /trace on the admin listener (why.h): operator pages, for
+     * loopback clients with the admin token (admin.h). */
     struct dd_why_conf wc = {dd_config_filter_conf(&cfg),
                              cfg.history.retention_days + cfg.history.segment_days + 1,
                              cfg.trace.retention_days};
@@ -457,6 +494,7 @@ int main(int argc, char **argv)
         DD_OK) {
         dd_rpc_set_trace(rpc, trace);
         dd_rpc_set_snapshot(rpc, snapshot);
+        dd_rpc_set_ready(rpc, node_ready, admin);
     }
     if (!rpc || dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",
@@ -466,7 +504,7 @@ int main(int argc, char **argv)
     /* rpc.listen with the real port (it may have asked for port 0). */
     dd_info("main", "msg=serving rpc=%s",
             bound_addr(addrbuf, sizeof addrbuf, cfg.rpc.listen, dd_rpc_port(rpc)));
-    if (dd_admin_attach(admin, DD_ADMIN_RPC, rpc, dd_rpc_collect, NULL) != DD_OK) {
+    if (dd_admin_attach(admin, DD_ADMIN_RPC, rpc, dd_rpc_collect, rpc_serving) != DD_OK) {
         dd_error("main", "msg=\"out of memory\"");
         goto out;
     }
@@ -507,6 +545,8 @@ out:
         dd_admin_set_handler(admin, "/trace", NULL, NULL, false);
     }
     dd_why_free(why);
+    dd_admin_detach(admin, DD_ADMIN_REDIS);
+    dd_recent_watch_free(redis_watch);
     dd_producer_free(producer);
     dd_admin_detach(admin, DD_ADMIN_CLUSTER);
     /* Stopped now, freed after the store: compactions ask it who owns a

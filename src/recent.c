@@ -807,6 +807,20 @@ static int command(dd_recent *r, int argc, const char **argv, const size_t *lens
     }
 }
 
+int dd_recent_ping(dd_recent *r)
+{
+    settle(r);
+    r->errstr[0] = '\0';
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    redisReply *rep;
+    int rc = command(r, 1, argv, lens, "ping", &rep);
+    if (rc != DD_OK) return rc;
+    if (rep->type != REDIS_REPLY_STATUS) rc = reply_error(r, "PING", rep);
+    freeReplyObject(rep);
+    return rc;
+}
+
 int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                      size_t user_len)
 {

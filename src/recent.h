@@ -87,6 +87,11 @@ int dd_recent_fetch_times(dd_recent *r, const char *scene, size_t scene_len, con
                           size_t user_len, uint64_t *hashes, int64_t *times_ms, size_t cap,
                           size_t *n);
 
+/* PING: whether Redis answers within recent.timeout_ms (connecting, and
+ * authenticating, if need be; a connection that failed is retried only
+ * after its back-off). Errors as dd_recent_record. */
+int dd_recent_ping(dd_recent *r);
+
 /* Delete (SCENE, USER)'s deliveries. Errors as dd_recent_record. */
 int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                      size_t user_len);
