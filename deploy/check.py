@@ -443,24 +443,23 @@ def check_cluster(entry, sts, services, cm):
         log("k8s: a pod %s (replicas raised without the map) is refused: %s"
             % (host, r.stderr.strip()))
 
-    # Forwarded calls present the pods' own certificate: its identity must
-    # be allowed to read and to write.
+    # Forwarded calls, health rounds and copies present the pods' own
+    # certificate: its identity must be a peer (rpc.allow_peer), which
+    # dedupd refuses as "*" in a cluster under mutual TLS.
     own = {"%s.%s.svc" % (f, ns) for f in front} | \
         {"%s.%s.svc.cluster.local" % (f, ns) for f in front} | \
         {"*.%s.%s.svc.cluster.local" % (headless["metadata"]["name"], ns)}
     pod_name = re.compile(r"^%s-\d+\.%s\.%s\.svc\.cluster\.local$"
                           % (re.escape(name), re.escape(headless["metadata"]["name"]), re.escape(ns)))
-    lists = {k: {x.strip() for x in eff.get(k, "").split(",")}
-             for k in ("rpc.allow_read", "rpc.allow_write")}
-    for k, ids in lists.items():
-        if "*" in ids:
-            continue
-        if not any(i in own or pod_name.match(i) for i in ids):
-            fail("k8s: %s %r names no identity of the pods' own certificate (e.g. %s): pods "
-                 "forward calls to each other with it" % (k, eff.get(k), "%s.%s.svc" % (front[0], ns)))
-    log("k8s: both allow lists name the pods' identity (%s)"
-        % ", ".join(sorted((lists["rpc.allow_read"] & lists["rpc.allow_write"]) & own)
-                    or "a pod name"))
+    peers = {x.strip() for x in eff.get("rpc.allow_peer", "").split(",")}
+    if "*" in peers:
+        fail("k8s: rpc.allow_peer is \"*\": every client of the CA could copy the store")
+    if not any(i in own or pod_name.match(i) for i in peers):
+        fail("k8s: rpc.allow_peer %r names no identity of the pods' own certificate (e.g. %s): "
+             "pods call each other with it" % (eff.get("rpc.allow_peer"),
+                                               "%s.%s.svc" % (front[0], ns)))
+    log("k8s: rpc.allow_peer names the pods' identity (%s)"
+        % ", ".join(sorted(peers & own) or "a pod name"))
     return {k: v for k, v in eff.items() if k.startswith("rpc.")}
 
 

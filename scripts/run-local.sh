@@ -36,6 +36,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 mkdir -p "$run/redis" "$run/data"
+# The admin token /why and /trace want (admin.token_file), made once and
+# kept; dedupctl reads it from DEDUPCTL_ADMIN_TOKEN_FILE or
+# --admin-token-file.
+if [ ! -s "$run/data/admin.token" ]; then
+    (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run/data/admin.token")
+fi
 if redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
     echo "run-local: using the Redis already answering on 127.0.0.1:$redis_port"
 else
@@ -62,6 +68,9 @@ Try it from another terminal:
   $here/build/tools/dedupctl -a 127.0.0.1:$rpc_port play alice v3
   echo 'alice:{"user_id":"alice","item_id":"v4"}' | kcat -P -b $bootstrap -t plays -K:
   $here/build/tools/dedupctl -a 127.0.0.1:$rpc_port filter alice v1 v2 v3 v4 v5
+  export DEDUPCTL_ADMIN_TOKEN_FILE=$run/data/admin.token
+  $here/build/tools/dedupctl --admin 127.0.0.1:$admin_port trace add alice
+  $here/build/tools/dedupctl --admin 127.0.0.1:$admin_port why alice v1 v3 v5
 Ctrl-C stops everything.
 
 MSG
@@ -70,6 +79,7 @@ MSG
     -o trace.path="$run/data/trace" \
     -o rpc.listen=127.0.0.1:"$rpc_port" \
     -o admin.listen=127.0.0.1:"$admin_port" \
+    -o admin.token_file="$run/data/admin.token" \
     -o recent.redis=127.0.0.1:"$redis_port" \
     -o kafka.bootstrap.servers="$bootstrap" &
 pids+=($!)

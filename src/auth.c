@@ -199,15 +199,17 @@ out:
     return c;
 }
 
-/* Whether property NAME of CTX has a value equal to ID (by length too, so
- * a value with a NUL inside never matches a shorter entry). */
-static bool has_identity(const grpc_auth_context *ctx, const char *name, const char *id)
+/* Whether one of property NAME's values in CTX is allowed for class C. */
+static bool ctx_allows(const dd_auth *auth, enum dd_auth_class c, const grpc_auth_context *ctx,
+                       const char *name)
 {
-    size_t len = strlen(id);
     grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, name);
     const grpc_auth_property *p;
-    while ((p = grpc_auth_property_iterator_next(&it)))
-        if (p->value && p->value_length == len && memcmp(p->value, id, len) == 0) return true;
+    while ((p = grpc_auth_property_iterator_next(&it))) {
+        const char *v = p->value;
+        size_t len = p->value_length;
+        if (v && dd_auth_allows(auth, c, &v, &len, 1)) return true;
+    }
     return false;
 }
 
@@ -246,15 +248,18 @@ static const struct allow *allow_of(const dd_auth *a, enum dd_auth_class c)
     }
 }
 
-bool dd_auth_allows(const dd_auth *auth, enum dd_auth_class c, const grpc_auth_context *ctx)
+bool dd_auth_allows(const dd_auth *auth, enum dd_auth_class c, const char *const *ids,
+                    const size_t *lens, size_t n)
 {
     const struct allow *a = allow_of(auth, c);
     if (!a || a->any) return true;
-    bool ok = false;
-    for (size_t i = 0; ctx && !ok && i < a->n; i++)
-        ok = has_identity(ctx, GRPC_X509_CN_PROPERTY_NAME, a->ids[i]) ||
-             has_identity(ctx, GRPC_X509_SAN_PROPERTY_NAME, a->ids[i]);
-    return ok;
+    /* By length too, so an identity with a NUL inside never matches a
+     * shorter entry. */
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < a->n; i++)
+            if (strlen(a->ids[i]) == lens[j] && memcmp(a->ids[i], ids[j], lens[j]) == 0)
+                return true;
+    return false;
 }
 
 grpc_status_code dd_auth_call(const dd_auth *auth, grpc_call *call, enum dd_api_method m,
@@ -267,7 +272,8 @@ grpc_status_code dd_auth_call(const dd_auth *auth, grpc_call *call, enum dd_api_
     const struct allow *a = allow_of(auth, c);
     if (!a || a->any) return GRPC_STATUS_OK;
     grpc_auth_context *ctx = grpc_call_auth_context(call);
-    bool ok = dd_auth_allows(auth, c, ctx);
+    bool ok = ctx && (ctx_allows(auth, c, ctx, GRPC_X509_CN_PROPERTY_NAME) ||
+                      ctx_allows(auth, c, ctx, GRPC_X509_SAN_PROPERTY_NAME));
     if (!ok) {
         /* Name the client by what grpc calls its identity (the SANs, else
          * the CN); the first one is enough to tell certificates apart. */

@@ -68,10 +68,13 @@ void dd_auth_free(dd_auth *a);
 grpc_server_credentials *dd_auth_credentials(const struct dd_rpc_conf *conf, char *err,
                                              size_t errlen);
 
-/* Whether a client whose verified identities are CTX's (NULL: none, a
- * plaintext or server-only TLS connection) is on class C's list. A "*"
- * list allows anyone, CTX NULL included. Thread-safe; cannot fail. */
-bool dd_auth_allows(const dd_auth *a, enum dd_auth_class c, const grpc_auth_context *ctx);
+/* Whether a client with the N verified identities IDS[i] (LENS[i] bytes
+ * each: its certificate's CN and SANs; none on a plaintext or server-only
+ * TLS connection) is on class C's list: "*" allows anyone, N = 0
+ * included; a named list an identity equal to an entry byte for byte.
+ * The open class allows anyone. Thread-safe; cannot fail. */
+bool dd_auth_allows(const dd_auth *a, enum dd_auth_class c, const char *const *ids,
+                    const size_t *lens, size_t n);
 
 /* May the client of CALL call method M? FORWARDED: the call carries a
  * forwarding header (cluster.h, DD_CLUSTER_MD_FROM and its kin), which

@@ -172,7 +172,7 @@ struct dd_rpc_conf;
 /* Build the running cluster for MAP (taken over: freed with the cluster)
  * and CONF; RPC gives the TLS files (peers are called over TLS with
  * rpc.tls_cert/rpc.tls_key as client certificate when rpc.tls_cert is
- * set). One channel per peer, created now (connections open lazily).
+ * set: the peers' rpc.allow_peer names its identity, auth.h). One channel per peer, created now (connections open lazily).
  * Returns 0, DD_ERR_INVALID (unreadable TLS file) or DD_ERR_NOMEM. */
 int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
                    const struct dd_cluster_conf *conf, const struct dd_rpc_conf *rpc,

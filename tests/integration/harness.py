@@ -62,11 +62,32 @@ def free_port():
     return port
 
 
-def http_get(port, path, timeout=5):
-    """GET http://127.0.0.1:PORT PATH: (status, body text); (0, reason) when
-    nothing answers."""
+_admin_token_file = None
+ADMIN_TOKEN = "harness-admin-token-%d" % os.getpid()
+
+
+def admin_token_file():
+    """A file holding ADMIN_TOKEN, for admin.token_file (the operator pages
+    /why and /trace want it) and dedupctl --admin-token-file."""
+    global _admin_token_file
+    if _admin_token_file is None:
+        _admin_token_file = os.path.join(tmpdir("dedupd-admin-token-"), "token")
+        with open(_admin_token_file, "w") as f:
+            f.write(ADMIN_TOKEN + "\n")
+    return _admin_token_file
+
+
+def admin_auth():
+    """The header that sends ADMIN_TOKEN (http_get's HEADERS)."""
+    return {"Authorization": "Bearer " + ADMIN_TOKEN}
+
+
+def http_get(port, path, timeout=5, headers=None):
+    """GET http://127.0.0.1:PORT PATH with HEADERS: (status, body text);
+    (0, reason) when nothing answers."""
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+        rq = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), headers=headers or {})
+        with urllib.request.urlopen(rq, timeout=timeout) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()

@@ -55,6 +55,7 @@ class Node:
             "log.level": os.environ.get("DD_LOG_LEVEL", "info"),
             "rpc.listen": "127.0.0.1:%d" % self.port,
             "admin.listen": "127.0.0.1:%d" % admin_port,
+            "admin.token_file": harness.admin_token_file(),
             "cluster.shards": str(SHARDS),
             "cluster.shard": str(shard),
             "cluster.replica": str(replica),
@@ -201,11 +202,13 @@ def main():
     # /why answers only for the node's own shard; another shard's user gets
     # 421 naming that shard and its nodes.
     u1 = by_shard[1][0]
-    st, body = harness.http_get(admins[0][0], "/why?user=%s&item=x" % u1)
+    st, body = harness.http_get(admins[0][0], "/why?user=%s&item=x" % u1,
+                                headers=harness.admin_auth())
     check(st == 421 and "shard 1" in body and "127.0.0.1:%d" % ports[1][0] in body
           and "127.0.0.1:%d" % ports[1][1] in body,
           "/why of a shard-1 user on node 0.0: %d %s" % (st, body))
-    st, body = harness.http_get(admins[1][0], "/why?user=%s&item=x" % u1)
+    st, body = harness.http_get(admins[1][0], "/why?user=%s&item=x" % u1,
+                                headers=harness.admin_auth())
     check(st == 200 and '"user"' in body, "/why of a shard-1 user on node 1.0: %d %s" % (st, body))
     harness.log("/why: 421 from another shard's node, 200 from the owner's")
 

@@ -5,14 +5,15 @@ over TLS with the same certificates").
 
 Two shards of one replica on loopback, mutual TLS with a test CA (openssl):
 the nodes share one certificate (CN dedupd-node, serverAuth and clientAuth)
-that the allow lists name; a reader (CN recall) may Filter. Plays come from
+that rpc.allow_peer names; a reader (CN recall) may Filter. Plays come from
 ddproduce (murmur2_random). Then:
 
 - the reader's Filter through either node finds every play of every user,
   half of them forwarded over TLS to the other node;
-- a node whose allow_read does not name the nodes' identity refuses the
-  calls its peer forwards (PERMISSION_DENIED naming rpc.allow_read), and the
-  peer passes that answer on: the node identity must be in the lists.
+- a node whose allow_peer does not name the nodes' identity refuses the
+  calls its peer forwards (PERMISSION_DENIED naming rpc.allow_peer), and the
+  peer passes that answer on: the node identity must be in allow_peer (and
+  need not be in allow_read: a forwarded call is judged by allow_peer).
 """
 import os
 import shutil
@@ -36,7 +37,7 @@ def ready(port):
     return harness.http_get(port, "/readyz")[0] == 200
 
 
-def start_cluster(broker, redis, certs, node, allow_read, group):
+def start_cluster(broker, redis, certs, node, allow_peer, group):
     ports = [harness.free_port(), harness.free_port()]
     admins = [harness.free_port(), harness.free_port()]
     nodes = "127.0.0.1:%d;127.0.0.1:%d" % tuple(ports)
@@ -48,7 +49,8 @@ def start_cluster(broker, redis, certs, node, allow_read, group):
             "rpc.listen": "127.0.0.1:%d" % ports[s],
             "admin.listen": "127.0.0.1:%d" % admins[s],
             "rpc.tls_cert": node[0], "rpc.tls_key": node[1], "rpc.tls_client_ca": certs.ca,
-            "rpc.allow_read": allow_read[s], "rpc.allow_write": "dedupd-node",
+            "rpc.allow_read": "recall", "rpc.allow_write": "",
+            "rpc.allow_peer": allow_peer[s],
             "cluster.shards": "2", "cluster.shard": str(s), "cluster.replica": "0",
             "cluster.nodes": nodes, "cluster.redis": redis.addr + ";" + redis.addr,
             "cluster.health_interval_ms": "200", "window.flush_ms": "100",
@@ -80,7 +82,7 @@ def main():
     check(r.returncode == 0, "ddproduce: %s %s" % (r.stdout, r.stderr))
 
     # ---- forwarding over mutual TLS ---------------------------------------
-    allow = "recall, dedupd-node"
+    allow = "dedupd-node"
     dds, ports = start_cluster(broker, redis, certs, node, [allow, allow], "ctls")
     clients = [Client("127.0.0.1:%d" % p, certs.ca, reader) for p in ports]
 
@@ -106,12 +108,12 @@ def main():
             c.filter(u, ["v-%s" % u])
         except grpc.RpcError as e:
             check(e.code() == grpc.StatusCode.PERMISSION_DENIED and
-                  "rpc.allow_read" in e.details(),
+                  "rpc.allow_peer" in e.details(),
                   "forwarded to a node that does not allow the node identity: %s %s" %
                   (e.code(), e.details()))
             denied += 1
     check(denied > 5, "no forwarded call was refused (%d)" % denied)
-    harness.log("a node whose allow_read lacks the node identity refuses forwarded calls (%d)"
+    harness.log("a node whose allow_peer lacks the node identity refuses forwarded calls (%d)"
                 % denied)
     c.close()
     for x in dds:

@@ -17,7 +17,9 @@ real dedupd, redis-server and devbroker:
 - trace.max_records bounds a user's records (the oldest go); `trace
   remove` stops recording and deletes the records; trace.max_users
   refuses one more; the metrics count what was written;
-- the admin listener answers /why and /trace to loopback clients only.
+- the admin listener answers /why and /trace to loopback clients with the
+  admin token (admin.token_file) only; dedupctl sends it
+  (--admin-token-file).
 """
 import json
 import shutil
@@ -45,14 +47,16 @@ def check(cond, msg):
 
 def why(admin, user, items, scene=""):
     q = [("user", user)] + ([("scene", scene)] if scene else []) + [("item", i) for i in items]
-    st, body = harness.http_get(admin, "/why?" + urllib.parse.urlencode(q))
+    st, body = harness.http_get(admin, "/why?" + urllib.parse.urlencode(q),
+                                headers=harness.admin_auth())
     check(st == 200, "/why %s %s: %d %s" % (user, items, st, body))
     return json.loads(body)
 
 
 def run_ctl(argv, want=0):
     exe = harness.build_path("tools", "dedupctl")
-    p = subprocess.run([exe] + argv, capture_output=True, text=True, timeout=30)
+    p = subprocess.run([exe, "--admin-token-file", harness.admin_token_file()] + argv,
+                       capture_output=True, text=True, timeout=30)
     if p.returncode != want:
         harness.fail("dedupctl %s: exit %d (want %d)\n%s%s" % (" ".join(argv), p.returncode, want,
                                                                p.stdout, p.stderr))
@@ -117,7 +121,7 @@ def main():
                  header="dedupd-op=forget")
     dd = harness.Dedupd(il.ingest_overrides(broker, **{
         "recent.redis": redis.addr, "admin.listen": "127.0.0.1:%d" % admin,
-        "trace.users": "alice, dave", "trace.max_records": str(MAX_RECORDS),
+        "admin.token_file": harness.admin_token_file(), "trace.users": "alice, dave", "trace.max_records": str(MAX_RECORDS),
         "trace.retention_days": str(RETENTION_DAYS), "trace.max_users": "3",
         "history.fp_rate": "0.000001", "window.flush_ms": "200",
         # a short session, so the restart below gets its partitions back soon
@@ -252,9 +256,9 @@ def main():
     harness.log("remove stops recording; Kafka plays traced after the restart")
 
     # ---- bad requests and non-loopback clients -----------------------------
-    st, body = harness.http_get(admin, "/why?user=alice")
+    st, body = harness.http_get(admin, "/why?user=alice", headers=harness.admin_auth())
     check(st == 400 and "item" in body, "no item: %d %s" % (st, body))
-    st, body = harness.http_get(admin, "/why?item=a")
+    st, body = harness.http_get(admin, "/why?item=a", headers=harness.admin_auth())
     check(st == 400 and "user" in body, "no user: %d %s" % (st, body))
     dd.stop()
     ip = non_loopback_ip()
@@ -263,11 +267,13 @@ def main():
         dd.start()
         for path in ("/why?user=alice&item=k1", "/trace"):
             try:
-                urllib.request.urlopen("http://%s:%d%s" % (ip, admin, path), timeout=5)
+                urllib.request.urlopen(urllib.request.Request(
+                    "http://%s:%d%s" % (ip, admin, path), headers=harness.admin_auth()),
+                    timeout=5)
                 harness.fail("%s answered a non-loopback client" % path)
             except urllib.error.HTTPError as e:
                 check(e.code == 403, "%s from %s: %d" % (path, ip, e.code))
-        st, _ = harness.http_get(admin, "/trace")
+        st, _ = harness.http_get(admin, "/trace", headers=harness.admin_auth())
         check(st == 200, "/trace from loopback: %d" % st)
         harness.log("/why and /trace: 403 from %s, 200 from loopback" % ip)
         dd.stop()
