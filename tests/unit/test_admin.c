@@ -16,7 +16,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 static int get(const char *addr, const char *path, int *status, char **body)
 {
@@ -260,10 +262,110 @@ static void test_handlers(void)
     dd_config_free(&cfg);
 }
 
+/* STATUS of METHOD PATH with HEADERS on ADDR (0 when it could not ask). */
+static int ask(const char *addr, const char *method, const char *path, const char *headers)
+{
+    int status = 0;
+    char *body = NULL, err[200];
+    size_t len;
+    if (dd_http_request_h(addr, method, path, headers, 5000, &status, &body, &len, err,
+                          sizeof err) != DD_OK)
+        fprintf(stderr, "%s %s: %s\n", method, path, err);
+    free(body);
+    return status;
+}
+
+static void test_token_parse(void)
+{
+    char tok[DD_ADMIN_TOKEN_MAX + 1], err[256];
+    CHECK(dd_admin_token_parse("  0123456789abcdef\r\n", tok, sizeof tok, err, sizeof err) ==
+          DD_OK);
+    CHECK_STR(tok, "0123456789abcdef");
+    CHECK(dd_admin_token_parse("short\n", tok, sizeof tok, err, sizeof err) == DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "admin.token_file"), "%s", err);
+    CHECK(dd_admin_token_parse("0123456789 abcdef", tok, sizeof tok, err, sizeof err) ==
+          DD_ERR_INVALID);
+    CHECK(dd_admin_token_parse("0123456789abcdef\nsecond", tok, sizeof tok, err, sizeof err) ==
+          DD_ERR_INVALID);
+    CHECK(dd_admin_token_parse("", tok, sizeof tok, err, sizeof err) == DD_ERR_INVALID);
+}
+
+/* An operator page: off (403) without admin.token_file; with it the
+ * token, no cross-site request and no form content type for writes. */
+static void test_operator_page(void)
+{
+    struct dd_config cfg;
+    char addr[64], err[256] = "";
+    int calls = 0;
+    dd_admin *a = new_admin(&cfg, addr);
+    CHECK_EQ_INT(dd_admin_set_handler(a, "/op", echo, &calls, true), DD_OK);
+    CHECK_EQ_INT(ask(addr, "GET", "/op?user=u", NULL), 403);
+    CHECK_EQ_INT(calls, 0);
+    dd_admin_free(a);
+    dd_config_free(&cfg);
+
+    char path[] = "/tmp/dd-admin-token-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, "tok-0123456789abcdef\n", 21) == 21);
+    close(fd);
+    REQUIRE(dd_config_init(&cfg) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "admin.listen", "127.0.0.1:0", err, sizeof err) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "admin.token_file", path, err, sizeof err) == DD_OK);
+    REQUIRE(dd_admin_new(&a, &cfg.admin, false, err, sizeof err) == DD_OK);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dd_admin_port(a));
+    CHECK_EQ_INT(dd_admin_set_handler(a, "/op", echo, &calls, true), DD_OK);
+    const char *tok = "Authorization: Bearer tok-0123456789abcdef\r\n";
+    const char *json = "Authorization: Bearer tok-0123456789abcdef\r\n"
+                       "Content-Type: application/json\r\n";
+    CHECK_EQ_INT(ask(addr, "GET", "/op?user=u", NULL), 401);
+    CHECK_EQ_INT(ask(addr, "GET", "/op?user=u", "Authorization: Bearer tok-0123456789abcdeF\r\n"),
+                 401);
+    CHECK_EQ_INT(ask(addr, "GET", "/op?user=u", "Authorization: Bearer tok-0123456789abcde\r\n"),
+                 401);
+    CHECK_EQ_INT(ask(addr, "GET", "/op?user=u", tok), 200);
+    CHECK_EQ_INT(calls, 1);
+    CHECK_EQ_INT(ask(addr, "POST", "/op?user=u", tok), 415);
+    char h[512];
+    snprintf(h, sizeof h, "%sContent-Type: application/x-www-form-urlencoded\r\n", tok);
+    CHECK_EQ_INT(ask(addr, "POST", "/op?user=u", h), 415);
+    snprintf(h, sizeof h, "%sContent-Type: Text/Plain; charset=utf-8\r\n", tok);
+    CHECK_EQ_INT(ask(addr, "POST", "/op?user=u", h), 415);
+    snprintf(h, sizeof h, "%sOrigin: http://evil.example\r\n", json);
+    CHECK_EQ_INT(ask(addr, "POST", "/op?user=u", h), 403);
+    snprintf(h, sizeof h, "%sSec-Fetch-Site: same-site\r\n", json);
+    CHECK_EQ_INT(ask(addr, "POST", "/op?user=u", h), 403);
+    snprintf(h, sizeof h, "%sSec-Fetch-Site: none\r\n", json);
+    CHECK_EQ_INT(ask(addr, "POST", "/op?user=u", h), 200);
+    CHECK_EQ_INT(ask(addr, "POST", "/op?user=u", json), 200);
+    CHECK_EQ_INT(calls, 3);
+    dd_admin_free(a);
+    dd_config_free(&cfg);
+    unlink(path);
+
+    /* A token file that is not a token stops the start, naming the key. */
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, "short\n", 6) == 6);
+    close(fd);
+    REQUIRE(dd_config_init(&cfg) == DD_OK);
+    REQUIRE(dd_config_set(&cfg, "admin.token_file", path, err, sizeof err) == DD_OK);
+    a = NULL;
+    CHECK(dd_admin_new(&a, &cfg.admin, false, err, sizeof err) == DD_ERR_INVALID && !a);
+    CHECK_MSG(strstr(err, "admin.token_file"), "%s", err);
+    unlink(path);
+    REQUIRE(dd_config_set(&cfg, "admin.token_file", path, err, sizeof err) == DD_OK);
+    CHECK(dd_admin_new(&a, &cfg.admin, false, err, sizeof err) == DD_ERR_INVALID && !a);
+    CHECK_MSG(strstr(err, "admin.token_file"), "%s", err);
+    dd_config_free(&cfg);
+}
+
 int main(void)
 {
     test_admin();
     test_required_component();
     test_handlers();
+    test_token_parse();
+    test_operator_page();
     TEST_MAIN_END();
 }
