@@ -265,26 +265,23 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
                          name, m.shards * r);
             goto done;
         }
-        /* Replica-major: adding a replica to every shard appends N pods
-         * and moves no existing one (shard-major would renumber them).
-         * After a split (cluster.split_from = M), the first M x R pods keep
-         * their places of the M-shard map and the pods after them take the
-         * new shards M..N-1, again replica-major, so resharding appends
+        /* Replica-major, and after a split the old map's pods first
+         * (dd_cluster_auto_place): adding replicas or splitting appends
          * pods and moves none. */
-        uint32_t mfrom = c->split_from && c->split_from < m.shards &&
-                                 m.shards % c->split_from == 0
-                             ? c->split_from
-                             : 0;
-        if (mfrom && (uint64_t)ord < (uint64_t)mfrom * r) {
-            m.shard = (uint32_t)ord % mfrom;
-            m.replica = (uint32_t)ord / mfrom;
-        } else if (mfrom) {
-            uint32_t j = (uint32_t)ord - mfrom * r, fresh = m.shards - mfrom;
-            m.shard = mfrom + j % fresh;
-            m.replica = j / fresh;
-        } else {
-            m.shard = (uint32_t)ord % m.shards;
-            m.replica = (uint32_t)ord / m.shards;
+        if (c->split_from && (c->split_replicas == 0 || c->split_replicas > r)) {
+            rc = dd_fail(DD_ERR_INVALID, err, errlen,
+                         "cluster.split_replicas: with cluster.shard = auto and "
+                         "cluster.split_from, give the replicas per shard when the split was "
+                         "made (1..%" PRIu32 "): without it, adding replicas would move pods "
+                         "to other shards", r);
+            goto done;
+        }
+        if (dd_cluster_auto_place(m.shards, r, c->split_from, c->split_replicas, (uint32_t)ord,
+                                  &m.shard, &m.replica) != DD_OK) {
+            rc = dd_fail(DD_ERR_INVALID, err, errlen,
+                         "cluster.split_from: %" PRIu32 " must divide cluster.shards (%" PRIu32
+                         ") and be smaller (N -> 2N: split_from = N)", c->split_from, m.shards);
+            goto done;
         }
     }
     if (m.replica >= m.nreplicas[m.shard]) {
@@ -334,6 +331,31 @@ done:
     else
         dd_cluster_map_free(&m);
     return rc;
+}
+
+int dd_cluster_auto_place(uint32_t n, uint32_t r, uint32_t m, uint32_t r0, uint32_t ord,
+                          uint32_t *shard, uint32_t *replica)
+{
+    if (n < 1 || r < 1 || (uint64_t)ord >= (uint64_t)n * r) return DD_ERR_INVALID;
+    if (m == 0) {
+        *shard = ord % n;
+        *replica = ord / n;
+        return DD_OK;
+    }
+    if (m >= n || n % m != 0 || r0 < 1 || r0 > r) return DD_ERR_INVALID;
+    if (ord < m * r0) {
+        *shard = ord % m;
+        *replica = ord / m;
+    } else if (ord < n * r0) {
+        uint32_t j = ord - m * r0, fresh = n - m;
+        *shard = m + j % fresh;
+        *replica = j / fresh;
+    } else {
+        uint32_t j = ord - n * r0;
+        *shard = j % n;
+        *replica = r0 + j / n;
+    }
+    return DD_OK;
 }
 
 void dd_cluster_map_hash_hex(const struct dd_cluster_map *m, char out[17])

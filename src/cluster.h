@@ -64,6 +64,8 @@ struct dd_cluster_conf {
                                   * after it was made, however often it is read */
     uint32_t split_from;        /* resharding: this map splits one of that many shards
                                  * (0 = none); see "Resharding" below */
+    uint32_t split_replicas;    /* auto with split_from: the replicas per shard when the
+                                 * split was made (dd_cluster_auto_place); 0 = not set */
 };
 
 /* The limits of the map. */
@@ -95,11 +97,9 @@ bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
  * inside the map or "auto", which takes this node's place from HOSTNAME's
  * trailing "-ORDINAL" (a StatefulSet pod, "dedupd-5"), replica-major:
  * shard = ordinal mod N, replica = ordinal / N, with the same number of
- * replicas R in every shard (so adding a replica to every shard appends
- * N pods and moves none); with cluster.split_from = M, ordinals below
- * M x R keep their places of the M-shard map and the ordinals after them
- * take shards M..N-1 the same way (ordinal - M x R = replica x (N - M) +
- * shard - M), so a split appends pods and moves none; a known partitioner;
+ * replicas R in every shard (dd_cluster_auto_place: adding replicas
+ * appends pods and moves none; with cluster.split_from, also
+ * cluster.split_replicas, required); a known partitioner;
  * cluster.redis empty or one host:port per shard. With
  * cluster.shards = 1 and cluster.nodes empty, the single node: MAP gets
  * one shard of one replica with an empty address. HOSTNAME NULL = the
@@ -108,6 +108,20 @@ bool dd_cluster_enabled(const struct dd_cluster_conf *conf);
 int dd_cluster_conf_check(const struct dd_cluster_conf *conf, const char *hostname,
                           struct dd_cluster_map *map, char *err, size_t errlen);
 void dd_cluster_map_free(struct dd_cluster_map *map);
+
+/* cluster.shard = auto: the place of StatefulSet pod ORDINAL in a map of
+ * SHARDS shards of REPLICAS replicas each. Without a split (SPLIT_FROM 0)
+ * replica-major: shard = ordinal mod N, replica = ordinal / N. With
+ * SPLIT_FROM = M and SPLIT_REPLICAS = R0 (the replicas per shard when the
+ * split was made, 1..REPLICAS): ordinals below M x R0 keep their places of
+ * the M-shard map, the next (N - M) x R0 take shards M..N-1 replica-major,
+ * and those after take replicas R0.. of every shard replica-major, so that
+ * neither the split nor adding replicas after it moves a pod. Returns 0,
+ * or DD_ERR_INVALID when ORDINAL >= N x REPLICAS or the arguments do not
+ * describe such a map. */
+int dd_cluster_auto_place(uint32_t shards, uint32_t replicas, uint32_t split_from,
+                          uint32_t split_replicas, uint32_t ordinal, uint32_t *shard,
+                          uint32_t *replica);
 
 /* cluster.redis's entry for SHARD into OUT (true), or false when
  * cluster.redis is "" (recent.redis applies). CONF passed

@@ -114,6 +114,7 @@ static const struct key keys[] = {
     /* at most what history keys store of a user id (u16 length, history.h) */
     ROW_U32("ingest.max_id_bytes", ingest.max_id_bytes, "256", 1, 65535),
     ROW_BOOL("ingest.wal", ingest.wal, "false"),
+    ROW_BOOL("ingest.accept_truncated_log", ingest.accept_truncated_log, "false"),
     ROW_U32("ingest.durable_interval_ms", ingest.durable_interval_ms, "10000", 1, UINT32_MAX),
 
     ROW_U32("window.flush_ms", window.flush_ms, "500", 1, UINT32_MAX),
@@ -178,6 +179,7 @@ static const struct key keys[] = {
     ROW_U32("cluster.snapshot_mbps", cluster.snapshot_mbps, "400", 0, 1000000),
     ROW_U32("cluster.snapshot_max_age_s", cluster.snapshot_max_age_s, "3600", 1, 604800),
     ROW_U32("cluster.split_from", cluster.split_from, "0", 0, 1024),
+    ROW_U32("cluster.split_replicas", cluster.split_replicas, "0", 0, 16),
 
     ROW_STR("trace.path", trace.path, "./data/trace"),
     ROW_STR("trace.users", trace.users, ""),

@@ -682,7 +682,7 @@ int dd_history_batch_forget(dd_history_batch *b, const char *scene, size_t scene
     return 0;
 }
 
-/* The reserved keys' 8-byte big-endian values (offsets, holds). */
+/* The offsets' 8-byte big-endian values. */
 static void be64_put(uint8_t v[8], uint64_t x)
 {
     for (int i = 0; i < 8; i++) v[i] = (uint8_t)(x >> (56 - 8 * i));
@@ -777,7 +777,8 @@ void dd_history_set_owner(dd_history *h, bool (*owns)(void *ud, const char *user
  * short) and apart from the offsets' ('K'). */
 static const char holds_key[4] = {0, 0, 0, 'M'};
 
-int dd_history_get_holds(dd_history *h, uint64_t *id, char *err, size_t errlen)
+int dd_history_get_holds(dd_history *h, uint8_t *buf, size_t cap, size_t *len, char *err,
+                         size_t errlen)
 {
     char *e = NULL;
     size_t vlen = 0;
@@ -789,8 +790,9 @@ int dd_history_get_holds(dd_history *h, uint64_t *id, char *err, size_t errlen)
     }
     if (!v) return DD_ERR_NOTFOUND;
     int rc = DD_ERR_CORRUPT;
-    if (vlen == 8) {
-        *id = be64_get(v);
+    if (vlen <= cap) {
+        if (vlen) memcpy(buf, v, vlen);
+        *len = vlen;
         rc = 0;
     } else {
         dd_set_err(err, errlen, "the stored ownership is corrupt (%zu bytes)", vlen);
@@ -799,15 +801,13 @@ int dd_history_get_holds(dd_history *h, uint64_t *id, char *err, size_t errlen)
     return rc;
 }
 
-int dd_history_put_holds(dd_history *h, uint64_t id, char *err, size_t errlen)
+int dd_history_put_holds(dd_history *h, const uint8_t *v, size_t len, char *err, size_t errlen)
 {
     if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
-    uint8_t v[8];
-    be64_put(v, id);
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(wo, 1);
     char *e = NULL;
-    rocksdb_put_cf(h->db, wo, h->cf, holds_key, sizeof holds_key, (const char *)v, sizeof v, &e);
+    rocksdb_put_cf(h->db, wo, h->cf, holds_key, sizeof holds_key, (const char *)v, len, &e);
     rocksdb_writeoptions_destroy(wo);
     if (e) {
         dd_set_err(err, errlen, "write: %s", e);

@@ -192,14 +192,16 @@ int dd_history_get_offset(dd_history *h, const char *topic, int32_t partition, i
 void dd_history_set_owner(dd_history *h, bool (*owns)(void *ud, const char *user, size_t len),
                           void *ud);
 
-/* Which users the store holds, as a 64-bit id of an ownership (cluster.h
- * dd_cluster_ownership_id), kept in the store's reserved key space like
- * the offsets: a store made or swept under one ownership holds no other
- * node's users. dd_history_get_holds: 0 with *ID, DD_ERR_NOTFOUND (never
- * recorded), DD_ERR_CORRUPT or DD_ERR_IO. dd_history_put_holds writes it
- * durably: 0 or DD_ERR_IO. Messages in err. */
-int dd_history_get_holds(dd_history *h, uint64_t *id, char *err, size_t errlen);
-int dd_history_put_holds(dd_history *h, uint64_t id, char *err, size_t errlen);
+/* The store's ownership record (owner.h encodes and checks it), kept in
+ * the store's reserved key space like the offsets: which users the store
+ * holds. dd_history_get_holds copies the stored bytes into BUF (room for
+ * CAP) and their count into *LEN: 0, DD_ERR_NOTFOUND (never recorded),
+ * DD_ERR_CORRUPT (longer than CAP; BUF untouched) or DD_ERR_IO.
+ * dd_history_put_holds writes V[0..LEN) durably: 0 or DD_ERR_IO (also
+ * while the store refuses writes). Messages in err. */
+int dd_history_get_holds(dd_history *h, uint8_t *buf, size_t cap, size_t *len, char *err,
+                         size_t errlen);
+int dd_history_put_holds(dd_history *h, const uint8_t *v, size_t len, char *err, size_t errlen);
 
 /* Write this batch without the WAL (default: with it). An unlogged write is
  * visible to every later probe at once but durable only once a later

@@ -141,6 +141,9 @@ struct dd_ingest {
     /* Assign mode (conf->assign). */
     bool assign;
     bool from_beginning;  /* assign: ignore committed offsets (ingest.h) */
+    bool accept_truncated; /* ingest.accept_truncated_log (ingest.h) */
+    bool (*partitions_ok)(void *ud, int32_t n); /* dd_ingest_set_partitions_check */
+    void *partitions_ud;
     uint32_t shards, shard;
     enum dd_partitioner partitioner;
     int32_t assign_count; /* the count the partitions were assigned by (poll thread) */
@@ -1173,13 +1176,14 @@ static void update_assigned(dd_ingest *in)
     atomic_store_explicit(&in->st.assigned, n, memory_order_relaxed);
 }
 
-/* The log of PARTITION must still hold NEXT, the store's position in it:
- * if it starts later, plays between them were dropped by the topic's
+/* The log of PARTITION must still hold NEXT, the store's position in it
+ * (STORED), or start at offset 0 when the store has none (!STORED, NEXT
+ * 0): if it starts later, plays between them were dropped by the topic's
  * retention before this store had them (librdkafka would silently start
  * at the beginning). Logged, counted, and the node is not ready from then
  * on (dd_ingest_log_gap). A watermark that cannot be read is logged and
  * not held against the store. */
-static void check_log_start(dd_ingest *in, int32_t partition, int64_t next)
+static void check_log_start(dd_ingest *in, int32_t partition, int64_t next, bool stored)
 {
     int64_t lo = 0, hi = 0;
     rd_kafka_resp_err_t e =
@@ -1192,16 +1196,29 @@ static void check_log_start(dd_ingest *in, int32_t partition, int64_t next)
     }
     if (next >= lo) return;
     INC(log_gaps);
-    dd_error(MOD, "msg=\"the log starts after the store's position: the plays between are gone "
-                  "from the topic and missing from this store; replace the store (a copy from a "
-                  "replica: cluster.bootstrap = peer) or raise the topic's retention\" "
-                  "topic=%s partition=%" PRId32 " store_next=%" PRId64 " log_start=%" PRId64,
-             in->topic, partition, next, lo);
+    if (stored)
+        dd_error(MOD, "msg=\"the log starts after the store's position: the plays between are "
+                      "gone from the topic and missing from this store; replace the store (a "
+                      "copy from a replica: cluster.bootstrap = peer) or raise the topic's "
+                      "retention\" topic=%s partition=%" PRId32 " store_next=%" PRId64
+                      " log_start=%" PRId64, in->topic, partition, next, lo);
+    else
+        dd_error(MOD, "msg=\"the store has no position in a partition whose log no longer "
+                      "starts at offset 0: the plays before the log's start are missing from "
+                      "this store; copy a replica's store (cluster.bootstrap = peer), or declare "
+                      "them not needed with ingest.accept_truncated_log = true\" topic=%s "
+                      "partition=%" PRId32 " log_start=%" PRId64, in->topic, partition, lo);
     if (!atomic_load(&in->log_gap)) {
-        snprintf(in->gap_why, sizeof in->gap_why,
-                 "ingest: partition %" PRId32 " of %s starts at offset %" PRId64
-                 ", after the store's %" PRId64 ": plays missing (see the log)",
-                 partition, in->topic, lo, next);
+        if (stored)
+            snprintf(in->gap_why, sizeof in->gap_why,
+                     "ingest: partition %" PRId32 " of %s starts at offset %" PRId64
+                     ", after the store's %" PRId64 ": plays missing (see the log)",
+                     partition, in->topic, lo, next);
+        else
+            snprintf(in->gap_why, sizeof in->gap_why,
+                     "ingest: partition %" PRId32 " of %s starts at offset %" PRId64
+                     " and the store has no position in it: plays missing (see the log)",
+                     partition, in->topic, lo);
         atomic_store(&in->log_gap, true);
     }
 }
@@ -1241,7 +1258,13 @@ static int offsets_from_store(dd_ingest *in, rd_kafka_topic_partition_list_t *l)
         if (rc == DD_OK) {
             l->elems[i].offset = next;
             n++;
-            check_log_start(in, l->elems[i].partition, next);
+            check_log_start(in, l->elems[i].partition, next, true);
+        } else if (rc == DD_ERR_NOTFOUND && in->assign && !in->accept_truncated) {
+            /* A cluster node's store without a position here (a new store,
+             * or a copy that lacks this partition) is complete only from
+             * the log's offset 0, whatever the group committed. */
+            l->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
+            check_log_start(in, l->elems[i].partition, 0, false);
         } else if (rc != DD_ERR_NOTFOUND) {
             dd_error(MOD, "msg=\"cannot read the store's offset; starting from the committed "
                           "one\" topic=%s partition=%" PRId32 " error=\"%s\"",
@@ -1434,6 +1457,15 @@ static void note_partition_count(dd_ingest *in, int32_t n, int32_t *last)
 {
     atomic_store_explicit(&in->st.topic_partitions, (uint64_t)n, memory_order_relaxed);
     if (*last == 0) {
+        /* The store's ownership records or compares the count (owner.h):
+         * on a mismatch the count is never published, so nothing is
+         * assigned (assign mode). */
+        if (in->partitions_ok && !in->partitions_ok(in->partitions_ud, n)) {
+            dd_error(MOD, "msg=\"the store's ownership differs from the topic's: not "
+                          "consuming\" topic=%s partitions=%" PRId32, in->topic, n);
+            *last = n;
+            return;
+        }
         atomic_store(&in->partitions, n);
         dd_info(MOD, "msg=\"topic found\" topic=%s partitions=%" PRId32, in->topic, n);
     } else if (n != *last) {
@@ -1596,6 +1628,7 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     in->group_id = group;
     in->assign = conf->assign;
     in->from_beginning = conf->from_beginning;
+    in->accept_truncated = conf->accept_truncated_log;
     in->shards = conf->shards;
     in->shard = conf->shard;
     in->partitioner = (enum dd_partitioner)conf->partitioner;
@@ -1687,6 +1720,12 @@ err:
 err_set:
     dd_ingest_free(in);
     return rc;
+}
+
+void dd_ingest_set_partitions_check(dd_ingest *in, bool (*ok)(void *ud, int32_t n), void *ud)
+{
+    in->partitions_ok = ok;
+    in->partitions_ud = ud;
 }
 
 void dd_ingest_set_trace(dd_ingest *in, dd_trace *trace) { in->trace = trace; }

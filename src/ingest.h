@@ -89,6 +89,8 @@ struct dd_ingest_conf {
     bool from_beginning;  /* assign: the store is new (dd_history_created): start every
                            * partition at its beginning, not at offsets committed for a
                            * store that was lost (a replaced volume) */
+    bool accept_truncated_log; /* ingest.accept_truncated_log: assign mode, a partition
+                                * with no stored position may start past offset 0 */
 };
 
 typedef struct dd_ingest dd_ingest;
@@ -116,6 +118,13 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
  * message. Call before dd_ingest_start; NULL (the default) = none. */
 typedef struct dd_trace dd_trace;
 void dd_ingest_set_trace(dd_ingest *in, dd_trace *trace);
+
+/* Call OK(UD, n) once, from the watch thread, when the topic's partition
+ * count N is first known, before anything is assigned by it: false (the
+ * store's ownership differs, owner.h) keeps the count unpublished, so that
+ * assign mode assigns nothing and the node stays not ready. Call before
+ * dd_ingest_start; NULL (the default) = none. */
+void dd_ingest_set_partitions_check(dd_ingest *in, bool (*ok)(void *ud, int32_t n), void *ud);
 
 /* Subscribe (group mode; assign mode assigns once the partition count is
  * known) and start the threads. Returns 0, DD_ERR_STATE (already

@@ -17,6 +17,8 @@
 #include "ingest.h"
 #include "producer.h"
 #include "log.h"
+#include "owner.h"
+#include "partition.h"
 #include "plays.h"
 #include "rpc.h"
 #include "snapshot.h"
@@ -41,22 +43,54 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dedupd [-c FILE] [-o section.key=value]... [-t] [-p]\n"
-            "  -c FILE   configuration file (INI; see conf/dedupd.conf)\n"
-            "  -o K=V    override one key, e.g. -o history.path=/data (repeatable)\n"
-            "  -t        check the configuration and exit\n"
-            "  -p        print the effective configuration and exit\n"
-            "  -h        this help\n");
+            "usage: dedupd [-c FILE] [-o section.key=value]... [-t] [-p] [--take-over]\n"
+            "  -c FILE      configuration file (INI; see conf/dedupd.conf)\n"
+            "  -o K=V       override one key, e.g. -o history.path=/data (repeatable)\n"
+            "  -t           check the configuration and exit\n"
+            "  -p           print the effective configuration and exit\n"
+            "  --take-over  record this configuration's ownership in the store, replacing\n"
+            "               the one it holds (a store refused as another's; README,\n"
+            "               \"Ownership\"); for this start only\n"
+            "  -h           this help\n");
 }
+
+/* The store as admin's component: the history and its ownership check. */
+struct store_ref {
+    dd_history *h;
+    dd_owner_guard *owner;
+};
 
 /* The store is degraded while it refuses writes (full disk): /readyz stays
  * 200 and says why (admin.h, "Ready"). */
-static bool store_degraded(void *h, char *why, size_t whylen)
+static bool store_degraded(void *ud, char *why, size_t whylen)
 {
+    struct store_ref *s = ud;
     char r[256];
-    if (dd_history_writable(h, r, sizeof r)) return false;
+    if (dd_history_writable(s->h, r, sizeof r)) return false;
     snprintf(why, whylen, "store not writable: %s", r);
     return true;
+}
+
+/* Not ready while the store is another ownership's (owner.h). */
+static bool store_ready(void *ud)
+{
+    struct store_ref *s = ud;
+    return !dd_owner_guard_refused(s->owner, NULL, 0);
+}
+static bool store_why(void *ud, char *why, size_t whylen)
+{
+    struct store_ref *s = ud;
+    return dd_owner_guard_refused(s->owner, why, whylen);
+}
+static void store_collect(dd_prom *p, void *ud)
+{
+    struct store_ref *s = ud;
+    dd_history_collect(p, s->h);
+    dd_owner_guard_collect(p, s->owner);
+}
+static bool owner_refused(void *g, char *why, size_t whylen)
+{
+    return dd_owner_guard_refused(g, why, whylen);
 }
 
 /* Ingest is ready while it has partitions (admin.h's probe), and never
@@ -220,7 +254,7 @@ int main(int argc, char **argv)
 {
     struct dd_config cfg;
     char err[512], addrbuf[300];
-    int check_only = 0, print_only = 0, opt, rc = 1;
+    int check_only = 0, print_only = 0, take_over = 0, opt, rc = 1;
     dd_history *history = NULL;
     dd_admin *admin = NULL;
     dd_rpc *rpc = NULL;
@@ -233,6 +267,8 @@ int main(int argc, char **argv)
     dd_trace *trace = NULL;
     dd_why *why = NULL;
     dd_recent_watch *redis_watch = NULL;
+    dd_owner_guard *owner = NULL;
+    struct store_ref store = {0};
     bool trace_metrics = false;
     struct dd_cluster_map map = {0};
 
@@ -243,9 +279,12 @@ int main(int argc, char **argv)
     /* First pass: the file; overrides are applied after it, whatever the
      * order on the command line. */
     const char *conf_path = NULL;
-    while ((opt = getopt(argc, argv, "c:o:tph")) != -1) {
+    static const struct option longopts[] = {{"take-over", no_argument, NULL, 'T'},
+                                             {NULL, 0, NULL, 0}};
+    while ((opt = getopt_long(argc, argv, "c:o:tph", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': conf_path = optarg; break;
+        case 'T': take_over = 1; break;
         case 'o': break;
         case 't': check_only = 1; break;
         case 'p': print_only = 1; break;
@@ -263,7 +302,7 @@ int main(int argc, char **argv)
         goto out;
     }
     optind = 1;
-    while ((opt = getopt(argc, argv, "c:o:tph")) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:o:tph", longopts, NULL)) != -1) {
         if (opt != 'o') continue;
         char *eq = strchr(optarg, '=');
         if (!eq) {
@@ -380,8 +419,41 @@ int main(int argc, char **argv)
     }
     dd_info("main", "msg=\"history open\" path=\"%s\" segment_days=%u retention_days=%u",
             cfg.history.path, cfg.history.segment_days, cfg.history.retention_days);
+
+    /* Whose store it is (owner.h): a store of another ownership is
+     * refused before anything serves from it or writes to it. */
+    {
+        struct dd_owner want = {.shards = 1};
+        snprintf(want.topic, sizeof want.topic, "%s", cfg.ingest.topic);
+        enum dd_partitioner part = DD_PARTITIONER_MURMUR2_RANDOM;
+        dd_partitioner_parse(cfg.cluster.partitioner, &part);
+        want.partitioner = (int)part;
+        uint64_t legacy = 0, legacy_parent = 0;
+        if (clustered) {
+            want.shards = map.shards;
+            want.shard = map.shard;
+            want.split_from = map.split_from;
+            want.partitioner = map.partitioner;
+            legacy = dd_cluster_ownership_id(&map);
+            if (map.split_from) {
+                struct dd_cluster_map parent = {.shards = map.split_from,
+                                                .shard = map.shard % map.split_from,
+                                                .partitioner = map.partitioner};
+                legacy_parent = dd_cluster_ownership_id(&parent);
+            }
+        }
+        if (dd_owner_guard_new(&owner, history, &want, dd_history_created(history), take_over,
+                               legacy, legacy_parent, err, sizeof err) != DD_OK) {
+            dd_error("main", "msg=\"cannot check the store's ownership\" error=\"%s\"", err);
+            goto out;
+        }
+    }
+    bool refused = dd_owner_guard_refused(owner, NULL, 0);
+    store.h = history;
+    store.owner = owner;
     dd_admin_set_degraded(admin, DD_ADMIN_STORE, store_degraded);
-    if (dd_admin_attach(admin, DD_ADMIN_STORE, history, dd_history_collect, NULL) != DD_OK) {
+    dd_admin_set_why(admin, DD_ADMIN_STORE, store_why);
+    if (dd_admin_attach(admin, DD_ADMIN_STORE, &store, store_collect, store_ready) != DD_OK) {
         dd_error("main", "msg=\"out of memory\"");
         goto out;
     }
@@ -405,13 +477,16 @@ int main(int argc, char **argv)
      * replays its partitions from their beginning: its group's committed
      * offsets belonged to a store that is gone. */
     cfg.ingest.from_beginning = clustered && dd_history_created(history);
-    if (cfg.ingest.enabled) {
+    if (cfg.ingest.enabled && refused) {
+        dd_error("main", "msg=\"the store is another ownership's: not consuming into it\"");
+    } else if (cfg.ingest.enabled) {
         if (dd_ingest_new(&ingest, &cfg.ingest, &cfg.window, &cfg.kafka, history, err,
                           sizeof err) != DD_OK) {
             dd_error("main", "msg=\"cannot create the Kafka consumer\" error=\"%s\"", err);
             goto out;
         }
         dd_ingest_set_trace(ingest, trace);
+        dd_ingest_set_partitions_check(ingest, dd_owner_guard_partitions, owner);
         if (dd_ingest_start(ingest) != DD_OK) {
             dd_error("main", "msg=\"cannot start Kafka ingest\" topic=%s", cfg.ingest.topic);
             goto out;
@@ -426,8 +501,12 @@ int main(int argc, char **argv)
     }
 
     if (clustered) {
-        struct dd_cluster_local local = {ingest_partitions, ingest_partitions_changed,
-                                         ingest_lag_ms, ingest};
+        /* No ingest (a refused store): the partition count stays unknown,
+         * so the node is not ready for the cluster either. */
+        struct dd_cluster_local local = {0};
+        if (ingest)
+            local = (struct dd_cluster_local){ingest_partitions, ingest_partitions_changed,
+                                              ingest_lag_ms, ingest};
         if (dd_cluster_new(&cluster, &map, &cfg.cluster, &cfg.rpc, &local, err, sizeof err) !=
                 DD_OK ||
             dd_cluster_start(cluster, err, sizeof err) != DD_OK) {
@@ -446,8 +525,8 @@ int main(int argc, char **argv)
         /* Resharding: compactions drop the users this node no longer owns
          * once the cluster has settled, and a store that may hold some is
          * swept (sweep.h). */
-        dd_history_set_owner(history, dd_cluster_owns, cluster);
-        if (dd_sweep_start(&sweep, history, cluster, err, sizeof err) != DD_OK) {
+        if (!refused) dd_history_set_owner(history, dd_cluster_owns, cluster);
+        if (dd_sweep_start(&sweep, history, cluster, owner, err, sizeof err) != DD_OK) {
             dd_error("main", "msg=\"cannot check the store's ownership\" error=\"%s\"", err);
             goto out;
         }
@@ -461,7 +540,7 @@ int main(int argc, char **argv)
             dd_error("main", "msg=\"cannot start the producer\" error=\"%s\"", err);
             goto out;
         }
-        dd_producer_set_applied(producer, ingest_applied, ingest);
+        if (ingest) dd_producer_set_applied(producer, ingest_applied, ingest);
     }
     if (clustered && dd_snapshot_server_new(&snapshot, history, cfg.cluster.snapshot_mbps,
                                             cfg.cluster.snapshot_max_age_s, err,
@@ -495,6 +574,7 @@ int main(int argc, char **argv)
         dd_rpc_set_trace(rpc, trace);
         dd_rpc_set_snapshot(rpc, snapshot);
         dd_rpc_set_ready(rpc, node_ready, admin);
+        dd_rpc_set_refusal(rpc, owner_refused, owner);
     }
     if (!rpc || dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",
@@ -560,6 +640,7 @@ out:
     if (trace_metrics) dd_metrics_remove(dd_admin_metrics(admin), dd_trace_collect, trace);
     dd_trace_close(trace);
     dd_admin_detach(admin, DD_ADMIN_STORE);
+    dd_owner_guard_free(owner);
     dd_history_close(history);
     dd_cluster_free(cluster);
     if (rc == 0 && history) dd_info("main", "msg=stopped");

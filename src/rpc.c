@@ -179,6 +179,8 @@ struct dd_rpc {
     atomic_bool serving;
     bool (*ready)(void *ud);    /* dd_rpc_set_ready: the node's readiness, or NULL */
     void *ready_ud;
+    bool (*refused)(void *ud, char *why, size_t whylen); /* dd_rpc_set_refusal */
+    void *refused_ud;
     atomic_bool stopping;     /* do not re-post slots */
     atomic_bool drain;        /* server shutdown done: workers may close their queues */
     _Atomic uint64_t in_flight;
@@ -493,6 +495,13 @@ void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud)
 {
     rpc->ready = ready;
     rpc->ready_ud = ud;
+}
+
+void dd_rpc_set_refusal(dd_rpc *rpc, bool (*refused)(void *ud, char *why, size_t whylen),
+                        void *ud)
+{
+    rpc->refused = refused;
+    rpc->refused_ud = ud;
 }
 
 /* ---- calls -------------------------------------------------------------- */
@@ -1245,6 +1254,11 @@ static void handle(struct worker *w, struct slot *s)
                                          s->method <= DD_API_FORGET_USER && forwarding(&s->md),
                                          w->msg, sizeof w->msg)) != GRPC_STATUS_OK) {
         /* message set by authorize; the payload is never looked at */
+    } else if (s->method != DD_API_HEALTH_CHECK && rpc->refused &&
+               rpc->refused(rpc->refused_ud, w->msg, sizeof w->msg)) {
+        /* the store is not this node's (owner.h): nothing is served; health
+         * answers NOT_SERVING, as /readyz says 503 */
+        s->status = GRPC_STATUS_UNAVAILABLE;
     } else if (!s->payload) {
         s->status = GRPC_STATUS_INVALID_ARGUMENT;
         snprintf(w->msg, sizeof w->msg, "no request message");

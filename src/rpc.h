@@ -187,6 +187,16 @@ bool dd_rpc_serving(const dd_rpc *rpc);
  * thread-safe. Before dd_rpc_start. Cannot fail. */
 void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud);
 
+/* Every call but health checks (which answer what /readyz says:
+ * NOT_SERVING then) and the Cluster service's too, once its caller is
+ * authorized, is answered UNAVAILABLE with REFUSED's message
+ * while REFUSED(UD, msg, len) is true (the store is not this node's:
+ * owner.h). REFUSED is called by every worker for every call, so it must
+ * be quick and thread-safe; UD must outlive the server. Call before
+ * dd_rpc_start. Cannot fail. */
+void dd_rpc_set_refusal(dd_rpc *rpc, bool (*refused)(void *ud, char *why, size_t whylen),
+                        void *ud);
+
 /* Health NOT_SERVING, stop accepting calls, let calls in flight finish for
  * up to rpc.shutdown_grace_ms, cancel the rest, stop the workers and
  * destroy the queues. Idempotent; a no-op before dd_rpc_start. Cannot

@@ -9,6 +9,7 @@
 #include "dd.h"
 #include "history.h"
 #include "log.h"
+#include "owner.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -26,7 +27,7 @@
 struct dd_sweep {
     dd_history *h;
     dd_cluster *cl;
-    uint64_t id;               /* this node's ownership */
+    dd_owner_guard *owner;     /* records this node's ownership once swept */
     pthread_t thread;
     atomic_bool stop;
 };
@@ -71,7 +72,9 @@ static void *sweep_main(void *arg)
                          "settled\"");
             continue;
         }
-        if (dd_history_put_holds(s->h, s->id, err, sizeof err) != DD_OK) {
+        struct dd_cluster_self self;
+        dd_cluster_get_self(s->cl, &self);
+        if (dd_owner_guard_swept(s->owner, self.partition_count, err, sizeof err) != DD_OK) {
             dd_warn(MOD, "msg=\"cannot record the store's ownership; trying again later\" "
                          "error=\"%s\"", err);
             if (!nap(s, SWEEP_RETRY_MS)) break;
@@ -87,21 +90,20 @@ static void *sweep_main(void *arg)
     return NULL;
 }
 
-int dd_sweep_start(dd_sweep **out, dd_history *h, dd_cluster *cl, char *err, size_t errlen)
+int dd_sweep_start(dd_sweep **out, dd_history *h, dd_cluster *cl, dd_owner_guard *owner,
+                   char *err, size_t errlen)
 {
     *out = NULL;
-    uint64_t id = dd_cluster_ownership_id(dd_cluster_get_map(cl)), held = 0;
-    int rc = dd_history_get_holds(h, &held, err, errlen);
-    if (rc == DD_OK && held == id) return DD_OK;
-    if (rc == DD_ERR_IO) return rc;
-    if (rc == DD_ERR_NOTFOUND && dd_history_created(h))
-        return dd_history_put_holds(h, id, err, errlen); /* nothing foreign in a new store */
-    /* A corrupt record is as good as none: sweep. */
+    /* Only a copy of the split's parent holds other shards' users; a store
+     * of any other ownership is refused (owner.h), never swept. */
+    if (dd_owner_guard_refused(owner, NULL, 0) ||
+        dd_owner_guard_relation(owner) != DD_OWNER_PARENT)
+        return DD_OK;
     dd_sweep *s = calloc(1, sizeof *s);
     if (!s) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     s->h = h;
     s->cl = cl;
-    s->id = id;
+    s->owner = owner;
     if (pthread_create(&s->thread, NULL, sweep_main, s) != 0) {
         free(s);
         return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot start the sweep thread");

@@ -319,6 +319,12 @@ static void test_split(void)
     struct dd_cluster_conf ca = conf(4, "auto", "auto",
                                      "h0:1,h2:1;h1:1,h3:1;h4:1,h6:1;h5:1,h7:1");
     ca.split_from = 2;
+    /* without the replicas at the split, auto after a split is refused */
+    CHECK_EQ_INT(dd_cluster_conf_check(&ca, "dedupd-4", NULL, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "cluster.split_replicas") != NULL);
+    ca.split_replicas = 3;   /* more than there are */
+    CHECK_EQ_INT(dd_cluster_conf_check(&ca, "dedupd-4", NULL, err, sizeof err), DD_ERR_INVALID);
+    ca.split_replicas = 2;
     static const uint32_t want[8][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 1},
                                         {2, 0}, {3, 0}, {2, 1}, {3, 1}};
     for (int k = 0; k < 8; k++) {
@@ -374,6 +380,89 @@ static void test_split(void)
     dd_cluster_free(cn);
 }
 
+/* Every map transition auto placement meets: replicas added one at a time
+ * to every shard, before and after a split (N -> kN), never gives an
+ * existing ordinal another place, and the split itself keeps the old
+ * map's ordinals where they were. The issue's case: 2 -> 4 shards with 2
+ * replicas, then a third: dedupd-4 stays shard 2 replica 0 (the placement
+ * before cluster.split_replicas made it shard 0 replica 2). */
+static void test_auto_transitions(void)
+{
+    int moves = 0, checked = 0;
+    for (uint32_t m = 1; m <= 4; m++) {
+        for (uint32_t k = 2; k <= 3; k++) {
+            uint32_t n = m * k;
+            for (uint32_t r0 = 1; r0 <= 3; r0++) {
+                /* the split: the M-shard map's pods keep their places */
+                for (uint32_t ord = 0; ord < m * r0; ord++) {
+                    uint32_t s0, p0, s1, p1;
+                    REQUIRE(dd_cluster_auto_place(m, r0, 0, 0, ord, &s0, &p0) == DD_OK);
+                    REQUIRE(dd_cluster_auto_place(n, r0, m, r0, ord, &s1, &p1) == DD_OK);
+                    if (s0 != s1 || p0 != p1) moves++;
+                    checked++;
+                }
+                /* then replicas added: R -> R + 1, each ordinal that existed
+                 * keeps shard and replica; each place is taken once */
+                for (uint32_t r = r0; r < 6; r++) {
+                    bool seen[12][8] = {{false}};
+                    for (uint32_t ord = 0; ord < n * (r + 1); ord++) {
+                        uint32_t s1, p1;
+                        REQUIRE(dd_cluster_auto_place(n, r + 1, m, r0, ord, &s1, &p1) == DD_OK);
+                        REQUIRE(s1 < n && p1 < r + 1);
+                        CHECK(!seen[s1][p1]);
+                        seen[s1][p1] = true;
+                        if (ord >= n * r) continue;
+                        uint32_t s0, p0;
+                        REQUIRE(dd_cluster_auto_place(n, r, m, r0, ord, &s0, &p0) == DD_OK);
+                        if (s0 != s1 || p0 != p1) moves++;
+                        checked++;
+                    }
+                }
+            }
+        }
+        /* no split: adding replicas moves nobody either */
+        for (uint32_t r = 1; r < 6; r++)
+            for (uint32_t ord = 0; ord < m * r; ord++) {
+                uint32_t s0, p0, s1, p1;
+                REQUIRE(dd_cluster_auto_place(m, r, 0, 0, ord, &s0, &p0) == DD_OK);
+                REQUIRE(dd_cluster_auto_place(m, r + 1, 0, 0, ord, &s1, &p1) == DD_OK);
+                if (s0 != s1 || p0 != p1) moves++;
+                checked++;
+            }
+    }
+    CHECK_EQ_INT(moves, 0);
+    CHECK(checked > 1000);
+
+    /* the issue's case, through the configuration: 2 -> 4 shards made with
+     * 2 replicas, a third replica added, split_from kept */
+    char err[512];
+    struct dd_cluster_conf c = conf(4, "auto", "auto",
+                                    "h0:1,h2:1,h8:1;h1:1,h3:1,h9:1;h4:1,h6:1,h10:1;"
+                                    "h5:1,h7:1,h11:1");
+    c.split_from = 2;
+    c.split_replicas = 2;
+    struct dd_cluster_map ma;
+    REQUIRE(dd_cluster_conf_check(&c, "dedupd-4", &ma, err, sizeof err) == DD_OK);
+    CHECK_EQ_INT(ma.shard, 2);
+    CHECK_EQ_INT(ma.replica, 0);
+    dd_cluster_map_free(&ma);
+    REQUIRE(dd_cluster_conf_check(&c, "dedupd-8", &ma, err, sizeof err) == DD_OK);
+    CHECK_EQ_INT(ma.shard, 0);
+    CHECK_EQ_INT(ma.replica, 2);
+    dd_cluster_map_free(&ma);
+    /* the same map without split_replicas would have moved dedupd-4 (to
+     * shard 0 replica 2): refused instead */
+    c.split_replicas = 0;
+    CHECK_EQ_INT(dd_cluster_conf_check(&c, "dedupd-4", NULL, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "cluster.split_replicas") != NULL);
+    /* arguments that describe no map */
+    uint32_t s, r;
+    CHECK_EQ_INT(dd_cluster_auto_place(4, 2, 2, 2, 8, &s, &r), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_cluster_auto_place(4, 2, 3, 2, 0, &s, &r), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_cluster_auto_place(4, 2, 2, 3, 0, &s, &r), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_cluster_auto_place(4, 2, 2, 0, 0, &s, &r), DD_ERR_INVALID);
+}
+
 int main(void)
 {
     test_single_node();
@@ -384,5 +473,6 @@ int main(void)
     test_shard_of();
     test_running();
     test_split();
+    test_auto_transitions();
     TEST_MAIN_END();
 }
