@@ -190,7 +190,7 @@ bool dd_admin_ready(dd_admin *a, char *why, size_t whylen)
             "store not open", "grpc not serving", "ingest has no partitions assigned",
             "cluster not ready", "redis unreachable"};
         if (why && off < whylen) {
-            char reason[320];
+            char reason[384]; /* room for both ownerships of a refused store (owner.h) */
             snprintf(reason, sizeof reason, "%s", missing[c]);
             pthread_mutex_lock(&a->lock);
             if (a->attached[c].why && a->attached[c].module)

@@ -1195,6 +1195,13 @@ static void check_log_start(dd_ingest *in, int32_t partition, int64_t next, bool
         return;
     }
     if (next >= lo) return;
+    if (in->accept_truncated) {
+        dd_warn(MOD, "msg=\"the log starts after the store's position; accepted "
+                     "(ingest.accept_truncated_log)\" topic=%s partition=%" PRId32
+                     " store_next=%" PRId64 " log_start=%" PRId64 " stored=%s",
+                in->topic, partition, next, lo, stored ? "yes" : "no");
+        return;
+    }
     INC(log_gaps);
     if (stored)
         dd_error(MOD, "msg=\"the log starts after the store's position: the plays between are "
@@ -1259,7 +1266,7 @@ static int offsets_from_store(dd_ingest *in, rd_kafka_topic_partition_list_t *l)
             l->elems[i].offset = next;
             n++;
             check_log_start(in, l->elems[i].partition, next, true);
-        } else if (rc == DD_ERR_NOTFOUND && in->assign && !in->accept_truncated) {
+        } else if (rc == DD_ERR_NOTFOUND && in->assign) {
             /* A cluster node's store without a position here (a new store,
              * or a copy that lacks this partition) is complete only from
              * the log's offset 0, whatever the group committed. */
@@ -1383,6 +1390,15 @@ static void self_assign(dd_ingest *in)
         return;
     }
     int stored = offsets_from_store(in, l);
+    if (atomic_load(&in->log_gap)) {
+        /* Consuming would write positions past the gap, and the next start
+         * would find none: nothing is assigned until the store is replaced
+         * or the gap declared (ingest.accept_truncated_log). */
+        dd_error(MOD, "msg=\"a log gap: not consuming (see above)\" topic=%s", in->topic);
+        in->self_assigned = true;
+        rd_kafka_topic_partition_list_destroy(l);
+        return;
+    }
     rd_kafka_resp_err_t e = rd_kafka_assign(in->rk, l);
     if (e) {
         dd_log_limited(&in->lim_assign, 5000, DD_LOG_ERROR, MOD,

@@ -176,9 +176,13 @@ bool dd_ingest_broker_error(dd_ingest *in, char *why, size_t whylen);
 /* A partition assigned here starts in the log after the position its
  * store recorded for it (the topic's retention dropped plays before this
  * store had them: a node down longer than the retention, or a copy older
- * than it): the store misses those plays for good. True from then until
+ * than it), or, in assign mode, the store has no position for it and its
+ * log no longer starts at offset 0 (a new store, or a copy that lacks the
+ * partition): the store misses those plays for good. True from then until
  * restart, with what and what to do in WHY (may be NULL); the node must
- * not be ready. Safe from any thread. */
+ * not be ready, and in assign mode nothing is consumed (so the next start
+ * finds the gap again). ingest.accept_truncated_log declares such plays
+ * not needed: no gap then (logged). Safe from any thread. */
 bool dd_ingest_log_gap(dd_ingest *in, char *why, size_t whylen);
 
 /* The topic's partition count: in assign mode the count the partitions

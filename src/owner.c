@@ -135,8 +135,8 @@ void dd_owner_format(const struct dd_owner *o, char *out, size_t outlen)
     const char *pn = o->partitioner >= 0 && o->partitioner < DD_PARTITIONER_COUNT
                          ? dd_partitioner_name((enum dd_partitioner)o->partitioner)
                          : "?";
-    snprintf(out, outlen, "topic=%s partitions=%s partitioner=%s shards=%" PRIu32
-             " shard=%" PRIu32 "%s", o->topic, parts, pn, o->shards, o->shard, split);
+    snprintf(out, outlen, "shards=%" PRIu32 " shard=%" PRIu32 "%s topic=%s partitions=%s "
+             "partitioner=%s", o->shards, o->shard, split, o->topic, parts, pn);
 }
 
 enum dd_owner_relation dd_owner_relate(const struct dd_owner *s, const struct dd_owner *w)
@@ -182,9 +182,8 @@ static void refuse(dd_owner_guard *g, const char *stored_text)
     char want[300];
     dd_owner_format(&g->want, want, sizeof want);
     snprintf(g->why, sizeof g->why,
-             "ownership mismatch: the store holds %s; this node is configured for %s; not "
-             "serving from it (a swapped or moved volume? dedupd --take-over records this "
-             "node's ownership)", stored_text, want);
+             "ownership mismatch: the store is %s; configured: %s; not serving from it "
+             "(dedupd --take-over)", stored_text, want);
     dd_error(MOD, "msg=\"the store belongs to another ownership: not serving from it; check the "
                   "volume, or take it over with dedupd --take-over (README, Ownership)\" "
                   "store=\"%s\" configured=\"%s\"", stored_text, want);

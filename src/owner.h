@@ -83,7 +83,7 @@ size_t dd_owner_encode(const struct dd_owner *o, uint8_t *buf);
 int dd_owner_decode(const uint8_t *buf, size_t len, struct dd_owner *o, char *err,
                     size_t errlen);
 
-/* O as "topic=T partitions=P partitioner=X shards=N shard=S[ split_from=M]"
+/* O as "shards=N shard=S[ split_from=M] topic=T partitions=P partitioner=X"
  * ("partitions=?" when not known). Cannot fail (cut to OUTLEN). */
 void dd_owner_format(const struct dd_owner *o, char *out, size_t outlen);
 

@@ -682,6 +682,18 @@ int dd_snapshot_fetch(const struct dd_snapshot_source *src, const char *history_
     struct dd_snapshot_manifest m = {0};
     int rc = get_manifest(src, &m, err, errlen);
     if (rc != DD_OK) return rc;
+    /* A store is never empty: a manifest without files (or without
+     * RocksDB's CURRENT) would install an empty directory that opens as a
+     * new store and serves as if complete. */
+    bool current = false;
+    for (size_t i = 0; i < m.n && !current; i++) current = strcmp(m.files[i].name, "CURRENT") == 0;
+    if (!current) {
+        rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                     "the manifest from %s lists %s: not a store; refused", src->peer,
+                     m.n ? "no CURRENT file" : "no files");
+        dd_snapshot_manifest_free(&m);
+        return rc;
+    }
     uint64_t total = 0, fetched = 0;
     for (size_t i = 0; i < m.n; i++) total += m.files[i].size;
     bool resume = same_copy(inc, m.id);

@@ -32,7 +32,13 @@
  *
  * Hostile input: names are only those of the manifest (plain file names,
  * no '/', no leading '.'), sizes and offsets are checked against it, a
- * chunk past a file's size or a checksum that differs fails the copy.
+ * chunk past a file's size or a checksum that differs fails the copy. A
+ * manifest with no files, or without RocksDB's CURRENT, is refused (an
+ * empty directory would open as a new, empty store). What the copy holds
+ * is checked once it opens: its ownership record (owner.h) and, for each
+ * partition, a log position the log still holds, or a log that starts at
+ * offset 0 (ingest.h dd_ingest_log_gap); either failing keeps the node not
+ * ready.
  *
  * Threads: a server is used by any number of RPC workers at once (one
  * mutex, held only for bookkeeping, never across I/O); the fetch runs in
