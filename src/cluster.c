@@ -256,6 +256,15 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
                              r, s, m.nreplicas[s]);
                 goto done;
             }
+        /* checked before the host name, so that dedupd -t refuses it anywhere */
+        if (c->split_from && (c->split_replicas == 0 || c->split_replicas > r)) {
+            rc = dd_fail(DD_ERR_INVALID, err, errlen,
+                         "cluster.split_replicas: with cluster.shard = auto and "
+                         "cluster.split_from, give the replicas per shard when the split was "
+                         "made (1..%" PRIu32 "): without it, adding replicas would move pods "
+                         "to other shards", r);
+            goto done;
+        }
         char name[256];
         long ord = host_ordinal(hostname, name, sizeof name);
         if (ord < 0 || (uint64_t)ord >= (uint64_t)m.shards * r) {
@@ -268,14 +277,6 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
         /* Replica-major, and after a split the old map's pods first
          * (dd_cluster_auto_place): adding replicas or splitting appends
          * pods and moves none. */
-        if (c->split_from && (c->split_replicas == 0 || c->split_replicas > r)) {
-            rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                         "cluster.split_replicas: with cluster.shard = auto and "
-                         "cluster.split_from, give the replicas per shard when the split was "
-                         "made (1..%" PRIu32 "): without it, adding replicas would move pods "
-                         "to other shards", r);
-            goto done;
-        }
         if (dd_cluster_auto_place(m.shards, r, c->split_from, c->split_replicas, (uint32_t)ord,
                                   &m.shard, &m.replica) != DD_OK) {
             rc = dd_fail(DD_ERR_INVALID, err, errlen,
