@@ -28,6 +28,8 @@ plays, as test_snapshot.py does):
   - a new empty node (cluster.bootstrap = none) on the truncated log: not
     ready with the gap (and nothing consumed, so a restart finds it
     again); declared with ingest.accept_truncated_log = true it serves.
+
+A single node's store started under another ingest.topic is refused too.
 """
 import os
 import subprocess
@@ -300,6 +302,25 @@ def case2(broker, redis):
     harness.log("case 2: an empty copy refused; a truncated log is a gap unless declared")
 
 
+def single_moved():
+    """A single node's store carried to a deployment of another topic."""
+    admin = harness.free_port()
+    dd = harness.Dedupd({"admin.listen": "127.0.0.1:%d" % admin, "ingest.enabled": "false",
+                         "ingest.topic": "plays"}, name="own-single")
+    check(harness.http_get(admin, "/readyz")[0] == 200, "single node not ready")
+    dd.stop()
+    dd.overrides["ingest.topic"] = "plays-eu"
+    dd.start()
+    st, body = harness.http_get(admin, "/readyz")
+    check(st == 503 and "topic=plays " in body and "topic=plays-eu " in body,
+          "a single node's store under another topic: %d %s" % (st, body))
+    _, errors, bad = sweep_filter(dd.rpc_port, ["u1"], "single node, moved")
+    check(not bad and errors and errors[0][0] == grpc.StatusCode.UNAVAILABLE,
+          "moved single-node store answered: %s %s" % (errors, bad))
+    dd.stop()
+    harness.log("a single node's store under another topic: refused")
+
+
 def main():
     broker = harness.DevBroker(topics=("plays:4", "trunc:1"))
     redis = harness.Redis()
@@ -310,6 +331,7 @@ def main():
     t1 = time.time()
     if only != "case1":
         case2(broker, redis)
+        single_moved()
     harness.log("case 1 %.1f s, case 2 %.1f s" % (t1 - t0, time.time() - t1))
     harness.log("PASS")
 
