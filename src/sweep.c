@@ -74,7 +74,9 @@ static void *sweep_main(void *arg)
         }
         struct dd_cluster_self self;
         dd_cluster_get_self(s->cl, &self);
-        if (dd_owner_guard_swept(s->owner, self.partition_count, err, sizeof err) != DD_OK) {
+        rc = dd_owner_guard_swept(s->owner, self.partition_count, err, sizeof err);
+        if (rc == DD_ERR_STATE) break; /* refused meanwhile (the partition count): kept as is */
+        if (rc != DD_OK) {
             dd_warn(MOD, "msg=\"cannot record the store's ownership; trying again later\" "
                          "error=\"%s\"", err);
             if (!nap(s, SWEEP_RETRY_MS)) break;
