@@ -183,7 +183,28 @@ static bool stop_pending(void *ud)
     return sigpending(&p) == 0 && (sigismember(&p, SIGTERM) == 1 || sigismember(&p, SIGINT) == 1);
 }
 
-static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_cluster_map *map)
+/* What /readyz says while the store is being copied: the last peer's
+ * refusal or error (written by main's thread, read by the admin's). */
+struct bootstrap_state {
+    pthread_mutex_t lock;
+    char why[300];
+};
+static bool bootstrap_done(void *ud)
+{
+    (void)ud;
+    return false;
+}
+static bool bootstrap_why(void *ud, char *why, size_t whylen)
+{
+    struct bootstrap_state *b = ud;
+    pthread_mutex_lock(&b->lock);
+    snprintf(why, whylen, "%s", b->why);
+    pthread_mutex_unlock(&b->lock);
+    return true;
+}
+
+static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_cluster_map *map,
+                               struct bootstrap_state *bs)
 {
     char err[512] = "no other replica in this shard", hash[17], split[17], from[32];
     dd_cluster_map_hash_hex(map, hash);
@@ -231,6 +252,12 @@ static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_clus
             }
             grpc_channel_destroy(ch);
             static struct dd_log_limit lim;
+            if (rc != DD_OK && rc != DD_ERR_STATE) {
+                pthread_mutex_lock(&bs->lock);
+                snprintf(bs->why, sizeof bs->why, "store: copying from a peer: %s: %s", addr,
+                         err);
+                pthread_mutex_unlock(&bs->lock);
+            }
             if (rc != DD_OK && rc != DD_ERR_STATE)
                 dd_log_limited(&lim, 10000, DD_LOG_WARN, "main",
                                "msg=\"cannot copy the store from a peer\" peer=%s round=%d "
@@ -408,7 +435,17 @@ int main(int argc, char **argv)
         !store_exists(cfg.history.path)) {
         dd_info("main", "msg=\"empty store and cluster.bootstrap = peer: copying a replica's "
                         "store\" path=\"%s\"", cfg.history.path);
-        int brc = bootstrap_from_peer(&cfg, &map);
+        /* Not ready meanwhile, saying why (admin.h: the store component
+         * with the copy's state as its module until the store opens). */
+        static struct bootstrap_state bs = {PTHREAD_MUTEX_INITIALIZER,
+                                            "store: copying from a peer"};
+        dd_admin_set_why(admin, DD_ADMIN_STORE, bootstrap_why);
+        if (dd_admin_attach(admin, DD_ADMIN_STORE, &bs, NULL, bootstrap_done) != DD_OK) {
+            dd_error("main", "msg=\"out of memory\"");
+            goto out;
+        }
+        int brc = bootstrap_from_peer(&cfg, &map, &bs);
+        dd_admin_detach(admin, DD_ADMIN_STORE);
         if (brc == DD_ERR_STATE) rc = 0; /* stopped when asked */
         if (brc != DD_OK) goto out;
     }

@@ -267,6 +267,7 @@ def case2(broker, redis):
     check("snapshot installed" not in log, "an empty manifest was installed:\n" + log[-2000:])
     check("lists no files" in log, "the refusal is not said:\n" + log[-2000:])
     check(st == 503, "ready after an empty copy: %d %s" % (st, body))
+    check("lists no files" in body, "/readyz does not say why: %s" % body)
     check(not os.path.exists(os.path.join(c.overrides["history.path"], "CURRENT")),
           "a store was made from the empty copy")
     c.stop(timeout=30)
