@@ -34,8 +34,8 @@
  *     8-byte id equal to this node's: adopted once, with a log line;
  *   - anything else (another topic, partitioner, shard count or shard, a
  *     record that fails its checks): REFUSED. The node then serves nothing
- *     from the store: /readyz 503 and every gRPC call UNAVAILABLE, both
- *     naming the two ownerships; dedupd_history_ownership_mismatch 1; the
+ *     from the store: /readyz 503 and every gRPC call UNAVAILABLE
+ *     (health: NOT_SERVING), both naming the two ownerships; dedupd_history_ownership_mismatch 1; the
  *     record is left as it is. Only an operator's take-over (dedupd
  *     --take-over, for one start) records this node's ownership instead.
  * The partition count is not known at open (ingest learns it from the
