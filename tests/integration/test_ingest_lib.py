@@ -62,11 +62,11 @@ def produce(broker, plays, fmt="json", topic="plays", rate=0, timeout=300, parti
     return len(plays)
 
 
-def produce_async(broker, plays, fmt="json", topic="plays", rate=0):
+def produce_async(broker, plays, fmt="json", topic="plays", rate=0, partitioner=None):
     """Start producing in the background; returns the Proc (wait on .p)."""
     path = os.path.join(harness.tmpdir("dedupd-plays-"), "plays.tsv")
     write_lines(path, plays)
-    return harness.Proc(_produce_argv(broker, path, fmt, topic, rate), "ddproduce")
+    return harness.Proc(_produce_argv(broker, path, fmt, topic, rate, partitioner), "ddproduce")
 
 
 def wait_producer(proc, timeout=300):
