@@ -27,7 +27,14 @@
  *      plays/s of each and B/A.
  *
  *   bench_ingest [--plays N] [--users N] [--partitions N] [--rate N]
- *                [--seconds N] [--traced N] [--dir PATH] [-o section.key=value]...
+ *                [--seconds N] [--traced N] [--dir PATH] [--bootstrap ADDR]
+ *                [-o section.key=value]...
+ *
+ * --bootstrap ADDR: a real Kafka cluster instead of the mock; its topic
+ * "plays" must exist with --partitions partitions and be empty
+ * (bench/run_ingest_kafka.py starts Apache Kafka and does that). The
+ * consumer group is named after the process id and the time, so a second
+ * run on the same broker consumes from the beginning of its own plays.
  *
  * BENCH_DEBUG=1 in the environment logs at debug level (every window
  * written and every durability flush, with their durations).
@@ -289,11 +296,12 @@ int main(int argc, char **argv)
         {"plays", required_argument, NULL, 'n'}, {"users", required_argument, NULL, 'u'},
         {"partitions", required_argument, NULL, 'p'}, {"rate", required_argument, NULL, 'r'},
         {"seconds", required_argument, NULL, 's'}, {"dir", required_argument, NULL, 'd'},
-        {"traced", required_argument, NULL, 't'},
+        {"traced", required_argument, NULL, 't'}, {"bootstrap", required_argument, NULL, 'b'},
         {NULL, 0, NULL, 0},
     };
     int opt;
-    while ((opt = getopt_long(argc, argv, "n:u:p:r:s:d:o:t:", opts, NULL)) != -1) {
+    const char *external = NULL;
+    while ((opt = getopt_long(argc, argv, "n:u:p:r:s:d:o:t:b:", opts, NULL)) != -1) {
         switch (opt) {
         case 'n': plays = strtoull(optarg, NULL, 10); break;
         case 'u': users = strtoull(optarg, NULL, 10); break;
@@ -302,6 +310,7 @@ int main(int argc, char **argv)
         case 's': seconds = strtoull(optarg, NULL, 10); break;
         case 'd': snprintf(dir, sizeof dir, "%s", optarg); break;
         case 't': traced = strtoull(optarg, NULL, 10); break;
+        case 'b': external = optarg; break;
         case 'o': {
             char *eq = strchr(optarg, '=');
             if (!eq) die("-o", "expected section.key=value");
@@ -311,7 +320,8 @@ int main(int argc, char **argv)
         }
         default:
             fprintf(stderr, "usage: bench_ingest [--plays N] [--users N] [--partitions N] "
-                            "[--rate N] [--seconds N] [--traced N] [--dir PATH] [-o k=v]...\n");
+                            "[--rate N] [--seconds N] [--traced N] [--dir PATH] "
+                            "[--bootstrap ADDR] [-o k=v]...\n");
             return 2;
         }
     }
@@ -326,22 +336,30 @@ int main(int argc, char **argv)
     if (dd_config_set(&cfg, "history.path", path, err, sizeof err) != DD_OK) die("path", err);
     dd_log_set_level(getenv("BENCH_DEBUG") ? DD_LOG_DEBUG : DD_LOG_WARN);
 
-    /* The broker. */
+    /* The broker: the mock in this process, or a real one. */
     char e[512];
-    rd_kafka_conf_t *mconf = rd_kafka_conf_new();
-    rd_kafka_t *mrk = rd_kafka_new(RD_KAFKA_PRODUCER, mconf, e, sizeof e);
-    if (!mrk) die("mock handle", e);
-    rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(mrk, 1);
-    if (!mc) die("mock cluster", "cannot create");
-    if (rd_kafka_mock_topic_create(mc, TOPIC, (int)partitions, 1)) die("topic", "cannot create");
-    const char *bootstrap = rd_kafka_mock_cluster_bootstraps(mc);
+    rd_kafka_t *mrk = NULL;
+    rd_kafka_mock_cluster_t *mc = NULL;
+    const char *bootstrap = external;
+    char group[64] = "bench";
+    if (!external) {
+        rd_kafka_conf_t *mconf = rd_kafka_conf_new();
+        mrk = rd_kafka_new(RD_KAFKA_PRODUCER, mconf, e, sizeof e);
+        if (!mrk) die("mock handle", e);
+        mc = rd_kafka_mock_cluster_new(mrk, 1);
+        if (!mc) die("mock cluster", "cannot create");
+        if (rd_kafka_mock_topic_create(mc, TOPIC, (int)partitions, 1)) die("topic", "cannot create");
+        bootstrap = rd_kafka_mock_cluster_bootstraps(mc);
+    } else {
+        snprintf(group, sizeof group, "bench-%ld-%lld", (long)getpid(), (long long)dd_now_ms());
+    }
     if (dd_config_set(&cfg, "kafka.bootstrap.servers", bootstrap, err, sizeof err) != DD_OK ||
-        dd_config_set(&cfg, "kafka.group.id", "bench", err, sizeof err) != DD_OK)
+        dd_config_set(&cfg, "kafka.group.id", group, err, sizeof err) != DD_OK)
         die("kafka", err);
 
-    printf("bench_ingest: %" PRIu64 " plays, %" PRIu64 " users, %" PRIu64
+    printf("bench_ingest: broker %s, %" PRIu64 " plays, %" PRIu64 " users, %" PRIu64
            " partitions, ingest.wal=%s, history.sync=%s, window.flush_ms=%u, window.max_bytes=%" PRIu64 "\n",
-           plays, users, partitions, cfg.ingest.wal ? "true" : "false",
+           external ? "external" : "mock", plays, users, partitions, cfg.ingest.wal ? "true" : "false",
            cfg.history.sync ? "true" : "false", cfg.window.flush_ms,
            cfg.window.max_bytes);
 
@@ -452,8 +470,8 @@ int main(int argc, char **argv)
     if (traced) trace_cost(&cfg, h, dir, traced, plays);
     dd_history_close(h);
     rd_kafka_destroy(prod);
-    rd_kafka_mock_cluster_destroy(mc);
-    rd_kafka_destroy(mrk);
+    if (mc) rd_kafka_mock_cluster_destroy(mc);
+    if (mrk) rd_kafka_destroy(mrk);
     free(lat);
     free(L.s);
     dd_config_free(&cfg);

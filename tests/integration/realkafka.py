@@ -106,6 +106,8 @@ class KafkaCluster:
             "transaction.state.log.replication.factor": str(rf),
             "transaction.state.log.min.isr": "2" if self.n >= 3 else "1",
             "group.initial.rebalance.delay.ms": "0",
+            # Tests kill consumers and want the group to notice in seconds.
+            "group.min.session.timeout.ms": "1000",
             "auto.create.topics.enable": "false",
             # A killed node's partitions move within seconds, not minutes.
             "replica.lag.time.max.ms": "5000",
