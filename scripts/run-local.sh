@@ -8,7 +8,9 @@
 # conf/dedupd.conf and its RocksDB data under that directory. Ctrl-C stops
 # all of it.
 #   scripts/run-local.sh [RUN_DIR]        (default: ./.dedupd-run)
-# Environment: DD_RPC_PORT (50051), DD_REDIS_PORT (6379), DD_ADMIN_PORT (9464).
+# Environment: DD_RPC_PORT (50051), DD_REDIS_PORT (6379), DD_ADMIN_PORT (9464),
+# DD_KAFKA (HOST:PORT[,...]: a real Kafka whose topic "plays" exists, used
+# instead of starting the dev broker).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 run=$(mkdir -p "${1:-$here/.dedupd-run}" && cd "${1:-$here/.dedupd-run}" && pwd)
@@ -52,17 +54,23 @@ else
     redis-cli -p "$redis_port" ping >/dev/null || { echo "redis-server did not start; see $run/redis.log" >&2; exit 1; }
 fi
 
-rm -f "$run/bootstrap"
-"$here/build/tools/devbroker" --topic plays:8 --bootstrap-file "$run/bootstrap" >"$run/devbroker.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$run/bootstrap" ] && break; sleep 0.1; done
-[ -s "$run/bootstrap" ] || { echo "devbroker did not start; see $run/devbroker.log" >&2; exit 1; }
-bootstrap=$(cat "$run/bootstrap")
+if [ -n "${DD_KAFKA:-}" ]; then
+    bootstrap=$DD_KAFKA
+    kafka_what="Kafka on $bootstrap"
+else
+    rm -f "$run/bootstrap"
+    "$here/build/tools/devbroker" --topic plays:8 --bootstrap-file "$run/bootstrap" >"$run/devbroker.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do [ -s "$run/bootstrap" ] && break; sleep 0.1; done
+    [ -s "$run/bootstrap" ] || { echo "devbroker did not start; see $run/devbroker.log" >&2; exit 1; }
+    bootstrap=$(cat "$run/bootstrap")
+    kafka_what="dev Kafka broker on $bootstrap"
+fi
 
 cat <<MSG
 
 dedupd is starting: gRPC on 127.0.0.1:$rpc_port, metrics on http://127.0.0.1:$admin_port/metrics,
-Redis on 127.0.0.1:$redis_port, dev Kafka broker on $bootstrap (topic "plays"), data in $run/data.
+Redis on 127.0.0.1:$redis_port, $kafka_what (topic "plays"), data in $run/data.
 Try it from another terminal:
   $here/build/tools/dedupctl -a 127.0.0.1:$rpc_port deliver alice v1 v2
   $here/build/tools/dedupctl -a 127.0.0.1:$rpc_port play alice v3
