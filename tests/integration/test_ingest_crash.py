@@ -8,12 +8,14 @@ a crash cut off is consumed again. The windows are kept small
 again, crashes included. Then the store's offsets are shown to win over the
 group's: restarted under a new group id (no committed offsets) with
 auto.offset.reset=latest, dedupd still ingests what was produced while it
-was down."""
+was down. Against Apache Kafka itself (realkafka.py): a consumer group's
+session, rebalances and committed offsets are a real broker's."""
 import random
 import re
 import time
 
 import harness
+import realkafka
 import test_ingest_lib as il
 
 USERS = 20_000
@@ -25,7 +27,7 @@ KILLS = 5
 def main():
     rnd = random.Random(7)
     plays = [("c%05d" % rnd.randrange(USERS), "v%d" % i, None) for i in range(PLAYS)]
-    broker = harness.DevBroker(("plays:16",))
+    broker = realkafka.KafkaCluster(topics=("plays:16",))
     # A short session so the killed member leaves the group quickly; plays
     # made durable (and their offsets recorded) every 0.5 s, so that kills
     # land between durable points, not only before the first.
