@@ -10,7 +10,10 @@ the Java client's partitioner (murmur2_random), as the cluster's producers.
 1. Lag as Kafka's own tools see it: once the nodes are idle, every owned
    partition's offset that `kafka-consumer-groups --describe` shows for the
    node's own group (<group>.s<shard>.r0) is the log end, its lag 0, and
-   dedupd_ingest_consumer_lag says 0 for the same partitions.
+   dedupd_ingest_consumer_lag says 0 for the same partitions. Then shard
+   1's node, restarted with windows written only every two minutes,
+   consumes new plays without committing them: both say the same lag per
+   partition, the number of those plays.
 2. The log start moved past a stopped node's position: shard 0's node is
    stopped, more plays go to its partitions, `kafka-delete-records` moves
    one partition's log start past them; restarted on its store, the node
@@ -123,6 +126,39 @@ def main():
             harness.fail("%s committed partitions it does not own: %s" % (group, foreign))
     harness.log("lag: kafka-consumer-groups and dedupd agree (0 on every owned partition)")
 
+    # ... and while behind: shard 1's node restarted with windows that are
+    # not written for two minutes consumes new plays but commits nothing.
+    b = nodes[1]
+    b.dd.stop()
+    behind = [(u, "%s-behind-%d" % (u, k), None) for u in users if part[u] % 2 == 1
+              for k in range(2)]
+    il.produce(kafka, behind, partitioner="murmur2_random")
+    want_lag = {p: sum(1 for x in behind if part[x[0]] == p) for p in b.owned()}
+    slow = {"window.flush_ms": "120000", "ingest.durable_interval_ms": "120000"}
+    saved = {k: b.dd.overrides[k] for k in slow}
+    b.dd.overrides.update(slow)
+    b.dd.start()
+    group = "%s.s1.r0" % GROUP
+
+    def lag_both():
+        m = metrics(b.admin)
+        rows = kafka.describe_group(group)
+        return ({p: m.get('dedupd_ingest_consumer_lag{partition="%d"}' % p) for p in b.owned()},
+                {p: rows.get(("plays", p), (None, None, None))[2] for p in b.owned()})
+
+    deadline = time.time() + 60
+    while lag_both()[0] != want_lag and time.time() < deadline:
+        time.sleep(0.5)
+    mine, theirs = lag_both()
+    if theirs != want_lag or mine != want_lag:
+        harness.fail("behind by %s: dedupd_ingest_consumer_lag %s, kafka-consumer-groups %s" % (
+            want_lag, mine, theirs))
+    harness.log("lag while behind: dedupd %s, kafka-consumer-groups %s" % (mine, theirs))
+    b.dd.stop()
+    b.dd.overrides.update(saved)
+    b.dd.start()
+    harness.wait_until("shard 1 ready again", lambda: b.ready()[0] == 200, timeout=90)
+
     # ---- 2. the log start moved past a stopped node's position -------------------
     a = nodes[0]
     a.dd.stop()
@@ -146,7 +182,6 @@ def main():
     a.dd.stop()
 
     # ---- 3. partitions added to the live topic --------------------------------------
-    b = nodes[1]
     if b.ready()[0] != 200:
         harness.fail("shard 1 not ready before the change: %r" % (b.ready(),))
     kafka.add_partitions("plays", PARTITIONS * 2)
