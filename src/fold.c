@@ -14,6 +14,13 @@
  *    its base and does not keep the result. That is why an open segment is
  *    a split value (a read copies A and re-encodes only the small B), and
  *    why a read never re-encodes a closed segment (dd_fold_reading).
+ *
+ * Damage (fold.h, "Damaged values"): the full merge sorts its inputs into
+ * damaged pieces (a base or operand that fails its version, checksum or
+ * bitstream, copied byte for byte) and intact ones, folds the intact ones
+ * as it always did, and wraps the result with the pieces. Only that way
+ * can the merge both succeed (a failed merge stops compactions) and never
+ * turn damage into "nothing seen".
  */
 #include "fold.h"
 
@@ -57,8 +64,9 @@ void dd_fold_note_corrupt(struct dd_fold *fd, const char *what, const char *key,
     atomic_fetch_add_explicit(&fd->corrupt_values, 1, memory_order_relaxed);
     char hex[100];
     dd_key_hex(hex, sizeof hex, key, klen);
-    dd_log_limited(&corrupt_log_limit, 10000, DD_LOG_WARN, MODULE,
-                   "msg=\"corrupt %s read as empty\" key=%s", what, hex);
+    dd_log_limited(&corrupt_log_limit, 10000, DD_LOG_ERROR, MODULE,
+                   "msg=\"damaged %s kept: its user's reads fail until it is repaired "
+                   "(ForgetUser, or a copy from a replica)\" key=%s", what, hex);
 }
 
 /* ---- values --------------------------------------------------------------- */
@@ -134,8 +142,109 @@ static int build_split(struct dd_buf *out, const char *a, size_t alen,
     return rc;
 }
 
+/* ---- damaged values ------------------------------------------------------ */
+
+#define DAMAGED_HDR 8
+
+static uint32_t le32_get(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void le32_put(uint8_t *p, uint32_t x)
+{
+    p[0] = (uint8_t)x;
+    p[1] = (uint8_t)(x >> 8);
+    p[2] = (uint8_t)(x >> 16);
+    p[3] = (uint8_t)(x >> 24);
+}
+
+int dd_fold_parse_damaged(const char *val, size_t len, const char **d, size_t *dlen,
+                          const char **v, size_t *vlen)
+{
+    const uint8_t *p = (const uint8_t *)val;
+    if (len < DAMAGED_HDR || p[0] != DD_FOLD_DAMAGED_TAG || p[1] || p[2] || p[3])
+        return DD_ERR_CORRUPT;
+    size_t ld = le32_get(p + 4);
+    if (ld == 0 || ld > len - DAMAGED_HDR) return DD_ERR_CORRUPT;
+    /* The pieces must tile D exactly. */
+    for (size_t off = 0; off < ld;) {
+        if (ld - off < 4) return DD_ERR_CORRUPT;
+        size_t pl = le32_get(p + DAMAGED_HDR + off);
+        if (pl > ld - off - 4) return DD_ERR_CORRUPT;
+        off += 4 + pl;
+    }
+    struct dd_bloom_view vv[2];
+    int nv;
+    const char *a;
+    size_t alen;
+    if (dd_fold_parse_value(val + DAMAGED_HDR + ld, len - DAMAGED_HDR - ld, vv, &nv, &a, &alen) != 0)
+        return DD_ERR_CORRUPT;
+    *d = val + DAMAGED_HDR;
+    *dlen = ld;
+    *v = val + DAMAGED_HDR + ld;
+    *vlen = len - DAMAGED_HDR - ld;
+    return 0;
+}
+
+/* Append one damaged piece (u32 LE length, the bytes as they are) to D.
+ * 0 or DD_ERR_NOMEM (D unchanged). */
+static int add_piece(struct dd_buf *d, const void *p, size_t len)
+{
+    if (len > UINT32_MAX - 4 || dd_buf_reserve(d, 4 + len) != 0) return DD_ERR_NOMEM;
+    le32_put(d->data + d->len, (uint32_t)len);
+    if (len) memcpy(d->data + d->len + 4, p, len);
+    d->len += 4 + len;
+    return 0;
+}
+
+/* OUT = the damaged form of pieces D around value V. 0 or DD_ERR_NOMEM. */
+static int wrap_damaged(struct dd_buf *out, const struct dd_buf *d, const struct dd_buf *v)
+{
+    if (d->len > UINT32_MAX || v->len > SIZE_MAX - DAMAGED_HDR - d->len ||
+        dd_buf_reserve(out, DAMAGED_HDR + d->len + v->len) != 0)
+        return DD_ERR_NOMEM;
+    uint8_t *p = out->data + out->len;
+    p[0] = DD_FOLD_DAMAGED_TAG;
+    p[1] = p[2] = p[3] = 0;
+    le32_put(p + 4, (uint32_t)d->len);
+    memcpy(p + DAMAGED_HDR, d->data, d->len);
+    if (v->len) memcpy(p + DAMAGED_HDR + d->len, v->data, v->len);
+    out->len += DAMAGED_HDR + d->len + v->len;
+    return 0;
+}
+
+/* Whether the filter's bitstream decodes: 0, DD_ERR_CORRUPT or
+ * DD_ERR_NOMEM. Each fingerprint costs at least its stop bit, so a count
+ * larger than the bits is damage, found before allocating for it. */
+static int check_filter(const struct dd_bloom_view *f)
+{
+    if (f->count == 0) return 0;
+    if (f->count / 8 > f->nbits_bytes) return DD_ERR_CORRUPT;
+    uint32_t *fp = malloc((size_t)f->count * sizeof *fp);
+    if (!fp) return DD_ERR_NOMEM;
+    int rc = dd_bloom_decode(f, fp) == 0 ? 0 : DD_ERR_CORRUPT;
+    free(fp);
+    return rc;
+}
+
+int dd_fold_check_value(const char *val, size_t len)
+{
+    struct dd_bloom_view v[2];
+    int nv;
+    const char *a;
+    size_t alen;
+    if (dd_fold_parse_value(val, len, v, &nv, &a, &alen) != 0) return DD_ERR_CORRUPT;
+    for (int i = 0; i < nv; i++) {
+        int rc = check_filter(&v[i]);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
 /* Drop from HASHES (length *N) those filter V already answers for: they
- * need no second entry. Returns 0 or DD_ERR_NOMEM. */
+ * need no second entry. Returns 0, DD_ERR_CORRUPT (V's bitstream) or
+ * DD_ERR_NOMEM. */
 static int drop_known(const struct dd_bloom_view *v, uint64_t *hashes, size_t *n)
 {
     if (*n == 0) return 0;
@@ -148,13 +257,15 @@ static int drop_known(const struct dd_bloom_view *v, uint64_t *hashes, size_t *n
     }
     dd_bloom_sort_hashes(hashes, NULL, *n, tmp, NULL);
     size_t w = 0;
-    if (dd_bloom_probe_sorted(v, hashes, *n, hit) != 0) memset(hit, 0, *n);
-    for (size_t i = 0; i < *n; i++)
-        if (!hit[i]) hashes[w++] = hashes[i];
-    *n = w;
+    int rc = dd_bloom_probe_sorted(v, hashes, *n, hit) == 0 ? 0 : DD_ERR_CORRUPT;
+    if (rc == 0) {
+        for (size_t i = 0; i < *n; i++)
+            if (!hit[i]) hashes[w++] = hashes[i];
+        *n = w;
+    }
     free(tmp);
     free(hit);
-    return 0;
+    return rc;
 }
 
 /* A growing array of item hashes. */
@@ -229,6 +340,7 @@ void dd_fold_free_value(void *st, const char *value, size_t len)
  * full-range filter. */
 struct operand {
     bool is_filter;
+    bool bad;                     /* a filter whose bitstream failed: a damaged piece */
     const uint8_t *raw;           /* raw: N little-endian u64 */
     const uint8_t *fps;           /* fingerprint list: N little-endian u32 */
     uint32_t n;
@@ -242,6 +354,7 @@ static int parse_operand(const char *p, size_t len, struct operand *o)
     o->bytes = p;
     o->len = len;
     o->is_filter = false;
+    o->bad = false;
     o->raw = o->fps = NULL;
     if (dd_bloom_fps_parse(p, len, &o->fps, &o->n) == 0) return 0;
     if (dd_bloom_operand_parse(p, len, &o->raw, &o->n) == 0) return 0;
@@ -264,16 +377,29 @@ int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
 }
 
 /* Parse the NOPS operands into a malloc'd array (*out, *nout valid ones).
- * Corrupt operands are counted and skipped. 0 or DD_ERR_NOMEM. */
+ * A damaged operand is counted and, with DMG, appended to it as a piece
+ * (without: DD_ERR_CORRUPT, for the partial merge, which then fails and
+ * RocksDB keeps the operands). 0, DD_ERR_CORRUPT or DD_ERR_NOMEM (*out
+ * is then NULL). */
 static int load_operands(struct dd_fold *fd, const char *key, size_t klen, const char *const *ops,
-                         const size_t *lens, int nops, struct operand **out, int *nout)
+                         const size_t *lens, int nops, struct operand **out, int *nout,
+                         struct dd_buf *dmg)
 {
+    *out = NULL;
     struct operand *o = malloc((nops > 0 ? (size_t)nops : 1) * sizeof *o);
     if (!o) return DD_ERR_NOMEM;
     int k = 0;
     for (int i = 0; i < nops; i++) {
-        if (parse_operand(ops[i], lens[i], &o[k]) == 0) k++;
-        else dd_fold_note_corrupt(fd, "operand", key, klen);
+        if (parse_operand(ops[i], lens[i], &o[k]) == 0) {
+            k++;
+            continue;
+        }
+        dd_fold_note_corrupt(fd, "operand", key, klen);
+        int rc = dmg ? add_piece(dmg, ops[i], lens[i]) : DD_ERR_CORRUPT;
+        if (rc != 0) {
+            free(o);
+            return rc;
+        }
     }
     *out = o;
     *nout = k;
@@ -281,9 +407,10 @@ static int load_operands(struct dd_fold *fd, const char *key, size_t klen, const
 }
 
 /* Append every item of the N operands to V. An operand whose bitstream
- * fails (checksum passed) is counted and skipped. 0 or DD_ERR_NOMEM. */
+ * fails (checksum passed) is counted, skipped and marked bad (a damaged
+ * piece). 0 or DD_ERR_NOMEM. */
 static int operands_hashes(struct dd_fold *fd, const char *key, size_t klen,
-                           const struct operand *o, int n, struct hvec *v)
+                           struct operand *o, int n, struct hvec *v)
 {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += o[i].n;
@@ -301,7 +428,10 @@ static int operands_hashes(struct dd_fold *fd, const char *key, size_t klen,
         }
         int rc = hvec_add_filter(v, &o[i].f);
         if (rc == DD_ERR_NOMEM) return rc;
-        if (rc != 0) dd_fold_note_corrupt(fd, "operand", key, klen);
+        if (rc != 0 && !o[i].bad) {
+            o[i].bad = true;
+            dd_fold_note_corrupt(fd, "operand", key, klen);
+        }
     }
     return 0;
 }
@@ -329,22 +459,18 @@ static int buf_copy(struct dd_buf *out, const void *p, size_t len)
 /* OUT = the split value (A, B) where B = B0 (may be NULL) united with the
  * N hashes; or, once B would exceed the fold threshold, the single filter
  * A u B. A (a full-range filter whose bytes are ABYTES) is copied as it
- * is unless folded. 0 or DD_ERR_NOMEM. */
-static int merge_into_delta(struct dd_fold *fd, const char *key, size_t klen, struct dd_buf *out,
-                            const struct dd_bloom_view *a, const char *abytes, size_t alen,
-                            const struct dd_bloom_view *b0, struct hvec *hv)
+ * is unless folded. 0, DD_ERR_CORRUPT (A's or B0's bitstream: the caller
+ * keeps the base as a damaged piece) or DD_ERR_NOMEM. */
+static int merge_into_delta(struct dd_buf *out, const struct dd_bloom_view *a, const char *abytes,
+                            size_t alen, const struct dd_bloom_view *b0, struct hvec *hv)
 {
     struct dd_buf b = {0};
     struct dd_bloom_view bv;
     int rc = dd_bloom_union(&b, b0, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
-    if (rc == DD_ERR_CORRUPT) {
-        dd_fold_note_corrupt(fd, "value", key, klen);
-        rc = dd_bloom_union(&b, NULL, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
-    }
-    if (rc == 0 && dd_bloom_parse(b.data, b.len, &bv) != 0) rc = DD_ERR_CORRUPT;
+    if (rc == 0 && dd_bloom_parse(b.data, b.len, &bv) != 0) rc = DD_ERR_NOMEM;
     if (rc != 0) {
         dd_buf_free(&b);
-        return DD_ERR_NOMEM;   /* only out of memory is left: we just encoded B */
+        return rc;
     }
     uint32_t limit = a->count / FOLD_DIV > FOLD_MIN ? a->count / FOLD_DIV : FOLD_MIN;
     if (bv.count <= limit) {
@@ -353,22 +479,19 @@ static int merge_into_delta(struct dd_fold *fd, const char *key, size_t klen, st
         dd_buf_free(&b);
         return rc;
     }
-    /* Fold: A u B in one full-range filter. */
+    /* Fold: A u B in one full-range filter. B was just encoded, so a
+     * CORRUPT here is A's. */
     hv->n = 0;
     rc = hvec_add_filter(hv, &bv);
+    if (rc == DD_ERR_CORRUPT) rc = DD_ERR_NOMEM;
     if (rc == 0) rc = dd_bloom_union(out, a, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
-    if (rc == DD_ERR_CORRUPT) {
-        /* A's checksum held but its bitstream did not: A reads as empty
-         * anyway, so B alone is the value. */
-        dd_fold_note_corrupt(fd, "value", key, klen);
-        rc = buf_copy(out, b.data, b.len);
-    }
     dd_buf_free(&b);
-    return rc == 0 ? 0 : DD_ERR_NOMEM;
+    return rc;
 }
 
 /* Append to OUT filter F (full range; its bytes FBYTES) re-encoded at its
- * final range, or copied when that is no smaller. 0 or DD_ERR_NOMEM. */
+ * final range, or copied when that is no smaller. 0, DD_ERR_CORRUPT (F's
+ * bitstream; OUT unchanged) or DD_ERR_NOMEM. */
 static int reduce_into(struct dd_fold *fd, uint32_t seg, struct dd_buf *out,
                        const struct dd_bloom_view *f, const void *fbytes, size_t flen)
 {
@@ -381,16 +504,11 @@ static int reduce_into(struct dd_fold *fd, uint32_t seg, struct dd_buf *out,
             return 0;
         }
         out->len = keep;
-        if (rc == DD_ERR_NOMEM) return rc;
-        /* a bad bitstream: keep the exact form; reads count it */
+        return rc == DD_ERR_NOMEM ? rc : DD_ERR_CORRUPT;
     }
     return buf_copy(out, fbytes, flen);
 }
 
-/* The fold (fold.h, "Value"; the top of this file): the value is kept as
- * a main filter A and a small full-range delta B, so that a read (which
- * runs this on every Get of a key with operands) copies A and re-encodes
- * only B. */
 bool dd_fold_foreign(struct dd_fold *f, const char *key, size_t klen)
 {
     const struct dd_fold_owner *o = atomic_load_explicit(&f->owner, memory_order_acquire);
@@ -400,13 +518,90 @@ bool dd_fold_foreign(struct dd_fold *f, const char *key, size_t klen)
     return !o->owns(o->ud, user, ulen);
 }
 
+/* Fold the intact operands OP into the intact value BASE (NULL: none) as
+ * the segment's state says (fold.h, "Value"), appending the result to
+ * OUT. An operand whose bitstream fails is marked bad and left out; a
+ * single filter operand taken as it is but failing to re-encode is too.
+ * Returns 0, DD_ERR_CORRUPT (BASE's bitstream failed: the caller keeps
+ * BASE as a damaged piece and folds again without it; OUT is then to be
+ * discarded) or DD_ERR_NOMEM. */
+static int fold_into(struct dd_fold *fd, const char *key, size_t klen, uint32_t seg, bool closed,
+                     const char *base, size_t blen, struct operand *op, int nop,
+                     struct dd_buf *out)
+{
+    struct dd_buf one = {0};
+    struct hvec hv = {0};
+    struct dd_bloom_view bv[2];
+    int nb = 0, rc = 0;
+    const char *a_bytes = NULL;
+    size_t a_len = 0;
+    if (base && dd_fold_parse_value(base, blen, bv, &nb, &a_bytes, &a_len) != 0)
+        return DD_ERR_CORRUPT;
+
+    if (nb > 0 && bv[0].range != DD_BLOOM_FULL_RANGE) {
+        /* A is final: late items go to the full-range part (fold.h) */
+        rc = operands_hashes(fd, key, klen, op, nop, &hv);
+        if (rc == 0) rc = drop_known(&bv[0], hv.h, &hv.n);
+        if (rc == 0 && hv.n == 0) rc = buf_copy(out, base, blen);
+        else if (rc == 0)
+            rc = build_split(out, a_bytes, a_len, nb == 2 ? &bv[1] : NULL, hv.h, hv.n);
+    } else if (nb > 0 && !closed) {
+        /* Open segment, A at the full range: new items go to B. */
+        rc = operands_hashes(fd, key, klen, op, nop, &hv);
+        if (rc == 0 && hv.n == 0) rc = buf_copy(out, base, blen);
+        else if (rc == 0)
+            rc = merge_into_delta(out, &bv[0], a_bytes, a_len, nb == 2 ? &bv[1] : NULL, &hv);
+    } else {
+        /* No base, or a full-range base of a closed segment: one filter,
+         * re-encoded at its final range if the segment is closed. A single
+         * filter operand is that filter already. */
+        struct dd_bloom_view fv;
+        const void *fbytes;
+        size_t flen;
+        bool as_is = nb == 0 && nop == 1 && op[0].is_filter;
+        if (as_is) {
+            fv = op[0].f;
+            fbytes = op[0].bytes;
+            flen = op[0].len;
+        } else {
+            rc = operands_hashes(fd, key, klen, op, nop, &hv);
+            if (rc == 0 && nb == 2) rc = hvec_add_filter(&hv, &bv[1]);
+            if (rc == 0) rc = dd_bloom_union(&one, nb ? &bv[0] : NULL, DD_BLOOM_FULL_RANGE,
+                                             hv.h, hv.n);
+            /* with no base, a CORRUPT is impossible: only memory is left */
+            if (rc == DD_ERR_CORRUPT && nb == 0) rc = DD_ERR_NOMEM;
+            if (rc == 0 && dd_bloom_parse(one.data, one.len, &fv) != 0) rc = DD_ERR_NOMEM;
+            fbytes = one.data;
+            flen = one.len;
+        }
+        if (rc == 0 && closed) {
+            rc = reduce_into(fd, seg, out, &fv, fbytes, flen);
+            if (rc == DD_ERR_CORRUPT) {
+                if (as_is && !op[0].bad) {
+                    op[0].bad = true;
+                    dd_fold_note_corrupt(fd, "operand", key, klen);
+                }
+                rc = as_is ? 0 : DD_ERR_NOMEM; /* ours was just encoded */
+            }
+        } else if (rc == 0) {
+            rc = buf_copy(out, fbytes, flen);
+        }
+    }
+    free(hv.h);
+    dd_buf_free(&one);
+    return rc;
+}
+
+/* The fold (fold.h, "Value"; the top of this file): the value is kept as
+ * a main filter A and a small full-range delta B, so that a read (which
+ * runs this on every Get of a key with operands) copies A and re-encodes
+ * only B. Damage is sorted out first and wrapped around the result. */
 char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *existing,
                         size_t existing_len, const char *const *ops, const size_t *lens,
                         int nops, unsigned char *success, size_t *new_len)
 {
     struct dd_fold *fd = st;
-    struct dd_buf out = {0}, one = {0};
-    struct hvec hv = {0};
+    struct dd_buf out = {0}, body = {0}, dmg = {0};
     struct operand *op = NULL;
     int nop = 0, rc;
     uint32_t seg = 0;
@@ -432,89 +627,56 @@ char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *exi
      * with fewer false positives. */
     bool closed = have_seg && dd_segment_closed(&fd->seg, seg, day) && !in_probe;
 
-    struct dd_bloom_view bv[2];
-    int nb = 0;
-    const char *a_bytes = NULL;
-    size_t a_len = 0;
-    if (existing && dd_fold_parse_value(existing, existing_len, bv, &nb, &a_bytes, &a_len) != 0) {
+    /* The base: intact, the damaged form (its pieces carried over, its
+     * value folded on), or damaged as a whole. */
+    const char *base = NULL, *d, *v;
+    size_t blen = 0, dl, vl;
+    if (existing && existing_len) {
+        struct dd_bloom_view bv[2];
+        int nb;
+        if (dd_fold_parse_value(existing, existing_len, bv, &nb, &d, &dl) == 0) {
+            base = existing;
+            blen = existing_len;
+        } else if (dd_fold_parse_damaged(existing, existing_len, &d, &dl, &v, &vl) == 0) {
+            if (buf_copy(&dmg, d, dl) != 0) goto nomem;
+            base = v;
+            blen = vl;
+        } else {
+            dd_fold_note_corrupt(fd, "value", key, klen);
+            if (add_piece(&dmg, existing, existing_len) != 0) goto nomem;
+        }
+    }
+    if (load_operands(fd, key, klen, ops, lens, nops, &op, &nop, &dmg) != 0) goto nomem;
+    rc = fold_into(fd, key, klen, seg, closed, base, blen, op, nop, &body);
+    if (rc == DD_ERR_CORRUPT) {
+        /* The base's checksum held but its bitstream did not. */
         dd_fold_note_corrupt(fd, "value", key, klen);
-        nb = 0;
+        if (add_piece(&dmg, base, blen) != 0) goto nomem;
+        body.len = 0;
+        rc = fold_into(fd, key, klen, seg, closed, NULL, 0, op, nop, &body);
     }
-    if (load_operands(fd, key, klen, ops, lens, nops, &op, &nop) != 0) goto nomem;
-
-    if (nb > 0 && bv[0].range != DD_BLOOM_FULL_RANGE) {
-        /* A is final: late items go to the full-range part (fold.h) */
-        if (operands_hashes(fd, key, klen, op, nop, &hv) != 0) goto nomem;
-        if (drop_known(&bv[0], hv.h, &hv.n) != 0) goto nomem;
-        if (hv.n == 0) {
-            if (buf_copy(&out, existing, existing_len) != 0) goto nomem;
-        } else {
-            rc = build_split(&out, a_bytes, a_len, nb == 2 ? &bv[1] : NULL, hv.h, hv.n);
-            if (rc == DD_ERR_CORRUPT) {
-                dd_fold_note_corrupt(fd, "value", key, klen);
-                rc = build_split(&out, a_bytes, a_len, NULL, hv.h, hv.n);
-            }
-            if (rc != 0) goto nomem;
-        }
-    } else if (nb > 0 && !closed) {
-        /* Open segment, A at the full range: new items go to B. */
-        if (operands_hashes(fd, key, klen, op, nop, &hv) != 0) goto nomem;
-        if (hv.n == 0) {
-            if (buf_copy(&out, existing, existing_len) != 0) goto nomem;
-        } else if (merge_into_delta(fd, key, klen, &out, &bv[0], a_bytes, a_len,
-                                    nb == 2 ? &bv[1] : NULL, &hv) != 0) {
-            goto nomem;
-        }
+    if (rc != 0) goto nomem; /* without a base only out of memory is left */
+    for (int i = 0; i < nop; i++)
+        if (op[i].bad && add_piece(&dmg, op[i].bytes, op[i].len) != 0) goto nomem;
+    if (dmg.len == 0) {
+        out = body;
+        body = (struct dd_buf){0};
     } else {
-        /* No base, or a full-range base of a closed segment: one filter,
-         * re-encoded at its final range if the segment is closed. A single
-         * filter operand is that filter already. */
-        struct dd_bloom_view fv;
-        const void *fbytes;
-        size_t flen;
-        if (nb == 0 && nop == 1 && op[0].is_filter) {
-            fv = op[0].f;
-            fbytes = op[0].bytes;
-            flen = op[0].len;
-        } else {
-            if (operands_hashes(fd, key, klen, op, nop, &hv) != 0) goto nomem;
-            if (nb == 2) {
-                rc = hvec_add_filter(&hv, &bv[1]);
-                if (rc == DD_ERR_NOMEM) goto nomem;
-                if (rc != 0) dd_fold_note_corrupt(fd, "value", key, klen);
-            }
-            rc = dd_bloom_union(&one, nb ? &bv[0] : NULL, DD_BLOOM_FULL_RANGE, hv.h, hv.n);
-            if (rc == DD_ERR_CORRUPT) {
-                /* Checksum passed but the bitstream did not: still corrupt. */
-                dd_fold_note_corrupt(fd, "value", key, klen);
-                one.len = 0;
-                rc = dd_bloom_union(&one, NULL, DD_BLOOM_FULL_RANGE, hv.h, hv.n);
-            }
-            if (rc != 0 || dd_bloom_parse(one.data, one.len, &fv) != 0) goto nomem;
-            fbytes = one.data;
-            flen = one.len;
-        }
-        if (closed) {
-            if (reduce_into(fd, seg, &out, &fv, fbytes, flen) != 0) goto nomem;
-        } else if (fbytes == one.data) {
-            out = one;
-            one = (struct dd_buf){0};
-        } else if (buf_copy(&out, fbytes, flen) != 0) {
-            goto nomem;
-        }
+        if (wrap_damaged(&out, &dmg, &body) != 0) goto nomem;
+        atomic_fetch_add_explicit(&fd->damaged_merges, 1, memory_order_relaxed);
     }
-    free(hv.h);
     free(op);
-    dd_buf_free(&one);
+    dd_buf_free(&body);
+    dd_buf_free(&dmg);
     char *p = give(&out, new_len);
     if (p) *success = 1;
     return p;
 
 nomem:
-    free(hv.h);
     free(op);
     dd_buf_free(&out);
-    dd_buf_free(&one);
+    dd_buf_free(&body);
+    dd_buf_free(&dmg);
     dd_log_limited(&corrupt_log_limit, 10000, DD_LOG_ERROR, MODULE,
                    "msg=\"merge failed: out of memory\"");
     /* RocksDB assigns from the returned pointer even on failure. */
@@ -526,7 +688,7 @@ nomem:
  * a full-range filter (about a third of the raw size), which a later full
  * merge with no base takes as it is. Failing here
  * is harmless (RocksDB keeps the operands), so any problem just says "not
- * merged". */
+ * merged": a damaged operand thus reaches the full merge, which keeps it. */
 char *dd_fold_partial_merge(void *st, const char *key, size_t klen, const char *const *ops,
                            const size_t *lens, int nops, unsigned char *success,
                            size_t *new_len)
@@ -539,9 +701,14 @@ char *dd_fold_partial_merge(void *st, const char *key, size_t klen, const char *
 
     *success = 0;
     *new_len = 0;
-    if (load_operands(fd, key, klen, ops, lens, nops, &op, &nop) == 0 &&
-        operands_hashes(fd, key, klen, op, nop, &hv) == 0 &&
-        dd_fold_encode_operand(&out, hv.h, hv.n, NULL) == 0) {
+    bool bad = false;
+    if (load_operands(fd, key, klen, ops, lens, nops, &op, &nop, NULL) == 0 &&
+        operands_hashes(fd, key, klen, op, nop, &hv) == 0) {
+        for (int i = 0; i < nop; i++) bad |= op[i].bad;
+    } else {
+        bad = true;
+    }
+    if (!bad && dd_fold_encode_operand(&out, hv.h, hv.n, NULL) == 0) {
         free(hv.h);
         free(op);
         char *p = give(&out, new_len);
@@ -601,9 +768,14 @@ unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
     const char *a;
     size_t alen;
     if (dd_fold_parse_value(val, vlen, vv, &nv, &a, &alen) != 0) {
-        /* Kept as is: it reads as empty, and the next fold replaces it. A
-         * value from a newer format must not be destroyed by a rollback. */
-        dd_fold_note_corrupt(fd, "value", key, klen);
+        /* Damaged (or the damaged form, or a newer format after a
+         * rollback): kept as it is, byte for byte. Its reads fail until
+         * the user is forgotten or the store replaced; only expiry, above,
+         * drops it. */
+        const char *d, *v;
+        size_t dl, vl;
+        if (dd_fold_parse_damaged(val, vlen, &d, &dl, &v, &vl) != 0)
+            dd_fold_note_corrupt(fd, "value", key, klen);
         return 0;
     }
     if (nv == 0 || vv[0].range != DD_BLOOM_FULL_RANGE) return 0;

@@ -19,9 +19,20 @@
  * that keeps a user's union of segments under fp_rate.
  *
  * Failure: a RocksDB merge failure is a background error that stops
- * compactions, so merges fail only on out of memory. A corrupt value or
- * operand is counted, logged (rate limited) and read as empty; the next
- * fold replaces it. The compaction filter keeps what it cannot fold.
+ * compactions, so merges fail only on out of memory.
+ *
+ * Damaged values: a value or operand that fails its version, checksum or
+ * bitstream is counted and logged (rate limited), and never folded away:
+ * the full merge writes the damaged form (dd_fold_parse_damaged), which
+ * carries the damaged bytes untouched beside the intact operands folded
+ * into a valid value, so that every later read still sees the damage
+ * (history.h: the read fails for that user) and nothing the user played is
+ * silently forgotten. The partial merge refuses a damaged operand (RocksDB
+ * keeps the operands; the full merge then keeps it). The compaction filter
+ * keeps any value it cannot fold, damaged or of a newer format, and drops
+ * damage only with its segment's expiry (or a user another node owns,
+ * resharding). Repair is the user's deletion (ForgetUser) or another copy
+ * of the store.
  *
  * Threads: one dd_fold is shared by every RocksDB thread (counters are
  * atomic); a compaction filter instance belongs to one compaction.
@@ -57,7 +68,8 @@ struct dd_fold {
     int64_t (*now_ms)(void *ud);        /* NULL: dd_now_ms() */
     void *clock_ud;
 
-    _Atomic uint64_t corrupt_values;    /* values and operands read as empty */
+    _Atomic uint64_t corrupt_values;    /* damaged values and operands met */
+    _Atomic uint64_t damaged_merges;    /* full merges that kept damaged bytes (damaged form) */
     _Atomic uint64_t segments_expired;  /* dropped by the compaction filter */
     _Atomic uint64_t segments_reduced;  /* re-encoded at their final range */
     _Atomic uint64_t merges;            /* full merges run */
@@ -92,14 +104,36 @@ void dd_fold_init(struct dd_fold *f, const struct dd_segments *g, double fp_rate
 int dd_fold_parse_value(const char *val, size_t len, struct dd_bloom_view v[2], int *nv,
                         const char **a, size_t *alen);
 
+/* The damaged form of a value: damage kept beside what is intact,
+ *     u8 DD_FOLD_DAMAGED_TAG | u8 0 | u16 0 | u32 LE len(D) | D | V
+ * where D is one or more pieces, each u32 LE len | the damaged bytes as
+ * they were stored (a value or an operand, which may itself be an older
+ * damaged form), and V a value as above (empty, one filter or a split
+ * value) holding every intact item. The tag is no filter version, no
+ * operand tag and not the split tag, so dd_fold_parse_value refuses the
+ * form: whatever reads a value sees damage. Parsing is as strict as for
+ * the split value: the pieces must tile D and V must parse.
+ *
+ * Returns 0 with D's bytes (the pieces) in *D, *DLEN and V's in *V, *VLEN
+ * (pointing into VAL, borrowed), or DD_ERR_CORRUPT when VAL is not a well
+ * formed damaged form. */
+#define DD_FOLD_DAMAGED_TAG 0xdb
+int dd_fold_parse_damaged(const char *val, size_t len, const char **d, size_t *dlen,
+                          const char **v, size_t *vlen);
+
+/* Whether stored value VAL is intact, checked to the last bit (every
+ * filter's bitstream decoded: a scan, not a read path): 0, DD_ERR_CORRUPT
+ * (damaged, including the damaged form) or DD_ERR_NOMEM. */
+int dd_fold_check_value(const char *val, size_t len);
+
 /* Append the N hashes (any order, duplicates allowed) to OUT as one
  * operand. SCRATCH is as for dd_bloom_build (NULL: allocated). Returns 0
  * or DD_ERR_NOMEM. */
 int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
                            uint32_t *scratch);
 
-/* Count a corrupt WHAT ("value", "operand") of KEY and log it, at most one
- * line per 10 s. Cannot fail. */
+/* Count a damaged WHAT ("value", "operand") of KEY and log it with the
+ * key, at most one line per 10 s. Cannot fail. */
 void dd_fold_note_corrupt(struct dd_fold *f, const char *what, const char *key, size_t klen);
 
 /* Whether stored key KEY is a segment of a user F's owner (if any) says
@@ -113,8 +147,9 @@ void dd_fold_reading(bool on);
 
 /* The merge operator's callbacks (ST is a struct dd_fold), RocksDB's C
  * signatures. Each returns a malloc'd value for dd_fold_free_value and sets
- * *SUCCESS; the full merge fails only on out of memory, the partial merge
- * on any problem (RocksDB then keeps the operands). A full merge of a dead
+ * *SUCCESS; the full merge fails only on out of memory (damage in its
+ * inputs gives the damaged form), the partial merge on any problem, a
+ * damaged operand included (RocksDB then keeps the operands). A full merge of a dead
  * segment, or outside a read of a user F's owner says is not this node's,
  * yields an empty value (the compaction filter drops it at the next
  * compaction: RocksDB filters a merge's result only then). */
@@ -130,8 +165,8 @@ void dd_fold_free_value(void *st, const char *value, size_t len);
  * buffer *NEW_VALUE points into). dd_fold_cfilter returns 1 to drop a dead
  * segment or a segment of a user F's owner says is not this node's;
  * re-encodes a closed full-range one (*CHANGED = 1, *NEW_VALUE
- * valid until the next call); keeps anything else, foreign keys and
- * corrupt values included. dd_fold_cfilter_new returns NULL on out of
+ * valid until the next call); keeps anything else as it is, foreign keys,
+ * damaged values and the damaged form included. dd_fold_cfilter_new returns NULL on out of
  * memory; dd_fold_cfilter_destroy frees the instance. */
 void *dd_fold_cfilter_new(struct dd_fold *f);
 unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,

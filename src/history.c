@@ -23,8 +23,10 @@
  * carry them down to the base). max_successive_merges stays off by default: it adds a
  * memtable lookup to every write.
  *
- * Logging of corrupt values is rate limited rather than tracked per key: a
- * per-key set would be unbounded memory on the read path.
+ * Damage (history.h): a probe that meets a damaged value fails for that
+ * user, with a message naming the segment, and counts it. Logging of
+ * damaged values is rate limited rather than tracked per key: a per-key
+ * set would be unbounded memory on the read path.
  */
 #include "history.h"
 #include "icache.h"
@@ -115,6 +117,7 @@ struct dd_history {
     _Atomic uint64_t errors_other;
     struct dd_fold_owner owner;        /* published through fold.owner once set */
     dd_icache *icache;                 /* decoded closed filters; NULL = none */
+    _Atomic uint64_t damaged_reads;    /* probes refused for a damaged value */
     atomic_bool compact_cancelled;     /* dd_history_cancel_compact */
 };
 
@@ -867,11 +870,26 @@ struct probe_views {
 typedef int (*probe_fn)(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
                         size_t errlen);
 
+/* A probe met damage in the value of key KEY: count and log it, and say
+ * so in ERR, naming the segment. Returns DD_ERR_CORRUPT. */
+static int damaged(dd_history *h, const char *key, size_t klen, char *err, size_t errlen)
+{
+    uint32_t seg = 0;
+    char hex[100];
+    dd_fold_note_corrupt(&h->fold, "value", key, klen);
+    atomic_fetch_add_explicit(&h->damaged_reads, 1, memory_order_relaxed);
+    dd_key_segment(key, klen, &seg);
+    dd_key_hex(hex, sizeof hex, key, klen);
+    dd_set_err(err, errlen, "stored history damaged: segment %" PRIu32 " (key %s) fails "
+               "dedupd's checksum", seg, hex);
+    return DD_ERR_CORRUPT;
+}
+
 /* Read (SCENE, USER)'s live segments within LOOKBACK_DAYS in one
  * MultiGet, parse their views and hand them all to FN at once (the values
- * stay pinned until it returns). Corrupt values are counted and left out.
- * Returns 0, DD_ERR_IO if a read failed (FN is then not called) or FN's
- * error. */
+ * stay pinned until it returns). Returns 0, DD_ERR_IO if a read failed,
+ * DD_ERR_CORRUPT if a value is damaged (FN is then not called: the user's
+ * history is not known) or FN's error. */
 static int probe_read(dd_history *h, const char *scene, size_t scene_len, const char *user,
                       size_t user_len, uint32_t lookback_days, probe_fn fn, void *ctx, char *err,
                       size_t errlen)
@@ -969,7 +987,7 @@ static int probe_read(dd_history *h, const char *scene, size_t scene_len, const 
         const char *a;
         size_t alen;
         if (dd_fold_parse_value(v, vlen, pair, &k, &a, &alen) != 0) {
-            dd_fold_note_corrupt(&h->fold, "value", kp[i], ks[i]);
+            rc = damaged(h, kp[i], ks[i], err, errlen);
             continue;
         }
         /* Empty filters are left out; the other one of a split still counts. */
@@ -994,16 +1012,15 @@ struct probe_sorted_ctx {
     uint8_t *hit;
 };
 
-/* Each view merged with the sorted candidates (dd_bloom_probe_sorted). */
+/* Each view merged with the sorted candidates (dd_bloom_probe_sorted).
+ * 0, or DD_ERR_CORRUPT for a bitstream that fails (checksum passed). */
 static int probe_sorted(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
                         size_t errlen)
 {
-    (void)err;
-    (void)errlen;
     const struct probe_sorted_ctx *c = ctx;
     for (size_t j = 0; j < pv->n; j++)
         if (dd_bloom_probe_sorted(&pv->v[j], c->sorted, c->n, c->hit) != 0)
-            dd_fold_note_corrupt(&h->fold, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
+            return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
     return 0;
 }
 
@@ -1054,7 +1071,7 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     for (size_t j = 0; j < pv->n; j++) {
         if (v[j].range == DD_BLOOM_FULL_RANGE && (uint64_t)v[j].count * 5 <= (uint64_t)n * 2) {
             if (dd_bloom_probe_candset(&v[j], c->cs, c->hit) != 0)
-                dd_fold_note_corrupt(&h->fold, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
+                return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
             continue;
         }
         index = index && dd_bloom_index_bytes(&v[j]) != 0;
@@ -1078,10 +1095,8 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
                 if (!mem) goto nomem;
                 rc = dd_bloom_index_build(&v[j], mem, &ix) != 0 ? DD_ERR_CORRUPT : DD_OK;
             }
-            if (rc != DD_OK) {
-                dd_fold_note_corrupt(&h->fold, "value", pv->kp[pv->seg[j]], pv->ks[pv->seg[j]]);
-                continue;
-            }
+            if (rc != DD_OK)
+                return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
             const struct dd_bloom_index cix = ix;
             uint8_t *hit = c->hit;
             for (size_t i = 0; i < n; i++) hit[i] |= (uint8_t)dd_bloom_index_has(cix, hashes[i]);
@@ -1099,9 +1114,9 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
     struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks};
     struct probe_sorted_ctx sc = {key, n, shit};
-    probe_sorted(h, &rest, &sc, err, errlen);
+    int rc = probe_sorted(h, &rest, &sc, err, errlen);
     for (size_t a = 0; a < n; a++) c->hit[(uint32_t)key[a]] |= shit[a];
-    return 0;
+    return rc;
 nomem:
     dd_set_err(err, errlen, "out of memory probing %zu candidates", n);
     return DD_ERR_NOMEM;
@@ -1123,6 +1138,53 @@ int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, con
     struct probe_any_ctx c = {cands, hit, arena};
     return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_any, &c, err,
                       errlen);
+}
+
+/* ---- damage scan ---------------------------------------------------------- */
+
+int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud,
+                            uint64_t *values, char *err, size_t errlen)
+{
+    int64_t day = dd_day_of_ms(now_ms(h));
+    uint64_t n = 0;
+    int rc = 0;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(h->db, ro, h->cf);
+    /* merges the iterator runs serve a read: their result is not kept */
+    dd_fold_reading(true);
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *key = rocksdb_iter_key(it, &klen);
+        const char *user, *scene = key + 1;
+        size_t ulen;
+        uint32_t seg;
+        if (!dd_key_segment(key, klen, &seg) || !dd_key_user(key, klen, &user, &ulen) ||
+            ulen == 0 || dd_segment_dead(&h->fold.seg, seg, day))
+            continue;
+        n++;
+        const char *val = rocksdb_iter_value(it, &vlen);
+        int c = dd_fold_check_value(val, vlen);
+        if (c == DD_ERR_NOMEM) {
+            rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory checking a value");
+            break;
+        }
+        if (c == 0) continue;
+        atomic_fetch_add_explicit(&h->fold.corrupt_values, 1, memory_order_relaxed);
+        rc = fn(ud, scene, (uint8_t)key[0], user, ulen, seg);
+        if (rc != 0) break;
+    }
+    dd_fold_reading(false);
+    char *e = NULL;
+    rocksdb_iter_get_error(it, &e);
+    if (e) {
+        rc = dd_fail(DD_ERR_IO, err, errlen, "read: %s", e);
+        rocksdb_free(e);
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    if (values) *values = n;
+    return rc;
 }
 
 /* ---- forget, flush, compact ----------------------------------------------- */
@@ -1277,6 +1339,8 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
 {
     memset(out, 0, sizeof *out);
     out->corrupt_values = atomic_load_explicit(&h->fold.corrupt_values, memory_order_relaxed);
+    out->damaged_reads = atomic_load_explicit(&h->damaged_reads, memory_order_relaxed);
+    out->damaged_merges = atomic_load_explicit(&h->fold.damaged_merges, memory_order_relaxed);
     out->segments_expired = atomic_load_explicit(&h->fold.segments_expired, memory_order_relaxed);
     out->segments_reduced = atomic_load_explicit(&h->fold.segments_reduced, memory_order_relaxed);
     out->segments_foreign = atomic_load_explicit(&h->fold.segments_foreign, memory_order_relaxed);
@@ -1354,8 +1418,15 @@ void dd_history_collect(struct dd_prom *p, void *h)
                   "Memory held by the index cache (history.index_cache_mb bounds it)",
                   s.index_cache_bytes);
     dd_prom_counter(p, "dedupd_history_corrupt_values_total",
-            "Stored values that failed their version or checksum (read as empty)",
+            "Damaged stored values and operands met (failed their version, checksum or "
+            "bitstream) by reads, merges and compactions",
             s.corrupt_values);
+    dd_prom_counter(p, "dedupd_history_damaged_reads_total",
+            "Reads refused because a value of the user's history is damaged (Filter "
+            "answers UNAVAILABLE for that user)", s.damaged_reads);
+    dd_prom_counter(p, "dedupd_history_damaged_merges_total",
+            "Full merges that kept damaged bytes beside the intact items rather than "
+            "fold them away", s.damaged_merges);
     dd_prom_counter(p, "dedupd_history_segments_expired_total",
             "Segments dropped by compaction as past the retention", s.segments_expired);
     dd_prom_counter(p, "dedupd_history_segments_reduced_total",

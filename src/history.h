@@ -22,10 +22,18 @@
  *
  * Reads are one batched MultiGet of the user's live segments within the
  * lookback, each filter then probed the cheapest way for its size
- * (dd_history_probe_any). A value or operand that fails its version or
- * checksum is counted (stats.corrupt_values), logged once per key and read
- * as empty; the next fold replaces it. A read that fails is an error, never
- * "not seen".
+ * (dd_history_probe_any). A read that fails is an error, never "not seen".
+ *
+ * Damage: a value or operand that fails dedupd's own version, checksum or
+ * bitstream (RocksDB's block checksums having passed: a bad copy, a bug, a
+ * newer format after a rollback) is an error for its user, never an empty
+ * history: the probe fails with DD_ERR_CORRUPT naming the segment, counted
+ * (stats.corrupt_values, stats.damaged_reads) and logged with the key
+ * (rate limited). Merges and compactions keep the damaged bytes (fold.h,
+ * "Damaged values"), so later plays do not hide it; only the segment's
+ * expiry drops it. Repair: dd_history_forget of the user (ForgetUser), or
+ * the store replaced by a replica's copy. dd_history_scan_damaged lists
+ * the damaged users (ddcheck -D).
  *
  * Full disk: writes and flushes are refused, reads go on, and the store
  * resumes by itself once there is room (see dd_history_write).
@@ -246,9 +254,10 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
  * whole, so their plays up to segment_days older than the lookback may
  * still be reported (every scene's, and a day scene's written before it
  * was listed). One sorted pass per filter (dd_bloom_probe_sorted).
- * HIT entries of items not found are left as they were. Returns 0, or
- * DD_ERR_IO if the store could not be read (message in err): callers must
- * not treat that as "not seen". Corrupt values read as empty (counted). */
+ * HIT entries of items not found are left as they were. Returns 0,
+ * DD_ERR_IO if the store could not be read, or DD_ERR_CORRUPT if a value
+ * read is damaged (message in err, naming the segment): callers must not
+ * treat either as "not seen". */
 int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
                      size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
                      size_t n, uint8_t *hit, char *err, size_t errlen);
@@ -264,7 +273,8 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
  * them (only with a small segment_days), merged with the hashes sorted
  * once. Scratch (an index: about 12 bytes per stored play of the user)
  * comes from ARENA and stays there until its reset. Returns 0, DD_ERR_IO
- * (as above), DD_ERR_INVALID (lengths, or more than 2^32 - 1 candidates)
+ * or DD_ERR_CORRUPT (as above), DD_ERR_INVALID (lengths, or more than
+ * 2^32 - 1 candidates)
  * or DD_ERR_NOMEM (the arena could not grow; message in err). */
 typedef struct dd_arena dd_arena;
 struct dd_candset;
@@ -272,7 +282,8 @@ int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, con
                          size_t user_len, uint32_t lookback_days, const struct dd_candset *cands,
                          uint8_t *hit, dd_arena *arena, char *err, size_t errlen);
 
-/* Delete all of (SCENE, USER)'s segments. Durable like dd_history_write.
+/* Delete all of (SCENE, USER)'s segments, damaged ones included (which
+ * repairs the user: it then reads as new). Durable like dd_history_write.
  * Returns 0 or DD_ERR_IO. */
 int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const char *user,
                       size_t user_len, char *err, size_t errlen);
@@ -296,9 +307,23 @@ int dd_history_compact(dd_history *h, char *err, size_t errlen);
  * may still be compacting. Cannot fail. */
 void dd_history_cancel_compact(dd_history *h);
 
+/* Walk the whole store and call FN(UD, scene, user, segment) for each live
+ * segment whose value is damaged (dd_fold_check_value: every filter
+ * decoded; operands above a value are folded first), with pointers into
+ * the store valid for the call only. For operators (ddcheck -D): it reads
+ * every key. *VALUES (may be NULL) gets the number of live segment values
+ * checked. Returns 0, FN's non-zero return (the walk stops), DD_ERR_IO or
+ * DD_ERR_NOMEM (message in err). */
+typedef int (*dd_history_damaged_fn)(void *ud, const char *scene, size_t scene_len,
+                                     const char *user, size_t user_len, uint32_t segment);
+int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud,
+                            uint64_t *values, char *err, size_t errlen);
+
 /* Counters since open, for metrics. Cannot fail. */
 struct dd_history_stats {
-    uint64_t corrupt_values;     /* values/operands that failed version or checksum */
+    uint64_t corrupt_values;     /* damaged values/operands met (version, checksum, bitstream) */
+    uint64_t damaged_reads;      /* probes refused (DD_ERR_CORRUPT) for a damaged value */
+    uint64_t damaged_merges;     /* full merges that kept damaged bytes (fold.h) */
     uint64_t segments_expired;   /* dropped by the compaction filter */
     uint64_t segments_reduced;   /* closed segments re-encoded at their final range */
     uint64_t segments_foreign;   /* other nodes' users' segments dropped (dd_history_set_owner) */

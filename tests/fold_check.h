@@ -6,11 +6,14 @@
 #ifndef DD_TEST_FOLD_CHECK_H
 #define DD_TEST_FOLD_CHECK_H
 
+#include <string.h>
+
 #include "bloom.h"
 #include "fold.h"
 
 /* Whether every one of the N hashes is in the value (either filter); 0 if
- * the value does not parse. */
+ * the value does not parse (the damaged form does not: see
+ * value_intact_has_all). */
 static inline int value_has_all(const char *v, size_t len, const uint64_t *h, size_t n)
 {
     struct dd_bloom_view fv[2];
@@ -24,6 +27,33 @@ static inline int value_has_all(const char *v, size_t len, const uint64_t *h, si
         if (!found) return 0;
     }
     return 1;
+}
+
+/* The same for the intact part of a value that may be in the damaged form
+ * (fold.h, dd_fold_parse_damaged). */
+static inline int value_intact_has_all(const char *v, size_t len, const uint64_t *h, size_t n)
+{
+    const char *d, *iv;
+    size_t dl, ivl;
+    if (dd_fold_parse_damaged(v, len, &d, &dl, &iv, &ivl) == 0)
+        return value_has_all(iv, ivl, h, n);
+    return value_has_all(v, len, h, n);
+}
+
+/* Whether V is in the damaged form and one of its pieces is BYTES
+ * (BLEN of them), unchanged. */
+static inline int damaged_holds(const char *v, size_t len, const void *bytes, size_t blen)
+{
+    const char *d, *iv;
+    size_t dl, ivl;
+    if (dd_fold_parse_damaged(v, len, &d, &dl, &iv, &ivl) != 0) return 0;
+    for (size_t off = 0; off + 4 <= dl;) {
+        const uint8_t *q = (const uint8_t *)d + off;
+        size_t pl = (size_t)q[0] | (size_t)q[1] << 8 | (size_t)q[2] << 16 | (size_t)q[3] << 24;
+        if (pl == blen && (blen == 0 || memcmp(q + 4, bytes, blen) == 0)) return 1;
+        off += 4 + pl;
+    }
+    return 0;
 }
 
 #endif

@@ -5,6 +5,7 @@
  * and for the ingest tests (zero false negatives, the fp of unplayed items).
  *
  *   ddcheck [-c FILE] [-o section.key=value]... [-l LOOKBACK_DAYS] [-v|-V] [LIST]
+ *   ddcheck -D [-c FILE] [-o section.key=value]...
  *
  * LIST (or stdin) holds lines "user<TAB>item[<TAB>scene]". The store is
  * opened with the same configuration as dedupd (history.path and the
@@ -14,7 +15,18 @@
  *   total=N seen=S unseen=U
  * after, with -v, the first 20 unseen lines ("unseen<TAB>user<TAB>item<TAB>
  * scene"), with -V all of them. Exit 0, or 2 on any error (a
- * store that cannot be read is an error, never "unseen").
+ * store that cannot be read, or a damaged value, is an error, never
+ * "unseen").
+ *
+ * -D: list the damaged users instead (history.h, "Damage"): every live
+ * segment value of the store is checked to the last bit, and each that
+ * fails prints "damaged<TAB>scene<TAB>user<TAB>segment" (bytes outside
+ * printable ASCII, a backslash and a tab as \xNN), then
+ *   values=N damaged=D
+ * Exit 0 when none is damaged, 1 when some are, 2 on any error. Repair a
+ * listed user with ForgetUser (its plays are gone; re-record what is still
+ * known) or replace the store with a replica's copy (README, "Damaged
+ * history").
  */
 #include "bloom.h"
 #include "config.h"
@@ -22,6 +34,7 @@
 #include "history.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,14 +57,38 @@ static int cmp_play(const void *a, const void *b)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ddcheck [-c FILE] [-o section.key=value]... [-l LOOKBACK_DAYS] [-v|-V]"
-               " [LIST]\n");
+               " [LIST]\n"
+               "       ddcheck -D [-c FILE] [-o section.key=value]...   (list damaged users)\n");
+}
+
+/* An id as one field of a tab-separated line. */
+static void put_id(const char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c >= 0x7f || c == '\\') printf("\\x%02x", c);
+        else putchar(c);
+    }
+}
+
+static int print_damaged(void *ud, const char *scene, size_t scene_len, const char *user,
+                         size_t user_len, uint32_t segment)
+{
+    uint64_t *n = ud;
+    fputs("damaged\t", stdout);
+    put_id(scene, scene_len);
+    putchar('\t');
+    put_id(user, user_len);
+    printf("\t%" PRIu32 "\n", segment);
+    (*n)++;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     struct dd_config cfg;
     char err[512];
-    int opt, verbose = 0, rc = 2;
+    int opt, verbose = 0, rc = 2, damaged_mode = 0;
     unsigned long lookback = 0;
     const char *conf_path = NULL;
     dd_history *h = NULL;
@@ -65,9 +102,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "ddcheck: out of memory\n");
         return 2;
     }
-    while ((opt = getopt(argc, argv, "c:o:l:vVh")) != -1) {
+    while ((opt = getopt(argc, argv, "c:o:l:vVDh")) != -1) {
         switch (opt) {
         case 'c': conf_path = optarg; break;
+        case 'D': damaged_mode = 1; break;
         case 'o': case 'l': break;
         case 'v': verbose = 1; break;
         case 'V': verbose = 2; break;
@@ -80,7 +118,7 @@ int main(int argc, char **argv)
         goto out;
     }
     optind = 1;
-    while ((opt = getopt(argc, argv, "c:o:l:vVh")) != -1) {
+    while ((opt = getopt(argc, argv, "c:o:l:vVDh")) != -1) {
         if (opt == 'l') {
             lookback = strtoul(optarg, NULL, 10);
             continue;
@@ -99,8 +137,22 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    if (argc - optind > 1) {
+    if (argc - optind > (damaged_mode ? 0 : 1)) {
         usage(stderr);
+        goto out;
+    }
+    if (damaged_mode) {
+        if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) {
+            fprintf(stderr, "ddcheck: cannot open history at %s: %s\n", cfg.history.path, err);
+            goto out;
+        }
+        uint64_t values = 0, bad = 0;
+        if (dd_history_scan_damaged(h, print_damaged, &bad, &values, err, sizeof err) != DD_OK) {
+            fprintf(stderr, "ddcheck: cannot scan history at %s: %s\n", cfg.history.path, err);
+            goto out;
+        }
+        printf("values=%" PRIu64 " damaged=%" PRIu64 "\n", values, bad);
+        rc = bad ? 1 : 0;
         goto out;
     }
     FILE *in = stdin;

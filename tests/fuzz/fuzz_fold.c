@@ -10,9 +10,16 @@
  *   a partial merge then a full merge, and the compaction filter on the
  *   result must never lose an item: every hash is still contained (a dead
  *   segment folds to the empty value instead).
+ *   Damaged base (mode bit 16, intact inputs): the existing value has one
+ *   byte flipped (or is a few raw bytes). If it no longer parses, the full
+ *   merge must give the damaged form (fold.h), holding the damaged bytes
+ *   unchanged as a piece and every operand's item in its intact part; a
+ *   second merge of that with the operands again must keep both; the
+ *   compaction filter must keep it unchanged (a dead segment: dropped,
+ *   and its merge empty).
  *   Raw bytes: the rest is split into an existing value and an operand as
- *   they are. The full merge must still succeed (corrupt input reads as
- *   empty) and give a value that parses; the compaction filter must keep
+ *   they are. The full merge must still succeed and give a value that
+ *   parses, plain or in the damaged form; the compaction filter must keep
  *   or drop it without crashing.
  */
 #include "fuzz.h"
@@ -108,9 +115,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         full_merge(&fold, key, klen, (const char *)in.p, half, p, l, 1, &res);
         struct dd_bloom_view fv[2];
         int nv;
-        const char *a;
-        size_t alen;
-        FUZZ_CHECK(dd_fold_parse_value((const char *)res.data, res.len, fv, &nv, &a, &alen) == 0);
+        const char *a, *d, *iv;
+        size_t alen, dl, ivl;
+        FUZZ_CHECK(dd_fold_parse_value((const char *)res.data, res.len, fv, &nv, &a, &alen) == 0 ||
+                   dd_fold_parse_damaged((const char *)res.data, res.len, &d, &dl, &iv, &ivl) == 0);
         FUZZ_CHECK(dd_buf_reserve(&ex, half + 1) == 0);
         memcpy(ex.data, in.p, half);
         ex.len = half;
@@ -119,16 +127,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                            &alen) == 0);
         goto out;
     }
+    int damage = mode & 16;
 
     uint64_t all[(NOPS_MAX + 1) * NHASH_MAX];
     size_t nall = 0;
     int nops = 1 + fz_u8(&in) % NOPS_MAX;
     int exkind = fz_u8(&in) % 3; /* none, a full-range filter, a fold's result */
+    size_t nops_all = 0; /* the operands' hashes: all[0 .. nops_all) */
+    if (damage && exkind == 0) exkind = 1;
     for (int g = 0; g < nops + (exkind != 0); g++) {
         size_t n = fz_u8(&in) % (NHASH_MAX + 1);
         uint64_t *h = all + nall;
         for (size_t i = 0; i < n; i++) h[i] = fz_u64(&in);
         nall += n;
+        if (g < nops) nops_all = nall;
         if (g < nops) {
             FUZZ_CHECK(dd_fold_encode_operand(&ops[g], h, n, NULL) == 0);
             p[g] = (const char *)ops[g].data;
@@ -146,6 +158,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *exp = exkind ? (const char *)ex.data : NULL;
     size_t exlen = exkind ? ex.len : 0;
     int dead = which == 2;
+
+    if (damage) {
+        struct dd_bloom_view fv[2];
+        int nv;
+        const char *a;
+        size_t alen;
+        uint8_t at = fz_u8(&in), bit = fz_u8(&in);
+        if (ex.len) ex.data[at % ex.len] ^= (uint8_t)(1u << (bit % 8));
+        if (dd_fold_parse_value((const char *)ex.data, ex.len, fv, &nv, &a, &alen) != 0) {
+            full_merge(&fold, key, klen, exp, exlen, p, l, nops, &res);
+            if (dead) {
+                FUZZ_CHECK(res.len == 0);
+            } else {
+                FUZZ_CHECK(damaged_holds((const char *)res.data, res.len, exp, exlen));
+                FUZZ_CHECK(value_intact_has_all((const char *)res.data, res.len, all, nops_all));
+                /* the damaged form as the base of the next merge */
+                const char *r1 = (const char *)res.data;
+                size_t r1len = res.len;
+                full_merge(&fold, key, klen, r1, r1len, p, l, nops, &res2);
+                FUZZ_CHECK(damaged_holds((const char *)res2.data, res2.len, exp, exlen));
+                FUZZ_CHECK(value_intact_has_all((const char *)res2.data, res2.len, all,
+                                                nops_all));
+            }
+            int drop = cfilter(&fold, key, klen, dead ? &ex : &res, &cfout, &changed);
+            FUZZ_CHECK(drop == dead);
+            FUZZ_CHECK(!changed);
+            goto out;
+        }
+        /* the flip left a valid value (a reserved bit of the header is
+         * not one: parsing is strict), so nothing to check here */
+        goto out;
+    }
 
     full_merge(&fold, key, klen, exp, exlen, p, l, nops, &res);
     if (dead) FUZZ_CHECK(res.len == 0);

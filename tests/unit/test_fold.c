@@ -5,8 +5,9 @@
  * fold into one filter; an open segment keeps a base and a delta, folded
  * past its threshold; closed segments re-encoded (but not inside a read);
  * late plays onto a re-encoded base go to a split value; dead segments
- * emptied and dropped; corrupt values and operands read as empty and
- * counted; the partial merge collapses operands into one.
+ * emptied and dropped; damaged values and operands counted and kept in the
+ * damaged form, never folded away; the partial merge collapses operands
+ * into one.
  */
 #include "bloom.h"
 #include "buf.h"
@@ -202,7 +203,7 @@ static void test_open_split_and_threshold(void)
     dd_buf_free(&out2);
 }
 
-static void test_corrupt_read_as_empty(void)
+static void test_corrupt_counted(void)
 {
     struct dd_fold f;
     fold_init(&f);
@@ -215,17 +216,29 @@ static void test_corrupt_read_as_empty(void)
     ops[1].len = 16;
     CHECK(merge(&f, SEG_OPEN, NULL, ops, 2, &out));
     CHECK_EQ_INT(f.corrupt_values, 1);
-    CHECK(value_has_all((char *)out.data, out.len, h, 5));
+    CHECK_EQ_INT(f.damaged_merges, 1);
+    /* the damaged form: the operand kept, the intact items beside it */
+    CHECK(!value_has_all((char *)out.data, out.len, h, 5));
+    CHECK(value_intact_has_all((char *)out.data, out.len, h, 5));
+    CHECK(damaged_holds((char *)out.data, out.len, ops[1].data, ops[1].len));
 
-    /* A base whose checksum fails: counted, and the operands alone remain. */
+    /* A base whose checksum fails: counted, kept, the operands beside it. */
     REQUIRE(dd_bloom_build(&bad, h, 3, DD_BLOOM_FULL_RANGE, NULL) == 0);
     bad.data[bad.len - 1] ^= 0x40;
     CHECK(merge(&f, SEG_OPEN, &bad, &ops[0], 1, &out));
     CHECK_EQ_INT(f.corrupt_values, 2);
     struct parsed pv;
-    CHECK_EQ_INT(parse(out.data, out.len, &pv), 0);
+    CHECK_EQ_INT(parse(out.data, out.len, &pv), DD_ERR_CORRUPT);
+    CHECK(damaged_holds((char *)out.data, out.len, bad.data, bad.len));
+    const char *d, *v;
+    size_t dl, vl;
+    REQUIRE(dd_fold_parse_damaged((char *)out.data, out.len, &d, &dl, &v, &vl) == 0);
+    CHECK_EQ_INT(dl, 4 + bad.len);
+    CHECK_EQ_INT(parse(v, vl, &pv), 0);
     CHECK_EQ_INT(pv.nv, 1);
     CHECK_EQ_INT(pv.v[0].count, 5);
+    CHECK_EQ_INT(dd_fold_check_value((char *)out.data, out.len), DD_ERR_CORRUPT);
+    CHECK_EQ_INT(dd_fold_check_value(v, vl), 0);
 
     /* The compaction filter keeps a corrupt value as it is and counts it. */
     void *cf = dd_fold_cfilter_new(&f);
@@ -239,6 +252,148 @@ static void test_corrupt_read_as_empty(void)
     dd_buf_free(&ops[1]);
     dd_buf_free(&out);
     dd_buf_free(&bad);
+}
+
+/* The damaged form's header is checked as strictly as the split value's:
+ * any field damaged and it is no damaged form (a later merge then keeps
+ * it whole, as one piece). */
+static void test_damaged_form_strict(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    uint64_t h[10];
+    items(h, "df", 10);
+    struct dd_buf bad = {0}, op = {0}, out = {0}, m = {0}, out2 = {0};
+    REQUIRE(dd_buf_reserve(&bad, 5) == 0);
+    memcpy(bad.data, "\x01junk", 5);
+    bad.len = 5;
+    operand(&op, h, 10);
+    CHECK(merge(&f, SEG_OPEN, &bad, &op, 1, &out));
+    const char *d, *v;
+    size_t dl, vl;
+    REQUIRE(dd_fold_parse_damaged((char *)out.data, out.len, &d, &dl, &v, &vl) == 0);
+    CHECK_EQ_INT(out.data[0], DD_FOLD_DAMAGED_TAG);
+    for (int c = 0; c < 7; c++) {
+        m.len = 0;
+        REQUIRE(dd_buf_reserve(&m, out.len) == 0);
+        memcpy(m.data, out.data, out.len);
+        m.len = out.len;
+        switch (c) {
+        case 0: m.data[1] = 1; break;                   /* reserved */
+        case 1: m.data[4] = (uint8_t)(dl + 1); break;   /* len(D) */
+        case 2: m.data[4] = (uint8_t)(dl - 1); break;
+        case 3: m.data[4] = 0; break;                   /* no piece */
+        case 4: m.data[8] = 9; break;                   /* the piece's length */
+        case 5: m.data[m.len - 1] ^= 1; break;          /* V's checksum */
+        case 6: m.len = 7; break;                       /* shorter than the header */
+        }
+        CHECK_MSG(dd_fold_parse_damaged((char *)m.data, m.len, &d, &dl, &v, &vl) != 0,
+                  "damage %d accepted", c);
+        /* a merge keeps it whole */
+        CHECK(merge(&f, SEG_OPEN, &m, &op, 1, &out2));
+        CHECK_MSG(damaged_holds((char *)out2.data, out2.len, m.data, m.len), "damage %d lost", c);
+        CHECK(value_intact_has_all((char *)out2.data, out2.len, h, 10));
+    }
+    dd_buf_free(&bad);
+    dd_buf_free(&op);
+    dd_buf_free(&out);
+    dd_buf_free(&out2);
+    dd_buf_free(&m);
+}
+
+/* Whether NEEDLE's bytes appear unchanged in HAY. */
+static int holds_bytes(const struct dd_buf *hay, const struct dd_buf *needle)
+{
+    if (needle->len == 0 || hay->len < needle->len) return 0;
+    for (size_t i = 0; i + needle->len <= hay->len; i++)
+        if (memcmp(hay->data + i, needle->data, needle->len) == 0) return 1;
+    return 0;
+}
+
+/* Damage is never folded away (fold.h, "Damaged values"): a base that
+ * fails its checksum, merged with operands, gives a value that reads as
+ * damaged, carries the damaged bytes untouched and the operands' items
+ * intact; later merges keep both; in an open, a closed (re-encoded) and a
+ * read's merge alike. A damaged operand is kept the same way, and makes a
+ * partial merge fail (RocksDB then keeps the operands). The compaction
+ * filter keeps a damaged value unless its segment is dead. */
+static void test_damaged_kept(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    uint64_t h[200], late[40];
+    items(h, "dk", 200);
+    items(late, "dk-late", 40);
+    struct dd_buf bad = {0}, ops[2] = {{0}}, out = {0}, out2 = {0}, junk = {0};
+    REQUIRE(dd_bloom_build(&bad, h, 150, DD_BLOOM_FULL_RANGE, NULL) == 0);
+    bad.data[bad.len / 2] ^= 0x08;   /* the checksum no longer matches */
+    operand(&ops[0], h + 150, 30);
+    operand(&ops[1], late, 40);
+    struct parsed pv;
+    static const uint32_t segs[2] = {SEG_OPEN, SEG_CLOSED};
+    for (int reading = 0; reading < 2; reading++) {
+        dd_fold_reading(reading);
+        for (int s = 0; s < 2; s++) {
+            uint64_t corrupt = f.corrupt_values;
+            CHECK(merge(&f, segs[s], &bad, &ops[0], 1, &out));
+            CHECK_MSG(parse(out.data, out.len, &pv) != 0, "damaged base read as a value, seg %u",
+                      segs[s]);
+            CHECK_MSG(holds_bytes(&out, &bad), "damaged bytes lost, seg %u", segs[s]);
+            CHECK(f.corrupt_values > corrupt);
+            /* the next merge keeps the damage and folds the new items */
+            CHECK(merge(&f, segs[s], &out, &ops[1], 1, &out2));
+            CHECK(parse(out2.data, out2.len, &pv) != 0);
+            CHECK_MSG(holds_bytes(&out2, &bad), "damaged bytes lost on the second merge, seg %u",
+                      segs[s]);
+        }
+    }
+    dd_fold_reading(false);
+
+    /* A damaged operand beside an intact base: kept too. */
+    REQUIRE(dd_buf_reserve(&junk, 16) == 0);
+    memcpy(junk.data, "\x01\x02junk-operand!", 16);
+    junk.len = 16;
+    struct dd_buf base = {0};
+    CHECK(merge(&f, SEG_OPEN, NULL, &ops[0], 1, &base));
+    struct dd_buf two[2] = {ops[1], junk};
+    CHECK(merge(&f, SEG_OPEN, &base, two, 2, &out));
+    CHECK(parse(out.data, out.len, &pv) != 0);
+    CHECK(holds_bytes(&out, &junk));
+
+    /* The partial merge fails rather than drop a damaged operand. */
+    char key[64];
+    size_t klen = make_key(key, SEG_OPEN);
+    const char *p[2] = {(char *)ops[1].data, (char *)junk.data};
+    size_t l[2] = {ops[1].len, junk.len};
+    unsigned char ok = 1;
+    size_t len = 0;
+    char *v = dd_fold_partial_merge(&f, key, klen, p, l, 2, &ok, &len);
+    CHECK_EQ_INT(ok, 0);
+    dd_fold_free_value(&f, v, len);
+
+    /* The compaction filter keeps damage in live segments, drops it in
+     * dead ones. */
+    void *cf = dd_fold_cfilter_new(&f);
+    REQUIRE(cf != NULL);
+    struct cf_out r;
+    CHECK(merge(&f, SEG_CLOSED, &bad, &ops[0], 1, &out));
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_CLOSED, &out, &r), 0);
+    CHECK(r.changed == 0 || (holds_bytes(&(struct dd_buf){(uint8_t *)r.v, r.len, r.len}, &bad)));
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_OPEN, &bad, &r), 0);
+    CHECK_EQ_INT(r.changed, 0);
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_DEAD, &out, &r), 1);
+    dd_fold_cfilter_destroy(cf);
+    /* A dead segment's merge empties it, damage included. */
+    CHECK(merge(&f, SEG_DEAD, &bad, &ops[0], 1, &out));
+    CHECK_EQ_INT(out.len, 0);
+
+    dd_buf_free(&bad);
+    dd_buf_free(&ops[0]);
+    dd_buf_free(&ops[1]);
+    dd_buf_free(&out);
+    dd_buf_free(&out2);
+    dd_buf_free(&junk);
+    dd_buf_free(&base);
 }
 
 static void test_dead_segments(void)
@@ -400,9 +555,11 @@ int main(void)
 {
     test_operands_fold();
     test_open_split_and_threshold();
-    test_corrupt_read_as_empty();
+    test_corrupt_counted();
+    test_damaged_form_strict();
     test_dead_segments();
     test_closed_reencoded();
     test_partial_merge();
+    test_damaged_kept();
     TEST_MAIN_END();
 }

@@ -5,8 +5,10 @@
  * across flush, compaction and reopen; expired segments unseen before
  * compaction and gone after it; closed segments re-encoded so the union
  * false-positive rate over a user stays under history.fp_rate; lookback;
- * forget; scenes as separate namespaces; corrupt values and operands read as
- * empty and counted, never a crash; place() verdicts; bad RocksDB options
+ * forget; scenes as separate namespaces; damaged values and operands fail
+ * their user's reads and are counted, kept through merges and compactions,
+ * listed by the scan and repaired by forget, never a crash; place()
+ * verdicts; bad RocksDB options
  * named; open segments kept as a base plus a small delta folded at its
  * threshold, split headers strictly checked, many small operands.
  */
@@ -167,6 +169,38 @@ static void flush_compact(dd_history *h)
     char err[256];
     CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
     CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
+}
+
+/* The probe's verdict on (scene "", USER) for the N hashes: its return code
+ * (both probes must agree); *HITS counts the hits of dd_history_probe. */
+static int probe_rc(dd_history *h, const char *user, const uint64_t *hs, size_t n, size_t *hits,
+                    char *err, size_t errlen)
+{
+    uint64_t *s = malloc(n * sizeof *s), *tmp = malloc(n * sizeof *tmp);
+    uint8_t *hit = calloc(n, 1), *hit2 = calloc(n, 1);
+    REQUIRE(s && tmp && hit && hit2);
+    memcpy(s, hs, n * sizeof *s);
+    dd_bloom_sort_hashes(s, NULL, n, tmp, NULL);
+    int rc = dd_history_probe(h, "", 0, user, strlen(user), 0, s, n, hit, err, errlen);
+    *hits = 0;
+    for (size_t i = 0; i < n; i++) *hits += hit[i];
+    struct dd_candset cs;
+    REQUIRE(dd_candset_init(&cs, n) == DD_OK);
+    REQUIRE(dd_candset_begin(&cs, hs, n) == DD_OK);
+    for (size_t i = 0; i < n; i++) dd_candset_add(&cs, (uint32_t)i);
+    dd_arena *a = dd_arena_new(0, 0);
+    REQUIRE(a);
+    char err2[256];
+    int rc2 = dd_history_probe_any(h, "", 0, user, strlen(user), 0, &cs, hit2, a, err2,
+                                   sizeof err2);
+    CHECK_MSG(rc2 == rc, "probe %d, probe_any %d", rc, rc2);
+    dd_arena_free(a);
+    dd_candset_free(&cs);
+    free(s);
+    free(tmp);
+    free(hit);
+    free(hit2);
+    return rc;
 }
 
 /* ---- tests ---------------------------------------------------------------- */
@@ -1205,6 +1239,22 @@ static char *raw_partial(void *st, const char *k, size_t kl, const char *const *
 static void raw_nop(void *st) { (void)st; }
 static const char *raw_name(void *st) { (void)st; return "dedupd.history.v1"; }
 
+/* dd_history_scan_damaged's callback for user "u": the segments seen. */
+struct scan_seen {
+    uint32_t seg[16];
+    int n;
+    int other_user;
+};
+static int scan_note(void *ud, const char *scene, size_t scene_len, const char *user,
+                     size_t user_len, uint32_t segment)
+{
+    struct scan_seen *s = ud;
+    (void)scene;
+    if (scene_len != 0 || user_len != 1 || user[0] != 'u') s->other_user++;
+    if (s->n < 16) s->seg[s->n++] = segment;
+    return 0;
+}
+
 static void test_corrupt(void)
 {
     struct dd_config cfg;
@@ -1261,10 +1311,11 @@ static void test_corrupt(void)
     rocksdb_options_destroy(o);
 
     h = open_store(&cfg);
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, a, 50), 0);
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, b, 50), 50);
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, c, 50), 0);
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, d, 50), 50);   /* the base survives a bad operand */
+    /* every read of u fails (any live segment in the lookback damaged) */
+    size_t hits;
+    CHECK_EQ_INT(probe_rc(h, "u", a, 50, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    CHECK_EQ_INT(probe_rc(h, "u", b, 50, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    CHECK_EQ_INT(probe_rc(h, "u", d, 50, &hits, err, sizeof err), DD_ERR_CORRUPT);
     uint8_t held[64] = {7};
     size_t heldlen = 5;
     CHECK_EQ_INT(dd_history_get_holds(h, held, sizeof held, &heldlen, err, sizeof err),
@@ -1279,19 +1330,39 @@ static void test_corrupt(void)
     CHECK_MSG(st.corrupt_values >= 3, "corrupt_values %llu",
               (unsigned long long)st.corrupt_values);
 
-    /* compaction does not choke on them; the next fold replaces a bad value */
+    CHECK(st.damaged_reads >= 3);
+
+    /* compaction does not choke on them, nor fold them away: new plays do
+     * not hide the damage (the bad operand of 663 included) */
     flush_compact(h);
     play(h, "", "u", a, 10, T0);
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, a, 10), 10);
+    play(h, "", "v", b, 10, T0);
+    CHECK_EQ_INT(probe_rc(h, "u", a, 10, &hits, err, sizeof err), DD_ERR_CORRUPT);
     flush_compact(h);
-    uint64_t before;
+    CHECK_EQ_INT(probe_rc(h, "u", a, 10, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    CHECK_EQ_INT(count_hits(h, "", "v", 0, b, 10), 10);
     dd_history_get_stats(h, &st);
-    before = st.corrupt_values;
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, a, 10), 10);
-    dd_history_get_stats(h, &st);
-    CHECK_EQ_INT(st.corrupt_values, before + PROBES_PER_COUNT); /* only 664 is still bad */
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, b, 50), 50);
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, d, 50), 50);
+    CHECK(st.damaged_merges >= 1);
+
+    /* the scan lists exactly the damaged segments */
+    struct scan_seen seen = {0};
+    uint64_t values = 0;
+    CHECK_EQ_INT(dd_history_scan_damaged(h, scan_note, &seen, &values, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(seen.n, 3);
+    CHECK_EQ_INT(seen.seg[0], 663);
+    CHECK_EQ_INT(seen.seg[1], 664);
+    CHECK_EQ_INT(seen.seg[2], 666);
+    CHECK_EQ_INT(seen.other_user, 0);
+    CHECK_EQ_INT(values, 5);   /* u: 663..666, v: 666 */
+
+    /* forgetting u repairs it */
+    CHECK_EQ_INT(dd_history_forget(h, "", 0, "u", 1, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(probe_rc(h, "u", a, 10, &hits, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(hits, 0);
+    seen.n = 0;
+    CHECK_EQ_INT(dd_history_scan_damaged(h, scan_note, &seen, &values, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(seen.n, 0);
+    CHECK_EQ_INT(values, 1);
     dd_history_close(h);
     dd_config_free(&cfg);
 }
@@ -1487,8 +1558,8 @@ static void test_split_fold(void)
 }
 
 /* A split value round-trips through raw storage; a split header damaged in
- * any field reads as empty and is counted; legacy raw-hash operands still
- * count. */
+ * any field fails the user's reads and is counted; legacy raw-hash
+ * operands still count. */
 static void test_split_corrupt(void)
 {
     struct dd_config cfg;
@@ -1567,21 +1638,95 @@ static void test_split_corrupt(void)
     CHECK_EQ_INT(count_hits(h, "", "copy", 0, hs, 1200), 1200);   /* round trip */
     CHECK_EQ_INT(count_hits(h, "", "legacy", 0, hs, 50), 50);
     CHECK_EQ_INT(count_hits(h, "", "emptya", 0, hs + 1000, 200), 200);
+    char err[256];
+    size_t hits;
     for (int c = 0; c < NBAD; c++) {
         snprintf(user, sizeof user, "bad%d", c);
         dd_history_get_stats(h, &st);
         uint64_t before = st.corrupt_values;
-        CHECK_MSG(count_hits(h, "", user, 0, hs, 1200) == 0, "damage %d not detected", c);
+        CHECK_MSG(probe_rc(h, user, hs, 1200, &hits, err, sizeof err) == DD_ERR_CORRUPT,
+                  "damage %d not detected", c);
         dd_history_get_stats(h, &st);
-        CHECK_MSG(st.corrupt_values == before + PROBES_PER_COUNT, "damage %d not counted", c);
+        CHECK_MSG(st.corrupt_values == before + 2, "damage %d not counted", c);
     }
-    /* the next fold replaces a damaged value; the legacy operand is folded */
+    /* new plays do not replace a damaged value; forget does; the legacy
+     * operand is folded */
     play(h, "", "bad3", hs, 10, T0);
-    CHECK_EQ_INT(count_hits(h, "", "bad3", 0, hs, 10), 10);
+    CHECK_EQ_INT(probe_rc(h, "bad3", hs, 10, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    flush_compact(h);
+    CHECK_EQ_INT(probe_rc(h, "bad3", hs, 10, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    CHECK_EQ_INT(dd_history_forget(h, "", 0, "bad3", 4, err, sizeof err), DD_OK);
+    play(h, "", "bad3", hs, 10, T0);
     flush_compact(h);
     CHECK_EQ_INT(count_hits(h, "", "bad3", 0, hs, 10), 10);
     CHECK_EQ_INT(count_hits(h, "", "legacy", 0, hs, 50), 50);
     CHECK_EQ_INT(count_hits(h, "", "copy", 0, hs, 1200), 1200);
+    dd_history_close(h);
+    dd_config_free(&cfg);
+}
+
+/* A value that fails dedupd's checksum (RocksDB's own checks pass: it is
+ * written through RocksDB) is an error for that user, never "not seen":
+ * the probe fails naming the segment, through later writes and
+ * compactions (the damage is kept, not folded away), while other users
+ * read on; dd_history_forget clears the user, who then reads as new. */
+static void test_damaged_read(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    const uint32_t seg = 20000 / 30;
+    uint64_t hs[300];
+    for (int i = 0; i < 300; i++) hs[i] = item("dr", (uint64_t)i);
+    play(h, "", "dmg", hs, 100, T0);
+    play(h, "", "fine", hs, 100, T0);
+    flush_compact(h);
+    dd_history_close(h);
+
+    rocksdb_options_t *o;
+    rocksdb_t *db = raw_open(path, &o);
+    char *v;
+    size_t vl = raw_get(db, "dmg", seg, &v);
+    REQUIRE(v && vl > 16);
+    v[vl / 2] ^= 0x20;
+    raw_put(db, "dmg", seg, v, vl, 0);
+    rocksdb_free(v);
+    raw_close(db, o);
+
+    h = open_store(&cfg);
+    size_t hits = 0;
+    err[0] = '\0';
+    CHECK_EQ_INT(probe_rc(h, "dmg", hs, 100, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    CHECK_MSG(strstr(err, "damaged") && strstr(err, "segment 666"), "message: %s", err);
+    CHECK_EQ_INT(probe_rc(h, "fine", hs, 100, &hits, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(hits, 100);
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK(st.corrupt_values > 0);
+
+    /* new plays do not hide the damage, nor does a compaction */
+    play(h, "", "dmg", hs + 100, 50, T0);
+    CHECK_EQ_INT(probe_rc(h, "dmg", hs, 150, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    flush_compact(h);
+    CHECK_EQ_INT(probe_rc(h, "dmg", hs, 150, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    play(h, "", "dmg", hs + 150, 50, T0);
+    flush_compact(h);
+    dd_history_close(h);
+    h = open_store(&cfg);
+    CHECK_EQ_INT(probe_rc(h, "dmg", hs, 200, &hits, err, sizeof err), DD_ERR_CORRUPT);
+    CHECK_EQ_INT(probe_rc(h, "fine", hs, 100, &hits, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(hits, 100);
+
+    /* forget repairs: the user reads as new, then as written */
+    CHECK_EQ_INT(dd_history_forget(h, "", 0, "dmg", 3, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(probe_rc(h, "dmg", hs, 200, &hits, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(hits, 0);
+    play(h, "", "dmg", hs + 200, 100, T0);
+    flush_compact(h);
+    CHECK_EQ_INT(probe_rc(h, "dmg", hs + 200, 100, &hits, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(hits, 100);
     dd_history_close(h);
     dd_config_free(&cfg);
 }
@@ -1763,6 +1908,7 @@ int main(void)
     test_corrupt();
     test_split_fold();
     test_split_corrupt();
+    test_damaged_read();
     test_many_operands();
     test_open_errors();
 
