@@ -73,7 +73,7 @@ write("playevent", "json_nested", b"\x00" + b'{"x":[{"a":[1,2,{"b":null}]}],"use
 write("playevent", "protobuf", b"\x01" + fld(1, "u1") + fld(2, "v1") + fld(3, 1700000000000) + fld(4, "feed"))
 write("playevent", "protobuf_key", b"\x05" + b"u1" + fld(2, "v1"))
 
-# fold: mode (seg | reading << 2 | raw << 3), nops, existing kind, groups
+# fold: mode (seg | reading << 2 | raw << 3 | damaged base << 4), nops, existing kind, groups
 hs = [0x0123456789ABCDEF * (i + 1) & (2**64 - 1) for i in range(40)]
 write("fold", "open_fps", bytes([0, 2, 0]) + bytes([3]) + u64be(*hs[:3]) + bytes([2]) + u64be(*hs[3:5]))
 write("fold", "closed_filter", bytes([1, 1, 1]) + bytes([40]) + u64be(*hs) + bytes([20]) + u64be(*hs[:20]))
@@ -81,6 +81,13 @@ write("fold", "open_split", bytes([4, 3, 2]) + bytes([33]) + u64be(*hs[:33]) + b
       + bytes([0]) + bytes([10]) + u64be(*hs[30:]))
 write("fold", "dead", bytes([2, 1, 0, 5]) + u64be(*hs[:5]))
 write("fold", "raw", bytes([8]) + b"\xf5" + b"\x00" * 12)
+# damaged base (mode bit 16): the existing value, then the byte and bit to flip in it
+write("fold", "damaged_open", bytes([16, 1, 1]) + bytes([3]) + u64be(*hs[:3]) + bytes([2])
+      + u64be(*hs[3:5]) + bytes([20]) + u64be(*hs[10:30]) + bytes([9, 3]))
+write("fold", "damaged_closed_split", bytes([17, 0, 2]) + bytes([5]) + u64be(*hs[:5]) + bytes([33])
+      + u64be(*hs[:33]) + bytes([200, 0]))
+write("fold", "damaged_dead", bytes([18, 0, 1]) + bytes([2]) + u64be(*hs[:2]) + bytes([4])
+      + u64be(*hs[4:8]) + bytes([1, 7]))
 
 # bloom: range byte (odd: full range), count, hashes, damage pairs, length byte
 write("bloom", "full_intact", bytes([1, 8]) + u64be(*hs[:8]) + bytes([0, 0]))
