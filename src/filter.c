@@ -198,7 +198,9 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
             STAT_ADD(history_errors, 1);
             dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
                            "msg=\"history read failed\" error=\"%s\"", herr);
-            rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
+            /* damage is this user's alone: the caller may ask a replica */
+            rc = dd_fail(hrc == DD_ERR_CORRUPT ? DD_ERR_CORRUPT : DD_ERR_UNAVAILABLE, err,
+                         errlen, "history cannot be read: %s", herr);
             goto out;
         }
         /* Stored for every candidate rather than branched on: hits are at

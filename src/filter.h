@@ -19,8 +19,8 @@
  * Redis is asked before the hashing and answered after the history probe,
  * so its round trip overlaps the work. If Redis fails or times out the
  * call answers from the history alone (degraded); if the history cannot be
- * read the call fails (UNAVAILABLE): a seen item is never reported unseen
- * because the store could not be read.
+ * read, or is damaged for this user, the call fails (UNAVAILABLE): a seen
+ * item is never reported unseen because the store could not be read.
  *
  * Ids are (pointer, length), so they can stay in the received gRPC bytes
  * (wire.h) or be protobuf-c's strings (dd_filter_run). Per-call arrays are
@@ -64,6 +64,9 @@ void dd_filter_free(dd_filter *f); /* NULL is a no-op */
  *   DD_ERR_LIMIT        RESOURCE_EXHAUSTED (too many entries; err names the field)
  *   DD_ERR_UNAVAILABLE  UNAVAILABLE        (history unreadable/unwritable, or
  *                                           Redis down where it is required)
+ *   DD_ERR_CORRUPT      UNAVAILABLE        (this user's stored history is
+ *                                           damaged, history.h: another
+ *                                           replica may hold it intact)
  *   DD_ERR_TIMEOUT      DEADLINE_EXCEEDED  (the call's deadline passed)
  *   DD_ERR_NOMEM        RESOURCE_EXHAUSTED (the arena could not grow)
  * On any error the response must not be sent. Responses are initialised

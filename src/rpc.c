@@ -97,6 +97,7 @@ struct forward {
     int64_t start_ns;           /* of this try */
     gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
     bool second_hop;            /* forwarded to us by a node of the map ours splits */
+    bool damaged_here;          /* this node's copy of the user is damaged (serve_here) */
     grpc_metadata md[4];
     struct dd_unary u;          /* the payload is sent as it came (a copy per try) */
 };
@@ -139,6 +140,7 @@ struct worker {
     int64_t next_sweep_ns; /* when sweep_sends looks at the SENDING slots next */
     int cq_shut;        /* grpc_completion_queue_shutdown called on cq */
     char msg[512];      /* the status message of the call in hand */
+    bool damaged;       /* the last Filter dispatched met a damaged history (filter.h) */
 };
 
 struct method_stats {
@@ -541,6 +543,7 @@ static grpc_status_code status_of(int rc)
     case DD_ERR_LIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case DD_ERR_NOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case DD_ERR_UNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
+    case DD_ERR_CORRUPT: return GRPC_STATUS_UNAVAILABLE; /* damaged here: retryable elsewhere */
     case DD_ERR_TIMEOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
     default: return GRPC_STATUS_INTERNAL;
     }
@@ -758,6 +761,7 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
         }
         struct dd_filter_result r;
         rc = dd_filter_decide(w->filter, w->arena, &q, &r, deadline_ns, w->msg, sizeof w->msg);
+        w->damaged = rc == DD_ERR_CORRUPT;
         if (degraded) r.degraded = 1; /* a cluster node behind its own shard (rpc.c, route) */
         if (rc == DD_OK) *reply = filter_reply(&q, &r);
         return status_of(rc);
@@ -1213,6 +1217,32 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
     return ROUTE_ERROR;
 }
 
+/* A Filter served here met this user's damaged history (history.h): ask a
+ * caught-up replica of our own shard, whose copy the damage did not reach,
+ * once. Not for a call forwarded to us: its sender tries the next replica
+ * on our UNAVAILABLE. Returns true when the slot now waits for the replica
+ * (its answer, or this node's UNAVAILABLE again when none answers: see
+ * forward_done); false to answer here. */
+static bool damaged_elsewhere(struct worker *w, struct slot *s)
+{
+    dd_rpc *rpc = w->rpc;
+    if (!rpc->cluster || s->method != DD_API_FILTER || !w->damaged || s->fwd.damaged_here ||
+        md_get(&s->md, DD_CLUSTER_MD_FROM))
+        return false;
+    struct forward *f = &s->fwd;
+    f->shard = dd_cluster_get_map(rpc->cluster)->shard;
+    f->tried = 0;
+    f->own = true;
+    f->second_hop = false;
+    f->patient = false;
+    f->damaged_here = true;
+    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
+    if (forward_try(w, s) != DD_OK) return false;
+    dd_arena_reset(w->arena);
+    return true;
+}
+
 /* Serve S's call here: decode, decide, encode, answer. DATA/LEN are its
  * request bytes when already at hand (NULL: read from the payload);
  * DEGRADED marks a Filter answer degraded. */
@@ -1220,9 +1250,11 @@ static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, si
                        bool degraded)
 {
     grpc_byte_buffer *reply = NULL;
+    w->damaged = false;
     s->status = data ? GRPC_STATUS_OK : payload_bytes(w, s->payload, &data, &len);
     if (s->status == GRPC_STATUS_OK)
         s->status = dispatch(w, s->method, data, len, s->deadline_ns, degraded, &reply);
+    if (s->status == GRPC_STATUS_UNAVAILABLE && damaged_elsewhere(w, s)) return;
     /* The decoded request lives in the arena: the payload can go now. */
     grpc_byte_buffer_destroy(s->payload);
     s->payload = NULL;
@@ -1237,6 +1269,7 @@ static void handle(struct worker *w, struct slot *s)
 
     s->start_ns = dd_mono_ns();
     s->deadline_ns = 0;
+    s->fwd.damaged_here = false;
     atomic_fetch_add(&rpc->in_flight, 1);
     w->msg[0] = '\0';
 
