@@ -137,7 +137,9 @@ int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen
  * dd_rpc_conf_check (else DD_ERR_INVALID). HISTORY is borrowed and must
  * outlive the server, and so is CLUSTER (NULL = a single node): with it,
  * a Dedup call for a user of another shard is forwarded to a replica of
- * that shard (rpc.c, "Forwarding") and dedup.v1.Cluster/Status answers
+ * that shard (rpc.c, "Forwarding"), a Filter whose user's history is
+ * damaged here (history.h) to a caught-up replica of this node's own
+ * shard before it is answered UNAVAILABLE, and dedup.v1.Cluster/Status answers
  * peers; PRODUCER (NULL = a single node; borrowed) is handed to every
  * worker's writer (record.h: RecordPlays and ForgetUser also go through
  * Kafka). Returns 0, or
