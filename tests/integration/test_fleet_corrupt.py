@@ -59,7 +59,8 @@ def main():
     pb, pbg, grpc = python_stubs()
     redis = harness.Redis()
     admin = harness.free_port()
-    d = Dedupd(redis.addr, extra={"admin.listen": "127.0.0.1:%d" % admin})
+    d = Dedupd(redis.addr, extra={"admin.listen": "127.0.0.1:%d" % admin,
+                                  "admin.token_file": harness.admin_token_file()})
 
     def connect():
         ch = grpc.insecure_channel(d.addr)
@@ -117,7 +118,7 @@ def main():
         harness.fail("bystander: kept %s degraded %s" % (list(r.kept_ids), r.degraded))
 
     st, body = harness.http_get(admin, "/why?" + urllib.parse.urlencode(
-        {"user": "victim", "item": "p1"}))
+        {"user": "victim", "item": "p1"}), headers=harness.admin_auth())
     text = body.decode() if isinstance(body, bytes) else body
     if st != 503 or "damaged" not in json.loads(text).get("error", ""):
         harness.fail("/why for the victim: %d %s" % (st, text))
