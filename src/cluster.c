@@ -422,6 +422,13 @@ struct peer {
     char why[160];             /* the health thread's; read under cl->mu */
 };
 
+/* Calls forwarded to one shard from this node (dd_cluster_forward_begin). */
+struct shard_fwd {
+    _Atomic uint32_t inflight;
+    _Atomic uint64_t refused_full;  /* past the cap */
+    _Atomic uint64_t refused_down;  /* every replica down at the last round */
+};
+
 struct dd_cluster {
     struct dd_cluster_map map;
     char hash_hex[17];
@@ -433,6 +440,8 @@ struct dd_cluster {
     size_t npeers;
     struct dd_cluster_local local;
     int64_t max_lag_ms, interval_ms, forward_timeout_ms;
+    uint32_t fwd_cap;          /* cluster.max_forward_inflight, or its automatic value */
+    struct shard_fwd *fwd;     /* [shard] */
     _Atomic uint32_t rr;       /* round robin over caught-up replicas */
     grpc_completion_queue *cq; /* the health thread's */
     pthread_t thread;
@@ -624,13 +633,16 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
     cl->forward_timeout_ms = conf->forward_timeout_ms ? conf->forward_timeout_ms : 5000;
     atomic_init(&cl->self_behind, true);
     int rc = DD_ERR_NOMEM;
+    cl->fwd_cap = dd_cluster_forward_cap(conf->max_forward_inflight, cl->map.shards,
+                                         rpc->threads, rpc->prepost);
+    cl->fwd = calloc(cl->map.shards, sizeof *cl->fwd);
     cl->first = calloc(cl->map.shards, sizeof *cl->first);
     for (uint32_t s = 0; s < cl->map.shards; s++) {
         if (cl->first) cl->first[s] = (uint32_t)cl->npeers;
         cl->npeers += cl->map.nreplicas[s];
     }
     cl->peers = calloc(cl->npeers, sizeof *cl->peers);
-    if (!cl->first || !cl->peers) {
+    if (!cl->first || !cl->peers || !cl->fwd) {
         dd_fail(rc, err, errlen, "out of memory");
         goto err;
     }
@@ -923,6 +935,7 @@ void dd_cluster_free(dd_cluster *cl)
     }
     free(cl->peers);
     free(cl->first);
+    free(cl->fwd);
     dd_cluster_map_free(&cl->map);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cv);
@@ -990,6 +1003,78 @@ int dd_cluster_pick(dd_cluster *cl, uint32_t shard, bool good_only, uint32_t *tr
     *channel = peer_at(cl, shard, (uint32_t)best)->ch;
     *behind = best_tier >= TIER_BEHIND;
     return best;
+}
+
+uint32_t dd_cluster_forward_cap(uint32_t conf_value, uint32_t shards, uint32_t threads,
+                                uint32_t prepost)
+{
+    if (conf_value) return conf_value;
+    uint64_t slots = (uint64_t)(threads ? threads : 1) * (prepost ? prepost : 1);
+    uint64_t others = shards > 1 ? shards - 1 : 1;
+    uint64_t cap = slots / (2 * others);
+    return cap ? (uint32_t)(cap < UINT32_MAX ? cap : UINT32_MAX) : 1;
+}
+
+int dd_cluster_forward_cap_check(uint32_t value, uint32_t shards, uint32_t threads,
+                                 uint32_t prepost, char *err, size_t errlen)
+{
+    if (!value) return DD_OK;
+    uint64_t slots = (uint64_t)(threads ? threads : 1) * (prepost ? prepost : 1);
+    uint64_t others = shards > 1 ? shards - 1 : 1;
+    if ((uint64_t)value * others < slots) return DD_OK;
+    return dd_fail(DD_ERR_INVALID, err, errlen,
+                   "cluster.max_forward_inflight: %" PRIu32 " calls for each of %" PRIu64
+                   " other shard(s) would take all %" PRIu64 " call slots of a method "
+                   "(rpc.threads x rpc.prepost), leaving this node's own calls none; "
+                   "set it below %" PRIu64 " or 0 (auto)",
+                   value, others, slots, (slots + others - 1) / others);
+}
+
+/* Every replica of SHARD but this node was down at the last health round
+ * (false when it has none: dd_cluster_pick then finds none). */
+static bool shard_down(const dd_cluster *cl, uint32_t shard)
+{
+    uint32_t n = cl->map.nreplicas[shard], peers = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        const struct peer *p = &cl->peers[cl->first[shard] + r];
+        if (!p->ch) continue;
+        peers++;
+        if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_DOWN) return false;
+    }
+    return peers > 0;
+}
+
+int dd_cluster_forward_begin(dd_cluster *cl, uint32_t shard, char *err, size_t errlen)
+{
+    if (shard >= cl->map.shards)
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "shard %" PRIu32 " is not in the map",
+                       shard);
+    struct shard_fwd *f = &cl->fwd[shard];
+    /* A shard nobody reached at the last round costs nothing: its calls
+     * would each wait for their whole deadline on a replica that may be
+     * stopped with its connections open. */
+    if (shard_down(cl, shard)) {
+        atomic_fetch_add_explicit(&f->refused_down, 1, memory_order_relaxed);
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                       "every replica of shard %" PRIu32 " was down at the last health round: "
+                       "its calls fail at once until a round reaches one (retry later)",
+                       shard);
+    }
+    uint32_t n = atomic_fetch_add_explicit(&f->inflight, 1, memory_order_relaxed);
+    if (n < cl->fwd_cap) return DD_OK;
+    atomic_fetch_sub_explicit(&f->inflight, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&f->refused_full, 1, memory_order_relaxed);
+    return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                   "shard %" PRIu32 " already has cluster.max_forward_inflight=%" PRIu32
+                   " calls forwarded from this node in flight (its replicas are slow): "
+                   "refused at once (retry later)",
+                   shard, cl->fwd_cap);
+}
+
+void dd_cluster_forward_end(dd_cluster *cl, uint32_t shard)
+{
+    if (shard < cl->map.shards)
+        atomic_fetch_sub_explicit(&cl->fwd[shard].inflight, 1, memory_order_relaxed);
 }
 
 void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
@@ -1173,6 +1258,30 @@ void dd_cluster_collect(dd_prom *p, void *ud)
             dd_prom_sample_u64(p, "dedupd_cluster_forwarded_total", l, 2,
                                atomic_load_explicit(&pe->fwd[o], memory_order_relaxed));
         }
+    }
+    char shard[DD_CLUSTER_MAX_SHARDS][12];
+    for (uint32_t s = 0; s < cl->map.shards; s++) snprintf(shard[s], sizeof shard[s], "%" PRIu32, s);
+    dd_prom_family(p, "dedupd_cluster_forward_inflight",
+                   "Calls forwarded to a shard from this node in flight (capped by "
+                   "cluster.max_forward_inflight)",
+                   DD_PROM_GAUGE);
+    for (uint32_t s = 0; s < cl->map.shards; s++) {
+        struct dd_prom_label l = {"shard", shard[s]};
+        dd_prom_sample_u64(p, "dedupd_cluster_forward_inflight", &l, 1,
+                           atomic_load_explicit(&cl->fwd[s].inflight, memory_order_relaxed));
+    }
+    dd_prom_family(p, "dedupd_cluster_forward_refused_total",
+                   "Calls for a shard refused at once, by shard and reason: inflight "
+                   "(cluster.max_forward_inflight reached) or down (every replica down at the "
+                   "last health round)",
+                   DD_PROM_COUNTER);
+    for (uint32_t s = 0; s < cl->map.shards; s++) {
+        struct dd_prom_label full[] = {{"shard", shard[s]}, {"reason", "inflight"}};
+        dd_prom_sample_u64(p, "dedupd_cluster_forward_refused_total", full, 2,
+                           atomic_load_explicit(&cl->fwd[s].refused_full, memory_order_relaxed));
+        struct dd_prom_label down[] = {{"shard", shard[s]}, {"reason", "down"}};
+        dd_prom_sample_u64(p, "dedupd_cluster_forward_refused_total", down, 2,
+                           atomic_load_explicit(&cl->fwd[s].refused_down, memory_order_relaxed));
     }
     struct dd_histogram_snap h;
     dd_histogram_snapshot(&cl->fwd_latency, &h);

@@ -53,6 +53,8 @@ struct dd_cluster_conf {
     uint32_t max_lag_ms;        /* a replica further behind is "behind" */
     uint32_t health_interval_ms; /* how often each peer is probed */
     uint32_t forward_timeout_ms; /* a forwarded call's deadline when the caller's is later */
+    uint32_t max_forward_inflight; /* calls forwarded to one shard in flight at once on this
+                                    * node; 0 = auto (dd_cluster_forward_cap) */
     char *tls_ca;               /* PEM roots to verify peers by; "" = rpc.tls_client_ca,
                                  * else rpc.tls_cert itself */
     char *tls_server_name;      /* name peers' certificates are checked against; "" = the
@@ -223,6 +225,34 @@ int dd_cluster_route(dd_cluster *cl, const char *user, size_t len, uint32_t *sha
  * (borrowed, lives as long as CL). */
 int dd_cluster_pick(dd_cluster *cl, uint32_t shard, bool good_only, uint32_t *tried,
                     grpc_channel **channel, bool *behind);
+
+/* The per-shard cap cluster.max_forward_inflight gives, or its automatic
+ * value (0): half of a method's call slots on this node (THREADS x
+ * PREPOST, rpc.h) shared by the other shards, at least 1. So while
+ * other shards' replicas are slow, this node's own calls find a slot.
+ * Cannot fail. */
+uint32_t dd_cluster_forward_cap(uint32_t conf_value, uint32_t shards, uint32_t threads,
+                                uint32_t prepost);
+
+/* Check cluster.max_forward_inflight (VALUE) against the call slots of a
+ * method (THREADS x PREPOST): with SHARDS shards, every other shard's cap
+ * together must leave this node at least one slot of its own. 0 (auto)
+ * always passes. Returns 0 or DD_ERR_INVALID with a message naming the
+ * key. */
+int dd_cluster_forward_cap_check(uint32_t value, uint32_t shards, uint32_t threads,
+                                 uint32_t prepost, char *err, size_t errlen);
+
+/* Take one of SHARD's forwarded-call places before forwarding a call to
+ * it. Returns 0 (the caller gives it back with dd_cluster_forward_end
+ * once the call ended, whatever the outcome, retries included) or
+ * DD_ERR_UNAVAILABLE with a message naming the shard, without waiting:
+ * SHARD already has the cap's calls in flight from this node
+ * (cluster.max_forward_inflight), or every replica of it (but this node)
+ * was down at the last health round, until a round reaches one. Each
+ * refusal is counted (dedupd_cluster_forward_refused_total). Lock-free;
+ * from any thread. */
+int dd_cluster_forward_begin(dd_cluster *cl, uint32_t shard, char *err, size_t errlen);
+void dd_cluster_forward_end(dd_cluster *cl, uint32_t shard);
 
 /* Whether this node's own ingest was more than cluster.max_lag_ms behind
  * (or its lag unknown) at the last health round: its own shard's calls

@@ -173,6 +173,8 @@ static const struct key keys[] = {
     ROW_U32("cluster.max_lag_ms", cluster.max_lag_ms, "10000", 1, INT32_MAX),
     ROW_U32("cluster.health_interval_ms", cluster.health_interval_ms, "1000", 50, 600000),
     ROW_U32("cluster.forward_timeout_ms", cluster.forward_timeout_ms, "5000", 1, INT32_MAX),
+    /* 0 = auto; against rpc.threads x rpc.prepost: dd_cluster_forward_cap_check */
+    ROW_U32("cluster.max_forward_inflight", cluster.max_forward_inflight, "0", 0, 1048576),
     ROW_STR("cluster.tls_ca", cluster.tls_ca, ""),
     ROW_STR("cluster.tls_server_name", cluster.tls_server_name, ""),
     ROW_ENUM("cluster.bootstrap", cluster.bootstrap, "none", bootstrap_words),
@@ -824,6 +826,9 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
     }
     /* The map, this node's place in it and the partitioner: cluster.h. */
     if (dd_cluster_conf_check(&c->cluster, NULL, NULL, err, errlen) != DD_OK) return DD_ERR_INVALID;
+    if (dd_cluster_forward_cap_check(c->cluster.max_forward_inflight, c->cluster.shards,
+                                     c->rpc.threads, c->rpc.prepost, err, errlen) != DD_OK)
+        return DD_ERR_INVALID;
     /* trace.users against rpc.max_id_bytes and trace.max_users: trace.h. */
     if (dd_trace_conf_check(&c->trace, c->rpc.max_id_bytes, err, errlen) != DD_OK)
         return DD_ERR_INVALID;

@@ -98,6 +98,7 @@ struct forward {
     gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
     bool second_hop;            /* forwarded to us by a node of the map ours splits */
     bool damaged_here;          /* this node's copy of the user is damaged (serve_here) */
+    bool counted;               /* holds one of the shard's places (dd_cluster_forward_begin) */
     grpc_metadata md[4];
     struct dd_unary u;          /* the payload is sent as it came (a copy per try) */
 };
@@ -119,8 +120,20 @@ struct slot {
     int64_t start_ns;
     int64_t send_deadline_ns; /* SENDING: cancelled if still pending then */
     int send_cancelled;       /* SENDING: cancelled for rpc.send_timeout_ms */
+    int64_t stall_at_ns;      /* SENDING: stalled if still pending then (sweep_sends) */
+    bool stalled;             /* SENDING past stall_at_ns: counted in w->stalled */
     int64_t deadline_ns;      /* the caller's, on dd_mono_ns's clock; 0 = none */
     struct forward fwd;       /* FORWARDING */
+};
+
+/* A connection seen with a reply it did not take (sweep_sends), by the
+ * hash of grpc_call_get_peer (its address and port): remembered until
+ * UNTIL_NS. A fixed table per worker, so its memory is bounded whatever
+ * the number of connections; the oldest mark makes room for a new one. */
+#define STALL_MARKS 64
+struct stall_mark {
+    uint64_t peer;              /* 0 = free */
+    int64_t until_ns;
 };
 
 struct worker {
@@ -138,6 +151,8 @@ struct worker {
     size_t outstanding; /* slots with an op pending on cq (REQUESTED or SENDING) */
     size_t sending;     /* of them SENDING */
     int64_t next_sweep_ns; /* when sweep_sends looks at the SENDING slots next */
+    size_t stalled[DD_API_METHOD_COUNT]; /* SENDING slots whose reply is stalled, by method */
+    struct stall_mark marks[STALL_MARKS]; /* connections with a stalled reply lately */
     int cq_shut;        /* grpc_completion_queue_shutdown called on cq */
     char msg[512];      /* the status message of the call in hand */
     bool damaged;       /* the last Filter dispatched met a damaged history (filter.h) */
@@ -148,6 +163,7 @@ struct method_stats {
     struct dd_histogram latency; /* seconds, over latency_bounds */
     _Atomic uint64_t cancelled;
     _Atomic uint64_t send_timeouts;
+    _Atomic uint64_t stall_refusals;
 };
 
 struct dd_rpc {
@@ -164,6 +180,8 @@ struct dd_rpc {
     int64_t spin_ns;          /* rpc.spin_us */
     int64_t send_timeout_ns;  /* rpc.send_timeout_ms */
     int64_t sweep_ns;         /* how often a worker looks for replies past it */
+    int64_t stall_ns;         /* a reply pending this long is stalled (sweep_sends) */
+    size_t stall_cap;         /* stalled replies a worker keeps per method: prepost / 2 */
     int64_t forward_timeout_ms; /* cluster.forward_timeout_ms */
     unsigned spin_max;        /* workers that may spin at once: usable CPUs - 1 */
     _Atomic unsigned spinning;
@@ -319,9 +337,13 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     rpc->grace_ms = conf->shutdown_grace_ms;
     rpc->spin_ns = (int64_t)conf->spin_us * 1000;
     rpc->send_timeout_ns = (int64_t)(conf->send_timeout_ms ? conf->send_timeout_ms : 1) * 1000000;
-    /* A quarter of the timeout, so a stuck reply is cancelled at most 25%
-     * late; a worker also wakes every WORKER_TICK_MS to look. */
-    rpc->sweep_ns = rpc->send_timeout_ns / 4;
+    /* A reply still pending after a sixteenth of the timeout is stalled
+     * (its peer's window is shut, or it does not read); sweep_sends looks
+     * twice as often, so one is found at most half that late, and a stuck
+     * reply is cancelled at most 1/32 of the timeout late. */
+    rpc->stall_ns = rpc->send_timeout_ns / 16;
+    rpc->sweep_ns = rpc->stall_ns / 2 > 0 ? rpc->stall_ns / 2 : 1;
+    rpc->stall_cap = rpc->prepost / 2;
     {
         /* Spinning workers leave a core for the busy ones, the kernel and
          * whatever shares the machine: at most cores - 1 spin at once,
@@ -887,6 +909,8 @@ static void finish(struct worker *w, struct slot *s, int batch_ok)
         grpc_call_details_init(&s->details);
     }
     atomic_fetch_sub(&rpc->in_flight, 1);
+    if (s->stalled) w->stalled[s->method]--;
+    s->stalled = false;
     s->state = SLOT_IDLE;
     w->outstanding--;
     w->sending--;
@@ -926,7 +950,10 @@ static void respond(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
     nops++;
 
     s->state = SLOT_SENDING;
-    s->send_deadline_ns = dd_mono_ns() + rpc->send_timeout_ns;
+    int64_t now = dd_mono_ns();
+    s->send_deadline_ns = now + rpc->send_timeout_ns;
+    s->stall_at_ns = now + rpc->stall_ns;
+    s->stalled = false;
     s->send_cancelled = 0;
     w->sending++;
     grpc_call_error e = grpc_call_start_batch(s->call, ops, nops, s, NULL);
@@ -984,6 +1011,16 @@ static void forward_reset(struct slot *s)
     f->call = NULL;
     if (f->u.send) grpc_byte_buffer_destroy(f->u.send);
     dd_unary_reset(&f->u);
+}
+
+/* Give back the shard's place S's forwarded call held, once it ended for
+ * good (answered, or no replica left). */
+static void forward_release(dd_rpc *rpc, struct slot *s)
+{
+    struct forward *f = &s->fwd;
+    if (!f->counted) return;
+    dd_cluster_forward_end(rpc->cluster, f->shard);
+    f->counted = false;
 }
 
 /* How long one try of the second round may wait for its replica to
@@ -1116,6 +1153,7 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
         forward_reset(s);
         gpr_timespec now = gpr_now(f->deadline.clock_type);
         if (gpr_time_cmp(f->deadline, now) > 0 && forward_try(w, s) == DD_OK) return;
+        forward_release(rpc, s);
         if (f->own) {
             /* No caught-up replica of our own shard answered: ours, degraded. */
             serve_here(w, s, NULL, 0, true);
@@ -1145,6 +1183,7 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
         }
     }
     forward_reset(s);
+    forward_release(rpc, s);
     respond_forwarded(w, s, reply);
 }
 
@@ -1205,12 +1244,23 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
     struct forward *f = &s->fwd;
     f->shard = shard;
     f->tried = 0;
+    f->counted = false;
     f->own = local;
     f->second_hop = second_hop;
     f->patient = false;
     gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
     f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
+    /* A slow shard holds at most its cap of this node's slots, and one
+     * whose replicas are all down none: its calls fail at once (ours are
+     * answered here, degraded), so this node's own calls find a slot. */
+    if (dd_cluster_forward_begin(rpc->cluster, shard, w->msg, sizeof w->msg) != DD_OK) {
+        if (f->own) return ROUTE_HERE_DEGRADED;
+        s->status = GRPC_STATUS_UNAVAILABLE;
+        return ROUTE_ERROR;
+    }
+    f->counted = true;
     if (forward_try(w, s) == DD_OK) return ROUTE_FORWARDED;
+    forward_release(rpc, s);
     if (f->own) return ROUTE_HERE_DEGRADED;
     s->status = GRPC_STATUS_UNAVAILABLE;
     snprintf(w->msg, sizeof w->msg, "no replica of shard %" PRIu32 " can be called", shard);
@@ -1236,6 +1286,7 @@ static bool damaged_elsewhere(struct worker *w, struct slot *s)
     f->second_hop = false;
     f->patient = false;
     f->damaged_here = true;
+    f->counted = false; /* once per damaged call, not under cluster.max_forward_inflight */
     gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
     f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
     if (forward_try(w, s) != DD_OK) return false;
@@ -1261,6 +1312,71 @@ static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, si
     respond(w, s, reply);
 }
 
+/* ---- replies a connection does not take ------------------------------- */
+
+/* The connection CALL came on, as a non-zero hash of grpc_call_get_peer
+ * (address and port: one TCP connection). Allocates (grpc's string), so
+ * it is asked only of stalled replies and, while a worker has its share
+ * of those, of new calls. */
+static uint64_t peer_of(grpc_call *call)
+{
+    char *peer = grpc_call_get_peer(call);
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const char *p = peer; p && *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    gpr_free(peer);
+    return h ? h : 1;
+}
+
+/* How long a connection stays marked after its last stalled or refused
+ * call: longer than one send timeout, so that a hostile client that waits
+ * out its cancelled calls and sends a new burst is still known. */
+#define STALL_MARK_TIMEOUTS 4
+
+static void mark_peer(struct worker *w, uint64_t peer, int64_t now)
+{
+    struct stall_mark *slot = &w->marks[0];
+    for (size_t i = 0; i < STALL_MARKS; i++) {
+        struct stall_mark *m = &w->marks[i];
+        if (m->peer == peer) {
+            slot = m;
+            break;
+        }
+        if (m->until_ns < slot->until_ns) slot = m;
+    }
+    slot->peer = peer;
+    slot->until_ns = now + STALL_MARK_TIMEOUTS * w->rpc->send_timeout_ns;
+}
+
+static bool peer_marked(const struct worker *w, uint64_t peer, int64_t now)
+{
+    for (size_t i = 0; i < STALL_MARKS; i++)
+        if (w->marks[i].peer == peer && w->marks[i].until_ns > now) return true;
+    return false;
+}
+
+/* Whether S's call must be refused at once, because this worker already
+ * keeps its share of stalled replies of the method (rpc->stall_cap) and
+ * the call's connection is one that left a reply untaken lately: its
+ * answer would most likely hold a slot too. Calls of other connections
+ * are served. */
+static bool refuse_stalling(struct worker *w, struct slot *s)
+{
+    dd_rpc *rpc = w->rpc;
+    size_t n = w->stalled[s->method];
+    if (n == 0 || n < rpc->stall_cap) return false;
+    int64_t now = dd_mono_ns();
+    uint64_t peer = peer_of(s->call);
+    if (!peer_marked(w, peer, now)) return false;
+    mark_peer(w, peer, now);
+    atomic_fetch_add_explicit(&rpc->stats[s->method].stall_refusals, 1, memory_order_relaxed);
+    s->status = GRPC_STATUS_RESOURCE_EXHAUSTED;
+    snprintf(w->msg, sizeof w->msg,
+             "this connection leaves replies untaken (its HTTP/2 window stays shut) and they "
+             "already hold their share of this server's call slots: refused at once "
+             "(rpc.send_timeout_ms)");
+    return true;
+}
+
 /* A call was matched to slot S: work on it (or forward it) and start its
  * answer. */
 static void handle(struct worker *w, struct slot *s)
@@ -1275,7 +1391,12 @@ static void handle(struct worker *w, struct slot *s)
 
     gpr_timespec deadline = s->method == DD_API_UNKNOWN ? s->details.deadline : s->deadline;
     gpr_timespec now = gpr_now(deadline.clock_type);
-    if (gpr_time_cmp(deadline, now) <= 0) {
+    if (refuse_stalling(w, s)) {
+        /* Answered with its status alone: HEADERS, which HTTP/2 flow
+         * control does not hold, so the slot comes back at once. */
+        if (s->payload) grpc_byte_buffer_destroy(s->payload);
+        s->payload = NULL;
+    } else if (gpr_time_cmp(deadline, now) <= 0) {
         s->status = GRPC_STATUS_DEADLINE_EXCEEDED;
         snprintf(w->msg, sizeof w->msg, "deadline exceeded before the call was worked on");
     } else if (s->method == DD_API_UNKNOWN) {
@@ -1328,28 +1449,57 @@ static void handle(struct worker *w, struct slot *s)
 
 /* A reply the peer does not take (its HTTP/2 window stays shut, or it
  * never reads) keeps its slot SENDING: with no deadline of its own, for as
- * long as the connection lives, and prepost such calls starve a method on
- * this worker. Calls waiting for a slot are matched in arrival order, so
- * while a hostile peer keeps slots busy an honest call waits up to about
- * send_timeout x (the peer's calls / slots). Every SENDING slot past its send deadline (rpc.send_timeout_ms
- * after its batch started) has its call cancelled; the batch then
- * completes and finish() re-posts the slot. grpc_call_cancel_with_status is
- * safe with the batch pending; a slot is cancelled once. */
+ * long as the connection lives, and calls waiting for a slot are matched
+ * in arrival order, so a hostile peer's queued calls would take each slot
+ * as it comes back. Two bounds:
+ * - every SENDING slot past its send deadline (rpc.send_timeout_ms after
+ *   its batch started) has its call cancelled (send_timeouts);
+ * - a reply still pending after rpc->stall_ns is stalled: its connection
+ *   is marked (mark_peer), and a worker keeps at most rpc->stall_cap
+ *   stalled replies per method (half its slots): one past that is
+ *   cancelled at once, and while the worker keeps its share, a new call
+ *   from a marked connection is refused at once (refuse_stalling) with a
+ *   status alone, which flow control does not hold. So other connections'
+ *   calls always have half the slots, and a hostile peer's queue drains
+ *   at the speed of refusals, not of send timeouts (stall_refusals).
+ * A cancelled batch completes and finish() re-posts the slot;
+ * grpc_call_cancel_with_status is safe with the batch pending; a slot is
+ * cancelled once. */
 static void sweep_sends(struct worker *w, int64_t now)
 {
-    static struct dd_log_limit limit;
+    static struct dd_log_limit limit, stall_limit;
+    dd_rpc *rpc = w->rpc;
     for (size_t i = 0; i < w->nslots; i++) {
         struct slot *s = &w->slots[i];
-        if (s->state != SLOT_SENDING || s->send_cancelled || now < s->send_deadline_ns) continue;
+        if (s->state != SLOT_SENDING || s->send_cancelled) continue;
+        if (now >= s->send_deadline_ns) {
+            s->send_cancelled = 1;
+            grpc_call_cancel_with_status(s->call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                         "reply not taken within rpc.send_timeout_ms", NULL);
+            atomic_fetch_add_explicit(&rpc->stats[s->method].send_timeouts, 1,
+                                      memory_order_relaxed);
+            dd_log_limited(&limit, 10000, DD_LOG_WARN, "rpc",
+                           "msg=\"reply not taken in time; call cancelled\" method=%s "
+                           "send_timeout_ms=%" PRId64,
+                           dd_api_method_path(s->method), rpc->send_timeout_ns / 1000000);
+            continue;
+        }
+        if (s->stalled || now < s->stall_at_ns) continue;
+        s->stalled = true;
+        w->stalled[s->method]++;
+        mark_peer(w, peer_of(s->call), now);
+        if (w->stalled[s->method] <= rpc->stall_cap) continue;
         s->send_cancelled = 1;
-        grpc_call_cancel_with_status(s->call, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                     "reply not taken within rpc.send_timeout_ms", NULL);
-        atomic_fetch_add_explicit(&w->rpc->stats[s->method].send_timeouts, 1,
-                                  memory_order_relaxed);
-        dd_log_limited(&limit, 10000, DD_LOG_WARN, "rpc",
-                       "msg=\"reply not taken in time; call cancelled\" method=%s "
-                       "send_timeout_ms=%" PRId64,
-                       dd_api_method_path(s->method), w->rpc->send_timeout_ns / 1000000);
+        grpc_call_cancel_with_status(s->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                     "reply not taken while replies of this server's other "
+                                     "calls that were not taken hold their share of its call "
+                                     "slots",
+                                     NULL);
+        atomic_fetch_add_explicit(&rpc->stats[s->method].stall_refusals, 1, memory_order_relaxed);
+        dd_log_limited(&stall_limit, 10000, DD_LOG_WARN, "rpc",
+                       "msg=\"replies not taken hold a share of the call slots; calls of their "
+                       "connections refused\" method=%s stalled=%zu",
+                       dd_api_method_path(s->method), w->stalled[s->method]);
     }
 }
 
@@ -1382,10 +1532,12 @@ static void *worker_main(void *arg)
             atomic_fetch_sub(&rpc->spinning, 1);
             spinning = false;
         }
+        /* While replies are being sent, wake for the next sweep. */
+        int64_t tick_ns = (int64_t)WORKER_TICK_MS * 1000000;
+        if (w->sending && rpc->sweep_ns < tick_ns) tick_ns = rpc->sweep_ns;
         gpr_timespec until = spinning ? gpr_time_0(GPR_CLOCK_MONOTONIC)
                                       : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                                     gpr_time_from_millis(WORKER_TICK_MS,
-                                                                          GPR_TIMESPAN));
+                                                     gpr_time_from_nanos(tick_ns, GPR_TIMESPAN));
         grpc_event ev = grpc_completion_queue_next(w->cq, until, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type == GRPC_OP_COMPLETE) {
@@ -1586,6 +1738,7 @@ void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out)
         dd_histogram_snapshot(&st->latency, &o->latency);
         o->cancelled = atomic_load_explicit(&st->cancelled, memory_order_relaxed);
         o->send_timeouts = atomic_load_explicit(&st->send_timeouts, memory_order_relaxed);
+        o->stall_refusals = atomic_load_explicit(&st->stall_refusals, memory_order_relaxed);
     }
     out->in_flight = atomic_load_explicit(&rpc->in_flight, memory_order_relaxed);
     out->serving = atomic_load(&rpc->serving);
@@ -1630,6 +1783,14 @@ void dd_rpc_collect(dd_prom *p, void *ud)
     for (int m = 0; m <= DD_API_FORGET_USER; m++) {
         struct dd_prom_label l = {"method", dd_api_method_name(m)};
         dd_prom_sample_u64(p, "dedupd_rpc_send_timeouts_total", &l, 1, s.method[m].send_timeouts);
+    }
+    dd_prom_family(p, "dedupd_rpc_stall_refusals_total",
+                   "gRPC calls refused at once, or cancelled, because replies their connection "
+                   "did not take (HTTP/2 window shut) already held their share of the call slots",
+                   DD_PROM_COUNTER);
+    for (int m = 0; m <= DD_API_FORGET_USER; m++) {
+        struct dd_prom_label l = {"method", dd_api_method_name(m)};
+        dd_prom_sample_u64(p, "dedupd_rpc_stall_refusals_total", &l, 1, s.method[m].stall_refusals);
     }
     dd_prom_gauge(p, "dedupd_rpc_in_flight", "gRPC calls being worked on", s.in_flight);
 

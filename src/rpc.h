@@ -218,6 +218,8 @@ struct dd_rpc_method_stats {
                                                     * matched to its status sent */
     uint64_t cancelled;                            /* calls the peer or deadline cancelled */
     uint64_t send_timeouts;                        /* of them, cancelled for rpc.send_timeout_ms */
+    uint64_t stall_refusals;   /* refused at once, or cancelled, because replies their
+                                * connection did not take held their share of the slots */
 };
 struct dd_rpc_stats {
     struct dd_rpc_method_stats method[DD_API_METHOD_COUNT];

@@ -463,6 +463,31 @@ static void test_auto_transitions(void)
     CHECK_EQ_INT(dd_cluster_auto_place(4, 2, 2, 0, 0, &s, &r), DD_ERR_INVALID);
 }
 
+/* cluster.max_forward_inflight: the automatic cap leaves half a method's
+ * slots to this node's own calls, and an explicit value that would leave
+ * it none is refused naming the key. */
+static void test_forward_cap(void)
+{
+    char err[256];
+    /* 2 threads x 8 slots, 2 shards: 8 for the other shard. */
+    CHECK_EQ_INT(dd_cluster_forward_cap(0, 2, 2, 8), 8);
+    /* 5 shards: 16 / (2 x 4) = 2 each. */
+    CHECK_EQ_INT(dd_cluster_forward_cap(0, 5, 2, 8), 2);
+    /* Never 0, however many shards. */
+    CHECK_EQ_INT(dd_cluster_forward_cap(0, 64, 1, 1), 1);
+    /* One shard of replicas: its own calls go to a caught-up replica. */
+    CHECK_EQ_INT(dd_cluster_forward_cap(0, 1, 2, 8), 8);
+    CHECK_EQ_INT(dd_cluster_forward_cap(3, 2, 2, 8), 3);
+
+    CHECK_EQ_INT(dd_cluster_forward_cap_check(0, 2, 2, 8, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_cluster_forward_cap_check(15, 2, 2, 8, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_cluster_forward_cap_check(16, 2, 2, 8, err, sizeof err), DD_ERR_INVALID);
+    CHECK(strstr(err, "cluster.max_forward_inflight") != NULL);
+    /* 3 other shards x 5 = 15 < 16: passes; x 6 = 18 does not. */
+    CHECK_EQ_INT(dd_cluster_forward_cap_check(5, 4, 2, 8, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_cluster_forward_cap_check(6, 4, 2, 8, err, sizeof err), DD_ERR_INVALID);
+}
+
 int main(void)
 {
     test_single_node();
@@ -474,5 +499,6 @@ int main(void)
     test_running();
     test_split();
     test_auto_transitions();
+    test_forward_cap();
     TEST_MAIN_END();
 }
