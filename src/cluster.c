@@ -441,6 +441,8 @@ struct dd_cluster {
     struct dd_cluster_local local;
     int64_t max_lag_ms, interval_ms, forward_timeout_ms;
     uint32_t fwd_cap;          /* cluster.max_forward_inflight, or its automatic value */
+    uint32_t fwd_total_cap;    /* over all shards: a method's slots but one */
+    _Atomic uint32_t fwd_total;
     struct shard_fwd *fwd;     /* [shard] */
     _Atomic uint32_t rr;       /* round robin over caught-up replicas */
     grpc_completion_queue *cq; /* the health thread's */
@@ -635,6 +637,12 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
     int rc = DD_ERR_NOMEM;
     cl->fwd_cap = dd_cluster_forward_cap(conf->max_forward_inflight, cl->map.shards,
                                          rpc->threads, rpc->prepost);
+    {
+        uint64_t slots = (uint64_t)(rpc->threads ? rpc->threads : 1) *
+                         (rpc->prepost ? rpc->prepost : 1);
+        cl->fwd_total_cap = slots > 1 ? (uint32_t)(slots - 1 < UINT32_MAX ? slots - 1 : UINT32_MAX)
+                                      : 1;
+    }
     cl->fwd = calloc(cl->map.shards, sizeof *cl->fwd);
     cl->first = calloc(cl->map.shards, sizeof *cl->first);
     for (uint32_t s = 0; s < cl->map.shards; s++) {
@@ -1061,20 +1069,34 @@ int dd_cluster_forward_begin(dd_cluster *cl, uint32_t shard, char *err, size_t e
                        shard);
     }
     uint32_t n = atomic_fetch_add_explicit(&f->inflight, 1, memory_order_relaxed);
-    if (n < cl->fwd_cap) return DD_OK;
+    if (n >= cl->fwd_cap) {
+        atomic_fetch_sub_explicit(&f->inflight, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&f->refused_full, 1, memory_order_relaxed);
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                       "shard %" PRIu32 " already has cluster.max_forward_inflight=%" PRIu32
+                       " calls forwarded from this node in flight (its replicas are slow): "
+                       "refused at once (retry later)",
+                       shard, cl->fwd_cap);
+    }
+    /* With more shards than slots, the automatic cap of 1 each could
+     * still add up to every slot: the total keeps one for our own. */
+    n = atomic_fetch_add_explicit(&cl->fwd_total, 1, memory_order_relaxed);
+    if (n < cl->fwd_total_cap) return DD_OK;
+    atomic_fetch_sub_explicit(&cl->fwd_total, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&f->inflight, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&f->refused_full, 1, memory_order_relaxed);
     return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
-                   "shard %" PRIu32 " already has cluster.max_forward_inflight=%" PRIu32
-                   " calls forwarded from this node in flight (its replicas are slow): "
-                   "refused at once (retry later)",
-                   shard, cl->fwd_cap);
+                   "calls forwarded from this node to other shards hold all but one of its "
+                   "call slots (rpc.threads x rpc.prepost); shard %" PRIu32 "'s call refused "
+                   "at once (cluster.max_forward_inflight; retry later)",
+                   shard);
 }
 
 void dd_cluster_forward_end(dd_cluster *cl, uint32_t shard)
 {
-    if (shard < cl->map.shards)
-        atomic_fetch_sub_explicit(&cl->fwd[shard].inflight, 1, memory_order_relaxed);
+    if (shard >= cl->map.shards) return;
+    atomic_fetch_sub_explicit(&cl->fwd[shard].inflight, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&cl->fwd_total, 1, memory_order_relaxed);
 }
 
 void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,

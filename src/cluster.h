@@ -247,7 +247,8 @@ int dd_cluster_forward_cap_check(uint32_t value, uint32_t shards, uint32_t threa
  * once the call ended, whatever the outcome, retries included) or
  * DD_ERR_UNAVAILABLE with a message naming the shard, without waiting:
  * SHARD already has the cap's calls in flight from this node
- * (cluster.max_forward_inflight), or every replica of it (but this node)
+ * (cluster.max_forward_inflight), or calls to all shards together hold
+ * all but one of a method's slots (THREADS x PREPOST), or every replica of it (but this node)
  * was down at the last health round, until a round reaches one. Each
  * refusal is counted (dedupd_cluster_forward_refused_total). Lock-free;
  * from any thread. */

@@ -21,9 +21,27 @@
  *   goes back at once.
  * Limits: a call past its deadline is answered without being decoded; a
  *   reply not taken within rpc.send_timeout_ms is cancelled (sweep_sends),
- *   so no client holds a slot; RecordPlays and RecordDelivery are refused
- *   on an item count taken on the wire, before protobuf-c allocates; grpc's
- *   own limits bound streams, idle connections and buffers (dd_rpc_new).
+ *   so no client holds a slot for long; a reply pending past a sixteenth
+ *   of that is stalled, and a worker keeps at most half of a method's
+ *   slots with stalled replies: one past that is cancelled, and a new call
+ *   of a connection with a stalled reply is refused at once with its
+ *   status alone, which HTTP/2 flow control does not hold. We chose a
+ *   share of the slots over moving a sending call out of its slot (a
+ *   fresh slot re-posted per reply in flight): the share needs no memory
+ *   beyond the pre-posted slots and a fixed table of marked connections
+ *   per worker (grpc_call_get_peer, asked only of stalled replies and,
+ *   while a worker keeps its share, of new calls), where spare slots
+ *   would need their own bound per connection and in total, and would
+ *   still have to tell an honest burst of replies being written from a
+ *   shut window by time. Forwarded calls hold their slot while the peer
+ *   answers, so each shard gets at most cluster.max_forward_inflight of
+ *   them at once from this node (dd_cluster_forward_begin), all shards
+ *   together all but one slot, and a shard none while its replicas were
+ *   all down at the last health round: the rest fail at once UNAVAILABLE,
+ *   and this node's own calls always find a slot. RecordPlays and
+ *   RecordDelivery are refused on an item count taken on the wire, before
+ *   protobuf-c allocates; grpc's own limits bound streams, idle
+ *   connections and buffers (dd_rpc_new).
  * Shutdown and stats: see dd_rpc_shutdown and dd_rpc_collect; counters
  *   are relaxed atomics and a metrics.h histogram, read without locks.
  */
