@@ -504,6 +504,13 @@ static void test_validate(void)
     replace_str(&c.admin.listen, "x");
     INVALID(&c, "admin.listen");
     replace_str(&c.admin.listen, "");
+    /* A forward cap that would take every call slot (2 threads x 8). */
+    set_ok(&c, "cluster.max_forward_inflight", "16");
+    INVALID(&c, "cluster.max_forward_inflight");
+    set_ok(&c, "rpc.prepost", "9");
+    CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
+    set_ok(&c, "rpc.prepost", "8");
+    set_ok(&c, "cluster.max_forward_inflight", "0");
     CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
     dd_config_free(&c);
 }
