@@ -408,6 +408,9 @@ struct peer {
     char label[32];            /* "s.r" */
     grpc_channel *ch;          /* NULL for this node */
     _Atomic int state;         /* enum peer_state, from the last probe */
+    atomic_bool unreachable;   /* the last probe got no answer: no connection, or none
+                                * within its deadline (a peer that answered with an
+                                * error is down but reachable) */
     atomic_bool ready;         /* the peer's own readiness */
     atomic_bool mismatch;      /* it would own other users than our map says */
     _Atomic int relation;      /* enum dd_cluster_relation of its map, when not a mismatch */
@@ -779,6 +782,11 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
 {
     char why[160] = "";
     Dedup__V1__NodeStatus *st = NULL;
+    /* No answer at all: forwarded calls would wait for theirs too. An
+     * answer with an error (a peer that does not allow this node) is
+     * passed on to callers as it comes. */
+    atomic_store(&p->unreachable, !ok || p->u.status == GRPC_STATUS_UNAVAILABLE ||
+                                      p->u.status == GRPC_STATUS_DEADLINE_EXCEEDED);
     if (!ok || p->u.status != GRPC_STATUS_OK || !p->u.recv) {
         char *d = grpc_slice_to_c_string(p->u.details);
         snprintf(why, sizeof why, "status %d: %.120s", ok ? (int)p->u.status : -1, d ? d : "");
@@ -1038,8 +1046,9 @@ int dd_cluster_forward_cap_check(uint32_t value, uint32_t shards, uint32_t threa
                    value, others, slots, (slots + others - 1) / others);
 }
 
-/* Every replica of SHARD but this node was down at the last health round
- * (false when it has none: dd_cluster_pick then finds none). */
+/* Every replica of SHARD but this node was down and unreachable at the
+ * last health round (false when it has none: dd_cluster_pick then finds
+ * none). */
 static bool shard_down(const dd_cluster *cl, uint32_t shard)
 {
     uint32_t n = cl->map.nreplicas[shard], peers = 0;
@@ -1047,7 +1056,9 @@ static bool shard_down(const dd_cluster *cl, uint32_t shard)
         const struct peer *p = &cl->peers[cl->first[shard] + r];
         if (!p->ch) continue;
         peers++;
-        if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_DOWN) return false;
+        if (atomic_load_explicit(&p->state, memory_order_relaxed) != PEER_DOWN ||
+            !atomic_load_explicit(&p->unreachable, memory_order_relaxed))
+            return false;
     }
     return peers > 0;
 }
@@ -1064,8 +1075,8 @@ int dd_cluster_forward_begin(dd_cluster *cl, uint32_t shard, char *err, size_t e
     if (shard_down(cl, shard)) {
         atomic_fetch_add_explicit(&f->refused_down, 1, memory_order_relaxed);
         return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
-                       "every replica of shard %" PRIu32 " was down at the last health round: "
-                       "its calls fail at once until a round reaches one (retry later)",
+                       "every replica of shard %" PRIu32 " was unreachable at the last health "
+                       "round: its calls fail at once until a round reaches one (retry later)",
                        shard);
     }
     uint32_t n = atomic_fetch_add_explicit(&f->inflight, 1, memory_order_relaxed);
@@ -1294,7 +1305,7 @@ void dd_cluster_collect(dd_prom *p, void *ud)
     }
     dd_prom_family(p, "dedupd_cluster_forward_refused_total",
                    "Calls for a shard refused at once, by shard and reason: inflight "
-                   "(cluster.max_forward_inflight reached) or down (every replica down at the "
+                   "(cluster.max_forward_inflight reached) or down (every replica unreachable at the "
                    "last health round)",
                    DD_PROM_COUNTER);
     for (uint32_t s = 0; s < cl->map.shards; s++) {

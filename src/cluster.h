@@ -249,7 +249,9 @@ int dd_cluster_forward_cap_check(uint32_t value, uint32_t shards, uint32_t threa
  * SHARD already has the cap's calls in flight from this node
  * (cluster.max_forward_inflight), or calls to all shards together hold
  * all but one of a method's slots (THREADS x PREPOST), or every replica of it (but this node)
- * was down at the last health round, until a round reaches one. Each
+ * went unanswered at the last health round (no connection, or no answer
+ * within the probe's deadline: a stopped node), until a round reaches
+ * one; a replica that answered with an error is still called. Each
  * refusal is counted (dedupd_cluster_forward_refused_total). Lock-free;
  * from any thread. */
 int dd_cluster_forward_begin(dd_cluster *cl, uint32_t shard, char *err, size_t errlen);

@@ -212,7 +212,7 @@ def case7():
                 took = time.monotonic() - t0
                 details = e.details() or ""
                 check(e.code() == grpc.StatusCode.UNAVAILABLE and took < 1.0
-                      and "shard 1" in details and "down" in details,
+                      and "shard 1" in details and "unreachable" in details,
                       "shard 1 down: %s after %.2f s (%s), want UNAVAILABLE at once"
                       % (e.code(), took, details))
         harness.log("case 7: shard 1 down: calls fail fast: %s" % details)
