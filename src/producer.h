@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 struct dd_config_list;
+struct dd_marker_key;
 typedef struct dd_prom dd_prom;
 typedef struct dd_producer dd_producer;
 
@@ -51,6 +52,9 @@ struct dd_producer_conf {
     const char *format;         /* "json" or "protobuf" (ingest.format) */
     int partitioner;            /* enum dd_partitioner (partition.h) the play producers use */
     uint32_t timeout_ms;        /* a call's deadline when it gives none; >= 1 */
+    const struct dd_marker_key *forget_key; /* signs forget markers (marker.h); NULL =
+                                 * markers go unsigned (and are not applied). Borrowed:
+                                 * must outlive the producer */
 };
 
 /* Create the producer from CONF (strings copied) and every key of KAFKA
