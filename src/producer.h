@@ -10,8 +10,10 @@
  *
  * Messages: key = the user id; payload = a dedup.v1.PlayEvent in the
  *   topic's format (playevent.h, as ingest reads it). A play carries its
- *   item and its resolved time; a forget marker (ingest.h) has no item and
- *   the header "dedupd-op: forget".
+ *   item and its resolved time; a forget marker (ingest.h) has no item,
+ *   the time it was made (now) and the headers "dedupd-op: forget" and,
+ *   with conf->forget_key, "dedupd-mac": its MAC under that key
+ *   (marker.h), without which no node applies it.
  * Partition: dd_partition_of(conf->partitioner, user, count) (partition.h),
  *   exactly the partition a producer configured with that partitioner
  *   chooses, so a user's plays from both sources share one partition and
