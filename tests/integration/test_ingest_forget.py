@@ -35,6 +35,18 @@ def kcat_produce(broker, lines, header=None):
         harness.fail("kcat: %s" % r.stderr)
 
 
+def signed_forget(broker, user, scene="", topic="plays"):
+    """Produce a forget marker for (SCENE, USER) signed with
+    harness.forget_key_file() (tests/tools/ddproduce -f), into the
+    partition kcat's default partitioner gives USER (both are librdkafka's)."""
+    r = subprocess.run([harness.build_path("tests", "tools", "ddproduce"), "-b", broker.addr,
+                        "-t", topic, "-F", "json", "-f", harness.forget_key_file()],
+                       input="%s\t%s\n" % (user, scene), capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        harness.fail("ddproduce -f: %s %s" % (r.stdout, r.stderr))
+
+
 def play(user, item, scene=""):
     return "%s:%s" % (user, json.dumps({"user_id": user, "item_id": item, "scene": scene}))
 
@@ -84,11 +96,7 @@ def main():
     pending = [(USER, "pend-%d" % i, None, "") for i in range(5)]
     after = [(USER, "new-%d" % i, None, "") for i in range(5)]
     kcat_produce(broker, [play(u, i, s) for u, i, _, s in pending])
-    r = subprocess.run([harness.build_path("tests", "tools", "ddproduce"), "-b", broker.addr,
-                        "-t", "plays", "-F", "json", "-f", key], input="%s\t\n" % USER,
-                       capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        harness.fail("ddproduce -f: %s %s" % (r.stdout, r.stderr))
+    signed_forget(broker, USER)
     kcat_produce(broker, [play(u, i, s) for u, i, _, s in after])
     dd.start()
     wait_forgets(dd, 1)
