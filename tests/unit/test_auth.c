@@ -151,6 +151,10 @@ static void test_conf(void)
     };
     CHECK_MSG(validate(err, sizeof err, plain_cluster, DD_ARRAY_LEN(plain_cluster)) == DD_OK, "%s",
               err);
+    /* A cluster without the forget markers' key is refused (marker.h). */
+    CHECK(validate(err, sizeof err, plain_cluster, DD_ARRAY_LEN(plain_cluster) - 2) ==
+          DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "cluster.forget_key_file"), "%s", err);
 }
 
 int main(void)
