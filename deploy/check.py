@@ -226,6 +226,9 @@ def run_dedupd(entrypoint, extra_args, conf_text, flag, hostname=None):
     as a process whose host name that is (uts_prefix must be available)."""
     d = harness.tmpdir("dedupd-deploy-")
     conf = os.path.join(d, "dedupd.conf")
+    # The pods' forget key (the Secret dedupd-forget) is read by -t: a
+    # throwaway key stands in for it here.
+    conf_text = conf_text.replace("/etc/dedupd-forget/key", harness.forget_key_file())
     with open(conf, "w") as f:
         f.write(conf_text)
     argv = [harness.build_path("src", "dedupd")] + \

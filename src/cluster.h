@@ -59,6 +59,9 @@ struct dd_cluster_conf {
                                  * else rpc.tls_cert itself */
     char *tls_server_name;      /* name peers' certificates are checked against; "" = the
                                  * host of the peer's address */
+    char *forget_key_file;      /* the secret forget markers are signed with (marker.h);
+                                 * required in a cluster; "" = none (a single node then
+                                 * applies no marker from the topic) */
     char *bootstrap;            /* "none", or "peer": an empty store is first copied from a
                                  * live replica of this shard (snapshot.h) */
     uint32_t snapshot_mbps;     /* this node lends its store at most this fast; 0 = no limit */

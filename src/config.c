@@ -177,6 +177,7 @@ static const struct key keys[] = {
     ROW_U32("cluster.max_forward_inflight", cluster.max_forward_inflight, "0", 0, 1048576),
     ROW_STR("cluster.tls_ca", cluster.tls_ca, ""),
     ROW_STR("cluster.tls_server_name", cluster.tls_server_name, ""),
+    ROW_STR("cluster.forget_key_file", cluster.forget_key_file, ""),
     ROW_ENUM("cluster.bootstrap", cluster.bootstrap, "none", bootstrap_words),
     ROW_U32("cluster.snapshot_mbps", cluster.snapshot_mbps, "400", 0, 1000000),
     ROW_U32("cluster.snapshot_max_age_s", cluster.snapshot_max_age_s, "3600", 1, 604800),
@@ -844,6 +845,14 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
                    "holding a certificate rpc.tls_client_ca signed (every reader and writer) "
                    "call the Cluster service and copy every user's history: name the nodes' "
                    "certificate identities (they call each other with rpc.tls_cert)");
+        return DD_ERR_INVALID;
+    }
+    /* Forget markers from the topic are applied only when signed
+     * (marker.h); a cluster produces them for ForgetUser, so it needs the
+     * key. The file itself is read by main (dedupd -t and at start). */
+    if (dd_cluster_enabled(&c->cluster) && !c->cluster.forget_key_file[0]) {
+        dd_set_err(err, errlen, "cluster.forget_key_file: must be set in a cluster (the secret "
+                                "that signs forget markers; the same file on every node)");
         return DD_ERR_INVALID;
     }
     if (dd_cluster_enabled(&c->cluster) && !c->ingest.enabled) {

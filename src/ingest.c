@@ -55,6 +55,7 @@
 #include "dd.h"
 #include "kafka.h"
 #include "log.h"
+#include "marker.h"
 #include "metrics.h"
 #include "partition.h"
 #include "playevent.h"
@@ -152,6 +153,7 @@ struct dd_ingest {
     atomic_int_least32_t partitions;  /* dd_ingest_partition_count */
     atomic_bool changed;  /* dd_ingest_partitions_changed */
     size_t max_user;      /* a forget's user id, at most */
+    const dd_marker_key *forget_key; /* markers must be signed with it; NULL = none applied */
     dd_playevent_decoder *dec;
     dd_history_batch *batch;
     dd_trace *trace;      /* NULL = no traces (dd_ingest_set_trace) */
@@ -219,6 +221,7 @@ struct dd_ingest {
 
 static const char *const bad_names[DD_INGEST_NBAD] = {
     "undecodable", "empty_user", "empty_item", "id_too_long", "future", "wrong_partition",
+    "unauthenticated_forget",
 };
 
 const char *dd_ingest_bad_name(int reason)
@@ -900,13 +903,10 @@ static void dlq_delivery_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *o
     }
 }
 
-/* WANT: for a wrong partition, the one the producers' partitioner gives
- * the user (else -1). */
-static void bad_message(dd_ingest *in, const rd_kafka_message_t *m, int reason, int32_t want)
+/* WHY: more for the log line (" key=value", or ""). */
+static void bad_message(dd_ingest *in, const rd_kafka_message_t *m, int reason, const char *why)
 {
     INC(bad[reason]);
-    char why[48] = "";
-    if (want >= 0) snprintf(why, sizeof why, " user_partition=%" PRId32, want);
     dd_log_limited(&in->lim_bad, 5000, DD_LOG_WARN, MOD,
                    "msg=\"bad message skipped\" reason=%s topic=%s partition=%" PRId32
                    " offset=%" PRId64 "%s",
@@ -926,6 +926,23 @@ static enum op message_op(const rd_kafka_message_t *m)
         rd_kafka_header_get_last(hdrs, OP_HEADER, &v, &n) != RD_KAFKA_RESP_ERR_NO_ERROR)
         return OP_PLAY;
     return n == 6 && v && memcmp(v, "forget", 6) == 0 ? OP_FORGET : OP_UNKNOWN;
+}
+
+/* Whether forget marker M (decoded into EV) is signed with the key
+ * (marker.h): its dedupd-mac header over EV's user, scene and time. */
+static enum dd_marker_check marker_check(dd_ingest *in, const rd_kafka_message_t *m,
+                                         const struct dd_playevent *ev)
+{
+    rd_kafka_headers_t *hdrs;
+    const void *mac = NULL;
+    size_t n = 0;
+    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        rd_kafka_header_get_last(hdrs, DD_MARKER_HEADER, &mac, &n) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        mac = NULL;
+    else if (!mac)
+        mac = ""; /* a header without a value: present, malformed */
+    return dd_marker_verify(in->forget_key, ev->user, ev->user_len, ev->scene, ev->scene_len,
+                            ev->played_at_ms, mac, n);
 }
 
 static int bad_reason(int status)
@@ -992,6 +1009,9 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
            : DD_PLAYEVENT_UNDECODABLE;
     int bad = bad_reason(st);
     int32_t want = -1;
+    enum dd_marker_check mc = DD_MARKER_VALID;
+    if (bad < 0 && op == OP_FORGET && (mc = marker_check(in, m, &ev)) != DD_MARKER_VALID)
+        bad = DD_INGEST_BAD_UNAUTHENTICATED_FORGET;
     if (bad < 0 && in->assign) {
         /* A cluster node owns users by the producers' partitioner: a play
          * elsewhere would be stored where no call for its user comes. */
@@ -1017,7 +1037,14 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
         if (added && dd_trace_wanted(in->trace, ev.user, ev.user_len))
             trace_note(in, s, m, &ev, false, ts);
     }
-    if (bad >= 0) bad_message(in, m, bad, bad == DD_INGEST_BAD_WRONG_PARTITION ? want : -1);
+    if (bad >= 0) {
+        char why[48] = "";
+        if (bad == DD_INGEST_BAD_WRONG_PARTITION)
+            snprintf(why, sizeof why, " user_partition=%" PRId32, want);
+        else if (bad == DD_INGEST_BAD_UNAUTHENTICATED_FORGET)
+            snprintf(why, sizeof why, " mac=\"%s\"", dd_marker_strerror(mc));
+        bad_message(in, m, bad, why);
+    }
     INC(messages);
     atomic_store_explicit(&in->st.pending_entries, dd_window_entries(s->w), memory_order_relaxed);
     atomic_store_explicit(&in->st.pending_bytes, dd_window_bytes(s->w), memory_order_relaxed);
@@ -1649,6 +1676,7 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     in->shard = conf->shard;
     in->partitioner = (enum dd_partitioner)conf->partitioner;
     in->max_user = conf->max_id_bytes < DD_USER_MAX ? conf->max_id_bytes : DD_USER_MAX;
+    in->forget_key = conf->forget_key;
     in->h = history;
     in->flush_ms = window->flush_ms;
     /* About a quarter of a window (some 64 bytes a play): 131,072 plays
@@ -1803,7 +1831,8 @@ static void log_stats(dd_ingest *in)
             " plays_written=%" PRIu64
             " duplicates=%" PRIu64 " expired=%" PRIu64 " bad_undecodable=%" PRIu64
             " bad_empty_user=%" PRIu64 " bad_empty_item=%" PRIu64 " bad_id_too_long=%" PRIu64
-            " bad_future=%" PRIu64 " bad_wrong_partition=%" PRIu64 " forgets=%" PRIu64
+            " bad_future=%" PRIu64 " bad_wrong_partition=%" PRIu64
+            " bad_unauthenticated_forget=%" PRIu64 " forgets=%" PRIu64
             " partition_count_changes=%" PRIu64 " key_mismatch=%" PRIu64 " flushes=%" PRIu64
             " write_errors=%" PRIu64 " commits=%" PRIu64 " commit_errors=%" PRIu64
             " dead_lettered=%" PRIu64 " dead_letter_errors=%" PRIu64 " pauses=%" PRIu64
@@ -1812,7 +1841,8 @@ static void log_stats(dd_ingest *in)
             s.plays_written, s.duplicates, s.expired,
             s.bad[DD_INGEST_BAD_UNDECODABLE], s.bad[DD_INGEST_BAD_EMPTY_USER],
             s.bad[DD_INGEST_BAD_EMPTY_ITEM], s.bad[DD_INGEST_BAD_ID_TOO_LONG],
-            s.bad[DD_INGEST_BAD_FUTURE], s.bad[DD_INGEST_BAD_WRONG_PARTITION], s.forgets,
+            s.bad[DD_INGEST_BAD_FUTURE], s.bad[DD_INGEST_BAD_WRONG_PARTITION],
+            s.bad[DD_INGEST_BAD_UNAUTHENTICATED_FORGET], s.forgets,
             s.partition_count_changes, s.key_mismatch, s.flushes, s.write_errors, s.commits,
             s.commit_errors, s.dead_lettered, s.dead_letter_errors, s.pauses, s.rebalances);
 }

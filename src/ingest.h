@@ -52,7 +52,12 @@
  * window and before the window's offsets are stored, so the marker's
  * offset is committed only once the forget is durable, and a crash
  * replays the plays before it and the forget again, in order. A marker
- * with an item id, or with another dedupd-op value, is undecodable.
+ * with an item id, or with another dedupd-op value, is undecodable. A
+ * marker is applied only when conf->forget_key is set and its
+ * "dedupd-mac" header is the MAC of its user, scene and time (the
+ * PlayEvent's played_at_ms) under that key (marker.h); any other is
+ * DD_INGEST_BAD_UNAUTHENTICATED_FORGET: counted, logged (rate-limited,
+ * with what was wrong), dead-lettered, not applied.
  *
  * Threads: dd_ingest_start starts a poll thread (consumer poll, decode,
  * window, assignment, rebalance callbacks), a flush thread (history
@@ -72,6 +77,7 @@
 #include "window.h"
 
 struct dd_config_list;
+struct dd_marker_key;
 
 /* The consumer's settings (ingest.* in conf/dedupd.conf). */
 struct dd_ingest_conf {
@@ -91,6 +97,9 @@ struct dd_ingest_conf {
                            * store that was lost (a replaced volume) */
     bool accept_truncated_log; /* ingest.accept_truncated_log: assign mode, a partition
                                 * with no stored position may start past offset 0 */
+    const struct dd_marker_key *forget_key; /* forget markers must be signed with it
+                           * (marker.h); NULL = none: no marker is applied. Borrowed:
+                           * must outlive the ingest */
 };
 
 typedef struct dd_ingest dd_ingest;
@@ -224,10 +233,12 @@ enum dd_ingest_bad {
     DD_INGEST_BAD_ID_TOO_LONG = 3, /* over ingest.max_id_bytes (scene: also 255) */
     DD_INGEST_BAD_FUTURE = 4,      /* later than now + history.max_future_ms */
     DD_INGEST_BAD_WRONG_PARTITION = 5, /* assign mode: the user belongs to another partition */
+    DD_INGEST_BAD_UNAUTHENTICATED_FORGET = 6, /* a forget marker without a valid MAC, or
+                                          * any marker when no key is set (marker.h) */
 };
-#define DD_INGEST_NBAD 6
+#define DD_INGEST_NBAD 7
 /* "undecodable", "empty_user", "empty_item", "id_too_long", "future",
- * "wrong_partition". */
+ * "wrong_partition", "unauthenticated_forget". */
 const char *dd_ingest_bad_name(int reason);
 
 /* Counters since dd_ingest_new, read atomically one by one. Safe from any

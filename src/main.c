@@ -15,6 +15,7 @@
 #include "dd.h"
 #include "history.h"
 #include "ingest.h"
+#include "marker.h"
 #include "producer.h"
 #include "log.h"
 #include "owner.h"
@@ -296,7 +297,8 @@ int main(int argc, char **argv)
     dd_recent_watch *redis_watch = NULL;
     dd_owner_guard *owner = NULL;
     struct store_ref store = {0};
-    bool trace_metrics = false;
+    dd_marker_key *forget_key = NULL;
+    bool trace_metrics = false, key_world_readable = false;
     struct dd_cluster_map map = {0};
 
     if (dd_config_init(&cfg) != DD_OK) {
@@ -352,7 +354,19 @@ int main(int argc, char **argv)
         rc = dd_config_write(&cfg, stdout) == DD_OK ? 0 : 1;
         goto out;
     }
+    /* The forget markers' key (marker.h), read once here, so that -t checks
+     * the file as well as the key. */
+    if (cfg.cluster.forget_key_file[0] &&
+        dd_marker_key_load(&forget_key, cfg.cluster.forget_key_file, &key_world_readable, err,
+                           sizeof err) != DD_OK) {
+        fprintf(stderr, "dedupd: cluster.forget_key_file: %s\n", err);
+        goto out;
+    }
     if (check_only) {
+        if (key_world_readable)
+            fprintf(stderr, "dedupd: warning: cluster.forget_key_file: %s is world-readable: "
+                            "any local user can sign forget markers (chmod 600 it)\n",
+                    cfg.cluster.forget_key_file);
         printf("configuration ok\n");
         rc = 0;
         goto out;
@@ -363,6 +377,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "dedupd: log.file: %s\n", err);
         goto out;
     }
+
+    if (key_world_readable)
+        dd_warn("main", "msg=\"cluster.forget_key_file is world-readable: any local user can "
+                        "sign forget markers (chmod 600 it)\" path=\"%s\"",
+                cfg.cluster.forget_key_file);
+    if (forget_key)
+        dd_info("main", "msg=\"forget markers from the topic are applied only when signed "
+                        "with cluster.forget_key_file\"");
+    else if (cfg.ingest.enabled)
+        dd_info("main", "msg=\"no cluster.forget_key_file: forget markers from the topic are "
+                        "not applied\"");
+    cfg.ingest.forget_key = forget_key;
 
     if (dd_rpc_process_init(&cfg.rpc, err, sizeof err) != DD_OK) {
         fprintf(stderr, "dedupd: %s\n", err);
@@ -572,7 +598,7 @@ int main(int argc, char **argv)
     /* gRPC last: once it answers, everything behind it is up. */
     if (clustered) {
         struct dd_producer_conf pc = {cfg.ingest.topic, cfg.ingest.format, cfg.ingest.partitioner,
-                                      cfg.cluster.forward_timeout_ms};
+                                      cfg.cluster.forward_timeout_ms, forget_key};
         if (dd_producer_new(&producer, &pc, &cfg.kafka, err, sizeof err) != DD_OK) {
             dd_error("main", "msg=\"cannot start the producer\" error=\"%s\"", err);
             goto out;
@@ -683,6 +709,7 @@ out:
     if (rc == 0 && history) dd_info("main", "msg=stopped");
     dd_admin_free(admin); /* the registry with it: no collector runs after */
     dd_plays_free(plays);
+    dd_marker_key_free(forget_key); /* after ingest and the producer, which borrowed it */
     dd_config_free(&cfg);
     return rc;
 }

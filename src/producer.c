@@ -8,6 +8,7 @@
 #include "dd.h"
 #include "kafka.h"
 #include "log.h"
+#include "marker.h"
 #include "metrics.h"
 #include "partition.h"
 #include "playevent.h"
@@ -47,6 +48,7 @@ struct dd_producer {
     enum dd_playevent_format format;
     enum dd_partitioner partitioner;
     int64_t timeout_ns;
+    const dd_marker_key *forget_key; /* NULL: markers unsigned */
     dd_producer_applied_fn applied; /* NULL: forget returns once acknowledged */
     void *applied_ud;
 
@@ -159,15 +161,25 @@ static bool wait_until(dd_producer *p, int64_t deadline)
 }
 
 /* Queue one message (PAYLOAD copied) for W into PARTITION, waiting while
- * the local queue is full, up to DEADLINE. */
+ * the local queue is full, up to DEADLINE. MAC: a forget marker's
+ * dedupd-mac header (marker.h), NULL for a play; "" sends the marker
+ * unsigned (no key). */
 static rd_kafka_resp_err_t send_one(dd_producer *p, struct waiter *w, int32_t partition,
-                                    const char *user, const struct dd_buf *payload, bool forget,
-                                    int64_t deadline)
+                                    const char *user, const struct dd_buf *payload,
+                                    const char *mac, int64_t deadline)
 {
     size_t ulen = strlen(user);
     for (;;) {
         rd_kafka_resp_err_t e;
-        if (forget)
+        if (mac && mac[0])
+            e = rd_kafka_producev(p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
+                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                  RD_KAFKA_V_KEY(user, ulen),
+                                  RD_KAFKA_V_VALUE(payload->data, payload->len),
+                                  RD_KAFKA_V_HEADER("dedupd-op", "forget", 6),
+                                  RD_KAFKA_V_HEADER(DD_MARKER_HEADER, mac, DD_MARKER_MAC_HEX),
+                                  RD_KAFKA_V_OPAQUE(w), RD_KAFKA_V_END);
+        else if (mac)
             e = rd_kafka_producev(p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
                                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                   RD_KAFKA_V_KEY(user, ulen),
@@ -215,10 +227,17 @@ static int produce(dd_producer *p, const char *user, const char *scene,
     struct dd_buf b = {0};
     int rc = DD_OK;
     rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR_NO_ERROR;
+    /* A marker carries the time it was made, which its MAC covers. */
+    int64_t forget_at = forget ? dd_now_ms() : 0;
+    char mac[DD_MARKER_MAC_HEX + 1] = "";
+    if (forget && p->forget_key &&
+        dd_marker_sign(p->forget_key, user, strlen(user), scene, strlen(scene), forget_at, mac) !=
+            DD_OK)
+        rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory (signing the forget marker)");
     for (size_t i = 0; i < n && rc == DD_OK; i++) {
         b.len = 0;
         rc = dd_playevent_encode(&b, p->format, user, strlen(user), forget ? "" : items[i],
-                                 forget ? 0 : strlen(items[i]), forget ? 0 : at[i], scene,
+                                 forget ? 0 : strlen(items[i]), forget ? forget_at : at[i], scene,
                                  strlen(scene));
         if (rc == DD_ERR_NOMEM) {
             dd_set_err(err, errlen, "out of memory");
@@ -232,7 +251,7 @@ static int produce(dd_producer *p, const char *user, const char *scene,
         w->refs++;
         w->pending++;
         pthread_mutex_unlock(&p->mu);
-        e = send_one(p, w, partition, user, &b, forget, deadline);
+        e = send_one(p, w, partition, user, &b, forget ? mac : NULL, deadline);
         if (e) {
             pthread_mutex_lock(&p->mu);
             w->refs--;
@@ -327,6 +346,7 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
     p->format = (enum dd_playevent_format)fmt;
     p->partitioner = (enum dd_partitioner)conf->partitioner;
     p->timeout_ns = (int64_t)conf->timeout_ms * 1000000;
+    p->forget_key = conf->forget_key;
     pthread_condattr_t ca;
     int locks = 0;
     if (pthread_mutex_init(&p->mu, NULL) == 0) {

@@ -10,8 +10,10 @@
  *
  * Messages: key = the user id; payload = a dedup.v1.PlayEvent in the
  *   topic's format (playevent.h, as ingest reads it). A play carries its
- *   item and its resolved time; a forget marker (ingest.h) has no item and
- *   the header "dedupd-op: forget".
+ *   item and its resolved time; a forget marker (ingest.h) has no item,
+ *   the time it was made (now) and the headers "dedupd-op: forget" and,
+ *   with conf->forget_key, "dedupd-mac": its MAC under that key
+ *   (marker.h), without which no node applies it.
  * Partition: dd_partition_of(conf->partitioner, user, count) (partition.h),
  *   exactly the partition a producer configured with that partitioner
  *   chooses, so a user's plays from both sources share one partition and
@@ -43,6 +45,7 @@
 #include <stdint.h>
 
 struct dd_config_list;
+struct dd_marker_key;
 typedef struct dd_prom dd_prom;
 typedef struct dd_producer dd_producer;
 
@@ -51,6 +54,9 @@ struct dd_producer_conf {
     const char *format;         /* "json" or "protobuf" (ingest.format) */
     int partitioner;            /* enum dd_partitioner (partition.h) the play producers use */
     uint32_t timeout_ms;        /* a call's deadline when it gives none; >= 1 */
+    const struct dd_marker_key *forget_key; /* signs forget markers (marker.h); NULL =
+                                 * markers go unsigned (and are not applied). Borrowed:
+                                 * must outlive the producer */
 };
 
 /* Create the producer from CONF (strings copied) and every key of KAFKA

@@ -253,10 +253,26 @@ class DevBroker:
         return self.proc.stop()
 
 
+_forget_key = []
+
+
+def forget_key_file():
+    """The path of a key file for cluster.forget_key_file (src/marker.h),
+    mode 0600, the same for every node a test starts."""
+    if not _forget_key:
+        path = os.path.join(tmpdir("dedupd-key-"), "forget.key")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"harness forget key: 0123456789abcdef0123456789abcdef\n")
+        _forget_key.append(path)
+    return _forget_key[0]
+
+
 class Dedupd:
     """src/dedupd from the build tree on a temporary data directory, with
     -o overrides (history.path, trace.path, rpc.listen=127.0.0.1:0 and admin.listen=""
-    unless given). The log file is kept across restarts; start() waits for
+    unless given; a cluster node, one with cluster.nodes, also gets
+    cluster.forget_key_file = forget_key_file() unless given). The log file is kept across restarts; start() waits for
     "msg=ready" in the part written by this run. ENV: the environment it
     runs with (None: this process's)."""
 
@@ -273,6 +289,8 @@ class Dedupd:
             "admin.listen": "",
         }
         self.overrides.update(overrides or {})
+        if self.overrides.get("cluster.nodes") and "cluster.forget_key_file" not in self.overrides:
+            self.overrides["cluster.forget_key_file"] = forget_key_file()
         self.logpath = os.path.join(self.dir, name + ".log")
         self.proc = None
         self._log_from = 0

@@ -62,6 +62,8 @@ class Node:
             "cluster.nodes": nodes,
             "cluster.redis": redis_list,
             "cluster.partitioner": "murmur2_random",
+            # ForgetUser's markers are signed with it, and checked (marker.h).
+            "cluster.forget_key_file": harness.forget_key_file(),
             "cluster.health_interval_ms": "200",
             "cluster.max_lag_ms": "3000",
             "recent.timeout_ms": "500",

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Forget markers (ingest.h) on a single node: a message with the header
 dedupd-op=forget, key = user id and a PlayEvent payload without an item,
-produced with kcat, deletes the user's plays in that scene in log order:
+signed with the node's cluster.forget_key_file (tests/tools/ddproduce -f;
+src/marker.h), deletes the user's plays in that scene in log order:
 plays written by earlier windows and plays still pending in the marker's
 window are gone, plays after it are kept, as are the user's plays in other
 scenes and other users' plays. A kill -9 right after the forget replays
@@ -34,6 +35,18 @@ def kcat_produce(broker, lines, header=None):
         harness.fail("kcat: %s" % r.stderr)
 
 
+def signed_forget(broker, user, scene="", topic="plays"):
+    """Produce a forget marker for (SCENE, USER) signed with
+    harness.forget_key_file() (tests/tools/ddproduce -f), into the
+    partition kcat's default partitioner gives USER (both are librdkafka's)."""
+    r = subprocess.run([harness.build_path("tests", "tools", "ddproduce"), "-b", broker.addr,
+                        "-t", topic, "-F", "json", "-f", harness.forget_key_file()],
+                       input="%s\t%s\n" % (user, scene), capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        harness.fail("ddproduce -f: %s %s" % (r.stdout, r.stderr))
+
+
 def play(user, item, scene=""):
     return "%s:%s" % (user, json.dumps({"user_id": user, "item_id": item, "scene": scene}))
 
@@ -54,7 +67,10 @@ def main():
         harness.skip("kcat is not installed (Debian package kcat)")
     broker = harness.DevBroker(("plays:4", "plays-dlq:1"))
     # A short session, so the member killed below leaves the group soon.
+    # Markers from the topic are applied only when signed with this key.
+    key = harness.forget_key_file()
     extra = {"ingest.dead_letter_topic": "plays-dlq", "window.flush_ms": "3000",
+             "cluster.forget_key_file": key,
              "kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "500"}
 
     # 1. Plays written by earlier windows; two bad markers.
@@ -80,8 +96,7 @@ def main():
     pending = [(USER, "pend-%d" % i, None, "") for i in range(5)]
     after = [(USER, "new-%d" % i, None, "") for i in range(5)]
     kcat_produce(broker, [play(u, i, s) for u, i, _, s in pending])
-    kcat_produce(broker, ["%s:%s" % (USER, json.dumps({"user_id": USER, "scene": ""}))],
-                 header="dedupd-op=forget")
+    signed_forget(broker, USER)
     kcat_produce(broker, [play(u, i, s) for u, i, _, s in after])
     dd.start()
     wait_forgets(dd, 1)

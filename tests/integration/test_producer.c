@@ -23,6 +23,7 @@
 #include "config.h"
 #include "dd.h"
 #include "history.h"
+#include "marker.h"
 #include "partition.h"
 #include "playevent.h"
 #include "producer.h"
@@ -43,6 +44,9 @@
 #define THREADS 4
 
 static const char *broker, *redis_addr;
+/* Every producer here signs its markers with it (marker.h). */
+static dd_marker_key *key;
+#define KEY "test_producer: a forget key of at least 32 bytes"
 static pid_t broker_pid;
 static char err[512];
 
@@ -68,7 +72,7 @@ static dd_producer *producer(const char *topic, const char *format, enum dd_part
     struct dd_config_kv kv = {"bootstrap.servers", (char *)broker};
     kafka.items = &kv;
     kafka.len = kafka.cap = 1;
-    struct dd_producer_conf conf = {topic, format, (int)part, timeout_ms};
+    struct dd_producer_conf conf = {topic, format, (int)part, timeout_ms, key};
     dd_producer *p = NULL;
     int rc = dd_producer_new(&p, &conf, &kafka, err, sizeof err);
     if (rc != DD_OK) fprintf(stderr, "dd_producer_new: %s\n", err);
@@ -164,7 +168,18 @@ static void check_message(const rd_kafka_message_t *m, void *ud)
     if (st != DD_PLAYEVENT_OK) return;
     CHECK(!ev.key_mismatch);
     CHECK(ev.scene_len == strlen(s->scene) && memcmp(ev.scene, s->scene, ev.scene_len) == 0);
-    if (!forget) {
+    if (forget) {
+        /* Signed with the key over its user, scene and time (now). */
+        rd_kafka_headers_t *h;
+        const void *mac = NULL;
+        size_t n = 0;
+        CHECK(rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+              rd_kafka_header_get_last(h, DD_MARKER_HEADER, &mac, &n) ==
+                  RD_KAFKA_RESP_ERR_NO_ERROR);
+        CHECK(ev.played_at_ms > 1600000000000);
+        CHECK_EQ_INT(dd_marker_verify(key, ev.user, ev.user_len, ev.scene, ev.scene_len,
+                                      ev.played_at_ms, mac, n), DD_MARKER_VALID);
+    } else {
         int k = s->found;
         CHECK_MSG(k < PLAYS && ev.item_len == strlen(s->items[k]) &&
                       memcmp(ev.item, s->items[k], ev.item_len) == 0,
@@ -450,9 +465,11 @@ int main(int argc, char **argv)
     broker = argv[1];
     broker_pid = (pid_t)atoi(argv[2]);
     redis_addr = argv[3];
+    REQUIRE(dd_marker_key_new(&key, KEY, strlen(KEY), err, sizeof err) == DD_OK);
     produce_and_read("plays", 8, "json", DD_PARTITIONER_MURMUR2_RANDOM);
     produce_and_read("plays-pb", 6, "protobuf", DD_PARTITIONER_FNV1A);
     test_deadlines();
     test_record();
+    dd_marker_key_free(key);
     TEST_MAIN_END();
 }

@@ -4,7 +4,7 @@
 real dedupd, redis-server and devbroker:
 
 - a traced user (trace.users) gets plays from Kafka (kcat) and from
-  RecordPlays (python grpcio), deliveries, a forget marker on Kafka and a
+  RecordPlays (python grpcio), deliveries, a signed forget marker on Kafka and a
   ForgetUser; `why` gives each item's verdict with its time and source
   (Kafka topic/partition/offset as kcat reads them back, RecordPlays,
   RecordDelivery's time), an item twice in the request is a duplicate,
@@ -33,7 +33,7 @@ import urllib.request
 import harness
 import test_ingest_lib as il
 from test_clients_lib import python_stubs
-from test_ingest_forget import kcat_produce, wait_forgets
+from test_ingest_forget import kcat_produce, signed_forget, wait_forgets
 
 DAY = 86_400_000
 MAX_RECORDS = 20
@@ -117,10 +117,10 @@ def main():
     k1_at = now - 3_600_000
     kcat_produce(broker, [play("alice", "k1", k1_at), play("alice", "f1", scene="feed"),
                           play("bob", "b1")])
-    kcat_produce(broker, ["alice:" + json.dumps({"user_id": "alice", "scene": "feed"})],
-                 header="dedupd-op=forget")
+    signed_forget(broker, "alice", "feed")
     dd = harness.Dedupd(il.ingest_overrides(broker, **{
         "recent.redis": redis.addr, "admin.listen": "127.0.0.1:%d" % admin,
+        "cluster.forget_key_file": harness.forget_key_file(),  # markers must be signed
         "admin.token_file": harness.admin_token_file(), "trace.users": "alice, dave", "trace.max_records": str(MAX_RECORDS),
         "trace.retention_days": str(RETENTION_DAYS), "trace.max_users": "3",
         "history.fp_rate": "0.000001", "window.flush_ms": "200",

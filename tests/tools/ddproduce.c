@@ -5,7 +5,7 @@
  * the ingest and metrics integration tests.
  *
  *   ddproduce -b ADDR [-t TOPIC] [-F json|protobuf|raw|hex] [-r PER_SEC]
- *             [-X key=value]... [FILE]
+ *             [-f KEYFILE] [-X key=value]... [FILE]
  *
  * Lines (FILE or stdin), fields separated by tabs:
  *   json, protobuf:  user  item  [played_at_ms  [scene]]
@@ -14,11 +14,19 @@
  *   raw:             key  payload     the payload sent as is
  *   hex:             key  hexpayload  the payload given in hex
  *                    (an empty key sends a message without a key)
+ * -f KEYFILE (json, protobuf): every line is a forget marker instead,
+ *                    user  [scene  [time_ms]]
+ *                    signed with the key in KEYFILE as dedupd checks it
+ *                    (src/marker.h: header dedupd-mac over user, scene and
+ *                    time; time_ms defaults to now): the operator's way to
+ *                    forget a user through Kafka, e.g.
+ *                      printf 'u1\t\n' | ddproduce -b B -f /etc/dedupd/forget.key
  * -r paces production at about PER_SEC messages a second (0 = as fast as
  * possible). At the end it waits for every delivery, prints
  * "produced=N failed=M" and exits 0 only when nothing failed.
  */
 #include "dedup.pb-c.h"
+#include "marker.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -48,7 +56,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ddproduce -b ADDR [-t TOPIC] [-F json|protobuf|raw|hex] [-r PER_SEC]"
-               " [-X key=value]... [FILE]\n");
+               " [-f KEYFILE] [-X key=value]... [FILE]\n");
 }
 
 static double now_s(void)
@@ -94,7 +102,8 @@ static int unhex(const char *s, unsigned char *out, size_t cap, size_t *len)
 
 int main(int argc, char **argv)
 {
-    const char *brokers = NULL, *topic = "plays";
+    const char *brokers = NULL, *topic = "plays", *keyfile = NULL;
+    dd_marker_key *key = NULL;
     enum fmt fmt = F_JSON;
     double rate = 0;
     char errstr[512];
@@ -116,7 +125,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "ddproduce: %s\n", errstr);
             return 2;
         }
-    while ((opt = getopt(argc, argv, "b:t:F:r:X:h")) != -1) {
+    while ((opt = getopt(argc, argv, "b:t:F:r:f:X:h")) != -1) {
         switch (opt) {
         case 'b': brokers = optarg; break;
         case 't': topic = optarg; break;
@@ -131,6 +140,7 @@ int main(int argc, char **argv)
             }
             break;
         case 'r': rate = strtod(optarg, NULL); break;
+        case 'f': keyfile = optarg; break;
         case 'X': {
             char *eq = strchr(optarg, '=');
             if (!eq) {
@@ -151,6 +161,17 @@ int main(int argc, char **argv)
     if (!brokers || argc - optind > 1) {
         usage(stderr);
         return 2;
+    }
+    if (keyfile) {
+        bool world;
+        if (fmt != F_JSON && fmt != F_PROTOBUF) {
+            fprintf(stderr, "ddproduce: -f needs -F json or protobuf\n");
+            return 2;
+        }
+        if (dd_marker_key_load(&key, keyfile, &world, errstr, sizeof errstr) != 0) {
+            fprintf(stderr, "ddproduce: -f: %s\n", errstr);
+            return 2;
+        }
     }
     FILE *in = stdin;
     if (optind < argc && !(in = fopen(argv[optind], "r"))) {
@@ -184,11 +205,27 @@ int main(int argc, char **argv)
                 *p = '\0';
                 f[nf++] = p + 1;
             }
+        /* A marker: user [scene [time]]; as a play line, item = "". */
+        char forget_at[24] = "";
+        if (key) {
+            const char *scene = nf > 1 ? f[1] : "";
+            long long at = nf > 2 && f[2][0] ? strtoll(f[2], NULL, 10) : 0;
+            if (at <= 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                at = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+            }
+            snprintf(forget_at, sizeof forget_at, "%lld", at);
+            f[3] = (char *)scene;
+            f[2] = forget_at;
+            f[1] = "";
+            nf = 4;
+        }
         if (nf < 2) {
             if (bad_lines++ < 5) fprintf(stderr, "ddproduce: line %lu: too few fields\n", lineno);
             continue;
         }
-        const char *key = f[0];
+        const char *ukey = f[0];
         const void *val;
         size_t vlen = 0;
         if (fmt == F_JSON) {
@@ -234,11 +271,25 @@ int main(int argc, char **argv)
             }
             val = payload;
         }
+        char mac[DD_MARKER_MAC_HEX + 1] = "";
+        if (key && dd_marker_sign(key, f[0], strlen(f[0]), f[3], strlen(f[3]),
+                                  strtoll(f[2], NULL, 10), mac) != 0) {
+            fprintf(stderr, "ddproduce: line %lu: cannot sign\n", lineno);
+            failed++;
+            continue;
+        }
         for (;;) {
-            rd_kafka_resp_err_t e = rd_kafka_producev(
-                rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_VALUE((void *)val, vlen),
-                RD_KAFKA_V_KEY((key[0] ? key : NULL), strlen(key)), RD_KAFKA_V_END);
+            rd_kafka_resp_err_t e = mac[0]
+                ? rd_kafka_producev(
+                      rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                      RD_KAFKA_V_VALUE((void *)val, vlen),
+                      RD_KAFKA_V_KEY((ukey[0] ? ukey : NULL), strlen(ukey)),
+                      RD_KAFKA_V_HEADER("dedupd-op", "forget", 6),
+                      RD_KAFKA_V_HEADER(DD_MARKER_HEADER, mac, DD_MARKER_MAC_HEX), RD_KAFKA_V_END)
+                : rd_kafka_producev(
+                      rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                      RD_KAFKA_V_VALUE((void *)val, vlen),
+                      RD_KAFKA_V_KEY((ukey[0] ? ukey : NULL), strlen(ukey)), RD_KAFKA_V_END);
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 rd_kafka_poll(rk, 50);
                 continue;
@@ -264,5 +315,6 @@ int main(int argc, char **argv)
     while (rd_kafka_outq_len(rk) > 0 && rd_kafka_flush(rk, 1000) == RD_KAFKA_RESP_ERR__TIMED_OUT) {}
     printf("produced=%lu failed=%lu seconds=%.2f\n", delivered, failed, now_s() - t0);
     rd_kafka_destroy(rk);
+    dd_marker_key_free(key);
     return failed || bad_lines ? 1 : 0;
 }

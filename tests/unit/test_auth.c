@@ -136,7 +136,7 @@ static void test_conf(void)
         "rpc.tls_client_ca", "/x/ca.crt", "ingest.enabled", "true",
         "cluster.shards", "2", "cluster.shard", "0", "cluster.replica", "0",
         "cluster.nodes", "127.0.0.1:1;127.0.0.1:2", "cluster.redis", "127.0.0.1:6379;127.0.0.1:6380",
-        "rpc.allow_peer", " * ",
+        "cluster.forget_key_file", "/x/forget.key", "rpc.allow_peer", " * ",
     };
     size_t n = DD_ARRAY_LEN(mtls_cluster);
     CHECK(validate(err, sizeof err, mtls_cluster, n) == DD_ERR_INVALID);
@@ -147,10 +147,14 @@ static void test_conf(void)
     const char *plain_cluster[] = {
         "ingest.enabled", "true", "cluster.shards", "2", "cluster.shard", "0",
         "cluster.replica", "0", "cluster.nodes", "127.0.0.1:1;127.0.0.1:2",
-        "cluster.redis", "127.0.0.1:6379;127.0.0.1:6380",
+        "cluster.redis", "127.0.0.1:6379;127.0.0.1:6380", "cluster.forget_key_file", "/x/forget.key",
     };
     CHECK_MSG(validate(err, sizeof err, plain_cluster, DD_ARRAY_LEN(plain_cluster)) == DD_OK, "%s",
               err);
+    /* A cluster without the forget markers' key is refused (marker.h). */
+    CHECK(validate(err, sizeof err, plain_cluster, DD_ARRAY_LEN(plain_cluster) - 2) ==
+          DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "cluster.forget_key_file"), "%s", err);
 }
 
 int main(void)
