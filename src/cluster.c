@@ -10,6 +10,7 @@
 #include "log.h"
 #include "partition.h"
 #include "rpc.h"
+#include "snapshot.h"
 
 #include "dedup.pb-c.h"
 
@@ -419,6 +420,7 @@ struct peer {
     _Atomic int64_t last_ok_ms; /* wall clock of the last answered probe; 0 never */
     _Atomic int32_t partitions;
     _Atomic uint64_t fwd[DD_FWD_OUTCOME_COUNT];
+    _Atomic uint64_t oversized; /* replies over a receive limit (probes and forwards) */
     /* The health thread's probe in flight. */
     grpc_call *call;
     struct dd_unary u;
@@ -565,14 +567,111 @@ static grpc_channel_credentials *peer_credentials(const struct dd_cluster_conf *
     return creds;
 }
 
-/* The settings of every channel to a peer, into ARGS (room for 6); their
- * count. Strings are borrowed from CONF. */
+/* ---- receive limits ------------------------------------------------------
+ *
+ * A peer's reply is read whole into memory before anything here sees it,
+ * so every peer channel bounds what it receives by what the method can
+ * legitimately answer: a reply over the limit fails the call in grpc
+ * (RESOURCE_EXHAUSTED, "Received message larger than max") and counts as
+ * a failed attempt of that peer. One channel to each peer serves the
+ * status probes and the forwarded calls over one connection; its limit is
+ * the largest forwarded answer (Filter's), and a service config on the
+ * channel gives each smaller method its own lower limit (grpc applies the
+ * lower of the two). The copy channel (dd_cluster_channel_new) is bounded
+ * the same way by the snapshot methods' sizes. */
+
+/* The size of V as a protobuf varint. */
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) v >>= 7, n++;
+    return n;
+}
+
+/* The most a Status, RecordDelivery, RecordPlays or ForgetUser reply can
+ * take: a NodeStatus is two varints, three 16-digit hashes, a count and a
+ * reason under 200 bytes; the others a few varints. */
+#define SMALL_REPLY_MAX 4096
+
+size_t dd_cluster_filter_reply_max(uint32_t max_candidates, uint32_t max_id_bytes)
+{
+    /* Each candidate is either kept (an id: key, length, bytes; or an
+     * index in the packed list: at most 5 bytes) or removed (with explain:
+     * a Removed of key, length, index varint and reason varint). */
+    size_t id = 1 + varint_len(max_id_bytes) + max_id_bytes;
+    size_t removed = 1 + 1 + (1 + varint_len(max_candidates)) + (1 + 1);
+    size_t per = id > removed ? id : removed;
+    if (per < 5) per = 5;
+    /* The packed indexes' key and length, degraded, three counts. */
+    size_t fixed = (1 + 10) + 2 + 3 * (1 + 5);
+    if ((size_t)max_candidates > (SIZE_MAX - fixed) / per) return SIZE_MAX;
+    return (size_t)max_candidates * per + fixed;
+}
+
+size_t dd_cluster_manifest_reply_max(void)
+{
+    /* A SnapshotFile: name (key, length, at most DD_SNAPSHOT_NAME_MAX
+     * bytes), size and checksum varints; in the manifest each is a
+     * length-delimited field. The id is under 48 bytes, ready a bool. */
+    size_t file = 1 + varint_len(DD_SNAPSHOT_NAME_MAX) + DD_SNAPSHOT_NAME_MAX + 2 * (1 + 10);
+    return (size_t)DD_SNAPSHOT_FILES_MAX * (1 + varint_len(file) + file) + (1 + 1 + 48) + 2;
+}
+
+size_t dd_cluster_chunk_reply_max(void)
+{
+    /* data (key, length, at most DD_SNAPSHOT_CHUNK_MAX bytes), retry. */
+    return 1 + varint_len(DD_SNAPSHOT_CHUNK_MAX) + DD_SNAPSHOT_CHUNK_MAX + (1 + 5);
+}
+
+static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
+
+/* The memory grpc may hold for one peer channel's connection (its read
+ * buffers, and a reply being received): grpc reads a whole message before
+ * its size limit is checked, so without a quota a peer could still make
+ * this node hold one huge reply for a moment. Under pressure grpc cancels
+ * that connection's calls (a failed attempt of that peer). Room for two of
+ * the largest replies and the connection's own buffers. */
+static size_t peer_quota_bytes(size_t reply_max)
+{
+    size_t q = reply_max < (SIZE_MAX - (8u << 20)) / 2 ? 2 * reply_max + (8u << 20) : SIZE_MAX;
+    return q < (16u << 20) ? 16u << 20 : q;
+}
+
+/* The service config of a peer channel: per-method receive limits below
+ * the channel's own. Into BUF; false if it does not fit (cannot happen). */
+static bool peer_service_config(char *buf, size_t len, bool copy)
+{
+    int n;
+    if (copy)
+        n = snprintf(buf, len,
+                     "{\"methodConfig\":[{\"name\":[{\"service\":\"dedup.v1.Cluster\","
+                     "\"method\":\"SnapshotRead\"}],\"maxResponseMessageBytes\":%d},"
+                     "{\"name\":[{\"service\":\"dedup.v1.Cluster\",\"method\":\"Status\"}],"
+                     "\"maxResponseMessageBytes\":%d}]}",
+                     clamp_int(dd_cluster_chunk_reply_max()), SMALL_REPLY_MAX);
+    else
+        n = snprintf(buf, len,
+                     "{\"methodConfig\":[{\"name\":["
+                     "{\"service\":\"dedup.v1.Cluster\",\"method\":\"Status\"},"
+                     "{\"service\":\"dedup.v1.Dedup\",\"method\":\"RecordDelivery\"},"
+                     "{\"service\":\"dedup.v1.Dedup\",\"method\":\"RecordPlays\"},"
+                     "{\"service\":\"dedup.v1.Dedup\",\"method\":\"ForgetUser\"}],"
+                     "\"maxResponseMessageBytes\":%d}]}",
+                     SMALL_REPLY_MAX);
+    return n > 0 && (size_t)n < len;
+}
+
+/* The settings of every channel to a peer, into ARGS (room for 8); their
+ * count. Strings are borrowed from CONF and SC (the service config, made
+ * by peer_service_config), QUOTA too (the channel takes its own
+ * reference). COPY: the channel of a copy (snapshot.h),
+ * else the probes' and forwarded calls'. */
 static size_t channel_args(const struct dd_cluster_conf *conf, const struct dd_rpc_conf *rpc,
-                           grpc_arg *args)
+                           bool copy, char *sc, grpc_resource_quota *quota, grpc_arg *args)
 {
     /* Reconnect soon after a peer comes back (grpc's default backoff grows
      * to 2 minutes); we retry on the next replica ourselves, so grpc's own
-     * retries are off; replies may be as large as the requests we accept. */
+     * retries are off. */
     size_t nargs = 0;
 #define INT_ARG(k, v)                                                                    \
     do {                                                                                 \
@@ -585,8 +684,19 @@ static size_t channel_args(const struct dd_cluster_conf *conf, const struct dd_r
     INT_ARG(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     INT_ARG(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     INT_ARG(GRPC_ARG_ENABLE_RETRIES, 0);
-    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
+    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+            clamp_int(copy ? dd_cluster_manifest_reply_max()
+                           : dd_cluster_filter_reply_max(rpc->max_candidates, rpc->max_id_bytes)));
 #undef INT_ARG
+    args[nargs].type = GRPC_ARG_STRING;
+    args[nargs].key = (char *)GRPC_ARG_SERVICE_CONFIG;
+    args[nargs].value.string = sc;
+    nargs++;
+    args[nargs].type = GRPC_ARG_POINTER;
+    args[nargs].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+    args[nargs].value.pointer.p = quota;
+    args[nargs].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+    nargs++;
     if (conf->tls_server_name[0] && rpc->tls_cert[0]) {
         args[nargs].type = GRPC_ARG_STRING;
         args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
@@ -600,12 +710,20 @@ grpc_channel *dd_cluster_channel_new(const struct dd_cluster_conf *conf,
                                      const struct dd_rpc_conf *rpc, const char *addr, char *err,
                                      size_t errlen)
 {
+    char sc[1024];
+    if (!peer_service_config(sc, sizeof sc, true)) {
+        dd_set_err(err, errlen, "cannot build the peer channel's service config");
+        return NULL;
+    }
     grpc_channel_credentials *creds = peer_credentials(conf, rpc, err, errlen);
     if (!creds) return NULL;
-    grpc_arg args[6];
-    size_t nargs = channel_args(conf, rpc, args);
+    grpc_resource_quota *quota = grpc_resource_quota_create(NULL);
+    grpc_resource_quota_resize(quota, peer_quota_bytes(dd_cluster_manifest_reply_max()));
+    grpc_arg args[8];
+    size_t nargs = channel_args(conf, rpc, true, sc, quota, args);
     grpc_channel_args chargs = {.num_args = nargs, .args = args};
     grpc_channel *ch = grpc_channel_create(addr, creds, &chargs);
+    grpc_resource_quota_unref(quota);
     grpc_channel_credentials_release(creds);
     if (!ch) dd_set_err(err, errlen, "cannot create a channel to %s", addr);
     return ch;
@@ -662,9 +780,15 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
         rc = DD_ERR_INVALID;
         goto err;
     }
-    grpc_arg args[6];
-    size_t nargs = channel_args(conf, rpc, args);
-    grpc_channel_args chargs = {.num_args = nargs, .args = args};
+    char sc[1024];
+    if (!peer_service_config(sc, sizeof sc, false)) {
+        grpc_channel_credentials_release(creds);
+        dd_fail(DD_ERR_INVALID, err, errlen, "cannot build the peer channels' service config");
+        rc = DD_ERR_INVALID;
+        goto err;
+    }
+    size_t quota_bytes =
+        peer_quota_bytes(dd_cluster_filter_reply_max(rpc->max_candidates, rpc->max_id_bytes));
     size_t i = 0;
     for (uint32_t s = 0; s < cl->map.shards; s++) {
         for (uint32_t r = 0; r < cl->map.nreplicas[s]; r++, i++) {
@@ -676,7 +800,14 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
             atomic_init(&p->lag_ms, -1);
             dd_unary_init(&p->u);
             if (s == cl->map.shard && r == cl->map.replica) continue;
+            /* A quota of its own: one peer's pressure cancels only its calls. */
+            grpc_resource_quota *quota = grpc_resource_quota_create(NULL);
+            grpc_resource_quota_resize(quota, quota_bytes);
+            grpc_arg args[8];
+            size_t nargs = channel_args(conf, rpc, false, sc, quota, args);
+            grpc_channel_args chargs = {.num_args = nargs, .args = args};
             p->ch = grpc_channel_create(p->addr, creds, &chargs);
+            grpc_resource_quota_unref(quota);
             if (!p->ch) {
                 grpc_channel_credentials_release(creds);
                 dd_fail(rc, err, errlen, "cannot create a channel to %s", p->addr);
@@ -777,7 +908,41 @@ static void set_down(struct peer *p, const char *why)
     atomic_store(&p->ready, false);
 }
 
-/* A probe of P finished (OK = the batch completed): read its answer. */
+/* Whether DETAILS starts with the literal PREFIX. */
+#define SLICE_STARTS(details, prefix)                                                    \
+    (GRPC_SLICE_LENGTH(details) >= sizeof(prefix) - 1 &&                                 \
+     memcmp(GRPC_SLICE_START_PTR(details), prefix, sizeof(prefix) - 1) == 0)
+
+bool dd_cluster_reply_too_large(grpc_status_code status, grpc_slice details)
+{
+    /* grpc's words: the size limit, and the memory quota's reclaimer. */
+    return status == GRPC_STATUS_RESOURCE_EXHAUSTED &&
+           (SLICE_STARTS(details, "Received message larger than max") ||
+            SLICE_STARTS(details, "Buffers full"));
+}
+
+/* P's reply to a WHAT (a method's short name) was over its receive limit:
+ * counted, and logged at most every few seconds over all peers. */
+static void peer_oversized(struct peer *p, const char *what, grpc_slice details)
+{
+    static struct dd_log_limit lim;
+    atomic_fetch_add_explicit(&p->oversized, 1, memory_order_relaxed);
+    char d[128];
+    dd_sanitize(d, sizeof d, (const char *)GRPC_SLICE_START_PTR(details),
+                GRPC_SLICE_LENGTH(details));
+    dd_log_limited(&lim, 5000, DD_LOG_WARN, MOD,
+                   "msg=\"peer's reply larger than its receive limit; a failed attempt\" "
+                   "peer=%s addr=%s method=%s detail=\"%s\"",
+                   p->label, p->addr, what, d);
+}
+
+/* Copy the peer's string S (NULL as "") sanitized into OUT. */
+#define PEER_TEXT(out, s) dd_sanitize((out), sizeof(out), (s) ? (s) : "", (s) ? strlen(s) : 0)
+
+/* A probe of P finished (OK = the batch completed): read its answer.
+ * Everything the peer said that is shown or logged is sanitized first:
+ * a peer's text reaches /readyz, /cluster and the log only escaped and
+ * bounded. */
 static void probe_done(dd_cluster *cl, struct peer *p, int ok)
 {
     char why[160] = "";
@@ -788,9 +953,12 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
     atomic_store(&p->unreachable, !ok || p->u.status == GRPC_STATUS_UNAVAILABLE ||
                                       p->u.status == GRPC_STATUS_DEADLINE_EXCEEDED);
     if (!ok || p->u.status != GRPC_STATUS_OK || !p->u.recv) {
-        char *d = grpc_slice_to_c_string(p->u.details);
-        snprintf(why, sizeof why, "status %d: %.120s", ok ? (int)p->u.status : -1, d ? d : "");
-        gpr_free(d);
+        char d[120];
+        dd_sanitize(d, sizeof d, (const char *)GRPC_SLICE_START_PTR(p->u.details),
+                    GRPC_SLICE_LENGTH(p->u.details));
+        snprintf(why, sizeof why, "status %d: %s", ok ? (int)p->u.status : -1, d);
+        if (ok && dd_cluster_reply_too_large(p->u.status, p->u.details))
+            peer_oversized(p, "ClusterStatus", p->u.details);
         set_down(p, why);
     } else {
         grpc_byte_buffer_reader r;
@@ -801,6 +969,7 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
                                                 GRPC_SLICE_START_PTR(all));
             grpc_slice_unref(all);
         }
+        int32_t ours = cl->local.partitions ? cl->local.partitions(cl->local.ud) : 0;
         if (!st || st->shard != p->shard) {
             /* The address serves another shard than the map says: it
              * would answer for other users. */
@@ -817,14 +986,26 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
             atomic_store(&p->state, PEER_UP);
             atomic_store(&p->ready, false);
         } else {
+            char theirs[40], their_why[120];
+            PEER_TEXT(theirs, st->map_hash);
+            PEER_TEXT(their_why, st->why);
             enum dd_cluster_relation rel = relation_of(cl, st->map_hash, st->split_hash);
-            bool differ = rel == DD_MAP_OTHER;
+            /* The partition count decides ownership as the shard count
+             * does: a peer that sees another count for the topic would
+             * answer for other users (0 = not known yet, on either side). */
+            bool parts = rel == DD_MAP_SAME && ours > 0 && st->partition_count > 0 &&
+                         st->partition_count != ours;
+            bool differ = rel == DD_MAP_OTHER || parts;
             bool was = atomic_exchange(&p->mismatch, differ);
             int rel_was = atomic_exchange(&p->relation, differ ? DD_MAP_SAME : (int)rel);
-            if (differ && !was)
+            if (parts && !was)
+                dd_error(MOD, "msg=\"peer sees another partition count of the plays topic; not "
+                              "used\" peer=%s addr=%s ours=%" PRId32 " theirs=%" PRId32,
+                         p->label, p->addr, ours, st->partition_count);
+            else if (differ && !was)
                 dd_error(MOD, "msg=\"peer has another cluster map (shards or partitioner); not "
-                              "used\" peer=%s addr=%s ours=%s theirs=\"%.32s\"",
-                         p->label, p->addr, cl->hash_hex, st->map_hash);
+                              "used\" peer=%s addr=%s ours=%s theirs=\"%s\"",
+                         p->label, p->addr, cl->hash_hex, theirs);
             else if (!differ && was)
                 dd_info(MOD, "msg=\"peer agrees about the cluster map again\" peer=%s", p->label);
             if (!differ && (int)rel != rel_was)
@@ -839,8 +1020,14 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
                 dd_warn(MOD, "msg=\"peer lists other nodes than this node (cluster.nodes)\" "
                              "peer=%s addr=%s its_place=%" PRIu32 ".%" PRIu32,
                         p->label, p->addr, st->shard, st->replica);
-            if (differ) snprintf(why, sizeof why, "cluster map %.32s differs", st->map_hash);
-            else if (!st->ready) snprintf(why, sizeof why, "%.150s", st->why);
+            if (parts)
+                snprintf(why, sizeof why,
+                         "it sees %" PRId32 " partitions of the plays topic, this node %" PRId32,
+                         st->partition_count, ours);
+            else if (differ)
+                snprintf(why, sizeof why, "cluster map %s differs", theirs);
+            else if (!st->ready)
+                snprintf(why, sizeof why, "%s", their_why);
             atomic_store(&p->lag_ms, st->lag_ms);
             atomic_store(&p->partitions, st->partition_count);
             atomic_store(&p->ready, st->ready);
@@ -1117,6 +1304,8 @@ void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
         return;
     struct peer *p = peer_at(cl, shard, (uint32_t)replica);
     atomic_fetch_add_explicit(&p->fwd[outcome], 1, memory_order_relaxed);
+    if (outcome == DD_FWD_TOO_LARGE)
+        peer_oversized(p, "forwarded", grpc_slice_from_static_string("over the receive limit"));
     /* The peer's state is the probes' alone: an UNAVAILABLE answer may be
      * the peer's own (its Redis is down), not the peer being gone. */
     if (outcome == DD_FWD_OK) dd_histogram_observe(&cl->fwd_latency, (double)ns / 1e9);
@@ -1131,14 +1320,21 @@ int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *
     if (r != DD_MAP_OTHER) return DD_OK;
     static struct dd_log_limit lim;
     atomic_fetch_add_explicit(&cl->map_refusals, 1, memory_order_relaxed);
+    /* Both strings are the caller's: shown in /readyz and logged only
+     * sanitized and cut short. */
+    char who[32], theirs[32];
+    PEER_TEXT(who, from);
+    PEER_TEXT(theirs, hash_hex);
     dd_fail(DD_ERR_STATE, err, errlen,
-            "cluster map mismatch: node %.40s has map %.32s, this node (%s) has %s", from,
-            hash_hex, cl->self_label, cl->hash_hex);
+            "cluster map mismatch: node \"%s\" has map \"%s\", this node (%s) has %s", who,
+            theirs, cl->self_label, cl->hash_hex);
     pthread_mutex_lock(&cl->mu);
     snprintf(cl->foreign_why, sizeof cl->foreign_why, "%s", err);
     pthread_mutex_unlock(&cl->mu);
     atomic_store(&cl->foreign_mismatch_until_ms, dd_now_ms() + 3 * cl->interval_ms + 1000);
-    dd_log_limited(&lim, 5000, DD_LOG_ERROR, MOD, "msg=\"refused: %s\"", err);
+    char esc[300];
+    dd_log_limited(&lim, 5000, DD_LOG_ERROR, MOD, "msg=\"refused: %s\"",
+                   dd_sanitize(esc, sizeof esc, err, strlen(err)));
     return DD_ERR_STATE;
 }
 
@@ -1177,10 +1373,13 @@ bool dd_cluster_ready(dd_cluster *cl, char *why, size_t whylen)
     const struct peer *first;
     map_votes(cl, &disagree, &agree, &first);
     if (disagree && disagree >= agree) {
+        /* first->why is this node's own text (peer strings in it sanitized). */
+        pthread_mutex_lock(&cl->mu);
         dd_set_err(why, whylen,
-                   "cluster: %zu peer(s) have another cluster map than this node (e.g. %s at %s), "
-                   "%zu agree",
-                   disagree, first->label, first->addr, agree);
+                   "cluster: %zu peer(s) have another cluster map than this node (e.g. %s at %s: "
+                   "%s), %zu agree",
+                   disagree, first->label, first->addr, first->why, agree);
+        pthread_mutex_unlock(&cl->mu);
         return false;
     }
     /* The health round's verdict, not a fresh reading: routing uses it
@@ -1207,8 +1406,10 @@ bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen)
     const struct peer *first;
     map_votes(cl, &disagree, &agree, &first);
     if (disagree) {
-        dd_set_err(why, whylen, "peer %s (%s) has another cluster map; not used", first->label,
-                   first->addr);
+        pthread_mutex_lock(&cl->mu);
+        dd_set_err(why, whylen, "peer %s (%s) has another cluster map (%s); not used",
+                   first->label, first->addr, first->why);
+        pthread_mutex_unlock(&cl->mu);
         return true;
     }
     for (size_t i = 0; i < cl->npeers; i++) {
@@ -1274,8 +1475,8 @@ static const char *state_name(int st)
     return st == PEER_UP ? "up" : st == PEER_DOWN ? "down" : "unknown";
 }
 
-static const char *const outcome_names[DD_FWD_OUTCOME_COUNT] = {"ok", "unavailable", "deadline",
-                                                                "cancelled"};
+static const char *const outcome_names[DD_FWD_OUTCOME_COUNT] = {
+    "ok", "unavailable", "deadline", "cancelled", "too_large"};
 
 void dd_cluster_collect(dd_prom *p, void *ud)
 {
@@ -1356,6 +1557,17 @@ void dd_cluster_collect(dd_prom *p, void *ud)
         struct dd_prom_label l = {"peer", pe->label};
         dd_prom_sample_u64(p, "dedupd_cluster_peer_map_mismatch", &l, 1, atomic_load(&pe->mismatch));
     }
+    dd_prom_family(p, "dedupd_cluster_peer_oversized_total",
+                   "Replies of the peer (status probes and forwarded calls) over this node's "
+                   "receive limit or memory quota for it: each a failed attempt",
+                   DD_PROM_COUNTER);
+    for (size_t i = 0; i < cl->npeers; i++) {
+        struct peer *pe = &cl->peers[i];
+        if (!pe->ch) continue;
+        struct dd_prom_label l = {"peer", pe->label};
+        dd_prom_sample_u64(p, "dedupd_cluster_peer_oversized_total", &l, 1,
+                           atomic_load_explicit(&pe->oversized, memory_order_relaxed));
+    }
     dd_prom_counter(p, "dedupd_cluster_map_refusals_total",
                     "Forwarded calls and probes refused because the sender's map differed",
                     atomic_load(&cl->map_refusals));
@@ -1431,6 +1643,8 @@ char *dd_cluster_describe(dd_cluster *cl)
                 json_object_object_add(fwd, outcome_names[k],
                                        json_object_new_int64((int64_t)atomic_load(&p->fwd[k])));
             json_object_object_add(o, "forwarded", fwd);
+            json_object_object_add(o, "oversized_replies",
+                                   json_object_new_int64((int64_t)atomic_load(&p->oversized)));
         }
         json_object_array_add(nodes, o);
     }

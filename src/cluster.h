@@ -199,12 +199,31 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
 int dd_cluster_start(dd_cluster *cl, char *err, size_t errlen);
 
 /* A channel to peer ADDR with the credentials and settings dd_cluster_new
- * gives its own (for a copy before the cluster runs: snapshot.h). NULL
- * with a message in err. Destroy with grpc_channel_destroy. */
+ * gives its own, for a copy before the cluster runs (snapshot.h): its
+ * receive limits are those of SnapshotBegin (dd_cluster_manifest_reply_max)
+ * and SnapshotRead (dd_cluster_chunk_reply_max). NULL with a message in
+ * err. Destroy with grpc_channel_destroy. */
 grpc_channel *dd_cluster_channel_new(const struct dd_cluster_conf *conf,
                                      const struct dd_rpc_conf *rpc, const char *addr, char *err,
                                      size_t errlen);
 void dd_cluster_stop(dd_cluster *cl);
+
+/* Receive limits of peer channels (a reply over one fails the call in
+ * grpc, RESOURCE_EXHAUSTED, and is a failed attempt of that peer): the
+ * largest FilterResponse this node could produce for a request of
+ * MAX_CANDIDATES ids of at most MAX_ID_BYTES each (rpc.max_candidates,
+ * rpc.max_id_bytes; SIZE_MAX on overflow), the largest SnapshotManifest
+ * (DD_SNAPSHOT_FILES_MAX files) and the largest SnapshotChunk
+ * (DD_SNAPSHOT_CHUNK_MAX bytes). Status and the other forwarded methods'
+ * replies are limited to a few KiB. In bytes of the encoded message. */
+size_t dd_cluster_filter_reply_max(uint32_t max_candidates, uint32_t max_id_bytes);
+size_t dd_cluster_manifest_reply_max(void);
+size_t dd_cluster_chunk_reply_max(void);
+
+/* Whether a call to a peer failed because its reply was over the channel's
+ * receive limit or its memory quota (grpc's RESOURCE_EXHAUSTED "Received
+ * message larger than max" or "Buffers full"). Cannot fail. */
+bool dd_cluster_reply_too_large(grpc_status_code status, grpc_slice details);
 void dd_cluster_free(dd_cluster *cl);
 
 const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl);
@@ -272,6 +291,8 @@ enum dd_cluster_outcome {
     DD_FWD_UNAVAILABLE,     /* UNAVAILABLE or no connection: the next replica was tried */
     DD_FWD_DEADLINE,        /* the caller's deadline passed */
     DD_FWD_CANCELLED,       /* the caller went away */
+    DD_FWD_TOO_LARGE,       /* the reply was over the receive limit: the next replica
+                             * was tried (counted in dedupd_cluster_peer_oversized_total too) */
     DD_FWD_OUTCOME_COUNT
 };
 void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
@@ -318,7 +339,7 @@ struct dd_cluster_self {
     bool ready;
     int64_t lag_ms;          /* -1 unknown */
     int32_t partition_count; /* 0 unknown */
-    char why[160];           /* when not ready */
+    char why[320];           /* when not ready */
 };
 void dd_cluster_get_self(dd_cluster *cl, struct dd_cluster_self *out);
 

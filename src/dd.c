@@ -116,3 +116,38 @@ bad:
     fclose(f);
     return NULL;
 }
+
+char *dd_sanitize(char *out, size_t outlen, const char *in, size_t inlen)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (!outlen) return out;
+    size_t n = 0;
+    for (size_t i = 0; i < inlen; i++) {
+        unsigned char c = (unsigned char)in[i];
+        char esc[4];
+        size_t k = 0;
+        if (c == '"' || c == '\\') {
+            esc[k++] = '\\';
+            esc[k++] = (char)c;
+        } else if (c >= 0x20 && c < 0x7f) {
+            esc[k++] = (char)c;
+        } else {
+            esc[k++] = '\\';
+            esc[k++] = 'x';
+            esc[k++] = hex[c >> 4];
+            esc[k++] = hex[c & 15];
+        }
+        /* Room for this escape, and for "..." if more input follows. */
+        size_t reserve = i + 1 < inlen ? 3 : 0;
+        if (n + k + reserve + 1 > outlen) {
+            size_t dots = outlen - 1 - n < 3 ? outlen - 1 - n : 3;
+            memcpy(out + n, "...", dots);
+            n += dots;
+            break;
+        }
+        memcpy(out + n, esc, k);
+        n += k;
+    }
+    out[n] = '\0';
+    return out;
+}

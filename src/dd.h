@@ -38,6 +38,15 @@ void dd_set_err(char *err, size_t errlen, const char *fmt, ...)
 int dd_fail(int code, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Text from outside this process (a peer's or client's string, a grpc
+ * status message) made safe for a log line, /readyz, JSON or a metrics
+ * label: IN[0..INLEN) copied into OUT (OUTLEN bytes, always terminated
+ * when OUTLEN > 0) as printable ASCII only: '"' and '\\' are escaped with
+ * a backslash, every other byte outside 0x20..0x7e becomes \xNN, and text
+ * that does not fit ends in "..." (whole escapes only). Returns OUT.
+ * Cannot fail. */
+char *dd_sanitize(char *out, size_t outlen, const char *in, size_t inlen);
+
 /* The whole of the file PATH (a key, a certificate), NUL-terminated, in
  * a malloc'd buffer the caller frees. NULL on error, with a message naming
  * PATH in err: it cannot be opened or read (code DD_ERR_INVALID) or memory

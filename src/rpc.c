@@ -1151,22 +1151,29 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
     w->outstanding--;
     int64_t ns = dd_mono_ns() - f->start_ns;
     grpc_status_code st = ok ? f->u.status : GRPC_STATUS_UNAVAILABLE;
-    char *details = grpc_slice_to_c_string(f->u.details);
+    /* The peer's text: passed on and logged only sanitized. */
+    char details[200];
+    dd_sanitize(details, sizeof details, (const char *)GRPC_SLICE_START_PTR(f->u.details),
+                GRPC_SLICE_LENGTH(f->u.details));
+    /* A reply over the peer channel's receive limit (cluster.h) was
+     * dropped by grpc before it was held whole twice: a failed attempt of
+     * that replica, as UNAVAILABLE is. */
     enum dd_cluster_outcome out = st == GRPC_STATUS_UNAVAILABLE        ? DD_FWD_UNAVAILABLE
                                   : st == GRPC_STATUS_DEADLINE_EXCEEDED ? DD_FWD_DEADLINE
                                   : st == GRPC_STATUS_CANCELLED         ? DD_FWD_CANCELLED
-                                                                        : DD_FWD_OK;
+                                  : ok && dd_cluster_reply_too_large(st, f->u.details)
+                                      ? DD_FWD_TOO_LARGE
+                                      : DD_FWD_OK;
     dd_cluster_forwarded(rpc->cluster, f->shard, f->replica, out, ns);
     /* A patient try that ran out of its own time, with the caller's time
      * left, is a replica that did not connect: try the next. */
-    bool retry = out == DD_FWD_UNAVAILABLE ||
+    bool retry = out == DD_FWD_UNAVAILABLE || out == DD_FWD_TOO_LARGE ||
                  (out == DD_FWD_DEADLINE && f->patient &&
                   (!s->deadline_ns || dd_mono_ns() < s->deadline_ns));
     if (retry) {
         dd_debug("rpc", "msg=\"replica unavailable; trying the next\" method=%s shard=%" PRIu32
                         " replica=%d detail=\"%s\"",
-                 dd_api_method_path(s->method), f->shard, f->replica, details ? details : "");
-        gpr_free(details);
+                 dd_api_method_path(s->method), f->shard, f->replica, details);
         int replica = f->replica;
         forward_reset(s);
         gpr_timespec now = gpr_now(f->deadline.clock_type);
@@ -1186,8 +1193,7 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
     }
     grpc_byte_buffer *reply = NULL;
     s->status = st;
-    snprintf(w->msg, sizeof w->msg, "%s", details ? details : "");
-    gpr_free(details);
+    snprintf(w->msg, sizeof w->msg, "%s", details);
     if (st == GRPC_STATUS_OK && f->u.recv) {
         if (s->method == DD_API_FILTER && f->behind) {
             reply = mark_degraded(f->u.recv);
@@ -1236,7 +1242,7 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
          * (or one map splits the other: resharding), and never forwarded
          * again, but for one case: a node of the map ours splits sent us
          * a user its map gives our old shard and ours gives a new one. */
-        char hex[40] = "", split[40] = "", who[40] = "";
+        char hex[40] = "", split[40] = "", who[40] = "", who_esc[48];
         md_copy(&s->md, DD_CLUSTER_MD_MAP, hex, sizeof hex);
         md_copy(&s->md, DD_CLUSTER_MD_SPLIT, split, sizeof split);
         md_copy(&s->md, DD_CLUSTER_MD_FROM, who, sizeof who);
@@ -1249,8 +1255,9 @@ static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t l
         if (!local && (rel != DD_MAP_OLDER || md_get(&s->md, DD_CLUSTER_MD_HOP2))) {
             s->status = GRPC_STATUS_FAILED_PRECONDITION;
             snprintf(w->msg, sizeof w->msg,
-                     "forwarded by node %s for shard %" PRIu32 ", but this node is of shard %" PRIu32,
-                     who, shard, dd_cluster_get_map(rpc->cluster)->shard);
+                     "forwarded by node \"%s\" for shard %" PRIu32 ", but this node is of shard %" PRIu32,
+                     dd_sanitize(who_esc, sizeof who_esc, who, strlen(who)), shard,
+                     dd_cluster_get_map(rpc->cluster)->shard);
             return ROUTE_ERROR;
         }
         /* The sender chose us: answer, and say so if we are behind. */

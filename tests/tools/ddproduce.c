@@ -5,7 +5,7 @@
  * the ingest and metrics integration tests.
  *
  *   ddproduce -b ADDR [-t TOPIC] [-F json|protobuf|raw|hex] [-r PER_SEC]
- *             [-f KEYFILE] [-X key=value]... [FILE]
+ *             [-f KEYFILE] [-T SKEW_MS] [-X key=value]... [FILE]
  *
  * Lines (FILE or stdin), fields separated by tabs:
  *   json, protobuf:  user  item  [played_at_ms  [scene]]
@@ -22,7 +22,9 @@
  *                    forget a user through Kafka, e.g.
  *                      printf 'u1\t\n' | ddproduce -b B -f /etc/dedupd/forget.key
  * -r paces production at about PER_SEC messages a second (0 = as fast as
- * possible). At the end it waits for every delivery, prints
+ * possible). -T gives every message the Kafka timestamp (CreateTime) of
+ * the producer's clock plus SKEW_MS (negative: behind), as a producer with
+ * a wrong clock would. At the end it waits for every delivery, prints
  * "produced=N failed=M" and exits 0 only when nothing failed.
  */
 #include "dedup.pb-c.h"
@@ -30,6 +32,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +59,14 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ddproduce -b ADDR [-t TOPIC] [-F json|protobuf|raw|hex] [-r PER_SEC]"
-               " [-f KEYFILE] [-X key=value]... [FILE]\n");
+               " [-f KEYFILE] [-T SKEW_MS] [-X key=value]... [FILE]\n");
+}
+
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static double now_s(void)
@@ -106,6 +116,8 @@ int main(int argc, char **argv)
     dd_marker_key *key = NULL;
     enum fmt fmt = F_JSON;
     double rate = 0;
+    long long skew_ms = 0;
+    bool skewed = false;
     char errstr[512];
     int opt;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -125,7 +137,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "ddproduce: %s\n", errstr);
             return 2;
         }
-    while ((opt = getopt(argc, argv, "b:t:F:r:f:X:h")) != -1) {
+    while ((opt = getopt(argc, argv, "b:t:F:r:f:T:X:h")) != -1) {
         switch (opt) {
         case 'b': brokers = optarg; break;
         case 't': topic = optarg; break;
@@ -141,6 +153,10 @@ int main(int argc, char **argv)
             break;
         case 'r': rate = strtod(optarg, NULL); break;
         case 'f': keyfile = optarg; break;
+        case 'T':
+            skew_ms = strtoll(optarg, NULL, 10);
+            skewed = true;
+            break;
         case 'X': {
             char *eq = strchr(optarg, '=');
             if (!eq) {
@@ -278,6 +294,8 @@ int main(int argc, char **argv)
             failed++;
             continue;
         }
+        /* -T: the Kafka timestamp a producer with a skewed clock would set. */
+        int64_t ts = skewed ? wall_ms() + skew_ms : 0;
         for (;;) {
             rd_kafka_resp_err_t e = mac[0]
                 ? rd_kafka_producev(
@@ -285,11 +303,13 @@ int main(int argc, char **argv)
                       RD_KAFKA_V_VALUE((void *)val, vlen),
                       RD_KAFKA_V_KEY((ukey[0] ? ukey : NULL), strlen(ukey)),
                       RD_KAFKA_V_HEADER("dedupd-op", "forget", 6),
-                      RD_KAFKA_V_HEADER(DD_MARKER_HEADER, mac, DD_MARKER_MAC_HEX), RD_KAFKA_V_END)
+                      RD_KAFKA_V_HEADER(DD_MARKER_HEADER, mac, DD_MARKER_MAC_HEX),
+                      RD_KAFKA_V_TIMESTAMP(ts), RD_KAFKA_V_END)
                 : rd_kafka_producev(
                       rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                       RD_KAFKA_V_VALUE((void *)val, vlen),
-                      RD_KAFKA_V_KEY((ukey[0] ? ukey : NULL), strlen(ukey)), RD_KAFKA_V_END);
+                      RD_KAFKA_V_KEY((ukey[0] ? ukey : NULL), strlen(ukey)),
+                      RD_KAFKA_V_TIMESTAMP(ts), RD_KAFKA_V_END);
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 rd_kafka_poll(rk, 50);
                 continue;
