@@ -1391,7 +1391,8 @@ bool dd_cluster_ready(dd_cluster *cl, char *why, size_t whylen)
             dd_set_err(why, whylen, "cluster: catching up (lag %" PRId64 " ms; the next health "
                                     "round decides)", lag);
         else if (lag < 0)
-            dd_set_err(why, whylen, "cluster: ingest lag not known yet");
+            dd_set_err(why, whylen, "cluster: ingest lag not known yet (high watermark not "
+                                    "known, or replaying the log found at assignment)");
         else
             dd_set_err(why, whylen, "cluster: ingest %" PRId64 " ms behind (cluster.max_lag_ms=%" PRId64 ")",
                        lag, cl->max_lag_ms);

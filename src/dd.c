@@ -117,36 +117,40 @@ bad:
     return NULL;
 }
 
+/* The length of byte C escaped by dd_sanitize. */
+static size_t escaped_len(unsigned char c)
+{
+    return c == '"' || c == '\\' ? 2 : c >= 0x20 && c < 0x7f ? 1 : 4;
+}
+
 char *dd_sanitize(char *out, size_t outlen, const char *in, size_t inlen)
 {
     static const char hex[] = "0123456789abcdef";
     if (!outlen) return out;
+    /* Whether all of IN fits; if not, room is kept for "..." at the end. */
+    size_t need = 0;
+    for (size_t i = 0; i < inlen && need < outlen; i++) need += escaped_len((unsigned char)in[i]);
+    size_t room = need < outlen ? outlen - 1 : outlen - 1 < 3 ? 0 : outlen - 1 - 3;
     size_t n = 0;
     for (size_t i = 0; i < inlen; i++) {
         unsigned char c = (unsigned char)in[i];
-        char esc[4];
-        size_t k = 0;
+        if (n + escaped_len(c) > room) break;
         if (c == '"' || c == '\\') {
-            esc[k++] = '\\';
-            esc[k++] = (char)c;
+            out[n++] = '\\';
+            out[n++] = (char)c;
         } else if (c >= 0x20 && c < 0x7f) {
-            esc[k++] = (char)c;
+            out[n++] = (char)c;
         } else {
-            esc[k++] = '\\';
-            esc[k++] = 'x';
-            esc[k++] = hex[c >> 4];
-            esc[k++] = hex[c & 15];
+            out[n++] = '\\';
+            out[n++] = 'x';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
         }
-        /* Room for this escape, and for "..." if more input follows. */
-        size_t reserve = i + 1 < inlen ? 3 : 0;
-        if (n + k + reserve + 1 > outlen) {
-            size_t dots = outlen - 1 - n < 3 ? outlen - 1 - n : 3;
-            memcpy(out + n, "...", dots);
-            n += dots;
-            break;
-        }
-        memcpy(out + n, esc, k);
-        n += k;
+    }
+    if (need >= outlen) {
+        size_t dots = outlen - 1 - n < 3 ? outlen - 1 - n : 3;
+        memcpy(out + n, "...", dots);
+        n += dots;
     }
     out[n] = '\0';
     return out;

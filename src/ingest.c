@@ -110,9 +110,19 @@ struct slot {
 };
 
 /* One partition's lag state (lag_mu). Offsets are "next to read". */
+/* Watermark observations kept per partition (plag_ms). */
+#define LAG_SEEN 16
+
 struct plag {
     int64_t assigned_ms;  /* wall clock of the assignment; 0 = not assigned here */
     int64_t visible;      /* every message before it is visible; -1 = not known */
+    int64_t first_hi;     /* the high watermark first seen since the assignment; -1 = none */
+    /* When this node first saw the log's end past offsets not yet visible:
+     * (local wall clock, high watermark), oldest first, each past visible. */
+    struct {
+        int64_t ms, hi;
+    } seen[LAG_SEEN];
+    int nseen;
     int64_t visible_ts;   /* Kafka timestamp of the last message made visible; 0 = none */
     int64_t pending_ts[2]; /* per slot: timestamp of its first message of this partition */
     int64_t eof;          /* end reached while messages were pending; -1 = none */
@@ -313,7 +323,7 @@ static struct plag *plag_at(dd_ingest *in, int32_t partition)
         struct plag *t = realloc(in->plag, n * sizeof *t);
         if (!t) return NULL;
         for (size_t i = in->nplag; i < n; i++)
-            t[i] = (struct plag){.visible = -1, .eof = -1};
+            t[i] = (struct plag){.visible = -1, .eof = -1, .first_hi = -1};
         in->plag = t;
         in->nplag = n;
     }
@@ -325,7 +335,9 @@ static void lag_assign(dd_ingest *in, int32_t partition, bool assigned)
 {
     pthread_mutex_lock(&in->lag_mu);
     struct plag *e = plag_at(in, partition);
-    if (e) *e = (struct plag){.assigned_ms = assigned ? dd_now_ms() : 0, .visible = -1, .eof = -1};
+    if (e)
+        *e = (struct plag){.assigned_ms = assigned ? dd_now_ms() : 0, .visible = -1, .eof = -1,
+                           .first_hi = -1};
     pthread_mutex_unlock(&in->lag_mu);
 }
 
@@ -335,7 +347,7 @@ static void lag_assign_list(dd_ingest *in, const rd_kafka_topic_partition_list_t
     if (!l) {
         pthread_mutex_lock(&in->lag_mu);
         for (size_t i = 0; i < in->nplag; i++)
-            in->plag[i] = (struct plag){.visible = -1, .eof = -1};
+            in->plag[i] = (struct plag){.visible = -1, .eof = -1, .first_hi = -1};
         pthread_mutex_unlock(&in->lag_mu);
         return;
     }
@@ -344,12 +356,31 @@ static void lag_assign_list(dd_ingest *in, const rd_kafka_topic_partition_list_t
             lag_assign(in, l->elems[i].partition, assigned);
 }
 
-/* Poll thread: the first message of PARTITION in slot IDX, at TS. */
-static void lag_pending(dd_ingest *in, int idx, int32_t partition, int64_t ts)
+/* E's log end was at least HI at NOW (this node's clock): noted when past
+ * what is visible and past the last note (lag_mu held). When the notes
+ * are full, the last one's offset grows instead: the newest offsets are
+ * then dated earlier than they arrived, so the lag errs long, never short. */
+static void lag_note(struct plag *e, int64_t now, int64_t hi)
+{
+    if (hi <= e->visible || (e->nseen && hi <= e->seen[e->nseen - 1].hi)) return;
+    if (e->nseen < LAG_SEEN) {
+        e->seen[e->nseen].ms = now;
+        e->seen[e->nseen].hi = hi;
+        e->nseen++;
+    } else {
+        e->seen[e->nseen - 1].hi = hi;
+    }
+}
+
+/* Poll thread: the first message of PARTITION in slot IDX, at OFFSET with
+ * Kafka timestamp TS. It is consumed now: the log reached past it by now,
+ * a date for the lag (plag_ms) finer than the readers' watermark notes. */
+static void lag_pending(dd_ingest *in, int idx, int32_t partition, int64_t offset, int64_t ts)
 {
     pthread_mutex_lock(&in->lag_mu);
     struct plag *e = plag_at(in, partition);
     if (e && !e->pending_ts[idx]) e->pending_ts[idx] = ts > 0 ? ts : 1;
+    if (e && e->assigned_ms) lag_note(e, dd_now_ms(), offset + 1);
     pthread_mutex_unlock(&in->lag_mu);
 }
 
@@ -390,15 +421,45 @@ static void lag_visible(dd_ingest *in, const struct slot *s)
     pthread_mutex_unlock(&in->lag_mu);
 }
 
-/* E's lag at NOW given the high watermark librdkafka last saw for
- * PARTITION; -1 when that is not known (lag_mu held). */
-static int64_t plag_ms(dd_ingest *in, struct plag *e, int32_t partition, int64_t now)
+/* E's lag at NOW by offsets, given HI, the high watermark librdkafka last
+ * saw for the partition (lag_mu held). 0 when every message before HI is
+ * visible. Otherwise the time since this node first saw the log's end past
+ * the oldest message not yet visible, on this node's own clock: no
+ * producer's or broker's clock enters it, so a producer whose clock is
+ * ahead cannot make a node that is behind look caught up, nor one whose
+ * clock is behind make a caught-up node look behind. The log that was
+ * already there at the assignment cannot be dated that way: until the
+ * node has made visible the end it first saw, the lag is unknown (-1),
+ * which the cluster counts as behind. The notes are taken when the poll
+ * thread consumes a partition's first message of a window and when the
+ * lag is read (each health round, Status, scrape). */
+static int64_t plag_ms(struct plag *e, int64_t hi, int64_t now)
 {
-    int64_t lo, hi;
-    if (rd_kafka_get_watermark_offsets(in->rk, in->topic, partition, &lo, &hi) || hi < 0)
-        return -1;
     if (e->visible >= hi) {
         e->caught_up = true;
+        e->nseen = 0;
+        return 0;
+    }
+    if (e->first_hi < 0) e->first_hi = hi;
+    lag_note(e, now, hi);
+    int drop = 0;
+    while (drop < e->nseen && e->seen[drop].hi <= e->visible) drop++;
+    if (drop) {
+        memmove(e->seen, e->seen + drop, (size_t)(e->nseen - drop) * sizeof e->seen[0]);
+        e->nseen -= drop;
+    }
+    if (!e->caught_up && e->visible < e->first_hi) return -1;
+    if (!e->nseen) return 0;
+    return now > e->seen[0].ms ? now - e->seen[0].ms : 0;
+}
+
+/* E's lag at NOW by the Kafka timestamps of its messages (the producers'
+ * CreateTime or the broker's LogAppendTime) against this node's clock:
+ * information only (dedupd_ingest_event_lag_ms), never a decision, since
+ * either clock may be off (lag_mu held). */
+static int64_t plag_event_ms(struct plag *e, int64_t hi, int64_t now)
+{
+    if (e->visible >= hi) {
         e->behind_since = 0;
         return 0;
     }
@@ -418,18 +479,27 @@ static int64_t plag_ms(dd_ingest *in, struct plag *e, int32_t partition, int64_t
 
 /* Fill up to CAP (partition, lag) pairs of the assigned partitions whose
  * lag is known; return how many there are, and in *WORST the node's lag
- * (-1 when nothing is assigned or a lag is unknown). */
+ * (-1 when nothing is assigned or a lag is unknown). *EVENT_WORST (may be
+ * NULL): the largest lag by Kafka timestamps (plag_event_ms), -1 unknown. */
 static size_t lags_ms(const dd_ingest *cin, int32_t *parts, int64_t *lags, size_t cap,
-                      int64_t *worst)
+                      int64_t *worst, int64_t *event_worst)
 {
     dd_ingest *in = (dd_ingest *)cin; /* the mutex, not the data, changes */
     size_t n = 0;
     bool unknown = false;
-    int64_t max = -1, now = dd_now_ms();
+    int64_t max = -1, emax = -1, now = dd_now_ms();
     pthread_mutex_lock(&in->lag_mu);
     for (size_t i = 0; i < in->nplag; i++) {
-        if (!in->plag[i].assigned_ms) continue;
-        int64_t l = plag_ms(in, &in->plag[i], (int32_t)i, now);
+        struct plag *e = &in->plag[i];
+        if (!e->assigned_ms) continue;
+        int64_t lo, hi;
+        if (rd_kafka_get_watermark_offsets(in->rk, in->topic, (int32_t)i, &lo, &hi) || hi < 0) {
+            unknown = true;
+            continue;
+        }
+        int64_t l = plag_ms(e, hi, now);
+        int64_t el = plag_event_ms(e, hi, now);
+        if (el > emax) emax = el;
         if (l < 0) {
             unknown = true;
             continue;
@@ -443,6 +513,7 @@ static size_t lags_ms(const dd_ingest *cin, int32_t *parts, int64_t *lags, size_
     }
     pthread_mutex_unlock(&in->lag_mu);
     *worst = unknown ? -1 : max;
+    if (event_worst) *event_worst = emax;
     return n;
 }
 
@@ -473,7 +544,7 @@ static int slot_mark(dd_ingest *in, struct slot *s, int32_t partition, int64_t o
 {
     if (partition < 0) return DD_ERR_INVALID;
     if (slot_reserve(s, (size_t)partition + 1) != DD_OK) return DD_ERR_NOMEM;
-    if (s->next[partition] < 0) lag_pending(in, s == &in->slots[1], partition, ts);
+    if (s->next[partition] < 0) lag_pending(in, s == &in->slots[1], partition, offset, ts);
     s->next[partition] = offset + 1;
     s->last_ts[partition] = ts;
     if (s->messages++ == 0) s->since_ns = dd_mono_ns();
@@ -1956,7 +2027,7 @@ int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset,
 int64_t dd_ingest_lag_ms(const dd_ingest *in)
 {
     int64_t worst;
-    lags_ms(in, NULL, NULL, 0, &worst);
+    lags_ms(in, NULL, NULL, 0, &worst, NULL);
     return worst;
 }
 
@@ -1964,7 +2035,7 @@ size_t dd_ingest_get_partition_lag_ms(const dd_ingest *in, int32_t *partitions,
                                       int64_t *lags_ms_out, size_t cap)
 {
     int64_t worst;
-    return lags_ms(in, partitions, lags_ms_out, cap, &worst);
+    return lags_ms(in, partitions, lags_ms_out, cap, &worst, NULL);
 }
 
 void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out)
@@ -2064,12 +2135,13 @@ void dd_ingest_collect(dd_prom *p, void *ud)
     dd_prom_sample_u64(p, "dedupd_ingest_assigned_partitions", NULL, 0,
                        s.assigned_partitions);
     /* The lag in ms, per partition and the node's (ingest.h). */
-    int64_t worst;
-    n = lags_ms(in, parts, lags, MAX_LAG_PARTITIONS, &worst);
+    int64_t worst, event_worst;
+    n = lags_ms(in, parts, lags, MAX_LAG_PARTITIONS, &worst, &event_worst);
     if (n > MAX_LAG_PARTITIONS) n = MAX_LAG_PARTITIONS;
     dd_prom_family(p, "dedupd_ingest_partition_lag_ms",
-                   "How far behind the store is, by assigned partition: 0 when caught up, "
-                   "else now minus the Kafka timestamp of the oldest message not yet visible",
+                   "How far behind the store is, by assigned partition: 0 when every message "
+                   "before the high watermark is visible, else how long ago this node first "
+                   "saw the log's end past the oldest message not yet visible (its own clock)",
                    DD_PROM_GAUGE);
     for (size_t i = 0; i < n; i++) {
         char num[16];
@@ -2081,6 +2153,11 @@ void dd_ingest_collect(dd_prom *p, void *ud)
                    "The largest partition lag in ms; -1 until partitions are assigned and "
                    "their high watermarks known", DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_ingest_lag_ms", NULL, 0, (double)worst);
+    dd_prom_family(p, "dedupd_ingest_event_lag_ms",
+                   "Information only: the largest partition lag measured from the Kafka "
+                   "timestamps (producer or broker clock) of messages not yet visible; "
+                   "readiness and forwarding use dedupd_ingest_lag_ms", DD_PROM_GAUGE);
+    dd_prom_sample_f64(p, "dedupd_ingest_event_lag_ms", NULL, 0, (double)event_worst);
     dd_prom_gauge(p, "dedupd_ingest_topic_partitions",
                   "The topic's partition count as last read from the broker (0 = not yet)",
                   s.topic_partitions);

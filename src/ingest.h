@@ -206,17 +206,18 @@ int32_t dd_ingest_partition_count(const dd_ingest *in);
 bool dd_ingest_partitions_changed(const dd_ingest *in);
 
 /* How far behind the log the store is, in milliseconds; -1 = unknown
- * (nothing assigned yet, or a partition's high watermark not known yet).
- * It is the largest lag of the partitions assigned here. A partition's
- * lag is 0 when every message before its high watermark (as librdkafka
- * last saw it: rd_kafka_get_watermark_offsets, no request) is visible,
- * i.e. its window written to the store; otherwise now minus the Kafka
- * timestamp of the oldest message consumed but not yet visible, or, when
- * the messages behind are still in the broker, of the last message made
- * visible (or, none yet, the time the partition was assigned). The Kafka
- * timestamp is the producer's CreateTime (or the broker's LogAppendTime):
- * producers that set it to the play's own time make the lag include how
- * late the plays arrive. Wall clock (dd_now_ms). Safe from any thread. */
+ * (nothing assigned yet, a partition's high watermark not known yet, or a
+ * partition still replaying the log it found when assigned). It is the
+ * largest lag of the partitions assigned here, judged by offsets: a
+ * partition's lag is 0 when every message before its high watermark (as
+ * librdkafka last saw it: rd_kafka_get_watermark_offsets, no request) is
+ * visible, i.e. its window written to the store; otherwise how long ago,
+ * on this node's own clock, it first saw the log's end past the oldest
+ * message not yet visible. The log already there at the assignment has no
+ * such date: until the partition has made visible the end it first saw,
+ * its lag is unknown. No producer's or broker's clock enters this figure
+ * (the Kafka timestamps give dedupd_ingest_event_lag_ms, information
+ * only). Wall clock (dd_now_ms) differences only. Safe from any thread. */
 int64_t dd_ingest_lag_ms(const dd_ingest *in);
 
 /* The same per partition: up to CAP pairs (PARTITIONS[i], LAGS_MS[i]) of

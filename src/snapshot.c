@@ -453,11 +453,14 @@ static int unary(const struct dd_snapshot_source *src, const char *method, const
         if (ev.type != GRPC_OP_COMPLETE || !ev.success) {
             rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "call to %s failed", src->peer);
         } else if (u.status != GRPC_STATUS_OK) {
-            char *d = grpc_slice_to_c_string(u.details);
+            /* The peer's words (or grpc's, for a reply over the copy
+             * channel's limits, cluster.h): logged, so sanitized. */
+            char d[160];
+            dd_sanitize(d, sizeof d, (const char *)GRPC_SLICE_START_PTR(u.details),
+                        GRPC_SLICE_LENGTH(u.details));
             rc = dd_fail(u.status == GRPC_STATUS_NOT_FOUND ? DD_ERR_NOTFOUND : DD_ERR_UNAVAILABLE,
                          err, errlen, "%s from %s: status %d: %s", method, src->peer,
-                         (int)u.status, d ? d : "");
-            gpr_free(d);
+                         (int)u.status, d);
         } else if (u.recv) {
             grpc_byte_buffer_reader r;
             if (!grpc_byte_buffer_reader_init(&r, u.recv)) {

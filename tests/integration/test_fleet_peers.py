@@ -138,6 +138,9 @@ class FakePeer:
                 # A valid NodeStatus with a 256 MB reason.
                 self.huge_status = st.SerializeToString() + _field(7, 2, b"x" * HUGE)
             return self.huge_status
+        if self.mode == "mid":
+            # 100 kB: far over what a Status needs, far under Filter's limit.
+            return st.SerializeToString() + _field(7, 2, b"m" * 100000)
         if self.mode == "bogus":
             st.map_hash = "bad\nmap\r\x1b[31mlevel=error msg=\"forged\"\x00" + "\x7f" * 300
             st.why = "line1\nline2\x07\x1b]0;title\x07" + "y" * 1500
@@ -150,6 +153,8 @@ class FakePeer:
             if self.huge_filter is None:
                 self.huge_filter = _field(1, 2, b"i" * HUGE)
             return self.huge_filter
+        if self.mode == "mid":
+            return b"".join(_field(1, 2, b"k%05d" % i + b"i" * 94) for i in range(1000))
         return pb.FilterResponse().SerializeToString()
 
     def stop(self):
@@ -233,6 +238,17 @@ def part_hostile_peer(node, fake, admin, stub):
     log_text = node.run_log()
     check("larger than" in log_text and "peer=1.0" in log_text,
           "no log line about the oversized reply")
+    # Limits are per method: a 100 kB Status is refused (a Status needs a
+    # few hundred bytes), a 100 kB forwarded Filter answer is passed on.
+    fake.mode = "ok"
+    wait_ready(admin)
+    n0 = metric(admin, "dedupd_cluster_peer_oversized_total", 'peer="1.0"')
+    fake.mode = "mid"
+    harness.wait_until("a 100 kB Status counted as oversized",
+                       lambda: metric(admin, "dedupd_cluster_peer_oversized_total",
+                                      'peer="1.0"') > n0, timeout=20)
+    r = stub.Filter(pb.FilterRequest(user_id=theirs[0], candidate_ids=["a"]), timeout=10)
+    check(len(r.kept_ids) == 1000, "a 100 kB Filter answer came back with %d ids" % len(r.kept_ids))
     fake.mode = "ok"
     wait_ready(admin)
 

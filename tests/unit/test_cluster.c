@@ -9,6 +9,7 @@
 #include "testlib.h"
 
 #include "cluster.h"
+#include "snapshot.h"
 #include "dd.h"
 #include "partition.h"
 #include "rpc.h"
@@ -488,8 +489,34 @@ static void test_forward_cap(void)
     CHECK_EQ_INT(dd_cluster_forward_cap_check(6, 4, 2, 8, err, sizeof err), DD_ERR_INVALID);
 }
 
+/* Peer channels' receive limits: a Filter reply of rpc.max_candidates
+ * ids of rpc.max_id_bytes each fits, a byte more than the bound cannot be
+ * produced; the snapshot ones cover a full chunk and manifest. */
+static void test_reply_limits(void)
+{
+    /* 20000 ids of 256 bytes: each a key, a 2-byte length and the id. */
+    size_t max = dd_cluster_filter_reply_max(20000, 256);
+    CHECK(max >= 20000u * (1 + 2 + 256));
+    CHECK(max < 20000u * (1 + 2 + 256) + 64);
+    /* Tiny ids: a Removed entry (explain) is the larger per candidate. */
+    CHECK(dd_cluster_filter_reply_max(10, 1) >= 10u * (2 + 2 + 2)); /* key, length, index, reason */
+    CHECK(dd_cluster_filter_reply_max(UINT32_MAX, 65535) > (size_t)INT32_MAX);
+    CHECK(dd_cluster_chunk_reply_max() > DD_SNAPSHOT_CHUNK_MAX);
+    CHECK(dd_cluster_chunk_reply_max() < DD_SNAPSHOT_CHUNK_MAX + 16);
+    CHECK(dd_cluster_manifest_reply_max() >
+          (size_t)DD_SNAPSHOT_FILES_MAX * (DD_SNAPSHOT_NAME_MAX + 22));
+    grpc_slice big = grpc_slice_from_static_string("Received message larger than max (9 vs. 4)");
+    grpc_slice full = grpc_slice_from_static_string("Buffers full");
+    grpc_slice other = grpc_slice_from_static_string("out of memory");
+    CHECK(dd_cluster_reply_too_large(GRPC_STATUS_RESOURCE_EXHAUSTED, big));
+    CHECK(dd_cluster_reply_too_large(GRPC_STATUS_RESOURCE_EXHAUSTED, full));
+    CHECK(!dd_cluster_reply_too_large(GRPC_STATUS_RESOURCE_EXHAUSTED, other));
+    CHECK(!dd_cluster_reply_too_large(GRPC_STATUS_UNAVAILABLE, big));
+}
+
 int main(void)
 {
+    test_reply_limits();
     test_single_node();
     test_map();
     test_bad();

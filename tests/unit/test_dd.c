@@ -69,8 +69,33 @@ static void test_clocks(void)
     CHECK(b - a >= 2000000);
 }
 
+/* Outside text made safe for a log line or /readyz: printable ASCII,
+ * quotes and backslashes escaped, other bytes as \xNN, bounded. */
+static void test_sanitize(void)
+{
+    char out[64];
+    CHECK_STR(dd_sanitize(out, sizeof out, "abc", 3), "abc");
+    CHECK_STR(dd_sanitize(out, sizeof out, "a\nb\"c\\", 6), "a\\x0ab\\\"c\\\\");
+    CHECK_STR(dd_sanitize(out, sizeof out, "\x1b[2J\x00\x7f\xff", 7), "\\x1b[2J\\x00\\x7f\\xff");
+    CHECK_STR(dd_sanitize(out, sizeof out, "", 0), "");
+    /* Long input: cut with "...", never a half escape, always terminated. */
+    char in[300];
+    memset(in, '\n', sizeof in);
+    dd_sanitize(out, sizeof out, in, sizeof in);
+    CHECK(strlen(out) < sizeof out);
+    CHECK(strcmp(out + strlen(out) - 3, "...") == 0);
+    CHECK((strlen(out) - 3) % 4 == 0);
+    for (const char *p = out; *p; p++) CHECK(*p >= 0x20 && *p < 0x7f);
+    memset(in, 'x', sizeof in);
+    dd_sanitize(out, 8, in, sizeof in);
+    CHECK_STR(out, "xxxx...");
+    CHECK_STR(dd_sanitize(out, 4, "abc", 3), "abc");
+    CHECK_STR(dd_sanitize(out, 1, "abc", 3), "");
+}
+
 int main(void)
 {
+    test_sanitize();
     test_strerror();
     test_fail();
     test_hash();
