@@ -661,7 +661,7 @@ static bool peer_service_config(char *buf, size_t len, bool copy)
     return n > 0 && (size_t)n < len;
 }
 
-/* The settings of every channel to a peer, into ARGS (room for 8); their
+/* The settings of every channel to a peer, into ARGS (room for 10); their
  * count. Strings are borrowed from CONF and SC (the service config, made
  * by peer_service_config), QUOTA too (the channel takes its own
  * reference). COPY: the channel of a copy (snapshot.h),
@@ -684,6 +684,8 @@ static size_t channel_args(const struct dd_cluster_conf *conf, const struct dd_r
     INT_ARG(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     INT_ARG(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     INT_ARG(GRPC_ARG_ENABLE_RETRIES, 0);
+    /* The limits below are ours: no service config from DNS replaces them. */
+    INT_ARG(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
     INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
             clamp_int(copy ? dd_cluster_manifest_reply_max()
                            : dd_cluster_filter_reply_max(rpc->max_candidates, rpc->max_id_bytes)));
@@ -719,7 +721,7 @@ grpc_channel *dd_cluster_channel_new(const struct dd_cluster_conf *conf,
     if (!creds) return NULL;
     grpc_resource_quota *quota = grpc_resource_quota_create(NULL);
     grpc_resource_quota_resize(quota, peer_quota_bytes(dd_cluster_manifest_reply_max()));
-    grpc_arg args[8];
+    grpc_arg args[10];
     size_t nargs = channel_args(conf, rpc, true, sc, quota, args);
     grpc_channel_args chargs = {.num_args = nargs, .args = args};
     grpc_channel *ch = grpc_channel_create(addr, creds, &chargs);
@@ -803,7 +805,7 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
             /* A quota of its own: one peer's pressure cancels only its calls. */
             grpc_resource_quota *quota = grpc_resource_quota_create(NULL);
             grpc_resource_quota_resize(quota, quota_bytes);
-            grpc_arg args[8];
+            grpc_arg args[10];
             size_t nargs = channel_args(conf, rpc, false, sc, quota, args);
             grpc_channel_args chargs = {.num_args = nargs, .args = args};
             p->ch = grpc_channel_create(p->addr, creds, &chargs);

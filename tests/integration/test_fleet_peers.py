@@ -356,6 +356,43 @@ def part_lag_by_offsets(broker, admin, node, fake):
     check(lag is not None and 0 <= lag < 3000, "dedupd_ingest_lag_ms = %s" % lag)
 
 
+def part_future_clock(broker, redis, fake):
+    """A node whose windows hold plays for 8 s (cluster.max_lag_ms 3 s) is
+    behind while plays flow, even when their Kafka timestamps are an hour
+    ahead (a producer's clock ahead): judged by producer timestamps that lag
+    was 0 and the node stayed ready."""
+    port, admin = harness.free_port(), harness.free_port()
+    nodes = "127.0.0.1:%d;127.0.0.1:%d" % (port, fake.port)
+    fake.mode = "ok"
+    node = harness.Dedupd(node_overrides(broker, redis, port, admin, nodes, 0,
+                                         **{"window.flush_ms": "8000",
+                                            "kafka.group.id": "dd-peers-future"}),
+                          name="dd-future")
+    saved = fake.nodes_hash
+    fake.nodes_hash = json.loads(harness.http_get(admin, "/cluster")[1])["nodes_hash"]
+    wait_ready(admin, timeout=40)
+    d = harness.tmpdir("dedupd-peers-future-")
+    path = os.path.join(d, "plays.tsv")
+    now = int(time.time() * 1000)
+    il.write_lines(path, [("future-user-%d" % (i % 20), "item-%d" % i, now) for i in range(200)])
+    argv = [harness.build_path("tests", "tools", "ddproduce"), "-b", broker.addr, "-t", "plays",
+            "-F", "json", "-r", "40", "-X", "partitioner=murmur2_random", "-T", "3600000", path]
+    prod = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    samples = []
+    deadline = time.time() + 12
+    while time.time() < deadline:
+        samples.append(harness.http_get(admin, "/readyz"))
+        time.sleep(0.25)
+    out, err = prod.communicate(timeout=30)
+    check(prod.returncode == 0, "ddproduce failed: %s %s" % (out, err))
+    behind = [b.strip() for c, b in samples if c == 503 and "behind" in b]
+    harness.log("future clock: %d samples, %d behind %s" % (len(samples), len(behind), behind[:1]))
+    check(behind, "a node holding plays for 8 s stayed ready while their Kafka timestamps were "
+                  "an hour ahead: %s" % [b.strip() for c, b in samples[-3:]])
+    node.stop()
+    fake.nodes_hash = saved
+
+
 def main():
     redis = harness.Redis()
     broker = harness.DevBroker(topics=("plays:4",))
@@ -374,13 +411,16 @@ def main():
     stub = pbg.DedupStub(ch)
     try:
         # DD_PEERS_PARTS (comma-separated) runs some parts only, for debugging.
-        parts = os.environ.get("DD_PEERS_PARTS", "lag,bogus,hostile,partitions").split(",")
+        parts = os.environ.get("DD_PEERS_PARTS", "lag,bogus,hostile,future,partitions")
+        parts = parts.split(",")
         if "lag" in parts:
             part_lag_by_offsets(broker, admin, node, fake)
         if "bogus" in parts:
             part_bogus_status(node, fake, admin, port)
         if "hostile" in parts:
             part_hostile_peer(node, fake, admin, stub)
+        if "future" in parts:
+            part_future_clock(broker, redis, fake)
         if "partitions" in parts:
             part_partition_mismatch(redis)
     finally:
