@@ -26,7 +26,10 @@
  *   ingest lag, map hash. Replica choice reads those states without a
  *   lock (relaxed atomics): caught-up replicas first (round robin), then
  *   replicas that are behind (the answer is then degraded), then replicas
- *   the last probe found down (the probe may be stale).
+ *   the last probe found down (the probe may be stale). Peer channels are
+ *   bounded (receive limits sized to each method, a memory quota each:
+ *   "receive limits" below), and whatever a peer or caller says is shown
+ *   or logged only through dd_sanitize (dd.h).
  * Lifecycle: dd_cluster_new (parse, channels) -> dd_cluster_start (health
  *   thread) -> dd_cluster_stop -> dd_cluster_free, from main's thread;
  *   everything else from any thread.
