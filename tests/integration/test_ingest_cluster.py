@@ -198,7 +198,10 @@ def main():
     m = metrics(late.admin)
     waited = (time.time() - t0) * 1000
     lag3 = m['dedupd_ingest_partition_lag_ms{partition="3"}']
-    if not 2000 <= m["dedupd_ingest_lag_ms"] <= waited + 500 or lag3 != m["dedupd_ingest_lag_ms"] \
+    # The lag counts from when this node first saw the play in the log (its
+    # next fetch after the delivery, up to fetch.wait.max.ms later), not from
+    # the producer's timestamp: at least the 2.5 s slept less that delay.
+    if not 1500 <= m["dedupd_ingest_lag_ms"] <= waited + 500 or lag3 != m["dedupd_ingest_lag_ms"] \
             or m['dedupd_ingest_partition_lag_ms{partition="1"}'] != 0:
         harness.fail("a play pending for %.0f ms: lag %s" % (waited, m))
     harness.log("a play pending %.0f ms: lag %d ms (partition 3), partition 1 at 0" % (
