@@ -239,11 +239,14 @@ def part_hostile_peer(node, fake, admin, stub):
     # forward deadline when the peer trickles its reply under the quota.
     check(all(c in ("UNAVAILABLE", "DEADLINE_EXCEEDED") for c in codes),
           "forwarded calls answered by an oversized reply ended %s" % codes)
-    n = metric(admin, "dedupd_cluster_peer_oversized_total", 'peer="1.0"')
-    check(n is not None and n >= 3, "dedupd_cluster_peer_oversized_total{peer=\"1.0\"} = %s" % n)
-    log_text = node.run_log()
-    check("larger than" in log_text and "peer=1.0" in log_text,
-          "no log line about the oversized reply")
+    # Whether grpc reports a 256 MB reply as too large depends on timing:
+    # a probe whose reply is still arriving at its deadline ends
+    # DEADLINE_EXCEEDED, and the shard is then refused at once as
+    # unreachable (cluster.max_forward_inflight's fail-fast) without
+    # asking the peer. So the counting is checked below with a reply that
+    # arrives at once (100 kB).
+    harness.log("oversized replies counted so far: %s" % metric(
+        admin, "dedupd_cluster_peer_oversized_total", 'peer="1.0"'))
     # Limits are per method: a 100 kB Status is refused (a Status needs a
     # few hundred bytes), a 100 kB forwarded Filter answer is passed on.
     fake.mode = "ok"
@@ -253,6 +256,9 @@ def part_hostile_peer(node, fake, admin, stub):
     harness.wait_until("a 100 kB Status counted as oversized",
                        lambda: metric(admin, "dedupd_cluster_peer_oversized_total",
                                       'peer="1.0"') > n0, timeout=20)
+    log_text = node.run_log()
+    check("larger than" in log_text and "peer=1.0" in log_text,
+          "no log line about the oversized reply")
     r = stub.Filter(pb.FilterRequest(user_id=theirs[0], candidate_ids=["a"]), timeout=10)
     check(len(r.kept_ids) == 1000, "a 100 kB Filter answer came back with %d ids" % len(r.kept_ids))
     fake.mode = "ok"
