@@ -1,0 +1,296 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Redis failover under load: a master, an asynchronous replica and three
+Sentinels (quorum 2) from Debian's redis-server and redis-sentinel, on free
+loopback ports in temporary directories; a dedupd that finds its Redis
+through recent.sentinels / recent.master_name; Python gRPC clients calling
+RecordDelivery and Filter from threads of their own.
+
+The master is killed with SIGKILL. Then:
+  - every Filter call is answered (never an error); degraded answers are
+    counted and their window printed, and none is degraded once dedupd has
+    switched to the new master;
+  - RecordDelivery fails only with UNAVAILABLE, and only between the kill
+    and the switch (plus a short grace for each worker to reconnect);
+  - every delivery acknowledged after the kill is filtered afterwards (it
+    went to the new master);
+  - dedupd_recent_master_changes_total counted the switch.
+How many deliveries acknowledged before the kill the replica lost is
+printed, not asserted: an asynchronous replica may lose the last ones.
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+import harness
+from test_clients_lib import Dedupd, python_stubs
+
+MASTER_NAME = "ddmaster"
+DOWN_AFTER_MS = 1000
+FAILOVER_TIMEOUT_MS = 3000
+SWITCH_GRACE_S = 3.0      # after the test sees the switch, dedupd's workers have this long
+RUN_BEFORE_KILL_S = 2.0
+RUN_AFTER_SWITCH_S = 5.0
+
+
+def exe(name):
+    p = shutil.which(name) or ("/usr/bin/" + name if os.path.exists("/usr/bin/" + name) else None)
+    if p is None:
+        harness.skip("%s is not installed (Debian: apt-get install redis-server redis-sentinel)"
+                     % name)
+    return p
+
+
+def cli(port, *args, timeout=5):
+    """redis-cli against 127.0.0.1:PORT: stdout, or None when it failed."""
+    try:
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port)]
+                           + [str(a) for a in args], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+class Server:
+    """redis-server (REPLICA_OF: a master's port) on a free loopback port."""
+
+    def __init__(self, name, replica_of=None):
+        self.port = harness.free_port()
+        self.dir = harness.tmpdir("dedupd-sentinel-%s-" % name)
+        argv = [exe("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", self.dir, "--save", "", "--appendonly", "no", "--daemonize", "no"]
+        if replica_of:
+            argv += ["--replicaof", "127.0.0.1", str(replica_of)]
+        self.proc = harness.Proc(argv, "redis-" + name)
+        harness.wait_port(self.port, proc=self.proc.p)
+
+
+class Sentinel:
+    def __init__(self, i, master_port):
+        self.port = harness.free_port()
+        self.dir = harness.tmpdir("dedupd-sentinel-s%d-" % i)
+        conf = os.path.join(self.dir, "sentinel.conf")  # Sentinel rewrites it: its own copy
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\n" % (self.port, self.dir))
+            f.write("sentinel monitor %s 127.0.0.1 %d 2\n" % (MASTER_NAME, master_port))
+            f.write("sentinel down-after-milliseconds %s %d\n" % (MASTER_NAME, DOWN_AFTER_MS))
+            f.write("sentinel failover-timeout %s %d\n" % (MASTER_NAME, FAILOVER_TIMEOUT_MS))
+            f.write("sentinel parallel-syncs %s 1\n" % MASTER_NAME)
+        self.proc = harness.Proc([exe("redis-sentinel"), conf], "sentinel-%d" % i)
+        harness.wait_port(self.port, proc=self.proc.p)
+
+    def master_field(self, field):
+        out = cli(self.port, "SENTINEL", "master", MASTER_NAME)
+        if not out:
+            return None
+        lines = out.splitlines()
+        for k, v in zip(lines[0::2], lines[1::2]):
+            if k == field:
+                return v
+        return None
+
+    def master_port(self):
+        out = cli(self.port, "SENTINEL", "get-master-addr-by-name", MASTER_NAME)
+        lines = (out or "").split()
+        return int(lines[1]) if len(lines) == 2 and lines[1].isdigit() else None
+
+
+def metric(admin, name):
+    st, body = harness.http_get(admin, "/metrics")
+    if st != 200:
+        return None
+    m = re.search(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), body, re.M)
+    return float(m.group(1)) if m else None
+
+
+def main():
+    exe("redis-server")
+    exe("redis-sentinel")
+    exe("redis-cli")
+    pb, pbg, grpc = python_stubs()
+
+    master = Server("master")
+    replica = Server("replica", replica_of=master.port)
+    harness.wait_until("replica in sync",
+                       lambda: "master_link_status:up" in (cli(replica.port, "INFO",
+                                                                "replication") or ""),
+                       timeout=30)
+    sentinels = [Sentinel(i, master.port) for i in range(3)]
+    # Each Sentinel must know the replica and the two others before a
+    # failover can be agreed (hello messages every 2 s).
+    harness.wait_until("sentinels know the replica and each other",
+                       lambda: all(s.master_field("num-slaves") == "1"
+                                   and s.master_field("num-other-sentinels") == "2"
+                                   for s in sentinels), timeout=60)
+    harness.log("master :%d, replica :%d, sentinels %s" % (
+        master.port, replica.port, [s.port for s in sentinels]))
+
+    admin = harness.free_port()
+    d = Dedupd("127.0.0.1:1", extra={  # recent.redis is not used with sentinels
+        "recent.sentinels": ",".join("127.0.0.1:%d" % s.port for s in sentinels),
+        "recent.master_name": MASTER_NAME,
+        "recent.timeout_ms": "200",
+        "rpc.threads": "2",
+        "admin.listen": "127.0.0.1:%d" % admin,
+    })
+    ch = grpc.insecure_channel(d.addr)
+    grpc.channel_ready_future(ch).result(timeout=20)
+    stub = pbg.DedupStub(ch)
+
+    # Healthy: a played item and a delivered one are removed, not degraded.
+    reader = "sentinel-reader"
+    stub.RecordPlays(pb.RecordPlaysRequest(user_id=reader, plays=[pb.Play(item_id="p1")]),
+                     timeout=10)
+    harness.wait_until("first delivery recorded", lambda: _try(
+        lambda: stub.RecordDelivery(pb.RecordDeliveryRequest(user_id=reader, item_ids=["d1"]),
+                                    timeout=5)), timeout=20)
+    cands = ["p1", "d1", "f1"]
+    r = stub.Filter(pb.FilterRequest(user_id=reader, candidate_ids=cands), timeout=5)
+    if list(r.kept_ids) != ["f1"] or r.degraded:
+        harness.fail("healthy: kept %s degraded %s" % (list(r.kept_ids), r.degraded))
+
+    stop = threading.Event()
+    lock = threading.Lock()
+    writes = []   # (start, end, user, item, code or None)
+    filters = []  # (start, end, degraded, kept or None, code or None)
+
+    def writer(w):
+        n = 0
+        while not stop.is_set() and n < 100000:
+            user, item = "w%d-%d" % (w, n), "i%d-%d" % (w, n)
+            n += 1
+            t0 = time.monotonic()
+            code = None
+            try:
+                stub.RecordDelivery(pb.RecordDeliveryRequest(user_id=user, item_ids=[item]),
+                                    timeout=5)
+            except grpc.RpcError as e:
+                code = e.code()
+            with lock:
+                writes.append((t0, time.monotonic(), user, item, code))
+            time.sleep(0.005)
+
+    def filterer():
+        n = 0
+        while not stop.is_set() and n < 100000:
+            n += 1
+            t0 = time.monotonic()
+            try:
+                r = stub.Filter(pb.FilterRequest(user_id=reader, candidate_ids=cands), timeout=5)
+                res = (t0, time.monotonic(), r.degraded, list(r.kept_ids), None)
+            except grpc.RpcError as e:
+                res = (t0, time.monotonic(), None, None, e.code())
+            with lock:
+                filters.append(res)
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(2)]
+    threads += [threading.Thread(target=filterer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(RUN_BEFORE_KILL_S)
+        harness.log("SIGKILL of the master (pid %d)" % master.proc.pid)
+        t_kill = time.monotonic()
+        master.proc.kill9()
+        deadline = t_kill + 30
+        while True:
+            ports = [s.master_port() for s in sentinels]
+            if ports.count(replica.port) >= 2:
+                break
+            if time.monotonic() > deadline:
+                harness.fail("no failover 30 s after the kill: sentinels say %s" % ports)
+            time.sleep(0.05)
+        t_switch = time.monotonic()
+        harness.log("sentinels switched to the replica %.2f s after the kill"
+                    % (t_switch - t_kill))
+        time.sleep(RUN_AFTER_SWITCH_S)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    if any(t.is_alive() for t in threads):
+        harness.fail("a client thread did not finish")
+    if not d.alive():
+        harness.fail("dedupd died:\n" + d.proc.tail())
+
+    # Filter: always answered; degraded only around the switch.
+    errors = [f for f in filters if f[4] is not None]
+    if errors:
+        harness.fail("%d Filter calls failed, first %s" % (len(errors), errors[0][4]))
+    degraded = [f for f in filters if f[2]]
+    before = [f for f in degraded if f[0] < t_kill]
+    late = [f for f in degraded if f[0] > t_switch + SWITCH_GRACE_S]
+    wrong = [f for f in filters if f[3] != (["d1", "f1"] if f[2] else ["f1"])]
+    window = (degraded[-1][1] - degraded[0][0]) if degraded else 0.0
+    harness.log("Filter: %d calls, %d degraded, degraded window %.2f s (from %.2f s after "
+                "the kill to %.2f s after it)" % (
+                    len(filters), len(degraded), window,
+                    (degraded[0][0] - t_kill) if degraded else 0.0,
+                    (degraded[-1][1] - t_kill) if degraded else 0.0))
+    if before:
+        harness.fail("%d Filter answers degraded before the kill" % len(before))
+    if late:
+        harness.fail("%d Filter answers still degraded %.1f s after the switch (last at +%.2f s)"
+                     % (len(late), SWITCH_GRACE_S, late[-1][0] - t_switch))
+    if wrong:
+        harness.fail("Filter kept %s (degraded %s) at +%.2f s" % (
+            wrong[0][3], wrong[0][2], wrong[0][0] - t_kill))
+
+    # RecordDelivery: UNAVAILABLE only, and only during the switch.
+    failed = [w for w in writes if w[4] is not None]
+    not_unavail = [w for w in failed if w[4] != grpc.StatusCode.UNAVAILABLE]
+    outside = [w for w in failed if w[1] < t_kill or w[0] > t_switch + SWITCH_GRACE_S]
+    harness.log("RecordDelivery: %d calls, %d failed (all during the switch: %s), "
+                "first failure +%.2f s, last +%.2f s after the kill" % (
+                    len(writes), len(failed), not outside,
+                    (failed[0][0] - t_kill) if failed else 0.0,
+                    (failed[-1][1] - t_kill) if failed else 0.0))
+    if not_unavail:
+        harness.fail("RecordDelivery failed with %s, want UNAVAILABLE" % not_unavail[0][4])
+    if outside:
+        harness.fail("RecordDelivery failed at +%.2f s, outside the switch (+%.2f s)"
+                     % (outside[0][0] - t_kill, t_switch - t_kill))
+    after = [w for w in writes if w[4] is None and w[0] > t_kill]
+    if len(after) < 10:
+        harness.fail("only %d deliveries acknowledged after the kill" % len(after))
+
+    # Every delivery acknowledged after the kill is filtered.
+    for w in after:
+        r = stub.Filter(pb.FilterRequest(user_id=w[2], candidate_ids=[w[3], "fresh"]), timeout=5)
+        if r.degraded or list(r.kept_ids) != ["fresh"]:
+            harness.fail("delivery %s/%s acknowledged at +%.2f s: kept %s degraded %s" % (
+                w[2], w[3], w[1] - t_kill, list(r.kept_ids), r.degraded))
+    acked_before = [w for w in writes if w[4] is None and w[1] < t_kill]
+    lost = 0
+    for w in acked_before:
+        r = stub.Filter(pb.FilterRequest(user_id=w[2], candidate_ids=[w[3]]), timeout=5)
+        lost += list(r.kept_ids) == [w[3]]
+    harness.log("%d deliveries acknowledged after the kill, all filtered; of %d acknowledged "
+                "before it, the replica lost %d" % (len(after), len(acked_before), lost))
+
+    changes = metric(admin, "dedupd_recent_master_changes_total")
+    if changes is None or changes < 1:
+        harness.fail("dedupd_recent_master_changes_total is %s after a failover" % changes)
+    harness.log("dedupd_recent_master_changes_total %d" % changes)
+    ch.close()
+    d.stop()
+    harness.log("PASS")
+
+
+def _try(fn):
+    try:
+        fn()
+        return True
+    except Exception:  # noqa: BLE001 - grpc.RpcError while the master is found
+        return False
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, lambda *_: harness.fail("interrupted"))
+    main()
