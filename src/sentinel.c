@@ -47,6 +47,7 @@
 #include "log.h"
 #include "metrics.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
@@ -230,6 +231,17 @@ static int addr_from(const char *host, size_t hlen, const char *port, size_t ple
         parsed != p) {
         dd_set_err(why, whylen, "\"%.64s\" is not host:port", both);
         return DD_SENTINEL_BAD;
+    }
+    /* A host with ':' can only be an IPv6 address (a zone after '%'). */
+    if (strchr(h, ':')) {
+        struct in6_addr a6;
+        char *pct = strchr(h, '%');
+        if (pct) *pct = '\0';
+        if (inet_pton(AF_INET6, h, &a6) != 1) {
+            dd_set_err(why, whylen, "\"%.64s\" is not an IPv6 address", h);
+            memset(out, 0, sizeof *out);
+            return DD_SENTINEL_BAD;
+        }
     }
     out->port = (uint16_t)p;
     return DD_SENTINEL_ADDR;
