@@ -329,7 +329,8 @@ static int follow(dd_recent *r)
     return 1;
 }
 
-/* A fresh connection is to a master (ROLE), or is dropped. */
+/* A fresh connection is to a master (ROLE), or is dropped: Sentinel may
+ * name a server that was demoted since. */
 static int check_role(dd_recent *r)
 {
     const char *argv[1] = {"ROLE"};
@@ -337,9 +338,12 @@ static int check_role(dd_recent *r)
     errno = 0;
     redisReply *rep = redisCommandArgv(r->c, 1, argv, lens);
     if (!rep) return conn_failed(r, errno, "ROLE");
-    int master = rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
-                 rep->element[0]->type == REDIS_REPLY_STRING &&
-                 strcmp(rep->element[0]->str, "master") == 0;
+    /* An error (ROLE refused by an ACL, or unknown) cannot tell: trust
+     * Sentinel's word then. */
+    int master = rep->type == REDIS_REPLY_ERROR ||
+                 (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+                  rep->element[0]->type == REDIS_REPLY_STRING &&
+                  strcmp(rep->element[0]->str, "master") == 0);
     char role[64];
     snprintf(role, sizeof role, "ROLE is %s",
              rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&

@@ -773,6 +773,8 @@ static int sub_read(dd_sentinel *s)
     if (rc == C_OK) return 0;
     sentinel_failed(s, &s->sentinels[s->sub_idx], rc, "+switch-master", why);
     sub_close(s);
+    /* The next subscription and ask start with the next Sentinel. */
+    s->prefer = (s->sub_idx + 1) % s->nsentinels;
     return -1;
 }
 
