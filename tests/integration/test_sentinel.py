@@ -17,11 +17,15 @@ The master is killed with SIGKILL. Then:
   - dedupd_recent_master_changes_total counted the switch.
 How many deliveries acknowledged before the kill the replica lost is
 printed, not asserted: an asynchronous replica may lose the last ones.
+
+Then, against a Sentinel of the test's own (FakeSentinel): a master
+demoted behind dedupd's back (-READONLY, no event), and hostile replies.
 """
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -280,7 +284,217 @@ def main():
     harness.log("dedupd_recent_master_changes_total %d" % changes)
     ch.close()
     d.stop()
+
+    demoted_and_hostile(pb, pbg, grpc)
     harness.log("PASS")
+
+
+class FakeSentinel:
+    """A Sentinel of our own on a free loopback port, speaking just enough
+    RESP: get-master-addr-by-name answers self.answer (bytes; a function
+    of the ask's number when callable) and SUBSCRIBE is confirmed; then
+    publish() writes raw bytes to every subscriber. It lets the test name
+    an address without a failover, and send what a hostile Sentinel would."""
+
+    def __init__(self):
+        self.answer = b"*-1\r\n"
+        self.asks = 0
+        self.subs = []
+        self.lock = threading.Lock()
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(64)
+        self.port = self.srv.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @staticmethod
+    def addr(host, port):
+        h, p = host.encode(), str(port).encode()
+        return b"*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(h), h, len(p), p)
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        f = c.makefile("rb")
+        try:
+            while True:
+                line = f.readline()
+                if not line.startswith(b"*"):
+                    return
+                args = []
+                for _ in range(int(line[1:])):
+                    n = int(f.readline()[1:])
+                    args.append(f.read(n + 2)[:n])
+                cmd = [a.lower() for a in args[:2]]
+                if cmd == [b"sentinel", b"get-master-addr-by-name"]:
+                    with self.lock:
+                        self.asks += 1
+                        a = self.answer(self.asks) if callable(self.answer) else self.answer
+                    c.sendall(a)
+                elif cmd[:1] == [b"subscribe"]:
+                    c.sendall(b"*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n")
+                    with self.lock:
+                        self.subs.append(c)
+                else:
+                    c.sendall(b"-ERR unknown\r\n")
+        except (OSError, ValueError):
+            return
+
+    def publish(self, raw):
+        with self.lock:
+            subs = list(self.subs)
+        for c in subs:
+            try:
+                c.sendall(raw)
+            except OSError:
+                pass
+
+    def subscribers(self):
+        """Subscriptions still open (a closed one reads as EOF)."""
+        with self.lock:
+            live = []
+            for c in self.subs:
+                try:
+                    c.setblocking(False)
+                    closed = c.recv(1, socket.MSG_PEEK) == b""
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                if not closed:
+                    live.append(c)
+            self.subs = live
+            return len(live)
+
+
+def demoted_and_hostile(pb, pbg, grpc):
+    """No failover, but the master demoted behind dedupd's back: the next
+    write meets -READONLY, dedupd asks Sentinel again and moves to the
+    server it names now. Then a hostile Sentinel: bad addresses, a reply
+    that never ends, a malformed +switch-master; dedupd keeps the master
+    it knows, and drops the subscription that sent garbage."""
+    a = Server("a")
+    b = Server("b")
+    fake = FakeSentinel()
+    fake.answer = FakeSentinel.addr("127.0.0.1", a.port)
+    admin = harness.free_port()
+    d = Dedupd("127.0.0.1:1", name="dedupd-fake", extra={
+        "recent.sentinels": "127.0.0.1:%d" % fake.port,
+        "recent.master_name": MASTER_NAME,
+        "recent.timeout_ms": "200",
+        "admin.listen": "127.0.0.1:%d" % admin,
+    })
+    ch = grpc.insecure_channel(d.addr)
+    grpc.channel_ready_future(ch).result(timeout=20)
+    stub = pbg.DedupStub(ch)
+
+    def record(user, item):
+        try:
+            stub.RecordDelivery(pb.RecordDeliveryRequest(user_id=user, item_ids=[item]), timeout=5)
+            return None
+        except grpc.RpcError as e:
+            return e.code()
+
+    harness.wait_until("a delivery on A", lambda: record("u0", "i0") is None, timeout=20)
+    if not (cli(a.port, "DBSIZE") or "").strip().endswith("1"):
+        harness.fail("the first delivery is not on A")
+
+    # A becomes B's replica; Sentinel (ours) now names B, and says nothing.
+    fake.answer = FakeSentinel.addr("127.0.0.1", b.port)
+    cli(a.port, "REPLICAOF", "127.0.0.1", b.port)
+    harness.wait_until("A is a replica", lambda: "role:slave" in (cli(a.port, "INFO",
+                                                                       "replication") or ""),
+                       timeout=20)
+    codes = []
+    deadline = time.monotonic() + 20
+    while True:
+        code = record("u1", "i1")
+        codes.append(code)
+        if code is None:
+            break
+        if code != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+            harness.fail("RecordDelivery after the demotion: %s" % codes)
+        time.sleep(0.02)
+    ro = metric(admin, 'dedupd_recent_errors_total{kind="readonly"}')
+    harness.log("demoted master: %d UNAVAILABLE before the write went to B; readonly errors %s"
+                % (len(codes) - 1, ro))
+    if not ro:
+        harness.fail("no -READONLY counted (dedupd_recent_errors_total{kind=\"readonly\"})")
+    r = stub.Filter(pb.FilterRequest(user_id="u1", candidate_ids=["i1", "x"]), timeout=5)
+    if list(r.kept_ids) != ["x"] or r.degraded:
+        harness.fail("after the move to B: kept %s degraded %s" % (list(r.kept_ids), r.degraded))
+
+    # Hostile: every answer is refused, the subscription gets garbage.
+    bad_answers = [
+        FakeSentinel.addr("127.0.0.1", 99999),
+        FakeSentinel.addr("127.0.0.1\r\n", 1),
+        FakeSentinel.addr("a" * 300, 1),
+        FakeSentinel.addr(":::::", 1),
+        b"*2\r\n*1\r\n$1\r\na\r\n$1\r\n1\r\n",
+        b"*9\r\n",
+        b"-IDONTKNOW\r\n",
+        b"$100000000\r\n" + b"a" * 65536,
+    ]
+    def reply_errors():
+        return metric(admin, 'dedupd_recent_sentinel_errors_total{kind="reply"}') or 0
+
+    # A +switch-master for our master with a port no server has: refused
+    # (counted), the subscription dropped, the master kept.
+    changes0 = metric(admin, "dedupd_recent_master_changes_total")
+    errors0 = reply_errors()
+    harness.wait_until("dedupd subscribed", lambda: fake.subscribers() >= 1, timeout=20)
+    payload = ("%s 127.0.0.1 %d 127.0.0.1 99999" % (MASTER_NAME, b.port)).encode()
+    fake.publish(b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$%d\r\n%s\r\n"
+                 % (len(payload), payload))
+    harness.wait_until("the bad +switch-master refused", lambda: reply_errors() > errors0,
+                       timeout=20)
+    if metric(admin, "dedupd_recent_master_changes_total") != changes0:
+        harness.fail("a +switch-master to port 99999 changed the master")
+    # Then every answer is refused, and the subscription gets a reply that
+    # never ends.
+    errors1 = reply_errors()
+    bad_answers = [
+        FakeSentinel.addr("127.0.0.1", 99999),
+        FakeSentinel.addr("127.0.0.1\r\n", 1),
+        FakeSentinel.addr("a" * 300, 1),
+        FakeSentinel.addr(":::::", 1),
+        b"*2\r\n*1\r\n$1\r\na\r\n$1\r\n1\r\n",
+        b"*9\r\n",
+        b"-IDONTKNOW\r\n",
+        b"$100000000\r\n" + b"a" * 65536,
+    ]
+    fake.answer = lambda n: bad_answers[n % len(bad_answers)]
+    harness.wait_until("dedupd subscribed again", lambda: fake.subscribers() >= 1, timeout=20)
+    fake.publish(b"$100000000\r\n" + b"b" * 65536)
+    t_end = time.monotonic() + 7  # past one periodic ask (5 s): every ask refused
+    n = 0
+    while time.monotonic() < t_end:
+        code = record("h%d" % n, "i")
+        if code is not None:
+            harness.fail("RecordDelivery failed (%s) while Sentinel sent garbage" % code)
+        r = stub.Filter(pb.FilterRequest(user_id="h%d" % n, candidate_ids=["i", "x"]), timeout=5)
+        if list(r.kept_ids) != ["x"] or r.degraded:
+            harness.fail("hostile Sentinel: kept %s degraded %s" % (list(r.kept_ids), r.degraded))
+        n += 1
+        time.sleep(0.05)
+    errors = reply_errors()
+    harness.log("hostile Sentinel: %d asks, %d reply errors counted, %d deliveries and Filter "
+                "calls all on B" % (fake.asks, errors - errors0, n))
+    if errors <= errors1:
+        harness.fail("no refused Sentinel answer counted")
+    if metric(admin, "dedupd_recent_master_changes_total") != changes0:
+        harness.fail("a hostile answer changed the master")
+    if not d.alive():
+        harness.fail("dedupd died")
+    ch.close()
+    d.stop()
 
 
 def _try(fn):
