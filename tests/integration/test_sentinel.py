@@ -228,7 +228,7 @@ def main():
     if errors:
         harness.fail("%d Filter calls failed, first %s" % (len(errors), errors[0][4]))
     degraded = [f for f in filters if f[2]]
-    before = [f for f in degraded if f[0] < t_kill]
+    before = [f for f in degraded if f[1] < t_kill]  # answered before the kill
     late = [f for f in degraded if f[0] > t_switch + SWITCH_GRACE_S]
     wrong = [f for f in filters if f[3] != (["d1", "f1"] if f[2] else ["f1"])]
     window = (degraded[-1][1] - degraded[0][0]) if degraded else 0.0
