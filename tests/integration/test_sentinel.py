@@ -18,8 +18,9 @@ The master is killed with SIGKILL. Then:
 How many deliveries acknowledged before the kill the replica lost is
 printed, not asserted: an asynchronous replica may lose the last ones.
 
-Then, against a Sentinel of the test's own (FakeSentinel): a master
-demoted behind dedupd's back (-READONLY, no event), and hostile replies.
+Then, against a Sentinel of the test's own (FakeSentinel, with a
+password, as the masters have): a master demoted behind dedupd's back
+(-READONLY, no event), and hostile replies.
 """
 import os
 import re
@@ -49,10 +50,11 @@ def exe(name):
     return p
 
 
-def cli(port, *args, timeout=5):
+def cli(port, *args, timeout=5, password=None):
     """redis-cli against 127.0.0.1:PORT: stdout, or None when it failed."""
+    auth = ["-a", password, "--no-auth-warning"] if password else []
     try:
-        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port)]
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port)] + auth
                            + [str(a) for a in args], capture_output=True, text=True,
                            timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -63,13 +65,15 @@ def cli(port, *args, timeout=5):
 class Server:
     """redis-server (REPLICA_OF: a master's port) on a free loopback port."""
 
-    def __init__(self, name, replica_of=None):
+    def __init__(self, name, replica_of=None, password=None):
         self.port = harness.free_port()
         self.dir = harness.tmpdir("dedupd-sentinel-%s-" % name)
         argv = [exe("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", self.dir, "--save", "", "--appendonly", "no", "--daemonize", "no"]
         if replica_of:
             argv += ["--replicaof", "127.0.0.1", str(replica_of)]
+        if password:
+            argv += ["--requirepass", password, "--masterauth", password]
         self.proc = harness.Proc(argv, "redis-" + name)
         harness.wait_port(self.port, proc=self.proc.p)
 
@@ -296,7 +300,8 @@ class FakeSentinel:
     publish() writes raw bytes to every subscriber. It lets the test name
     an address without a failover, and send what a hostile Sentinel would."""
 
-    def __init__(self):
+    def __init__(self, password):
+        self.password = password.encode()
         self.answer = b"*-1\r\n"
         self.asks = 0
         self.subs = []
@@ -323,6 +328,7 @@ class FakeSentinel:
 
     def _serve(self, c):
         f = c.makefile("rb")
+        authed = False
         try:
             while True:
                 line = f.readline()
@@ -333,7 +339,12 @@ class FakeSentinel:
                     n = int(f.readline()[1:])
                     args.append(f.read(n + 2)[:n])
                 cmd = [a.lower() for a in args[:2]]
-                if cmd == [b"sentinel", b"get-master-addr-by-name"]:
+                if cmd[:1] == [b"auth"]:
+                    authed = args[1:] == [self.password]
+                    c.sendall(b"+OK\r\n" if authed else b"-WRONGPASS invalid password\r\n")
+                elif not authed:
+                    c.sendall(b"-NOAUTH Authentication required.\r\n")
+                elif cmd == [b"sentinel", b"get-master-addr-by-name"]:
                     with self.lock:
                         self.asks += 1
                         a = self.answer(self.asks) if callable(self.answer) else self.answer
@@ -380,14 +391,17 @@ def demoted_and_hostile(pb, pbg, grpc):
     server it names now. Then a hostile Sentinel: bad addresses, a reply
     that never ends, a malformed +switch-master; dedupd keeps the master
     it knows, and drops the subscription that sent garbage."""
-    a = Server("a")
-    b = Server("b")
-    fake = FakeSentinel()
+    pw = "master-secret"
+    a = Server("a", password=pw)
+    b = Server("b", password=pw)
+    fake = FakeSentinel("sentinel-secret")
     fake.answer = FakeSentinel.addr("127.0.0.1", a.port)
     admin = harness.free_port()
     d = Dedupd("127.0.0.1:1", name="dedupd-fake", extra={
         "recent.sentinels": "127.0.0.1:%d" % fake.port,
         "recent.master_name": MASTER_NAME,
+        "recent.sentinel_password": "sentinel-secret",
+        "recent.password": pw,
         "recent.timeout_ms": "200",
         "admin.listen": "127.0.0.1:%d" % admin,
     })
@@ -403,15 +417,14 @@ def demoted_and_hostile(pb, pbg, grpc):
             return e.code()
 
     harness.wait_until("a delivery on A", lambda: record("u0", "i0") is None, timeout=20)
-    if not (cli(a.port, "DBSIZE") or "").strip().endswith("1"):
+    if not (cli(a.port, "DBSIZE", password=pw) or "").strip().endswith("1"):
         harness.fail("the first delivery is not on A")
 
     # A becomes B's replica; Sentinel (ours) now names B, and says nothing.
     fake.answer = FakeSentinel.addr("127.0.0.1", b.port)
-    cli(a.port, "REPLICAOF", "127.0.0.1", b.port)
-    harness.wait_until("A is a replica", lambda: "role:slave" in (cli(a.port, "INFO",
-                                                                       "replication") or ""),
-                       timeout=20)
+    cli(a.port, "REPLICAOF", "127.0.0.1", b.port, password=pw)
+    harness.wait_until("A is a replica", lambda: "role:slave" in (
+        cli(a.port, "INFO", "replication", password=pw) or ""), timeout=20)
     codes = []
     deadline = time.monotonic() + 20
     while True:
