@@ -649,10 +649,12 @@ static int conn_open(dd_sentinel *s, const struct dd_sentinel_addr *a, struct sr
 static void sentinel_failed(dd_sentinel *s, const struct dd_sentinel_addr *a, int rc,
                             const char *what, const char *why)
 {
+    char at[DD_SENTINEL_HOST_MAX + 16];
     count(rc == C_BAD ? &st_bad : &st_unreachable);
+    dd_hostport_format(at, sizeof at, a->host, a->port);
     dd_log_limited(&lim_ask, 10000, DD_LOG_WARN, "sentinel",
-                   "msg=\"sentinel failed\" sentinel=%s:%u master_name=%s call=%s error=\"%s\"",
-                   a->host, (unsigned)a->port, s->name, what, why);
+                   "msg=\"sentinel failed\" sentinel=%s master_name=%s call=%s error=\"%s\"",
+                   at, s->name, what, why);
 }
 
 /* Ask the Sentinel A for the master. */
@@ -724,8 +726,10 @@ static int subscribe(dd_sentinel *s)
             if (rc == C_OK) {
                 s->sub = c;
                 s->sub_idx = idx;
-                dd_info("sentinel", "msg=\"watching +switch-master\" sentinel=%s:%u master_name=%s",
-                        a->host, (unsigned)a->port, s->name);
+                char at[DD_SENTINEL_HOST_MAX + 16];
+                dd_hostport_format(at, sizeof at, a->host, a->port);
+                dd_info("sentinel", "msg=\"watching +switch-master\" sentinel=%s master_name=%s",
+                        at, s->name);
                 return 0;
             }
             redisFree(c);
@@ -816,6 +820,12 @@ static void *watch_main(void *arg)
         struct pollfd pf[2] = {{.fd = s->wakefd, .events = POLLIN},
                                {.fd = s->sub ? s->sub->fd : -1, .events = POLLIN}};
         int pr = poll(pf, 2, (int)wait);
+        if (pr < 0 && errno != EINTR) {
+            /* Not expected (our own fds); never spin on it. */
+            dd_log_limited(&lim_ask, 10000, DD_LOG_ERROR, "sentinel",
+                           "msg=\"poll failed\" error=\"%s\"", strerror(errno));
+            dd_sleep_ms(100);
+        }
         if (pr <= 0) continue;
         if (pf[0].revents) {
             uint64_t v;
