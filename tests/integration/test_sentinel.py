@@ -19,8 +19,9 @@ How many deliveries acknowledged before the kill the replica lost is
 printed, not asserted: an asynchronous replica may lose the last ones.
 
 Then, against a Sentinel of the test's own (FakeSentinel, with a
-password, as the masters have): a master demoted behind dedupd's back
-(-READONLY, no event), and hostile replies.
+password, as the masters have): no master known at start (Filter
+degraded, RecordDelivery UNAVAILABLE until one is named), a master
+demoted behind dedupd's back (-READONLY, no event), and hostile replies.
 """
 import os
 import re
@@ -394,8 +395,7 @@ def demoted_and_hostile(pb, pbg, grpc):
     pw = "master-secret"
     a = Server("a", password=pw)
     b = Server("b", password=pw)
-    fake = FakeSentinel("sentinel-secret")
-    fake.answer = FakeSentinel.addr("127.0.0.1", a.port)
+    fake = FakeSentinel("sentinel-secret")  # knows no master yet: answers nil
     admin = harness.free_port()
     d = Dedupd("127.0.0.1:1", name="dedupd-fake", extra={
         "recent.sentinels": "127.0.0.1:%d" % fake.port,
@@ -416,7 +416,18 @@ def demoted_and_hostile(pb, pbg, grpc):
         except grpc.RpcError as e:
             return e.code()
 
+    # No master known: Filter answers degraded, RecordDelivery UNAVAILABLE.
+    r = stub.Filter(pb.FilterRequest(user_id="u0", candidate_ids=["i0"]), timeout=5)
+    if not r.degraded or list(r.kept_ids) != ["i0"]:
+        harness.fail("no master known: kept %s degraded %s" % (list(r.kept_ids), r.degraded))
+    if record("u0", "i0") != grpc.StatusCode.UNAVAILABLE:
+        harness.fail("no master known: RecordDelivery did not fail with UNAVAILABLE")
+    if metric(admin, "dedupd_recent_master_known") != 0:
+        harness.fail("dedupd_recent_master_known is not 0 before any master is named")
+    fake.answer = FakeSentinel.addr("127.0.0.1", a.port)
     harness.wait_until("a delivery on A", lambda: record("u0", "i0") is None, timeout=20)
+    if metric(admin, "dedupd_recent_master_known") != 1:
+        harness.fail("dedupd_recent_master_known is not 1 once a master is named")
     if not (cli(a.port, "DBSIZE", password=pw) or "").strip().endswith("1"):
         harness.fail("the first delivery is not on A")
 
