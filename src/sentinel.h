@@ -62,8 +62,9 @@ int dd_sentinel_new(dd_sentinel **out, const struct dd_sentinel_conf *conf, char
  * no eventfd). */
 int dd_sentinel_start(dd_sentinel *s, char *err, size_t errlen);
 
-/* Stop the thread (within about recent.timeout_ms) and free S. NULL is a
- * no-op. No other call on S may run or follow. */
+/* Stop the thread and free S: the Sentinel call in progress, if any, ends
+ * first (a connect and a reply or two, each bounded by recent.timeout_ms).
+ * NULL is a no-op. No other call on S may run or follow. */
 void dd_sentinel_free(dd_sentinel *s);
 
 /* The generation of the master's address: 0 while none is known, else a
