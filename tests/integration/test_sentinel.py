@@ -283,6 +283,11 @@ def main():
     harness.log("%d deliveries acknowledged after the kill, all filtered; of %d acknowledged "
                 "before it, the replica lost %d" % (len(after), len(acked_before), lost))
 
+    # /readyz: ready throughout; the redis component back once its PING
+    # follows the new master.
+    harness.wait_until("/readyz without redis degraded", lambda: (
+        lambda r: r[0] == 200 and "redis" not in r[1])(harness.http_get(admin, "/readyz")),
+        timeout=10)
     changes = metric(admin, "dedupd_recent_master_changes_total")
     if changes is None or changes < 1:
         harness.fail("dedupd_recent_master_changes_total is %s after a failover" % changes)
