@@ -123,6 +123,9 @@ static const struct key keys[] = {
 
     ROW_ADDR("recent.redis", recent.redis, "127.0.0.1:6379", false),
     ROW_STR("recent.password", recent.password, ""),
+    ROW_STR("recent.sentinels", recent.sentinels, ""),
+    ROW_STR("recent.master_name", recent.master_name, ""),
+    ROW_STR("recent.sentinel_password", recent.sentinel_password, ""),
     ROW_U32("recent.size", recent.size, "100", 1, UINT32_MAX),
     ROW_U32("recent.ttl_s", recent.ttl_s, "604800", 1, UINT32_MAX),
     ROW_U32("recent.timeout_ms", recent.timeout_ms, "20", 1, UINT32_MAX),
@@ -830,6 +833,14 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
     if (dd_cluster_forward_cap_check(c->cluster.max_forward_inflight, c->cluster.shards,
                                      c->rpc.threads, c->rpc.prepost, err, errlen) != DD_OK)
         return DD_ERR_INVALID;
+    /* recent.sentinels and the master names per shard: recent.h. */
+    if (dd_recent_conf_check(&c->recent, c->cluster.shards, err, errlen) != DD_OK)
+        return DD_ERR_INVALID;
+    if (c->recent.sentinels[0] && c->cluster.redis[0]) {
+        dd_set_err(err, errlen, "cluster.redis: set while recent.sentinels is (each shard's "
+                                "master then comes from Sentinel: recent.master_name)");
+        return DD_ERR_INVALID;
+    }
     /* trace.users against rpc.max_id_bytes and trace.max_users: trace.h. */
     if (dd_trace_conf_check(&c->trace, c->rpc.max_id_bytes, err, errlen) != DD_OK)
         return DD_ERR_INVALID;

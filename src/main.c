@@ -22,6 +22,7 @@
 #include "partition.h"
 #include "plays.h"
 #include "rpc.h"
+#include "sentinel.h"
 #include "snapshot.h"
 #include "sweep.h"
 #include "recent_watch.h"
@@ -299,6 +300,7 @@ int main(int argc, char **argv)
     struct store_ref store = {0};
     dd_marker_key *forget_key = NULL;
     bool trace_metrics = false, key_world_readable = false;
+    dd_sentinel *sentinel = NULL;
     struct dd_cluster_map map = {0};
 
     if (dd_config_init(&cfg) != DD_OK) {
@@ -412,6 +414,16 @@ int main(int argc, char **argv)
         if (dd_cluster_shard_redis(&cfg.cluster, map.shard, redis, sizeof redis) &&
             dd_config_set(&cfg, "recent.redis", redis, err, sizeof err) != DD_OK) {
             fprintf(stderr, "dedupd: cluster.redis: %s\n", err);
+            goto out;
+        }
+        /* With Sentinel: this shard's master name (one for all, or one per
+         * shard). */
+        char name[DD_SENTINEL_NAME_MAX];
+        if (cfg.recent.sentinels[0] &&
+            (dd_sentinel_shard_name(cfg.recent.master_name, map.shards, map.shard, name,
+                                    sizeof name, err, sizeof err) != DD_OK ||
+             dd_config_set(&cfg, "recent.master_name", name, err, sizeof err) != DD_OK)) {
+            fprintf(stderr, "dedupd: %s\n", err);
             goto out;
         }
     }
@@ -611,6 +623,20 @@ int main(int argc, char **argv)
         dd_error("main", "msg=\"cannot set up snapshots\" error=\"%s\"", err);
         goto out;
     }
+    /* The Redis master from Sentinel (sentinel.h), before anything that
+     * talks to Redis: every dd_recent follows its watcher. */
+    if (cfg.recent.sentinels[0]) {
+        struct dd_sentinel_conf sc = {cfg.recent.sentinels, cfg.recent.master_name,
+                                      cfg.recent.sentinel_password, cfg.recent.timeout_ms};
+        if (dd_sentinel_new(&sentinel, &sc, err, sizeof err) != DD_OK ||
+            dd_sentinel_start(sentinel, err, sizeof err) != DD_OK) {
+            dd_error("main", "msg=\"cannot watch Redis Sentinel\" error=\"%s\"", err);
+            goto out;
+        }
+        cfg.recent.sentinel = sentinel;
+        dd_info("main", "msg=\"redis master from sentinel\" sentinels=\"%s\" master_name=%s",
+                cfg.recent.sentinels, cfg.recent.master_name);
+    }
     /* Redis reachability for /readyz and dedupd_component_ready. */
     if (dd_recent_watch_new(&redis_watch, &cfg.recent, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot watch Redis\" error=\"%s\"", err);
@@ -690,6 +716,7 @@ out:
     dd_why_free(why);
     dd_admin_detach(admin, DD_ADMIN_REDIS);
     dd_recent_watch_free(redis_watch);
+    dd_sentinel_free(sentinel); /* after every dd_recent that follows it */
     dd_producer_free(producer);
     dd_admin_detach(admin, DD_ADMIN_CLUSTER);
     /* Stopped now, freed after the store: compactions ask it who owns a

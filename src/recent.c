@@ -24,6 +24,14 @@
  * fail fast with DD_ERR_UNAVAILABLE during a backoff (ensure), so a
  * Redis outage costs Filter nothing but degraded = true.
  *
+ * With Sentinel (recent.h), ensure() first follows the watcher's
+ * generation (follow): a new one closes the connection and clears the
+ * backoff, so the first call after a switch connects to the new master;
+ * generation 0 (no master known yet) fails fast. A new connection is used
+ * only once ROLE answers "master" (a Sentinel may hand out a stale
+ * address). Every failure that may mean the master moved (lost or refused
+ * connection, -READONLY, ROLE not master) calls dd_sentinel_suspect.
+ *
  * Threads: a dd_recent is used by one thread at a time (the RPC layer owns
  * one per worker). The stats counters are process-wide atomics.
  */
@@ -33,6 +41,7 @@
 #include "dd.h"
 #include "log.h"
 #include "metrics.h"
+#include "sentinel.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
@@ -51,7 +60,8 @@
 #define CONN_FAILED 1 /* internal: the connection failed, errno saved */
 
 struct dd_recent {
-    char *host;           /* host name or address; a unix socket path if is_unix */
+    char host[DD_SENTINEL_HOST_MAX]; /* host name or address; a unix socket path if is_unix;
+                                      * "" while Sentinel has named no master */
     int port;
     int is_unix;
     char *password;       /* "" = no AUTH */
@@ -66,6 +76,8 @@ struct dd_recent {
     size_t pending_cap;
     int64_t retry_at_ns;  /* monotonic; no connect attempt before this */
     uint32_t backoff_ms;  /* next backoff to apply after a failure */
+    dd_sentinel *sentinel;/* borrowed; NULL = the fixed recent.redis */
+    uint64_t gen;         /* the sentinel generation host/port came from */
 
     /* Reused across calls so the hot paths do not allocate. */
     char *key;
@@ -80,6 +92,7 @@ struct dd_recent {
 static atomic_uint_fast64_t st_timeouts;
 static atomic_uint_fast64_t st_conn_errors;
 static atomic_uint_fast64_t st_reply_errors;
+static atomic_uint_fast64_t st_readonly;
 static atomic_uint_fast64_t st_reconnects;
 
 static struct dd_log_limit lim_conn; /* shared by every instance: one line per interval */
@@ -97,22 +110,38 @@ static void set_err(dd_recent *r, const char *fmt, ...)
  * DD_ERR_INVALID / DD_ERR_NOMEM with a message in err. */
 static int parse_addr(dd_recent *r, const char *addr, char *err, size_t errlen)
 {
-    if (addr[0] == '/') {
+    if (addr[0] == '/' && strlen(addr) < sizeof r->host) {
         r->is_unix = 1;
         r->port = 0;
-        r->host = strdup(addr);
-        return r->host ? DD_OK : DD_ERR_NOMEM;
+        strcpy(r->host, addr);
+        return DD_OK;
     }
-    char host[256];
     uint16_t port;
-    if (dd_hostport_parse(addr, host, sizeof host, &port) == DD_HOSTPORT_OK && port != 0) {
-        r->host = strdup(host);
-        if (!r->host) return DD_ERR_NOMEM;
+    if (dd_hostport_parse(addr, r->host, sizeof r->host, &port) == DD_HOSTPORT_OK && port != 0) {
         r->port = port;
         return DD_OK;
     }
     snprintf(err, errlen, "recent.redis: '%s' is not host:port or /socket/path", addr);
     return DD_ERR_INVALID;
+}
+
+int dd_recent_conf_check(const struct dd_recent_conf *conf, uint32_t shards, char *err,
+                         size_t errlen)
+{
+    if (!conf->sentinels[0]) return DD_OK;
+    struct dd_sentinel_addr a[DD_SENTINEL_MAX];
+    size_t n;
+    int rc = dd_sentinel_parse_list(conf->sentinels, a, DD_SENTINEL_MAX, &n, err, errlen);
+    if (rc != DD_OK) return rc;
+    if (!conf->master_name[0])
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                       "recent.master_name: must be set when recent.sentinels is");
+    char name[DD_SENTINEL_NAME_MAX];
+    for (uint32_t s = 0; s < shards; s++) {
+        rc = dd_sentinel_shard_name(conf->master_name, shards, s, name, sizeof name, err, errlen);
+        if (rc != DD_OK) return rc;
+    }
+    return DD_OK;
 }
 
 int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err,
@@ -132,8 +161,11 @@ int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err,
     }
     r = calloc(1, sizeof *r);
     if (!r) goto err;
-    rc = parse_addr(r, conf->redis, err, errlen);
-    if (rc != DD_OK) goto err;
+    r->sentinel = conf->sentinel;
+    if (!r->sentinel) {
+        rc = parse_addr(r, conf->redis, err, errlen);
+        if (rc != DD_OK) goto err;
+    }
     rc = DD_ERR_NOMEM;
     r->password = strdup(conf->password);
     if (!r->password) goto err;
@@ -156,7 +188,6 @@ void dd_recent_free(dd_recent *r)
 {
     if (!r) return;
     if (r->c) redisFree(r->c);
-    free(r->host);
     free(r->password);
     free(r->key);
     free(r->argv);
@@ -174,6 +205,7 @@ void dd_recent_get_stats(struct dd_recent_stats *out)
     out->timeouts = atomic_load_explicit(&st_timeouts, memory_order_relaxed);
     out->connection_errors = atomic_load_explicit(&st_conn_errors, memory_order_relaxed);
     out->reply_errors = atomic_load_explicit(&st_reply_errors, memory_order_relaxed);
+    out->readonly = atomic_load_explicit(&st_readonly, memory_order_relaxed);
     out->reconnects = atomic_load_explicit(&st_reconnects, memory_order_relaxed);
 }
 
@@ -224,6 +256,8 @@ static int conn_failed(dd_recent *r, int saved_errno, const char *what)
                    "msg=\"redis call failed\" error=\"%s\" backoff_ms=%" PRIu32, r->errstr,
                    r->backoff_ms);
     drop(r);
+    /* Lost, refused or silent: the master may have been replaced. */
+    if (r->sentinel) dd_sentinel_suspect(r->sentinel);
     return timeout ? DD_ERR_TIMEOUT : DD_ERR_UNAVAILABLE;
 }
 
@@ -249,6 +283,77 @@ static int auth(dd_recent *r)
     return DD_OK;
 }
 
+/* The server at r->host is not (or no longer) the master: count it, drop
+ * the connection with a backoff and have Sentinel asked again. Returns
+ * DD_ERR_UNAVAILABLE: the call may be retried once the new master is
+ * known. */
+static int not_master(dd_recent *r, const char *what, const char *detail)
+{
+    set_err(r, "redis %s:%d: %s: not the master (%.120s)", r->host, r->port, what, detail);
+    count(&st_readonly);
+    dd_log_limited(&lim_conn, 10000, DD_LOG_WARN, "recent",
+                   "msg=\"redis is not the master; asking Sentinel again\" error=\"%s\"",
+                   r->errstr);
+    drop(r);
+    if (r->sentinel) dd_sentinel_suspect(r->sentinel);
+    return DD_ERR_UNAVAILABLE;
+}
+
+/* Whether an error reply says the server was demoted to a replica. */
+static int is_readonly(const char *msg)
+{
+    return strncmp(msg, "READONLY", 8) == 0;
+}
+
+/* Take the master Sentinel names now, if it changed since r's connection
+ * was made: drop that connection and any backoff, so the next connect goes
+ * to the new master at once. Returns 0 while no master is known (the call
+ * fails fast), else 1. One atomic load when nothing changed. */
+static int follow(dd_recent *r)
+{
+    uint64_t g = dd_sentinel_generation(r->sentinel);
+    if (g != r->gen) {
+        struct dd_sentinel_addr a;
+        g = dd_sentinel_master(r->sentinel, &a);
+        close_now(r);
+        memcpy(r->host, a.host, sizeof r->host);
+        r->port = a.port;
+        r->gen = g;
+        r->retry_at_ns = 0;
+        r->backoff_ms = BACKOFF_MIN_MS;
+    }
+    if (g == 0) {
+        set_err(r, "redis: no master known yet (asking Sentinel)");
+        return 0;
+    }
+    return 1;
+}
+
+/* A fresh connection is to a master (ROLE), or is dropped: Sentinel may
+ * name a server that was demoted since. */
+static int check_role(dd_recent *r)
+{
+    const char *argv[1] = {"ROLE"};
+    size_t lens[1] = {4};
+    errno = 0;
+    redisReply *rep = redisCommandArgv(r->c, 1, argv, lens);
+    if (!rep) return conn_failed(r, errno, "ROLE");
+    /* An error (ROLE refused by an ACL, or unknown) cannot tell: trust
+     * Sentinel's word then. */
+    int master = rep->type == REDIS_REPLY_ERROR ||
+                 (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+                  rep->element[0]->type == REDIS_REPLY_STRING &&
+                  strcmp(rep->element[0]->str, "master") == 0);
+    char role[64];
+    snprintf(role, sizeof role, "ROLE is %s",
+             rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+                     rep->element[0]->type == REDIS_REPLY_STRING
+                 ? rep->element[0]->str
+                 : rep->type == REDIS_REPLY_ERROR ? rep->str : "not an array");
+    freeReplyObject(rep);
+    return master ? DD_OK : not_master(r, "connect", role);
+}
+
 /* Make sure r->c is a live connection, or fail fast while backing off.
  * The first call connects (recent.timeout_ms for connect, then the same as
  * the socket's read/write timeout, so every call is bounded by it per
@@ -261,6 +366,7 @@ static int auth(dd_recent *r)
  * retried, so a call costs at most about twice recent.timeout_ms. */
 static int ensure(dd_recent *r)
 {
+    if (r->sentinel && !follow(r)) return DD_ERR_UNAVAILABLE;
     if (r->c) return DD_OK;
     if (dd_mono_ns() < r->retry_at_ns) {
         set_err(r, "redis %s:%d: unavailable (reconnect in backoff)", r->host, r->port);
@@ -279,6 +385,7 @@ static int ensure(dd_recent *r)
         int rc = auth(r);
         if (rc != DD_OK) return rc;
     }
+    if (r->sentinel) return check_role(r);
     return DD_OK;
 }
 
@@ -460,9 +567,12 @@ nomem:
     return DD_ERR_NOMEM;
 }
 
-/* An error reply: the connection stays usable. */
+/* An error reply: the connection stays usable, unless it says the server
+ * is a replica now (-READONLY), which not_master handles. */
 static int reply_error(dd_recent *r, const char *what, const redisReply *rep)
 {
+    if (rep->type == REDIS_REPLY_ERROR && is_readonly(rep->str))
+        return not_master(r, what, rep->str);
     set_err(r, "redis %s:%d: %s: %s", r->host, r->port, what,
             rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply type");
     count(&st_reply_errors);
@@ -667,6 +777,8 @@ static int fetch_done(dd_recent *r, const struct fetch_sink *k, size_t *n)
         *n = k->n;
         return DD_OK;
     }
+    if (k->type == REDIS_REPLY_ERROR && is_readonly(k->err))
+        return not_master(r, "ZREVRANGE", k->err);
     set_err(r, "redis %s:%d: ZREVRANGE: %s", r->host, r->port,
             k->type == REDIS_REPLY_ERROR ? k->err : "unexpected reply type");
     count(&st_reply_errors);
@@ -885,9 +997,12 @@ void dd_recent_collect(dd_prom *p)
     dd_prom_family(p, "dedupd_recent_errors_total", "Redis errors, by kind", DD_PROM_COUNTER);
     static const struct dd_prom_label timeout = {"kind", "timeout"},
                                       connection = {"kind", "connection"},
-                                      reply = {"kind", "reply"};
+                                      reply = {"kind", "reply"},
+                                      readonly = {"kind", "readonly"};
     dd_prom_sample_u64(p, "dedupd_recent_errors_total", &timeout, 1, r.timeouts);
     dd_prom_sample_u64(p, "dedupd_recent_errors_total", &connection, 1, r.connection_errors);
     dd_prom_sample_u64(p, "dedupd_recent_errors_total", &reply, 1, r.reply_errors);
+    dd_prom_sample_u64(p, "dedupd_recent_errors_total", &readonly, 1, r.readonly);
     dd_prom_counter(p, "dedupd_recent_reconnects_total", "Redis reconnections", r.reconnects);
+    dd_sentinel_collect(p);
 }

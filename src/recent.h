@@ -13,6 +13,18 @@
  * one per worker thread. It connects lazily and reconnects with backoff, so
  * it can be created while Redis is down; calls then fail fast with
  * DD_ERR_UNAVAILABLE until a reconnect succeeds.
+ *
+ * With recent.sentinels the address is not recent.redis but the master
+ * Redis Sentinel names (sentinel.h): main.c runs one dd_sentinel and hands
+ * it to every dd_recent in the conf. Each call first compares the
+ * watcher's generation with the one its connection was made for (one
+ * atomic load) and, when it moved, drops the connection and connects to
+ * the new master at once, whatever the backoff. A connection is used only
+ * after ROLE says "master". A -READONLY reply (the master was demoted), a
+ * server that is not master, or a connection lost or refused makes the
+ * call fail with DD_ERR_UNAVAILABLE and tells the watcher to ask Sentinel
+ * again. So during a failover Filter answers degraded and RecordDelivery
+ * fails retryably until Sentinel names the new master; then both resume.
  */
 #ifndef DD_RECENT_H
 #define DD_RECENT_H
@@ -20,18 +32,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct dd_sentinel dd_sentinel;
+
 /* The Redis client's settings (recent.* in conf/dedupd.conf). */
 struct dd_recent_conf {
-    char *redis;                /* host:port */
-    char *password;             /* "" = no AUTH */
+    char *redis;                /* host:port; not used with sentinels */
+    char *password;             /* the master's AUTH; "" = no AUTH */
+    char *sentinels;            /* "host:port,host:port": the master from Sentinel; "" = redis */
+    char *master_name;          /* the master's name in Sentinel: one, or one per shard by ';'
+                                 * (main.c keeps this node's shard's) */
+    char *sentinel_password;    /* Sentinel's AUTH; "" = no AUTH */
     uint32_t size;              /* deliveries kept per (scene, user) */
     uint32_t ttl_s;             /* expiry of an idle user's set */
-    uint32_t timeout_ms;        /* per Redis call */
+    uint32_t timeout_ms;        /* per Redis call, per Sentinel call */
+    dd_sentinel *sentinel;      /* not a key: the watcher for sentinels (borrowed, main.c's);
+                                 * NULL = connect to redis */
 };
+
+/* Check the Sentinel keys of CONF alone: recent.sentinels "" or a list of
+ * host:port; recent.master_name set when it is, with one name or SHARDS
+ * names. Returns 0 or DD_ERR_INVALID with a message naming the key. */
+int dd_recent_conf_check(const struct dd_recent_conf *conf, uint32_t shards, char *err,
+                         size_t errlen);
 
 typedef struct dd_recent dd_recent;
 
-/* Create a client for CONF (copied). Does not connect yet.
+/* Create a client for CONF (copied; CONF->sentinel borrowed, it must
+ * outlive the client). Does not connect yet.
  * Returns 0, DD_ERR_INVALID (bad recent.redis address, message in err) or
  * DD_ERR_NOMEM; *out is NULL on error. Free with dd_recent_free. */
 int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err,
@@ -104,12 +131,14 @@ struct dd_recent_stats {
     uint64_t timeouts;
     uint64_t connection_errors;
     uint64_t reply_errors;
+    uint64_t readonly;          /* -READONLY, or ROLE not master: not the master any more */
     uint64_t reconnects;
 };
 void dd_recent_get_stats(struct dd_recent_stats *out);
 
 /* Render dedupd_recent_errors_total{kind} and
- * dedupd_recent_reconnects_total from the counters above. */
+ * dedupd_recent_reconnects_total from the counters above, and the
+ * Sentinel families (dd_sentinel_collect). */
 typedef struct dd_prom dd_prom;
 void dd_recent_collect(dd_prom *p);
 

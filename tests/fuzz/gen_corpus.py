@@ -107,6 +107,15 @@ write("redis_reply", "error", b"-WRONGTYPE Operation against a key\r\n")
 write("redis_reply", "nil_status", b"*3\r\n$-1\r\n+OK\r\n*-1\r\n")
 write("redis_reply", "partial", b"*2\r\n$5\r\nhel")
 
+write("sentinel", "master", b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6379\r\n")
+write("sentinel", "master_v6", b"*2\r\n$3\r\n::1\r\n$5\r\n26379\r\n")
+write("sentinel", "unknown", b"*-1\r\n")
+write("sentinel", "error", b"-IDONTKNOW No such master\r\n")
+write("sentinel", "subscribed", b"*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n")
+write("sentinel", "switch", b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n"
+      b"$36\r\nmymaster 10.0.0.1 6379 10.0.0.2 6380\r\n")
+write("sentinel", "partial", b"*2\r\n$9\r\n127.0")
+
 write("admin_http", "metrics", b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
 write("admin_http", "readyz_head", b"HEAD /readyz HTTP/1.0\r\n\r\n")
 write("admin_http", "post", b"POST /healthz HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
