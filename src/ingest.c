@@ -1379,6 +1379,32 @@ static int offsets_from_store(dd_ingest *in, rd_kafka_topic_partition_list_t *l)
     return n;
 }
 
+/* Store, as librdkafka's next offset to commit, each partition of L whose
+ * start is a concrete offset: it came from the store's recorded position
+ * (offsets_from_store), so everything before it is durable already.
+ * Without it, a partition assigned with an explicit offset has neither a
+ * committed nor a stored offset in librdkafka until the next window is
+ * durable, and its lag (dd_kafka_stats_lag) could only be counted from
+ * the consumed position, as if plays still in a window were stored. A
+ * partition that fails is logged and counted from the log start instead. */
+static void store_start_offsets(dd_ingest *in, const rd_kafka_topic_partition_list_t *l)
+{
+    int n = 0;
+    for (int i = 0; i < l->cnt; i++) n += l->elems[i].offset >= 0;
+    if (!n) return;
+    rd_kafka_topic_partition_list_t *c = rd_kafka_topic_partition_list_new(n);
+    if (!c) return; /* the lag is then counted from the log start: larger, never smaller */
+    for (int i = 0; i < l->cnt; i++)
+        if (l->elems[i].offset >= 0)
+            rd_kafka_topic_partition_list_add(c, l->elems[i].topic, l->elems[i].partition)->offset =
+                l->elems[i].offset;
+    if (rd_kafka_offsets_store(in->rk, c) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        dd_log_limited(&in->lim_store, 5000, DD_LOG_WARN, MOD,
+                       "msg=\"start offsets not stored; lag counted from the log start\" "
+                       "topic=%s", in->topic);
+    rd_kafka_topic_partition_list_destroy(c);
+}
+
 /* On revoke: drain, commit synchronously, then release, so the next owner
  * starts after every play written here. A lost assignment still writes
  * (idempotent) but commits nothing. */
@@ -1398,7 +1424,10 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             error = rd_kafka_incremental_assign(rk, parts);
         else
             e = rd_kafka_assign(rk, parts);
-        if (!error && !e) lag_assign_list(in, parts, true);
+        if (!error && !e) {
+            lag_assign_list(in, parts, true);
+            store_start_offsets(in, parts);
+        }
         if (!error && !e && in->paused && parts->cnt > 0) rd_kafka_pause_partitions(rk, parts);
     } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
         int lost = rd_kafka_assignment_lost(rk);
@@ -1507,6 +1536,7 @@ static void self_assign(dd_ingest *in)
         in->self_assigned = true;
         INC(rebalances);
         lag_assign_list(in, l, true);
+        store_start_offsets(in, l);
         update_assigned(in);
         dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=assign partitions=%s "
                 "topic_partitions=%" PRId32 " group=%s from_store=%d", l->cnt, list, n,

@@ -111,22 +111,26 @@ static int64_t stat_int(struct json_object *obj, const char *key, int64_t dflt)
     return json_object_get_int64(v);
 }
 
-/* The lag of one partition's statistics object P, or -1 when unknown.
+/* The lag of one partition's statistics object P, or -1 when unknown: how
+ * many messages of the log are not durable in the store yet, as Kafka's
+ * own tools count it (kafka-consumer-groups: the end minus the committed
+ * offset).
  *
  * librdkafka's consumer_lag counts from the group's committed offset only,
- * and stays -1 while the partition has none. dedupd commits an offset only
- * once the plays before it are durable, so a partition that has received
- * nothing since the group began never gets one: against a fresh broker
- * every partition showed no lag at all, however long it had been assigned.
- * A partition being fetched with no committed offset is therefore counted
- * from the consumer's position: app_offset (the next offset the
- * application gets) or, before its first message, next_offset (where
- * fetching starts). The end is ls_offset (the last stable offset, what
- * consumer_lag uses under librdkafka's default isolation.level =
- * read_committed; it equals hi_offset without transactions), else
- * hi_offset. A partition that has a committed offset and still no
- * consumer_lag (its end not known yet, or the commit past it) stays
- * unknown, as librdkafka has it. */
+ * and stays -1 while this process has none: a partition assigned with an
+ * explicit offset (the store's position) is not told the group's, and
+ * dedupd commits only once plays are durable. It is then counted from the
+ * offset stored for the next commit (stored_offset: ingest stores the
+ * start position at assignment and each durable window's end, so
+ * everything before it is durable), else, before anything is stored, from
+ * the log's start (lo_offset): nothing of it is known to be durable.
+ * Never from the consumed position (app_offset): plays consumed but still
+ * in a window are not stored. The end is ls_offset (the last stable
+ * offset, what consumer_lag uses under librdkafka's default
+ * isolation.level = read_committed; it equals hi_offset without
+ * transactions), else hi_offset. A partition that has a committed offset
+ * and still no consumer_lag (its end not known yet, or the commit past it)
+ * stays unknown, as librdkafka has it. */
 static int64_t partition_lag(struct json_object *p)
 {
     int64_t lag = stat_int(p, "consumer_lag", -1);
@@ -139,8 +143,8 @@ static int64_t partition_lag(struct json_object *p)
     if (stat_int(p, "committed_offset", -1) >= 0) return -1;
     int64_t end = stat_int(p, "ls_offset", -1);
     if (end < 0) end = stat_int(p, "hi_offset", -1);
-    int64_t pos = stat_int(p, "app_offset", -1);
-    if (pos < 0) pos = stat_int(p, "next_offset", -1);
+    int64_t pos = stat_int(p, "stored_offset", -1);
+    if (pos < 0) pos = stat_int(p, "lo_offset", -1);
     if (end < 0 || pos < 0 || pos > end) return -1;
     return end - pos;
 }

@@ -129,9 +129,11 @@ static void test_lag(void)
     CHECK_EQ_INT(dd_kafka_stats_lag("not json", 8, "plays", NULL, NULL), -1);
 }
 
-/* No committed offset in the group (what librdkafka 2.0.2 reported for a
- * fresh group on the devbroker: consumer_lag -1 on every partition): a
- * partition being fetched counts from the consumer's position. */
+/* No committed offset in this process (what librdkafka 2.0.2 reports for
+ * a fresh group, and for a partition assigned at the store's position,
+ * until the first commit): counted from the offset stored for the next
+ * commit (durable), else from the log's start; never from the consumed
+ * position, since plays still in a window are not stored. */
 static void test_lag_uncommitted(void)
 {
 #define UNC(fields) "{\"consumer_lag\":-1,\"committed_offset\":-1001," fields "}"
@@ -139,43 +141,48 @@ static void test_lag_uncommitted(void)
         "{\"topics\":{\"plays\":{\"partitions\":{"
         /* nothing produced: hi 0, fetching from 0 */
         "\"0\":" UNC("\"fetch_state\":\"active\",\"app_offset\":-1001,\"next_offset\":0,"
-                     "\"hi_offset\":0,\"ls_offset\":0") ","
-        /* 40 consumed of 100: the application's position counts, not
-         * next_offset (fetched ahead) */
+                     "\"stored_offset\":-1001,\"lo_offset\":0,\"hi_offset\":0,\"ls_offset\":0") ","
+        /* 40 consumed of 100, nothing stored yet: all 100 count, not 60 */
         "\"1\":" UNC("\"fetch_state\":\"active\",\"app_offset\":40,\"next_offset\":90,"
-                     "\"hi_offset\":100,\"ls_offset\":100") ","
+                     "\"stored_offset\":-1001,\"lo_offset\":0,\"hi_offset\":100,"
+                     "\"ls_offset\":100") ","
         /* an open transaction: the last stable offset is the end */
         "\"2\":" UNC("\"fetch_state\":\"active\",\"app_offset\":10,\"next_offset\":10,"
-                     "\"hi_offset\":30,\"ls_offset\":20") ","
-        /* no ls_offset (an old librdkafka): hi_offset */
+                     "\"stored_offset\":10,\"hi_offset\":30,\"ls_offset\":20") ","
+        /* no ls_offset (an old librdkafka): hi_offset; the log starts at 5 */
         "\"3\":" UNC("\"fetch_state\":\"active\",\"app_offset\":-1001,\"next_offset\":5,"
-                     "\"hi_offset\":9") ","
+                     "\"stored_offset\":-1001,\"lo_offset\":5,\"hi_offset\":9") ","
         /* not assigned here */
         "\"4\":" UNC("\"fetch_state\":\"none\",\"app_offset\":-1001,\"next_offset\":0,"
                      "\"hi_offset\":7,\"ls_offset\":7") ","
         /* assigned, the end not known yet */
         "\"5\":" UNC("\"fetch_state\":\"active\",\"app_offset\":-1001,\"next_offset\":0,"
-                     "\"hi_offset\":-1001,\"ls_offset\":-1001") ","
+                     "\"stored_offset\":0,\"hi_offset\":-1001,\"ls_offset\":-1001") ","
         /* assigned, the start offset still being looked up (logical -2) */
         "\"6\":" UNC("\"fetch_state\":\"offset-query\",\"app_offset\":-1001,"
                      "\"next_offset\":-2,\"hi_offset\":4,\"ls_offset\":4") ","
         /* a committed offset past a stale end: librdkafka's -1 stands */
         "\"7\":{\"consumer_lag\":-1,\"committed_offset\":50,\"fetch_state\":\"active\","
         "\"app_offset\":50,\"next_offset\":50,\"hi_offset\":40,\"ls_offset\":40},"
-        /* the position past the end (a stale end): unknown, not negative */
+        /* the stored position past the end (a stale end): unknown, not negative */
         "\"8\":" UNC("\"fetch_state\":\"active\",\"app_offset\":12,\"next_offset\":12,"
-                     "\"hi_offset\":11,\"ls_offset\":11") ","
+                     "\"stored_offset\":12,\"hi_offset\":11,\"ls_offset\":11") ","
         /* committed: consumer_lag as librdkafka has it */
         "\"9\":{\"consumer_lag\":3,\"committed_offset\":7,\"fetch_state\":\"active\","
-        "\"app_offset\":10,\"next_offset\":10,\"hi_offset\":10,\"ls_offset\":10}"
+        "\"app_offset\":10,\"next_offset\":10,\"hi_offset\":10,\"ls_offset\":10},"
+        /* stored (durable) to 30, consumed to 40: 70 behind, not 60 */
+        "\"10\":" UNC("\"fetch_state\":\"active\",\"app_offset\":40,\"next_offset\":60,"
+                      "\"stored_offset\":30,\"lo_offset\":0,\"hi_offset\":100,"
+                      "\"ls_offset\":100")
         "}}}}";
 #undef UNC
     seen = 0;
-    CHECK_EQ_INT(dd_kafka_stats_lag(js, strlen(js), "plays", each, &seen), 0 + 60 + 10 + 4 + 3);
-    CHECK_EQ_INT(seen, 5);
-    static const int32_t want_part[] = {0, 1, 2, 3, 9};
-    static const int64_t want_lag[] = {0, 60, 10, 4, 3};
-    for (size_t i = 0; i < 5 && i < seen; i++) {
+    CHECK_EQ_INT(dd_kafka_stats_lag(js, strlen(js), "plays", each, &seen),
+                 0 + 100 + 10 + 4 + 3 + 70);
+    CHECK_EQ_INT(seen, 6);
+    static const int32_t want_part[] = {0, 1, 2, 3, 9, 10};
+    static const int64_t want_lag[] = {0, 100, 10, 4, 3, 70};
+    for (size_t i = 0; i < 6 && i < seen; i++) {
         CHECK_EQ_INT(seen_part[i], want_part[i]);
         CHECK_EQ_INT(seen_lag[i], want_lag[i]);
     }
