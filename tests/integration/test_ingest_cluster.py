@@ -40,23 +40,6 @@ PARTITIONS = 8
 GROUP = "dd-cl"
 
 
-def partitions_of(users, n):
-    r = subprocess.run([harness.build_path("tests", "tools", "ddpartition"), "murmur2_random",
-                        str(n)], input="".join(u + "\n" for u in users), capture_output=True,
-                       text=True, check=True)
-    return {k: int(p) for k, p in (l.split("\t") for l in r.stdout.splitlines())}
-
-
-def metrics(port):
-    st, body = harness.http_get(port, "/metrics")
-    if st != 200:
-        harness.fail("/metrics: %d %s" % (st, body))
-    out = {}
-    for line in body.splitlines():
-        if line.startswith("dedupd_ingest_"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
 
 
 def node(broker, data_dir=None, **extra):
@@ -95,7 +78,7 @@ def main():
     broker = harness.DevBroker(("plays:%d" % PARTITIONS, "plays-dlq:1", "late:4"),
                                unavailable=("late",))
     users = ["cu-%d" % i for i in range(USERS)]
-    part = partitions_of(users, PARTITIONS)
+    part = il.partitions_of(users, PARTITIONS)
     plays = [(u, "%s-v%d" % (u, k), None) for u in users for k in range(PLAYS_PER_USER)]
     il.produce(broker, plays, partitioner="murmur2_random")
     # Wrong partitions: users of partition 5 put into partition 3 (owned).
@@ -115,7 +98,7 @@ def main():
     dd = node(broker, **{"ingest.dead_letter_topic": "plays-dlq"})
     dd.wait_log('msg="partitions assigned" count=4 protocol=assign partitions=1,3,5,7 ')
     il.wait_idle(dd)
-    m = metrics(dd.admin)
+    m = il.metrics(dd.admin, "dedupd_ingest_")
     owned = sorted(int(re.search(r'partition="(\d+)"', k).group(1)) for k in m
                    if k.startswith("dedupd_ingest_partition_lag_ms{"))
     if owned != [1, 3, 5, 7] or m["dedupd_ingest_assigned_partitions"] != 4:
@@ -124,7 +107,7 @@ def main():
     if m["dedupd_ingest_topic_partitions"] != PARTITIONS:
         harness.fail("topic partitions %s" % m["dedupd_ingest_topic_partitions"])
     harness.wait_until("lag 0 once caught up",
-                       lambda: metrics(dd.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
+                       lambda: il.metrics(dd.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
     if m["dedupd_ingest_partition_count_changes_total"] != 0:
         harness.fail("partition count changes counted: %s" % m)
     harness.log("assigned 1,3,5,7; lag 0; /metrics agrees")
@@ -172,7 +155,7 @@ def main():
     late = node(broker, **{"ingest.topic": "late", "window.flush_ms": "6000"})
     time.sleep(3)
     st_code, body = harness.http_get(late.admin, "/readyz")
-    m = metrics(late.admin)
+    m = il.metrics(late.admin, "dedupd_ingest_")
     if st_code != 503 or m["dedupd_ingest_topic_partitions"] != 0 or \
             m["dedupd_ingest_lag_ms"] != -1 or m["dedupd_ingest_assigned_partitions"] != 0:
         harness.fail("without its topic: /readyz %d %r, metrics %s" % (st_code, body, m))
@@ -183,19 +166,19 @@ def main():
     late.wait_log('msg="partitions assigned" count=2 protocol=assign partitions=1,3 ')
     harness.wait_until("ready with its topic",
                        lambda: harness.http_get(late.admin, "/readyz")[0] == 200, timeout=30)
-    if metrics(late.admin)["dedupd_ingest_topic_partitions"] != 4:
-        harness.fail("late topic's partitions: %s" % metrics(late.admin))
+    if il.metrics(late.admin, "dedupd_ingest_")["dedupd_ingest_topic_partitions"] != 4:
+        harness.fail("late topic's partitions: %s" % il.metrics(late.admin, "dedupd_ingest_"))
     harness.log("the topic appeared: partitions 1,3 of 4 assigned, ready")
 
     # ---- 5. the lag of a play not yet visible --------------------------------
     harness.wait_until("lag 0 on the new topic",
-                       lambda: metrics(late.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
-    late_part = partitions_of(users, 4)
+                       lambda: il.metrics(late.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
+    late_part = il.partitions_of(users, 4)
     u = next(x for x in users if late_part[x] == 3)
     t0 = time.time()
     il.produce(broker, [(u, "lagging", None)], topic="late", partitioner="murmur2_random")
     time.sleep(2.5)
-    m = metrics(late.admin)
+    m = il.metrics(late.admin, "dedupd_ingest_")
     waited = (time.time() - t0) * 1000
     lag3 = m['dedupd_ingest_partition_lag_ms{partition="3"}']
     # The lag counts from when this node first saw the play in the log (its
@@ -207,7 +190,7 @@ def main():
     harness.log("a play pending %.0f ms: lag %d ms (partition 3), partition 1 at 0" % (
         waited, lag3))
     harness.wait_until("lag 0 once its window is written",
-                       lambda: metrics(late.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
+                       lambda: il.metrics(late.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
     late.stop()
     broker.stop()
     harness.log("PASS")

@@ -152,3 +152,26 @@ def require_all_seen(dd, plays, what):
     if unseen:
         harness.fail("%s: %d of %d plays lost, e.g. %s" % (what, unseen, len(plays), missing[:5]))
     harness.log("%s: all %d plays seen" % (what, seen))
+
+
+def partitions_of(users, n, partitioner="murmur2_random"):
+    """{user: partition} as PARTITIONER puts USERS into N partitions
+    (tests/tools/ddpartition: dedupd's own partition.c)."""
+    r = subprocess.run([harness.build_path("tests", "tools", "ddpartition"), partitioner,
+                        str(n)], input="".join(u + "\n" for u in users), capture_output=True,
+                       text=True, check=True)
+    return {k: int(p) for k, p in (l.split("\t") for l in r.stdout.splitlines())}
+
+
+def metrics(port, prefix="dedupd_"):
+    """/metrics of the admin listener on PORT: {series: value} for the
+    series whose name starts with PREFIX; fails unless it answers 200."""
+    st, body = harness.http_get(port, "/metrics")
+    if st != 200:
+        harness.fail("/metrics: %d %s" % (st, body))
+    out = {}
+    for line in body.splitlines():
+        if line.startswith(prefix):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out

@@ -25,7 +25,6 @@ the Java client's partitioner (murmur2_random), as the cluster's producers.
 """
 import re
 import shutil
-import subprocess
 import time
 
 import harness
@@ -38,23 +37,6 @@ GROUP = "dd-kt"
 USERS = 200
 
 
-def partitions_of(users, n):
-    r = subprocess.run([harness.build_path("tests", "tools", "ddpartition"), "murmur2_random",
-                        str(n)], input="".join(u + "\n" for u in users), capture_output=True,
-                       text=True, check=True)
-    return {k: int(p) for k, p in (l.split("\t") for l in r.stdout.splitlines())}
-
-
-def metrics(port):
-    st, body = harness.http_get(port, "/metrics")
-    if st != 200:
-        harness.fail("/metrics: %d %s" % (st, body))
-    out = {}
-    for line in body.splitlines():
-        if line.startswith("dedupd_"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
 
 
 class Node:
@@ -89,7 +71,7 @@ def main():
             harness.skip("%s is not installed" % tool)
     kafka = realkafka.KafkaCluster(nodes=1, topics=("plays:%d" % PARTITIONS,))
     users = ["kt-%d" % i for i in range(USERS)]
-    part = partitions_of(users, PARTITIONS)
+    part = il.partitions_of(users, PARTITIONS)
     plays = [(u, "%s-v%d" % (u, k), None) for u in users for k in range(3)]
     il.produce(kafka, plays, partitioner="murmur2_random")
 
@@ -113,7 +95,7 @@ def main():
 
         harness.wait_until("%s committed to the log end" % group, caught_up, timeout=90)
         rows = kafka.describe_group(group)
-        m = metrics(n.admin)
+        m = il.metrics(n.admin)
         for p in n.owned():
             cur, log_end, lag = rows[("plays", p)]
             mine = m.get('dedupd_ingest_consumer_lag{partition="%d"}' % p)
@@ -141,7 +123,7 @@ def main():
     group = "%s.s1.r0" % GROUP
 
     def lag_both():
-        m = metrics(b.admin)
+        m = il.metrics(b.admin)
         rows = kafka.describe_group(group)
         return ({p: m.get('dedupd_ingest_consumer_lag{partition="%d"}' % p) for p in b.owned()},
                 {p: rows.get(("plays", p), (None, None, None))[2] for p in b.owned()})
@@ -176,7 +158,7 @@ def main():
     st, body = a.ready()
     if st != 503 or "partition %d" % p0 not in body:
         harness.fail("with a log gap on partition %d: /readyz %d %r" % (p0, st, body))
-    if metrics(a.admin).get("dedupd_ingest_log_gaps_total", 0) < 1:
+    if il.metrics(a.admin).get("dedupd_ingest_log_gaps_total", 0) < 1:
         harness.fail("the gap is not counted")
     harness.log("log start past the store: not ready, %r" % body.strip())
     a.dd.stop()
@@ -185,9 +167,9 @@ def main():
     if b.ready()[0] != 200:
         harness.fail("shard 1 not ready before the change: %r" % (b.ready(),))
     kafka.add_partitions("plays", PARTITIONS * 2)
+    changes = "dedupd_ingest_partition_count_changes_total"
     harness.wait_until("shard 1 sees the new partition count",
-                       lambda: metrics(b.admin).get("dedupd_ingest_partition_count_changes_total",
-                                                    0) >= 1, timeout=120)
+                       lambda: il.metrics(b.admin).get(changes, 0) >= 1, timeout=120)
     harness.wait_until("shard 1 not ready", lambda: b.ready()[0] == 503, timeout=30)
     st, body = b.ready()
     if "partition count" not in body:
