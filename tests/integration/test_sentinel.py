@@ -70,7 +70,9 @@ class Server:
         self.port = harness.free_port()
         self.dir = harness.tmpdir("dedupd-sentinel-%s-" % name)
         argv = [exe("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
-                "--dir", self.dir, "--save", "", "--appendonly", "no", "--daemonize", "no"]
+                "--dir", self.dir, "--save", "", "--appendonly", "no", "--daemonize", "no",
+                # a replica's full sync starts at once, not after 5 s
+                "--repl-diskless-sync-delay", "0"]
         if replica_of:
             argv += ["--replicaof", "127.0.0.1", str(replica_of)]
         if password:
@@ -128,7 +130,7 @@ def main():
     harness.wait_until("replica in sync",
                        lambda: "master_link_status:up" in (cli(replica.port, "INFO",
                                                                 "replication") or ""),
-                       timeout=30)
+                       timeout=90)
     sentinels = [Sentinel(i, master.port) for i in range(3)]
     # Each Sentinel must know the replica and the two others before a
     # failover can be agreed (hello messages every 2 s).
