@@ -322,6 +322,10 @@ def main():
     check(st == 503, "odd node /readyz: %d %s" % (st, body))
     # Its calls for the others' users are refused: by the peers (map
     # mismatch) or by itself once its probes found every peer disagreeing.
+    # /readyz names the map at the first peer that disagrees; the node
+    # itself refuses once the disagreeing peers are not outvoted, which may
+    # take another health round (its own users were answered meanwhile).
+    odd.wait_log("refusing calls until they agree", timeout=30)
     for u in users[:30]:
         try:
             odd_stub.Filter(pb.FilterRequest(user_id=u, candidate_ids=["x"]), timeout=5)
