@@ -95,6 +95,17 @@ def http_get(port, path, timeout=5, headers=None):
         return 0, str(e)
 
 
+def metric_sum(port, name, must=()):
+    """The sum of every /metrics series on admin PORT whose line starts
+    with NAME and contains each string of MUST (0.0 when none does)."""
+    st, body = http_get(port, "/metrics")
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith(name) and all(m in line for m in must):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def wait_until(what, fn, timeout=120.0, every=0.2):
     """Call FN until it returns true; fail naming WHAT after TIMEOUT s."""
     deadline = time.time() + timeout

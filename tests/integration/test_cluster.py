@@ -85,14 +85,6 @@ class Node:
         return self.stub.Filter(pb.FilterRequest(user_id=user, candidate_ids=ids), timeout=timeout)
 
 
-def metric_sum(port, name, must=()):
-    st, body = harness.http_get(port, "/metrics")
-    total = 0.0
-    for line in body.splitlines():
-        if line.startswith(name) and all(m in line for m in must):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
 
 def main():
     broker = harness.DevBroker(topics=("plays:8",))
@@ -151,7 +143,7 @@ def main():
                 if missing < 5:
                     harness.log("node %s user %s kept %s" % (n.label, u, kept))
         check(missing == 0, "node %s: %d of %d users answered wrongly" % (n.label, missing, USERS))
-        fwd = metric_sum(n.admin, "dedupd_cluster_forwarded_total", ('outcome="ok"',))
+        fwd = harness.metric_sum(n.admin, "dedupd_cluster_forwarded_total", ('outcome="ok"',))
         check(fwd > USERS / 4, "node %s forwarded only %d calls" % (n.label, fwd))
         harness.log("node %s: all %d users right, %d calls forwarded" % (n.label, USERS, fwd))
     st, body = harness.http_get(admins[0][0], "/cluster")
@@ -242,7 +234,7 @@ def main():
     for stopped, alive in (((0, 0), (0, 1)), ((0, 1), (0, 0))):
         cluster[stopped].dd.stop()
         harness.wait_until("replica %d.%d seen as down" % stopped,
-                   lambda: metric_sum(admins[1][1], "dedupd_cluster_peer_up",
+                   lambda: harness.metric_sum(admins[1][1], "dedupd_cluster_peer_up",
                                       ('peer="%d.%d"' % stopped,)) == 0, timeout=30)
         harness.wait_until("RecordPlays on replica %d.%d" % alive,
                    lambda: seen_through(cluster[(1, 1)], u0, "rp-1"), timeout=30)
@@ -337,7 +329,7 @@ def main():
     st, body = harness.http_get(admins[0][0], "/readyz")
     check(st == 200 and "cluster map" in body, "node 0.0 /readyz with an odd peer: %d %s" %
           (st, body))
-    refused = metric_sum(admins[0][0], "dedupd_cluster_map_refusals_total")
+    refused = harness.metric_sum(admins[0][0], "dedupd_cluster_map_refusals_total")
     check(refused > 0, "node 0.0 refused nothing from the odd node")
     odd.stop()
     harness.log("a node with another cluster map is refused (%d refusals at node 0.0)" % refused)

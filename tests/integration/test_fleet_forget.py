@@ -90,17 +90,9 @@ def ddproduce_forget(broker, topic, keypath, user, scene=""):
     check(r.returncode == 0, "ddproduce -f: %s %s" % (r.stdout, r.stderr))
 
 
-def metric(port, name, must=()):
-    st, body = harness.http_get(port, "/metrics")
-    total = 0.0
-    for line in body.splitlines():
-        if line.startswith(name) and all(m in line for m in must):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
 
 def unauth(port):
-    return metric(port, "dedupd_ingest_messages_total", ('result="unauthenticated_forget"',))
+    return harness.metric_sum(port, "dedupd_ingest_messages_total", ('result="unauthenticated_forget"',))
 
 
 class Node:
@@ -205,7 +197,7 @@ def main():
                 % len(bad))
     for n in nodes:
         harness.wait_until("%s: the markers dead-lettered" % n.name,
-                           lambda: metric(n.admin, "dedupd_ingest_dead_lettered_total") >= len(bad),
+                           lambda: harness.metric_sum(n.admin, "dedupd_ingest_dead_lettered_total") >= len(bad),
                            timeout=30)
     r = subprocess.run(["kcat", "-C", "-b", broker.addr, "-t", "plays-dlq", "-o", "beginning",
                         "-e", "-q", "-f", "%h\n"], capture_output=True, text=True, timeout=60)

@@ -47,14 +47,6 @@ def check(cond, msg):
         harness.fail(msg)
 
 
-def metric_sum(port, name, must=()):
-    st, body = harness.http_get(port, "/metrics")
-    total = 0.0
-    for line in body.splitlines():
-        if line.startswith(name) and all(m in line for m in must):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
 
 class Node:
     def __init__(self, shard, ports, admin, broker, redis_list, nodes, extra=None):
@@ -193,14 +185,14 @@ def case7():
         check(capped, "no shard-1 call failed fast naming shard 1 and "
                       "cluster.max_forward_inflight: %s" % results[:5])
         check(not [r for r in results if r[0] == "OK"], "a shard-1 call answered OK while stopped")
-        refused = metric_sum(admins[0], "dedupd_cluster_forward_refused_total",
+        refused = harness.metric_sum(admins[0], "dedupd_cluster_forward_refused_total",
                              ('shard="1"', 'reason="inflight"'))
         check(refused >= len(capped), "dedupd_cluster_forward_refused_total{reason=inflight} "
                                       "= %s, want >= %d" % (refused, len(capped)))
 
         # Every replica of shard 1 down at a health round: fail fast.
         harness.wait_until("A sees shard 1 down",
-                           lambda: metric_sum(admins[0], "dedupd_cluster_peer_up",
+                           lambda: harness.metric_sum(admins[0], "dedupd_cluster_peer_up",
                                               ('peer="1.0"',)) == 0, timeout=30)
         details = ""
         for u in far[:5]:
@@ -216,7 +208,7 @@ def case7():
                       "shard 1 down: %s after %.2f s (%s), want UNAVAILABLE at once"
                       % (e.code(), took, details))
         harness.log("case 7: shard 1 down: calls fail fast: %s" % details)
-        check(metric_sum(admins[0], "dedupd_cluster_forward_refused_total",
+        check(harness.metric_sum(admins[0], "dedupd_cluster_forward_refused_total",
                          ('shard="1"', 'reason="down"')) >= 5,
               "dedupd_cluster_forward_refused_total{reason=down} not counted")
     finally:
@@ -288,7 +280,7 @@ def case10():
     check(not failures, "honest Filter calls with a 2 s deadline failed %d times (first: %s), "
                         "%d OK" % (len(failures), failures[0] if failures else "", ok))
     check(ok >= 20, "honest client got only %d answers" % ok)
-    refused = metric_sum(admin, "dedupd_rpc_stall_refusals_total", ('method="Filter"',))
+    refused = harness.metric_sum(admin, "dedupd_rpc_stall_refusals_total", ('method="Filter"',))
     harness.log("case 10: dedupd_rpc_stall_refusals_total{method=Filter} = %d" % refused)
     check(refused > 0, "no hostile call was refused for its stalled connection")
     check(d.alive(), "dedupd died:\n" + d.proc.tail())
