@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """A cluster of 2 shards x 2 replicas on loopback (issue 17).
 
-Real servers only: the devbroker with a plays topic of 8 partitions, one
+Real servers only: Apache Kafka (realkafka.py) with a plays topic of 8
+partitions, one
 redis-server per shard, four dedupd processes each with its own data
 directory. Plays come from ddproduce with librdkafka's murmur2_random
 partitioner (the Java client's default, as the mission's producers use);
@@ -87,7 +88,7 @@ class Node:
 
 
 def main():
-    broker = harness.DevBroker(topics=("plays:8",))
+    broker = il.plays_broker(("plays:8",))
     redis = [harness.Redis() for _ in range(SHARDS)]
     ports = [[harness.free_port() for _ in range(REPLICAS)] for _ in range(SHARDS)]
     nodes = ";".join(",".join("127.0.0.1:%d" % p for p in shard) for shard in ports)

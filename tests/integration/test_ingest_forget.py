@@ -8,7 +8,8 @@ window are gone, plays after it are kept, as are the user's plays in other
 scenes and other users' plays. A kill -9 right after the forget replays
 the same log to the same result (the marker's offset was not committed
 before the forget was durable). A marker with an item, or another
-dedupd-op, is undecodable and dead-lettered."""
+dedupd-op, is undecodable and dead-lettered. Against Apache Kafka
+(realkafka.py): the markers and plays are in a real log."""
 import json
 import os
 import shutil
@@ -65,7 +66,7 @@ def wait_forgets(dd, n, timeout=60):
 def main():
     if not shutil.which("kcat"):
         harness.skip("kcat is not installed (Debian package kcat)")
-    broker = harness.DevBroker(("plays:4", "plays-dlq:1"))
+    broker = il.plays_broker(("plays:4", "plays-dlq:1"))
     # A short session, so the member killed below leaves the group soon.
     # Markers from the topic are applied only when signed with this key.
     key = harness.forget_key_file()

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the Kafka ingest tests share: producing plays through the real
-devbroker with tests/tools/ddproduce, waiting for dedupd to write them, and
+"""What the Kafka ingest tests share: the broker (plays_broker), producing
+plays with tests/tools/ddproduce, waiting for dedupd to write them, and
 checking a stopped dedupd's store offline with tools/ddcheck.
 
 Play lists are lists of (user, item, played_at_ms or None, scene or None).
@@ -14,6 +14,18 @@ import harness
 
 FLUSHED_RE = re.compile(r"msg=flushed .*?messages_flushed=(\d+)")
 STOPPED_RE = re.compile(r"module=ingest msg=stopped (.*)")
+
+
+def plays_broker(topics):
+    """The broker of a test of Kafka semantics: Apache Kafka itself
+    (realkafka.py), with TOPICS ("name:partitions"). With DD_TEST_BROKER=
+    devbroker, the devbroker instead: scripts/test.sh sets it for its
+    sanitizer pass, which checks dedupd's memory handling (the plain pass
+    runs the same test against Kafka, for Kafka's semantics)."""
+    if os.environ.get("DD_TEST_BROKER") == "devbroker":
+        return harness.DevBroker(topics=topics)
+    import realkafka
+    return realkafka.KafkaCluster(topics=topics)
 
 
 def ingest_overrides(broker, group="dedupd-test", fmt="json", **extra):

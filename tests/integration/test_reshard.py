@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Resharding 1 shard -> 2 while a client sends Filter and plays flow
-(deploy/k8s/README.md, "Resharding"), on loopback: the devbroker with a
-plays topic of 4 partitions, one redis-server (the new shard keeps its
-parent's Redis), plays produced by ddproduce (murmur2_random).
+(deploy/k8s/README.md, "Resharding"), on loopback: Apache Kafka
+(realkafka.py) with a plays topic of 4 partitions, one redis-server (the
+new shard keeps its parent's Redis), plays produced by ddproduce
+(murmur2_random).
 
 Before: A0 and A1, the two replicas of the only shard (cluster.shards = 1).
 1. B, the new shard 1 of the 2-shard map (cluster.split_from = 1,
@@ -122,7 +123,7 @@ class Client:
 
 
 def main():
-    broker = harness.DevBroker(topics=("plays:4",))
+    broker = il.plays_broker(("plays:4",))
     redis = harness.Redis()
     ports = [harness.free_port() for _ in range(3)]     # A0, A1, B
     admins = [harness.free_port() for _ in range(3)]
