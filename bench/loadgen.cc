@@ -37,10 +37,13 @@
 //                [--inflight N] [--mode ids|indexes] [--user ID] [--server-pid PID]
 //                [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]
 //                [--client-spin] [--compare HOST:PORT [--compare-pid PID]]
-//                [--users-file PATH] [--plays N]
+//                [--users-file PATH] [--plays N] [--candidates N]
 //
 // --plays N: the heavy user's plays (default 10,000; up to 50,000), for the
 // cost of a heavier history at the same 10,000 candidates.
+// --candidates N: the request's candidates (default 10,000; 100 to
+// 10,000), every 5th played and up to 50 delivered as above, for the cost
+// of a shorter request against the same history (dedupd and legacy alike).
 //
 // Each Filter phase prints dedupd's CPU per call (from /proc, with
 // --server-pid) and the load generator's own (getrusage), so that the
@@ -126,6 +129,7 @@ struct Options {
     int compare_pid = 0;     // its pid
     std::string users_file;  // --users-file: a user per call from this list
     size_t plays = 10000;    // --plays: the heavy user's plays (1..50,000)
+    size_t candidates = 10000;  // --candidates: the request's candidates (100..10,000)
 };
 
 struct Result {
@@ -688,7 +692,11 @@ Options parse(int argc, char **argv)
         else if (a == "--compare") o.compare = val();
         else if (a == "--compare-pid") o.compare_pid = std::atoi(val().c_str());
         else if (a == "--users-file") o.users_file = val();
-        else if (a == "--plays") {
+        else if (a == "--candidates") {
+            long n = std::atol(val().c_str());
+            if (n < 100 || n > 10000) die("--candidates: 100 .. 10000");
+            o.candidates = static_cast<size_t>(n);
+        } else if (a == "--plays") {
             long n = std::atol(val().c_str());
             if (n < 1 || n > 50000) die("--plays: 1 .. 50000");
             o.plays = static_cast<size_t>(n);
@@ -698,7 +706,7 @@ Options parse(int argc, char **argv)
                  " [--mode ids|indexes] [--user ID] [--server-pid PID]"
                  " [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]"
                  " [--client-spin] [--compare HOST:PORT [--compare-pid PID]]"
-                 " [--users-file PATH])");
+                 " [--users-file PATH] [--plays N] [--candidates N])");
     }
     if (o.seconds <= 0 || o.inflight < 1) die("--seconds and --inflight must be positive");
     if (!o.users_file.empty() && (o.phase != "run" || !o.compare.empty()))
@@ -716,7 +724,7 @@ int main(int argc, char **argv)
     Options o = parse(argc, argv);
     g_window = o.window;
     g_client_spin = o.client_spin;
-    const size_t n_plays = o.plays, n_cands = 10000;
+    const size_t n_plays = o.plays, n_cands = o.candidates;
 
     std::vector<std::string> plays(n_plays);
     for (size_t i = 0; i < n_plays; i++) plays[i] = "video-" + std::to_string(1000000 + i * 7);
