@@ -57,6 +57,10 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" --save "" --appe
     >"$dir/redis.log" 2>&1 &
 pids="$pids $!"
 
+# A cluster requires the forget-marker key (cluster.forget_key_file), the
+# same file for both nodes: 32 random bytes in hex, readable by us only.
+(umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$dir/forget.key")
+
 a_port=$(free_port) b_port=$(free_port) a_admin=$(free_port) b_admin=$(free_port)
 nodes="127.0.0.1:$a_port;127.0.0.1:$b_port"
 start_node() { # shard rpc_port admin_port
@@ -64,7 +68,7 @@ start_node() { # shard rpc_port admin_port
         -o admin.listen=127.0.0.1:"$3" -o recent.redis=127.0.0.1:"$redis_port" \
         -o kafka.bootstrap.servers="$broker" -o kafka.group.id=bench-forward \
         -o cluster.shards=2 -o cluster.shard="$1" -o cluster.replica=0 \
-        -o cluster.nodes="$nodes" -o log.level=warn ${DEDUPD_OPTS:-} >>"$dir/dedupd-$1.log" 2>&1 &
+        -o cluster.nodes="$nodes" -o cluster.forget_key_file="$dir/forget.key" -o log.level=warn ${DEDUPD_OPTS:-} >>"$dir/dedupd-$1.log" 2>&1 &
     started=$!
 }
 start_node 0 "$a_port" "$a_admin"; a_pid=$started; pids="$pids $a_pid"
