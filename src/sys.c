@@ -13,10 +13,9 @@ int dd_sys_cond_init_monotonic(pthread_cond_t *cv)
 {
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0) return DD_ERR_NOMEM;
-    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-                     pthread_cond_init(cv, &ca) == 0
-                 ? DD_OK
-                 : DD_ERR_NOMEM;
+    int rc = DD_ERR_NOMEM;
+    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_cond_init(cv, &ca) == 0)
+        rc = DD_OK;
     pthread_condattr_destroy(&ca);
     return rc;
 }
