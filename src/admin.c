@@ -17,6 +17,7 @@
 #include "addr.h"
 #include "dd.h"
 #include "log.h"
+#include "sys.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,12 +48,7 @@ struct ticker {
 /* Start FN(ARG) as T's thread. Returns DD_OK or DD_ERR_NOMEM. */
 static int ticker_start(struct ticker *t, pthread_mutex_t *lock, void *(*fn)(void *), void *arg)
 {
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) return DD_ERR_NOMEM;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&t->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) return DD_ERR_NOMEM;
+    if (dd_sys_cond_init_monotonic(&t->cond) != DD_OK) return DD_ERR_NOMEM;
     t->lock = lock;
     t->stop = false;
     if (pthread_create(&t->thread, NULL, fn, arg) != 0) {

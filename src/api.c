@@ -5,7 +5,7 @@
 #include "api.h"
 
 #include "dd.h"
-#include "history.h" /* DD_SCENE_MAX */
+#include "segment.h" /* DD_SCENE_MAX */
 
 #include <inttypes.h>
 

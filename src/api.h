@@ -55,7 +55,7 @@ const char *dd_api_status_name(int code);
 
 /* The rules on user_id and scene that every Dedup call checks, on their
  * lengths: user_id not empty and at most MAX_ID_BYTES (rpc.max_id_bytes),
- * scene at most DD_SCENE_MAX (history.h: the key format's limit). Returns 0 or DD_ERR_INVALID with
+ * scene at most DD_SCENE_MAX (segment.h: the key format's limit). Returns 0 or DD_ERR_INVALID with
  * the field named in err (the text reaches the caller as the status
  * message). */
 int dd_api_check_user_scene(size_t user_len, size_t scene_len, uint32_t max_id_bytes, char *err,

@@ -11,6 +11,7 @@
 #include "partition.h"
 #include "rpc.h"
 #include "snapshot.h"
+#include "sys.h"
 
 #include "dedup.pb-c.h"
 
@@ -1096,12 +1097,8 @@ static void *health_main(void *arg)
 int dd_cluster_start(dd_cluster *cl, char *err, size_t errlen)
 {
     if (cl->started) return dd_fail(DD_ERR_STATE, err, errlen, "the cluster is already started");
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_destroy(&cl->cv);
-    pthread_cond_init(&cl->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    (void)dd_sys_cond_init_monotonic(&cl->cv); /* glibc's pthread_cond_init does not fail */
     if (pthread_create(&cl->thread, NULL, health_main, cl) != 0)
         return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot start the cluster health thread");
     cl->started = true;

@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <rocksdb/c.h>
@@ -51,6 +50,7 @@
 #include "fold.h"
 #include "log.h"
 #include "segment.h"
+#include "sys.h"
 
 #define MODULE "history"
 
@@ -514,13 +514,7 @@ enum dd_history_place dd_history_place(const dd_history *h, const char *scene, s
  * SIZE is not NULL (UINT64_MAX when unknown). */
 static uint64_t free_bytes(const dd_history *h, uint64_t *size)
 {
-    struct statvfs v;
-    if (statvfs(h->path, &v) != 0) {
-        if (size) *size = UINT64_MAX;
-        return UINT64_MAX;
-    }
-    if (size) *size = (uint64_t)v.f_blocks * (uint64_t)v.f_frsize;
-    return (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+    return dd_sys_free_bytes(h->path, size);
 }
 
 /* Whether a write must be refused now (the WAL failed, or less than

@@ -48,10 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Longest ids, in bytes: the key stores a scene's length in one byte and a
- * user's in two (segment.h), so longer ids cannot be stored. */
-#define DD_SCENE_MAX 255
-#define DD_USER_MAX 65535
+#include "segment.h" /* DD_SCENE_MAX, DD_USER_MAX: the key format's limits */
 
 struct dd_config_list;
 

@@ -59,6 +59,7 @@
 #include "metrics.h"
 #include "partition.h"
 #include "playevent.h"
+#include "sys.h"
 #include "trace.h"
 #include "window.h"
 
@@ -1698,12 +1699,7 @@ static rd_kafka_t *kafka_new(dd_ingest *in, rd_kafka_type_t type,
 /* A condition variable on CLOCK_MONOTONIC (deadlines are dd_mono_ns). */
 static int cond_init_mono(pthread_cond_t *cv)
 {
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0) return -1;
-    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-             pthread_cond_init(cv, &ca) == 0 ? 0 : -1;
-    pthread_condattr_destroy(&ca);
-    return rc;
+    return dd_sys_cond_init_monotonic(cv); /* 0 or -1 (DD_ERR_NOMEM) */
 }
 
 /* The assign mode settings, and the group id offsets are committed under

@@ -12,11 +12,12 @@
  * path allocates nothing once the arena has grown to the largest message.
  */
 #include "playevent.h"
-#include "wire.h" /* the text rules every id follows */
 
 #include "arena.h"
 #include "buf.h"
 #include "dd.h"
+#include "text.h" /* the text rule every id follows */
+
 #include "dedup.pb-c.h"
 
 #include <ctype.h>
@@ -342,7 +343,7 @@ static int decode_protobuf(dd_playevent_decoder *d, const void *payload, size_t 
     dd_arena_reset(d->arena);
     /* protobuf-c hands strings out cut at their first NUL byte: check the
      * bytes first, so "victim\0x" cannot act on "victim". */
-    if (dd_wire_pb_text_check(&dedup__v1__play_event__descriptor, payload, len, 1, NULL, 0))
+    if (dd_text_pb_check(&dedup__v1__play_event__descriptor, payload, len, 1, NULL, 0))
         return DD_PLAYEVENT_UNDECODABLE;
     Dedup__V1__PlayEvent *m =
         dedup__v1__play_event__unpack(dd_arena_allocator(d->arena), len, payload);
@@ -380,9 +381,9 @@ static int decode(dd_playevent_decoder *d, const void *payload, size_t len, cons
         return forget ? DD_PLAYEVENT_UNDECODABLE : DD_PLAYEVENT_EMPTY_ITEM;
     /* JSON's \u0000 and a binary message key reach here: ids are proto
      * strings everywhere else (Filter, RecordPlays), so the same rule. */
-    if (dd_wire_text_check((const uint8_t *)e.user, e.user_len) ||
-        dd_wire_text_check((const uint8_t *)e.item, e.item_len) ||
-        dd_wire_text_check((const uint8_t *)e.scene, e.scene_len))
+    if (dd_text_check((const uint8_t *)e.user, e.user_len) ||
+        dd_text_check((const uint8_t *)e.item, e.item_len) ||
+        dd_text_check((const uint8_t *)e.scene, e.scene_len))
         return DD_PLAYEVENT_UNDECODABLE;
     if (e.user_len > d->max_id_bytes || e.item_len > d->max_id_bytes ||
         e.scene_len > d->max_id_bytes || e.scene_len > SCENE_MAX || e.user_len > UINT16_MAX)

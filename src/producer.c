@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "partition.h"
 #include "playevent.h"
+#include "sys.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -347,16 +348,10 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
     p->partitioner = (enum dd_partitioner)conf->partitioner;
     p->timeout_ns = (int64_t)conf->timeout_ms * 1000000;
     p->forget_key = conf->forget_key;
-    pthread_condattr_t ca;
     int locks = 0;
     if (pthread_mutex_init(&p->mu, NULL) == 0) {
         locks++;
-        if (pthread_condattr_init(&ca) == 0) {
-            if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-                pthread_cond_init(&p->cv, &ca) == 0)
-                locks++;
-            pthread_condattr_destroy(&ca);
-        }
+        if (dd_sys_cond_init_monotonic(&p->cv) == DD_OK) locks++;
     }
     if (locks < 2) {
         if (locks) pthread_mutex_destroy(&p->mu);

@@ -17,7 +17,7 @@
  * Record is one pipelined round trip on that key: the add script,
  * ZREMRANGEBYRANK to recent.size, EXPIRE, ZCARD. Fetch is one ZREVRANGE
  * (newest first), its members hashed straight out of hiredis' read buffer
- * (read_fetch_reply): no reply object per member on Filter's path.
+ * (recent_reply.h): no reply object per member on Filter's path.
  *
  * The connection is lazy and bounded: every call waits at most
  * recent.timeout_ms per read; a failure drops the connection and calls
@@ -41,6 +41,7 @@
 #include "dd.h"
 #include "log.h"
 #include "metrics.h"
+#include "recent_reply.h"
 #include "sentinel.h"
 
 #include <errno.h>
@@ -399,114 +400,6 @@ static int stale(const dd_recent *r, int saved_errno)
            (saved_errno == ECONNRESET || saved_errno == EPIPE || saved_errno == ECONNABORTED);
 }
 
-/* What a fetch reply's parse leaves: the hashes of its members and the
- * type of the reply (an error's text). The reply functions below return
- * the sink itself for every object, so hiredis sees no NULL (its "out of
- * memory") and nothing is ever freed. */
-struct fetch_sink {
-    uint64_t *hashes;
-    size_t cap, n;
-    int type;      /* REDIS_REPLY_* of the top-level reply, 0 before it */
-    char err[128]; /* its text when it is an error */
-};
-
-static void *sink_string(const redisReadTask *t, char *str, size_t len)
-{
-    struct fetch_sink *k = t->privdata;
-    if (t->parent) {
-        if (t->type == REDIS_REPLY_STRING && k->n < k->cap) k->hashes[k->n++] = dd_hash(str, len);
-    } else {
-        k->type = t->type;
-        if (t->type == REDIS_REPLY_ERROR)
-            snprintf(k->err, sizeof k->err, "%.*s", len > 127 ? 127 : (int)len, str);
-    }
-    return k;
-}
-
-static void *sink_other(const redisReadTask *t, int type)
-{
-    struct fetch_sink *k = t->privdata;
-    if (!t->parent) k->type = type;
-    return k;
-}
-
-static void *sink_array(const redisReadTask *t, int elements)
-{
-    (void)elements;
-    return sink_other(t, REDIS_REPLY_ARRAY);
-}
-
-static void *sink_integer(const redisReadTask *t, long long v)
-{
-    (void)v;
-    return sink_other(t, REDIS_REPLY_INTEGER);
-}
-
-static void *sink_nil(const redisReadTask *t)
-{
-    return sink_other(t, REDIS_REPLY_NIL);
-}
-
-static void sink_free(void *obj)
-{
-    (void)obj; /* the sink belongs to the caller */
-}
-
-static redisReplyObjectFunctions sink_functions = {
-    .createString = sink_string,
-    .createArray = sink_array,
-    .createInteger = sink_integer,
-    .createNil = sink_nil,
-    .freeObject = sink_free,
-};
-
-/* Read the next reply on r->c, a fetch's, into K, with reply functions of
- * our own swapped in on the connection's reader for that one reply: each
- * member is hashed with dd_hash straight out of the read buffer and no
- * reply object is built, where hiredis' own would allocate a reply and a
- * string per member on every Filter call. Returns REDIS_OK, or
- * REDIS_ERR (errno as hiredis left it) after which the connection must be
- * dropped. The reader gets its own functions back either way; a reply
- * half-parsed into the sink is forgotten, not given to hiredis' free. */
-static int read_fetch_reply(dd_recent *r, struct fetch_sink *k)
-{
-    redisReader *rd = r->c->reader;
-    redisReplyObjectFunctions *fn = rd->fn;
-    void *privdata = rd->privdata;
-    rd->fn = &sink_functions;
-    rd->privdata = k;
-    void *rep = NULL;
-    int rc = redisGetReply(r->c, &rep);
-    int saved_errno = errno;
-    rd->reply = NULL;
-    rd->fn = fn;
-    rd->privdata = privdata;
-    errno = saved_errno;
-    return rc == REDIS_OK && rep ? REDIS_OK : REDIS_ERR;
-}
-
-int dd_recent_parse_reply(const void *buf, size_t len, uint64_t *hashes, size_t cap,
-                          size_t *n, int *type)
-{
-    *n = 0;
-    *type = 0;
-    struct fetch_sink k = {.hashes = hashes, .cap = cap};
-    redisReader *rd = redisReaderCreateWithFunctions(&sink_functions);
-    if (!rd) return DD_ERR_NOMEM;
-    rd->privdata = &k;
-    void *rep = NULL;
-    int rc = DD_ERR_INVALID;
-    if (redisReaderFeed(rd, buf, len) == REDIS_OK && redisReaderGetReply(rd, &rep) == REDIS_OK)
-        rc = rep ? DD_OK : DD_ERR_STATE;
-    rd->reply = NULL; /* the sink is ours: never given to a free */
-    redisReaderFree(rd);
-    if (rc == DD_OK) {
-        *n = k.n;
-        *type = k.type;
-    }
-    return rc;
-}
-
 /* A reply left pending by a fetch_begin without its fetch_end: read and
  * dropped, so it is never taken for the next command's. */
 static void settle(dd_recent *r)
@@ -514,8 +407,8 @@ static void settle(dd_recent *r)
     if (!r->pending) return;
     r->pending = 0;
     if (r->pending_cap == 0) return; /* nothing was sent */
-    struct fetch_sink k = {0}; /* room for nothing: the reply is only read */
-    if (r->c && read_fetch_reply(r, &k) == REDIS_OK) return;
+    struct dd_recent_reply k = {0}; /* room for nothing: the reply is only read */
+    if (r->c && dd_recent_reply_read(r->c, &k) == REDIS_OK) return;
     close_now(r);
 }
 
@@ -769,7 +662,7 @@ static void fetch_cmd(const dd_recent *r, size_t keylen, size_t cap, struct fetc
 }
 
 /* A fetch reply read into K: its hashes are in the caller's array. */
-static int fetch_done(dd_recent *r, const struct fetch_sink *k, size_t *n)
+static int fetch_done(dd_recent *r, const struct dd_recent_reply *k, size_t *n)
 {
     r->used = 1;
     r->backoff_ms = BACKOFF_MIN_MS;
@@ -824,9 +717,9 @@ static int fetch_sync(dd_recent *r, size_t keylen, uint64_t *hashes, size_t cap,
     for (int attempt = 0;; attempt++) {
         int rc = fetch_send(r, keylen, cap);
         if (rc != DD_OK) return rc;
-        struct fetch_sink k = {.hashes = hashes, .cap = cap};
+        struct dd_recent_reply k = {.hashes = hashes, .cap = cap};
         errno = 0;
-        if (read_fetch_reply(r, &k) == REDIS_OK) return fetch_done(r, &k, n);
+        if (dd_recent_reply_read(r->c, &k) == REDIS_OK) return fetch_done(r, &k, n);
         int saved_errno = errno;
         if (attempt == 0 && stale(r, saved_errno)) {
             close_now(r);
@@ -876,9 +769,9 @@ int dd_recent_fetch_end(dd_recent *r, uint64_t *hashes, size_t cap, size_t *n)
     r->pending = 0;
     if (r->pending_cap == 0) return DD_OK;
     if (cap > r->pending_cap) cap = r->pending_cap;
-    struct fetch_sink k = {.hashes = hashes, .cap = cap};
+    struct dd_recent_reply k = {.hashes = hashes, .cap = cap};
     errno = 0;
-    if (r->c && read_fetch_reply(r, &k) == REDIS_OK) return fetch_done(r, &k, n);
+    if (r->c && dd_recent_reply_read(r->c, &k) == REDIS_OK) return fetch_done(r, &k, n);
     int saved_errno = errno;
     if (stale(r, saved_errno)) {
         /* closed while idle before the command reached it: once more, on a

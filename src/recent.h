@@ -95,16 +95,6 @@ int dd_recent_fetch_begin(dd_recent *r, const char *scene, size_t scene_len, con
 int dd_recent_fetch_end(dd_recent *r, uint64_t *hashes, size_t cap, size_t *n);
 void dd_recent_fetch_cancel(dd_recent *r); /* nothing pending: a no-op; cannot fail */
 
-/* A fetch's reply parser on bytes, for tests and fuzzers: parse BUF (LEN
- * bytes, the start of a RESP reply as Redis sends it to ZREVRANGE) with the
- * reply functions a fetch uses. Returns 0 with the top-level reply's
- * REDIS_REPLY_* in *TYPE and, in HASHES, the dd_hash of its first CAP
- * string elements (at any depth, in order) and their count in *N;
- * DD_ERR_STATE if the bytes end before the reply does; DD_ERR_INVALID on
- * a protocol error; DD_ERR_NOMEM. Bytes past the first reply are ignored. */
-int dd_recent_parse_reply(const void *buf, size_t len, uint64_t *hashes, size_t cap,
-                          size_t *n, int *type);
-
 /* The same fetch with the delivery times (ZREVRANGE WITHSCORES), newest
  * first: HASHES[i] delivered at TIMES_MS[i] (ms; from the score, which is
  * at_ms * 1024 + a sequence, or at_ms in sets written before that). For

@@ -5,6 +5,7 @@
 #include "recent_watch.h"
 
 #include "dd.h"
+#include "sys.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -72,13 +73,7 @@ int dd_recent_watch_new(dd_recent_watch **out, const struct dd_recent_conf *conf
         free(w);
         return rc;
     }
-    pthread_condattr_t ca;
-    bool mu_ok = false, cond_ok = false;
-    if (pthread_condattr_init(&ca) == 0) {
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        cond_ok = pthread_cond_init(&w->cond, &ca) == 0;
-        pthread_condattr_destroy(&ca);
-    }
+    bool mu_ok = false, cond_ok = dd_sys_cond_init_monotonic(&w->cond) == DD_OK;
     mu_ok = cond_ok && pthread_mutex_init(&w->mu, NULL) == 0;
     if (!mu_ok) goto err;
     check(w);

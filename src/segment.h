@@ -21,7 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "history.h" /* DD_SCENE_MAX, DD_USER_MAX */
+/* Longest ids, in bytes: the key stores a scene's length in one byte and a
+ * user's in two, so longer ids cannot be stored. */
+#define DD_SCENE_MAX 255
+#define DD_USER_MAX 65535
 
 /* Longest key: u8 + scene + u16 + user + u32. */
 #define DD_KEY_MAX (1 + DD_SCENE_MAX + 2 + DD_USER_MAX + 4)

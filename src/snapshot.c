@@ -28,6 +28,7 @@
 #include "dd.h"
 #include "dedup.pb-c.h"
 #include "log.h"
+#include "sys.h"
 
 #define MOD "snapshot"
 /* Throttled reads wait until this many bytes are allowed at once. */
@@ -141,13 +142,7 @@ int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbp
     s->tokens = s->rate;
     s->tokens_ns = dd_mono_ns();
     s->max_age_ns = (int64_t)(max_age_s ? max_age_s : 1) * 1000000000;
-    pthread_condattr_t ca;
-    bool cond_ok = pthread_condattr_init(&ca) == 0;
-    if (cond_ok) {
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        cond_ok = pthread_cond_init(&s->cond, &ca) == 0;
-        pthread_condattr_destroy(&ca);
-    }
+    bool cond_ok = dd_sys_cond_init_monotonic(&s->cond) == DD_OK;
     if (!cond_ok || pthread_mutex_init(&s->mu, NULL) != 0) {
         if (cond_ok) pthread_cond_destroy(&s->cond);
         free(s->root);

@@ -8,6 +8,7 @@
 #include "dd.h"
 #include "log.h"
 #include "metrics.h"
+#include "sys.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -17,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <time.h>
 
 #include <rocksdb/c.h>
@@ -421,9 +421,7 @@ static bool space_low(dd_trace *t)
     int64_t last = atomic_load_explicit(&t->space_checked_ns, memory_order_relaxed);
     if (last && now - last < SPACE_CHECK_NS)
         return atomic_load_explicit(&t->space_low, memory_order_relaxed);
-    struct statvfs v;
-    bool low = statvfs(t->path, &v) == 0 &&
-               (uint64_t)v.f_bavail * (uint64_t)v.f_frsize < t->min_free_bytes;
+    bool low = dd_sys_free_bytes(t->path, NULL) < t->min_free_bytes; /* unknown: not low */
     atomic_store_explicit(&t->space_low, low, memory_order_relaxed);
     atomic_store_explicit(&t->space_checked_ns, now, memory_order_relaxed);
     return low;

@@ -11,7 +11,7 @@
 #include "dd.h"
 #include "history.h"
 #include "log.h"
-#include "wire.h"
+#include "text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -221,11 +221,11 @@ static void add_time(json_object *o, const char *ms_key, const char *iso_key, in
 }
 
 /* Whether V (LEN bytes) is text the gRPC API takes in a string field
- * (wire.h: UTF-8 without NUL); if not, *PAGE is a 400 naming FIELD, as
+ * (text.h: UTF-8 without NUL); if not, *PAGE is a 400 naming FIELD, as
  * gRPC's INVALID_ARGUMENT names it. */
 static bool bad_text(const char *field, const char *v, size_t len, unsigned *status, char **page)
 {
-    int t = dd_wire_text_check((const uint8_t *)v, len);
+    int t = dd_text_check((const uint8_t *)v, len);
     if (t == DD_TEXT_OK) return false;
     *page = error_page(status, 400, "%s: %s", field,
                        t == DD_TEXT_NUL ? "holds a NUL byte" : "is not valid UTF-8");

@@ -8,25 +8,17 @@
 
 #include "arena.h"
 #include "dd.h"
+#include "pbfield.h"
+#include "text.h"
 
 #include "dedup.pb-c.h"
 
 #include <assert.h>
 #include <endian.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-
-enum {
-    WT_VARINT = 0,
-    WT_64BIT = 1,
-    WT_LEN = 2,
-    WT_32BIT = 5,
-};
 
 /* FilterRequest fields. */
 enum {
@@ -37,89 +29,6 @@ enum {
     F_MODE = 5,
     F_EXPLAIN = 6,
 };
-
-/* One field as scanned: its number, wire type, and the span of its value
- * (for length-delimited ones, the prefix included, and the payload). */
-struct field {
-    uint32_t num;
-    unsigned wt;
-    const uint8_t *val; /* value bytes as protobuf-c scans them */
-    size_t val_len;
-    const uint8_t *payload; /* WT_LEN: after the length prefix */
-    size_t payload_len;
-};
-
-/* Scan the field at P (REM bytes left). Returns the bytes it takes, or 0
- * if it is malformed (protobuf-c's rules, wire.h). */
-static size_t scan_field(const uint8_t *p, size_t rem, struct field *f)
-{
-    /* Tag: at most 5 bytes, 32 bits kept; a first byte with a zero field
-     * number is rejected even when more bytes follow (protobuf-c 1.4). */
-    if ((p[0] & 0xf8) == 0) return 0;
-    size_t max = rem < 5 ? rem : 5, used = 0;
-    uint32_t tag = (uint32_t)(p[0] & 0x7f) >> 3;
-    f->wt = p[0] & 7;
-    if ((p[0] & 0x80) == 0) {
-        used = 1;
-    } else {
-        unsigned shift = 4;
-        for (size_t i = 1; i < max; i++) {
-            if (p[i] & 0x80) {
-                tag |= (uint32_t)(p[i] & 0x7f) << shift;
-                shift += 7;
-            } else {
-                tag |= (uint32_t)p[i] << shift;
-                used = i + 1;
-                break;
-            }
-        }
-        if (used == 0) return 0;
-    }
-    f->num = tag;
-    p += used;
-    rem -= used;
-    f->val = p;
-    switch (f->wt) {
-    case WT_VARINT: {
-        size_t m = rem < 10 ? rem : 10, i = 0;
-        while (i < m && (p[i] & 0x80)) i++;
-        if (i == m) return 0;
-        f->val_len = i + 1;
-        break;
-    }
-    case WT_64BIT:
-        if (rem < 8) return 0;
-        f->val_len = 8;
-        break;
-    case WT_32BIT:
-        if (rem < 4) return 0;
-        f->val_len = 4;
-        break;
-    case WT_LEN: {
-        size_t m = rem < 5 ? rem : 5, i = 0;
-        uint64_t v = 0;
-        unsigned shift = 0;
-        for (; i < m; i++) {
-            v |= (uint64_t)(p[i] & 0x7f) << shift;
-            shift += 7;
-            if ((p[i] & 0x80) == 0) break;
-        }
-        if (i == m) return 0;
-        /* protobuf-c reads the prefix into a size_t and refuses a length
-         * over INT_MAX (its fifth byte can carry bits past 32). */
-        if (v > INT32_MAX) return 0;
-        size_t hdr = i + 1;
-        if ((uint64_t)hdr + v > rem) return 0;
-        f->payload = p + hdr;
-        f->payload_len = v;
-        f->val_len = hdr + v;
-        break;
-    }
-    default:
-        return 0; /* groups and the reserved types */
-    }
-    return used + f->val_len;
-}
 
 /* protobuf-c's parse_uint32 on the varint VAL of LEN bytes. */
 static uint32_t varint_u32(const uint8_t *val, size_t len)
@@ -139,88 +48,6 @@ static inline uint64_t load64(const uint8_t *p)
     return v;
 }
 
-static inline uint32_t load32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-/* Non-zero when a byte of V is zero (exact: no false positives in
- * whether, only in which byte, which is not asked). */
-static inline uint64_t zero_bytes64(uint64_t v)
-{
-    return (v - UINT64_C(0x0101010101010101)) & ~v & UINT64_C(0x8080808080808080);
-}
-
-static inline uint32_t zero_bytes32(uint32_t v)
-{
-    return (v - UINT32_C(0x01010101)) & ~v & UINT32_C(0x80808080);
-}
-
-/* A byte of V with its high bit set or zero: non-zero if so. */
-static inline uint64_t odd_bytes64(uint64_t v)
-{
-    return (v & UINT64_C(0x8080808080808080)) | zero_bytes64(v);
-}
-
-static inline uint32_t odd_bytes32(uint32_t v)
-{
-    return (v & UINT32_C(0x80808080)) | zero_bytes32(v);
-}
-
-/* text_check from byte I on (a character boundary), byte by byte:
- * UTF-8 as RFC 3629 and Unicode's table 3-7 have it (no overlong forms,
- * surrogates or code points past U+10FFFF). */
-static int text_check_slow(const uint8_t *p, size_t len, size_t i)
-{
-    while (i < len) {
-        uint8_t c = p[i];
-        if (c < 0x80) {
-            if (c == 0) return DD_TEXT_NUL;
-            i++;
-            continue;
-        }
-        size_t more;
-        uint8_t lo = 0x80, hi = 0xbf; /* the second byte's range */
-        if (c >= 0xc2 && c <= 0xdf) {
-            more = 1;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            more = 2;
-            if (c == 0xe0) lo = 0xa0;
-            else if (c == 0xed) hi = 0x9f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            more = 3;
-            if (c == 0xf0) lo = 0x90;
-            else if (c == 0xf4) hi = 0x8f;
-        } else {
-            return DD_TEXT_BAD_UTF8;
-        }
-        if (len - i - 1 < more || p[i + 1] < lo || p[i + 1] > hi) return DD_TEXT_BAD_UTF8;
-        for (size_t k = 2; k <= more; k++)
-            if ((p[i + k] & 0xc0) != 0x80) return DD_TEXT_BAD_UTF8;
-        i += 1 + more;
-    }
-    return DD_TEXT_OK;
-}
-
-int dd_wire_text_check(const uint8_t *p, size_t len)
-{
-    /* ASCII without a NUL, 8 (or 4) bytes at a time; the last word
-     * overlaps the one before. The first word that is not goes byte by
-     * byte from its start, a character boundary. */
-    if (len >= 8) {
-        size_t i = 0;
-        for (; i + 8 <= len; i += 8)
-            if (odd_bytes64(load64(p + i))) return text_check_slow(p, len, i);
-        if (i < len && odd_bytes64(load64(p + len - 8))) return text_check_slow(p, len, i);
-        return DD_TEXT_OK;
-    }
-    if (len >= 4 && !(odd_bytes32(load32(p)) | odd_bytes32(load32(p + len - 4))))
-        return DD_TEXT_OK;
-    return text_check_slow(p, len, 0);
-}
-
 /* Any field but a plainly framed candidate id, at P (REM > 0 bytes
  * left): checks it, reads it into Q, or records a candidate in IDS while
  * *N < CAP; counts candidates in *N. Returns the bytes it takes, or 0 if
@@ -231,13 +58,13 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
                                                     struct dd_filter_id *ids, size_t cap,
                                                     size_t *n)
 {
-    struct field f = {0};
-    size_t used = scan_field(p, rem, &f);
+    struct dd_pb_field f = {0};
+    size_t used = dd_pb_scan_field(p, rem, &f);
     if (used == 0) return 0;
     switch (f.num) {
     case F_USER_ID:
     case F_SCENE:
-        if (f.wt != WT_LEN) return 0;
+        if (f.wt != DD_PB_WT_LEN) return 0;
         if (f.num == F_USER_ID) {
             q->user_id = (const char *)f.payload;
             q->user_len = f.payload_len;
@@ -247,7 +74,7 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
         }
         break;
     case F_CANDIDATE_IDS:
-        if (f.wt != WT_LEN) return 0;
+        if (f.wt != DD_PB_WT_LEN) return 0;
         if (*n < cap) {
             ids[*n].p = (const char *)f.payload;
             ids[*n].len = f.payload_len;
@@ -256,7 +83,7 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
         break;
     case F_LOOKBACK_DAYS:
     case F_MODE:
-        if (f.wt != WT_VARINT) return 0;
+        if (f.wt != DD_PB_WT_VARINT) return 0;
         if (f.num == F_LOOKBACK_DAYS)
             q->lookback_days = varint_u32(f.val, f.val_len);
         else
@@ -276,7 +103,7 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
 }
 
 /* A candidate field's first byte when its tag takes one byte. */
-#define CAND_KEY ((F_CANDIDATE_IDS << 3) | WT_LEN)
+#define CAND_KEY ((F_CANDIDATE_IDS << 3) | DD_PB_WT_LEN)
 /* Bytes from a plain candidate field's start to the end of its id, at
  * most (one-byte tag, one-byte length, up to 127 bytes). */
 #define PLAIN_MAX (2 + 127)
@@ -384,56 +211,23 @@ static void say(char *why, size_t why_cap, const char *fmt, ...)
     va_end(ap);
 }
 
-static const char *const text_problem[] = {
-    [DD_TEXT_NUL] = "holds a NUL byte",
-    [DD_TEXT_BAD_UTF8] = "is not valid UTF-8",
-};
-
-/* True when no byte of P[0, LEN) is zero or has its high bit set. Then
- * every string the bytes hold is ASCII without a NUL, whatever the
- * framing, so the per-id checks below can be skipped: the usual request
- * (ASCII ids shorter than 128 bytes, no zero scalar sent) passes this one
- * branch-free pass, which costs a fraction of checking 10,000 ids one by
- * one. */
-static bool plain_text(const uint8_t *p, size_t len)
-{
-    size_t i = 0;
-#ifdef __SSE2__
-    /* 32 bytes an iteration: OR the bytes (high bits) and the zero-byte
-     * masks, test once at the end. */
-    __m128i hi = _mm_setzero_si128(), nul = _mm_setzero_si128();
-    const __m128i zero = _mm_setzero_si128();
-    for (; i + 32 <= len; i += 32) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(p + i + 16));
-        hi = _mm_or_si128(hi, _mm_or_si128(a, b));
-        nul = _mm_or_si128(nul, _mm_or_si128(_mm_cmpeq_epi8(a, zero), _mm_cmpeq_epi8(b, zero)));
-    }
-    if (_mm_movemask_epi8(_mm_or_si128(hi, nul))) return false;
-#endif
-    uint64_t any = 0;
-    for (; i + 8 <= len; i += 8) any |= odd_bytes64(load64(p + i));
-    for (; i < len; i++) any |= (p[i] & 0x80) | (p[i] == 0);
-    return any == 0;
-}
-
 /* The decoded query's strings: valid UTF-8 without a NUL byte (wire.h). */
 static int check_query_text(const struct dd_filter_query *q, char *why, size_t why_cap)
 {
-    int t = dd_wire_text_check((const uint8_t *)q->user_id, q->user_len);
+    int t = dd_text_check((const uint8_t *)q->user_id, q->user_len);
     if (t) {
-        say(why, why_cap, "user_id %s", text_problem[t]);
+        say(why, why_cap, "user_id %s", dd_text_problem(t));
         return DD_ERR_INVALID;
     }
-    t = dd_wire_text_check((const uint8_t *)q->scene, q->scene_len);
+    t = dd_text_check((const uint8_t *)q->scene, q->scene_len);
     if (t) {
-        say(why, why_cap, "scene %s", text_problem[t]);
+        say(why, why_cap, "scene %s", dd_text_problem(t));
         return DD_ERR_INVALID;
     }
     for (size_t i = 0; q->ids && i < q->n; i++) {
-        t = dd_wire_text_check((const uint8_t *)q->ids[i].p, q->ids[i].len);
+        t = dd_text_check((const uint8_t *)q->ids[i].p, q->ids[i].len);
         if (t) {
-            say(why, why_cap, "candidate_ids[%zu] %s", i, text_problem[t]);
+            say(why, why_cap, "candidate_ids[%zu] %s", i, dd_text_problem(t));
             return DD_ERR_INVALID;
         }
     }
@@ -501,7 +295,7 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
     q->n = n;
     /* More than MAX_IDS: rejected on the count, ids not needed. */
     q->ids = n <= max_ids ? ids : NULL;
-    if (plain_text(data, len)) return DD_OK;
+    if (dd_text_plain(data, len)) return DD_OK;
     return check_query_text(q, why, why_cap);
 }
 
@@ -509,15 +303,15 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
 
 /* FilterResponse field keys (number << 3 | wire type), all one byte. */
 enum {
-    K_KEPT_IDS = (1 << 3) | WT_LEN,
-    K_KEPT_INDEXES = (2 << 3) | WT_LEN,
-    K_REMOVED = (3 << 3) | WT_LEN,
-    K_DEGRADED = (4 << 3) | WT_VARINT,
-    K_REMOVED_PLAYED = (5 << 3) | WT_VARINT,
-    K_REMOVED_DELIVERED = (6 << 3) | WT_VARINT,
-    K_REMOVED_DUPLICATE = (7 << 3) | WT_VARINT,
-    K_REMOVED_INDEX = (1 << 3) | WT_VARINT,  /* in Removed */
-    K_REMOVED_REASON = (2 << 3) | WT_VARINT, /* in Removed */
+    K_KEPT_IDS = (1 << 3) | DD_PB_WT_LEN,
+    K_KEPT_INDEXES = (2 << 3) | DD_PB_WT_LEN,
+    K_REMOVED = (3 << 3) | DD_PB_WT_LEN,
+    K_DEGRADED = (4 << 3) | DD_PB_WT_VARINT,
+    K_REMOVED_PLAYED = (5 << 3) | DD_PB_WT_VARINT,
+    K_REMOVED_DELIVERED = (6 << 3) | DD_PB_WT_VARINT,
+    K_REMOVED_DUPLICATE = (7 << 3) | DD_PB_WT_VARINT,
+    K_REMOVED_INDEX = (1 << 3) | DD_PB_WT_VARINT,  /* in Removed */
+    K_REMOVED_REASON = (2 << 3) | DD_PB_WT_VARINT, /* in Removed */
 };
 
 static inline size_t varint_size(uint64_t v)
@@ -772,57 +566,12 @@ size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
     return (size_t)(p - out);
 }
 
-/* ---- strings of the protobuf-c decoded requests ----------------------------- */
-
-/* dd_wire_pb_text_check on one message's bytes; PATH names it ("" at the
- * top). */
-static int pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
-                         int utf8, const char *path, int depth, char *why, size_t why_cap)
-{
-    unsigned count[16] = {0}; /* per field, for the index of a repeated one */
-    const uint8_t *p = data, *end = data + len;
-    while (p < end) {
-        struct field f = {0};
-        size_t used = scan_field(p, (size_t)(end - p), &f);
-        if (used == 0) return DD_OK; /* protobuf-c rejects it */
-        p += used;
-        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.num);
-        if (!fd || f.wt != WT_LEN) continue;
-        size_t k = (size_t)(fd - d->fields);
-        unsigned idx = k < DD_ARRAY_LEN(count) ? count[k]++ : 0;
-        char name[160];
-        if (fd->label == PROTOBUF_C_LABEL_REPEATED)
-            snprintf(name, sizeof name, "%s%s[%u]", path, fd->name, idx);
-        else
-            snprintf(name, sizeof name, "%s%s", path, fd->name);
-        if (fd->type == PROTOBUF_C_TYPE_STRING) {
-            int t = dd_wire_text_check(f.payload, f.payload_len);
-            if (t == DD_TEXT_NUL || (t && utf8)) {
-                say(why, why_cap, "%s %s", name, text_problem[t]);
-                return DD_ERR_INVALID;
-            }
-        } else if (fd->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
-            strncat(name, ".", sizeof name - strlen(name) - 1);
-            int rc = pb_text_check(fd->descriptor, f.payload, f.payload_len, utf8, name,
-                                   depth + 1, why, why_cap);
-            if (rc) return rc;
-        }
-    }
-    return DD_OK;
-}
-
-int dd_wire_pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
-                          int utf8, char *why, size_t why_cap)
-{
-    return pb_text_check(d, data, len, utf8, "", 0, why, why_cap);
-}
-
 size_t dd_wire_count_field(const uint8_t *data, size_t len, uint32_t num, size_t max)
 {
     size_t n = 0, off = 0;
-    struct field f;
+    struct dd_pb_field f;
     while (off < len && n <= max) {
-        size_t used = scan_field(data + off, len - off, &f);
+        size_t used = dd_pb_scan_field(data + off, len - off, &f);
         if (used == 0) break; /* malformed: the decoder that follows says so */
         if (f.num == num) n++;
         off += used;
@@ -834,12 +583,12 @@ int dd_wire_bytes_field(const uint8_t *data, size_t len, uint32_t num, const uin
                         size_t *val_len)
 {
     size_t off = 0;
-    struct field f;
+    struct dd_pb_field f;
     int rc = DD_ERR_NOTFOUND;
     while (off < len) {
-        size_t used = scan_field(data + off, len - off, &f);
+        size_t used = dd_pb_scan_field(data + off, len - off, &f);
         if (used == 0) return DD_ERR_NOTFOUND;
-        if (f.num == num && f.wt == WT_LEN) {
+        if (f.num == num && f.wt == DD_PB_WT_LEN) {
             *val = f.payload;
             *val_len = f.payload_len;
             rc = DD_OK;

@@ -35,9 +35,9 @@
 #include <stdint.h>
 
 #include "filter.h"
+#include "text.h"
 
 typedef struct dd_arena dd_arena;
-typedef struct ProtobufCMessageDescriptor ProtobufCMessageDescriptor;
 
 /* Decode a dedup.v1.FilterRequest from DATA (LEN bytes, borrowed: the
  * query points into it, so it must outlive Q).
@@ -73,21 +73,13 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
                                   size_t max_ids, struct dd_filter_query *q, char *why,
                                   size_t why_cap);
 
-/* What dd_wire_text_check finds in a string. */
-enum { DD_TEXT_OK = 0, DD_TEXT_NUL = 1, DD_TEXT_BAD_UTF8 = 2 };
-
-/* P[0..LEN) as a string field's value: DD_TEXT_OK if valid UTF-8 without
- * a NUL byte, else the first problem met. ASCII goes 8 bytes at a time. */
-int dd_wire_text_check(const uint8_t *p, size_t len);
-
-/* The string fields of the message of type D in DATA (LEN bytes), nested
- * messages included, before protobuf_c_message_unpack (whose C strings
- * would cut them at a NUL): DD_ERR_INVALID if one holds a NUL byte or,
- * when UTF8, is not valid UTF-8, with WHY (may be NULL) naming the field
- * ("item_ids[3] holds a NUL byte"); else 0 (malformed bytes too: the
- * unpack rejects them). */
-int dd_wire_pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
-                          int utf8, char *why, size_t why_cap);
+/* The text rule on the other RPCs' requests, which protobuf-c unpacks:
+ * dd_text_pb_check (text.h), under the name rpc.c calls. */
+static inline int dd_wire_pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *data,
+                                        size_t len, int utf8, char *why, size_t why_cap)
+{
+    return dd_text_pb_check(d, data, len, utf8, why, why_cap);
+}
 
 /* Bytes of the encoded FilterResponse for query Q and its result R (as
  * dd_filter_decide left them): fields in number order, packed

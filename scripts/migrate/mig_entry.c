@@ -6,7 +6,7 @@
 #include "migrate.h"
 
 #include "dd.h"
-#include "wire.h" /* dd_wire_text_check: what dedupd accepts as a string */
+#include "text.h" /* dd_text_check: what dedupd accepts as a string */
 
 #include <errno.h>
 #include <math.h>
@@ -95,7 +95,7 @@ int mig_pattern_user(const struct mig_pattern *p, const char *key, size_t keylen
     if (memcmp(key, p->prefix, p->prefix_len) != 0) return -1;
     if (memcmp(key + keylen - p->suffix_len, p->suffix, p->suffix_len) != 0) return -1;
     size_t n = keylen - p->prefix_len - p->suffix_len;
-    if (n > max_user || dd_wire_text_check((const uint8_t *)key + p->prefix_len, n) != DD_TEXT_OK)
+    if (n > max_user || dd_text_check((const uint8_t *)key + p->prefix_len, n) != DD_TEXT_OK)
         return -1;
     *user = key + p->prefix_len;
     *user_len = n;
@@ -135,7 +135,7 @@ enum mig_entry_class mig_classify(const struct mig_entry_rules *r, const char *m
 {
     if (member_len == 0) { *reason = MIG_BAD_EMPTY_MEMBER; return MIG_ENTRY_BAD; }
     if (member_len > r->max_id_bytes) { *reason = MIG_BAD_LONG_MEMBER; return MIG_ENTRY_BAD; }
-    if (dd_wire_text_check((const uint8_t *)member, member_len) != DD_TEXT_OK) {
+    if (dd_text_check((const uint8_t *)member, member_len) != DD_TEXT_OK) {
         *reason = MIG_BAD_BINARY_MEMBER; /* dedupd would refuse the whole batch */
         return MIG_ENTRY_BAD;
     }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * fuzz_redis_reply.c - recent.c's own reply functions for ZREVRANGE
- * replies (dd_recent_parse_reply: hiredis' reader with them swapped in)
+ * replies (dd_recent_reply_parse: hiredis' reader with them swapped in)
  * against hiredis' reader with its own functions on the same bytes: the
  * same outcome (a reply, more bytes needed, a protocol error), the same
  * top-level type, and, for every string element at any depth in order,
@@ -10,7 +10,7 @@
 #include "fuzz.h"
 
 #include "dd.h"
-#include "recent.h"
+#include "recent_reply.h"
 
 #include <hiredis/hiredis.h>
 
@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t got[CAP], want[CAP];
     size_t n = 0, nwant = 0;
     int type = 0;
-    int rc = dd_recent_parse_reply(data, size, got, CAP, &n, &type);
+    int rc = dd_recent_reply_parse(data, size, got, CAP, &n, &type);
     FUZZ_CHECK(rc != DD_ERR_NOMEM);
     if (huge_array(data, size)) return 0;
 

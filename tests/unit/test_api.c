@@ -8,7 +8,7 @@
  */
 #include "api.h"
 #include "dd.h"
-#include "history.h"
+#include "segment.h"
 #include "testlib.h"
 
 #include <grpc/status.h>

@@ -12,6 +12,7 @@
 #include "arena.h"
 #include "dd.h"
 #include "filter.h"
+#include "text.h"
 #include "wire.h"
 #include "wire_oracle.h"
 
@@ -322,7 +323,7 @@ static void test_id_lengths_and_nuls(void)
     CHECK(n_req > 3000);
 }
 
-/* dd_wire_text_check against the code point oracle: every string of up to
+/* dd_text_check against the code point oracle: every string of up to
  * 2 bytes, strings of 3 and 4 bytes from the bytes around each range's
  * edges, and random mixes of ASCII and multibyte sequences (valid, cut,
  * overlong, surrogates, past U+10FFFF) of every length to 40, so that
@@ -340,7 +341,7 @@ static void test_text_check(void)
         s[0] = (uint8_t)v;
         s[1] = (uint8_t)(v >> 8);
         if (l == 1) s[0] = (uint8_t)(v - 65536);
-        if ((dd_wire_text_check(s, l) == DD_TEXT_OK) != ref_text_ok(s, l)) bad++;
+        if ((dd_text_check(s, l) == DD_TEXT_OK) != ref_text_ok(s, l)) bad++;
     }
     for (size_t a = 0; a < E; a++)
         for (size_t b = 0; b < E; b++)
@@ -348,7 +349,7 @@ static void test_text_check(void)
                 for (size_t d = 0; d <= E; d++) {
                     size_t l = d == E ? 3 : 4;
                     s[0] = edge[a], s[1] = edge[b], s[2] = edge[c], s[3] = d < E ? edge[d] : 0;
-                    if ((dd_wire_text_check(s, l) == DD_TEXT_OK) != ref_text_ok(s, l)) bad++;
+                    if ((dd_text_check(s, l) == DD_TEXT_OK) != ref_text_ok(s, l)) bad++;
                 }
     static const char *const pieces[] = {"a", "Z", "~", "\xc3\xa9", "\xe2\x82\xac",
                                          "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf", "\xed\x9f\xbf",
@@ -365,7 +366,7 @@ static void test_text_check(void)
             memcpy(s + l, pieces[k], pl);
             l += pl;
         }
-        int t = dd_wire_text_check(s, l);
+        int t = dd_text_check(s, l);
         if ((t == DD_TEXT_OK) != ref_text_ok(s, l) || (t == DD_TEXT_NUL && !memchr(s, 0, l))) {
             if (bad++ == 0) fprintf(stderr, "text_check differs on a string of %zu bytes\n", l);
         }
@@ -673,13 +674,13 @@ static void test_response_id_lengths(void)
     for (size_t i = 0; i < N; i++) free(idstr[i]);
 }
 
-/* dd_wire_pb_text_check of W as a message of type D: 1 if it gives
+/* dd_text_pb_check of W as a message of type D: 1 if it gives
  * DD_OK for WANT NULL, else DD_ERR_INVALID with the message WANT. */
 static int pb_check_is(const ProtobufCMessageDescriptor *d, const struct wbuf *w, size_t len,
                        int utf8, const char *want)
 {
     char why[128] = "";
-    int rc = dd_wire_pb_text_check(d, w->b, len, utf8, why, sizeof why);
+    int rc = dd_text_pb_check(d, w->b, len, utf8, why, sizeof why);
     if (!want) return rc == DD_OK;
     if (rc == DD_ERR_INVALID && strcmp(why, want) == 0) return 1;
     fprintf(stderr, "pb_text_check: %d \"%s\", want \"%s\"\n", rc, why, want);

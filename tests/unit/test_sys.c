@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * sys.h: the monotonic condition variable times out on dd_mono_ns's
+ * clock; free bytes of a real path are known and of a missing one are
+ * UINT64_MAX (which refuses nothing).
+ */
+#include "testlib.h"
+
+#include "dd.h"
+#include "sys.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+
+static void test_cond_monotonic(void)
+{
+    pthread_cond_t cv;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    CHECK_EQ_INT(dd_sys_cond_init_monotonic(&cv), DD_OK);
+    /* A deadline 20 ms ahead on CLOCK_MONOTONIC: had the variable kept the
+     * default (wall) clock, a monotonic reading, decades behind the wall
+     * clock, would be long past and the wait would not last. */
+    int64_t at = dd_mono_ns() + 20 * 1000000;
+    struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+    pthread_mutex_lock(&mu);
+    int rc;
+    while ((rc = pthread_cond_timedwait(&cv, &mu, &ts)) == 0) {
+    }
+    pthread_mutex_unlock(&mu);
+    CHECK_EQ_INT(rc, ETIMEDOUT);
+    CHECK(dd_mono_ns() >= at);
+    pthread_cond_destroy(&cv);
+}
+
+static void test_free_bytes(void)
+{
+    uint64_t size = 0;
+    uint64_t f = dd_sys_free_bytes(".", &size);
+    CHECK(f != UINT64_MAX);
+    CHECK(size != UINT64_MAX);
+    CHECK(f <= size);
+    CHECK_EQ_INT(dd_sys_free_bytes(".", NULL) != UINT64_MAX, 1);
+    size = 0;
+    CHECK(dd_sys_free_bytes("/nonexistent/dedupd-test", &size) == UINT64_MAX);
+    CHECK(size == UINT64_MAX);
+}
+
+int main(void)
+{
+    test_cond_monotonic();
+    test_free_bytes();
+    TEST_MAIN_END();
+}
