@@ -39,6 +39,20 @@ enum dd_api_method {
 /* The service the Dedup methods belong to, as health checks name it. */
 #define DD_API_SERVICE "dedup.v1.Dedup"
 
+/* The metadata keys of a forwarded call: the sender's place ("s.r") and
+ * its map hash. A call that carries DD_CLUSTER_MD_FROM is never forwarded
+ * again, but once while resharding (cluster_map.h, "resharding"). Every header
+ * a node sends is named "dedupd-...": a call carrying one is judged by
+ * rpc.allow_peer (auth.h), so a client that is not a peer cannot pose as a
+ * forwarding node. */
+#define DD_CLUSTER_MD_FROM "dedupd-forwarded-by"
+#define DD_CLUSTER_MD_MAP "dedupd-cluster-map"
+/* The hash of the map the sender's splits (resharding), when it has one. */
+#define DD_CLUSTER_MD_SPLIT "dedupd-cluster-split"
+/* Set on a call forwarded a second time (resharding): never forwarded
+ * again. */
+#define DD_CLUSTER_MD_HOP2 "dedupd-forwarded-twice"
+
 /* "Filter", ..., "HealthCheck", "ClusterStatus", "unknown"; NULL outside the enum. Static. */
 const char *dd_api_method_name(enum dd_api_method m);
 

@@ -5,7 +5,6 @@
 #include "auth.h"
 
 #include "addr.h"
-#include "cluster.h"
 #include "dd.h"
 #include "log.h"
 
@@ -93,14 +92,15 @@ static int allow_parse(const char *key, const char *list, struct allow *a, bool 
     return DD_OK;
 }
 
-int dd_auth_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen)
+int dd_auth_conf_check(const struct dd_auth_conf *conf, const char *listen, char *err,
+                       size_t errlen)
 {
-    if (!conf->tls_cert[0] != !conf->tls_key[0])
+    if (!conf->tls.cert[0] != !conf->tls.key[0])
         return dd_fail(DD_ERR_INVALID, err, errlen, "%s: must be set together with %s",
-                       conf->tls_cert[0] ? "rpc.tls_key" : "rpc.tls_cert",
-                       conf->tls_cert[0] ? "rpc.tls_cert" : "rpc.tls_key");
-    bool mutual = conf->tls_client_ca[0] != '\0';
-    if (mutual && !conf->tls_cert[0])
+                       conf->tls.cert[0] ? "rpc.tls_key" : "rpc.tls_cert",
+                       conf->tls.cert[0] ? "rpc.tls_cert" : "rpc.tls_key");
+    bool mutual = conf->tls.client_ca[0] != '\0';
+    if (mutual && !conf->tls.cert[0])
         return dd_fail(DD_ERR_INVALID, err, errlen,
                        "rpc.tls_client_ca: needs rpc.tls_cert and rpc.tls_key (client "
                        "certificates are asked for only over TLS)");
@@ -116,18 +116,18 @@ int dd_auth_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen)
                            "(mutual TLS) provides; without it use \"*\" (anyone) or \"\" "
                            "(no one)", keys[i], lists[i]);
     }
-    if (!mutual && !conf->allow_insecure && !dd_hostport_is_loopback(conf->listen))
+    if (!mutual && !conf->allow_insecure && !dd_hostport_is_loopback(listen))
         return dd_fail(DD_ERR_INVALID, err, errlen,
                        "rpc.listen: \"%s\" is not a loopback address and clients are not "
                        "authenticated (%s): set rpc.tls_cert, rpc.tls_key and "
                        "rpc.tls_client_ca for mutual TLS, or rpc.allow_insecure = true to "
                        "let any peer call every method",
-                       conf->listen, conf->tls_cert[0] ? "TLS without rpc.tls_client_ca"
+                       listen, conf->tls.cert[0] ? "TLS without rpc.tls_client_ca"
                                                        : "plaintext");
     return DD_OK;
 }
 
-int dd_auth_new(dd_auth **out, const struct dd_rpc_conf *conf, char *err, size_t errlen)
+int dd_auth_new(dd_auth **out, const struct dd_auth_conf *conf, char *err, size_t errlen)
 {
     *out = NULL;
     dd_auth *a = calloc(1, sizeof *a);
@@ -157,24 +157,24 @@ void dd_auth_free(dd_auth *a)
 
 /* Plaintext, TLS, or TLS that requires and verifies a client certificate
  * signed by rpc.tls_client_ca. NULL on error (message in err). */
-grpc_server_credentials *dd_auth_credentials(const struct dd_rpc_conf *conf, char *err,
+grpc_server_credentials *dd_auth_credentials(const struct dd_tls_conf *conf, char *err,
                                              size_t errlen)
 {
-    if (!conf->tls_cert[0]) return grpc_insecure_server_credentials_create();
+    if (!conf->cert[0]) return grpc_insecure_server_credentials_create();
     grpc_server_credentials *c = NULL;
     char *key = NULL, *ca = NULL;
-    char *cert = dd_read_file(conf->tls_cert, err, errlen);
+    char *cert = dd_read_file(conf->cert, err, errlen);
     if (!cert) goto out;
-    key = dd_read_file(conf->tls_key, err, errlen);
+    key = dd_read_file(conf->key, err, errlen);
     if (!key) goto out;
-    if (conf->tls_client_ca[0]) {
-        ca = dd_read_file(conf->tls_client_ca, err, errlen);
+    if (conf->client_ca[0]) {
+        ca = dd_read_file(conf->client_ca, err, errlen);
         if (!ca) goto out;
         /* grpc would take an empty or wrong file and fail every handshake
          * later, which looks like a client problem; say so now. */
         if (!strstr(ca, "-----BEGIN CERTIFICATE-----")) {
             dd_fail(DD_ERR_INVALID, err, errlen, "rpc.tls_client_ca: %s holds no PEM certificate",
-                    conf->tls_client_ca);
+                    conf->client_ca);
             goto out;
         }
     }

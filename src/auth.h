@@ -28,9 +28,29 @@
 #include <grpc/grpc_security.h>
 
 #include "api.h"
-#include "rpc.h"
 
 typedef struct dd_auth dd_auth;
+
+/* The port's TLS files (rpc.tls_cert, rpc.tls_key, rpc.tls_client_ca):
+ * the server's credentials here, and in a cluster the client certificate
+ * this node calls its peers with (peer.h). Each "" when unset. */
+struct dd_tls_conf {
+    char *cert;                 /* PEM chain; "" = plaintext */
+    char *key;                  /* its PEM key, with cert */
+    char *client_ca;            /* PEM roots clients' certificates must chain to (mutual
+                                 * TLS); "" = no client certificates */
+};
+
+/* Who may call what: the TLS files and the allow lists (rpc.h, "Who may
+ * call what", documents the keys; struct dd_rpc_conf embeds this). */
+struct dd_auth_conf {
+    struct dd_tls_conf tls;
+    char *allow_read;           /* identities that may call Filter */
+    char *allow_write;          /* ... RecordDelivery, RecordPlays and ForgetUser */
+    char *allow_peer;           /* ... the Cluster service and forwarded calls */
+    bool allow_insecure;        /* serve a non-loopback rpc.listen without client
+                                 * certificates (anyone may call everything) */
+};
 
 /* Who may call a method (rpc.h, "Who may call what"). */
 enum dd_auth_class {
@@ -49,15 +69,17 @@ enum dd_auth_class dd_auth_class_of(enum dd_api_method m);
  * class. Static. */
 const char *dd_auth_class_key(enum dd_auth_class c);
 
-/* Check CONF's TLS and allow-list settings alone, reading no file (rpc.h,
- * dd_rpc_conf_check, which calls this, says what is checked). Returns 0 or
- * DD_ERR_INVALID with a message naming the keys. */
-int dd_auth_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen);
+/* Check CONF's TLS and allow-list settings alone, reading no file, for a
+ * port listening on LISTEN (rpc.listen; rpc.h, dd_rpc_conf_check, which
+ * calls this, says what is checked). Returns 0 or DD_ERR_INVALID with a
+ * message naming the keys. */
+int dd_auth_conf_check(const struct dd_auth_conf *conf, const char *listen, char *err,
+                       size_t errlen);
 
 /* Parse CONF's allow lists. Returns 0, DD_ERR_INVALID or DD_ERR_NOMEM (a
  * message naming the key in err; *out NULL). Free with dd_auth_free (NULL
  * is a no-op). */
-int dd_auth_new(dd_auth **out, const struct dd_rpc_conf *conf, char *err, size_t errlen);
+int dd_auth_new(dd_auth **out, const struct dd_auth_conf *conf, char *err, size_t errlen);
 void dd_auth_free(dd_auth *a);
 
 /* The port's credentials: plaintext without rpc.tls_cert; TLS with it;
@@ -65,7 +87,7 @@ void dd_auth_free(dd_auth *a);
  * rpc.tls_client_ca with that too. The PEM files are read now. NULL on
  * error (a message naming the file or key in err). The caller releases
  * them (grpc_server_credentials_release). */
-grpc_server_credentials *dd_auth_credentials(const struct dd_rpc_conf *conf, char *err,
+grpc_server_credentials *dd_auth_credentials(const struct dd_tls_conf *conf, char *err,
                                              size_t errlen);
 
 /* Whether a client with the N verified identities IDS[i] (LENS[i] bytes
@@ -77,7 +99,7 @@ bool dd_auth_allows(const dd_auth *a, enum dd_auth_class c, const char *const *i
                     const size_t *lens, size_t n);
 
 /* May the client of CALL call method M? FORWARDED: the call carries a
- * forwarding header (cluster.h, DD_CLUSTER_MD_FROM and its kin), which
+ * forwarding header (api.h, DD_CLUSTER_MD_FROM and its kin), which
  * only a peer may send, so it is judged by rpc.allow_peer alone (the node
  * that forwarded it judged the original client by M's class). Returns
  * GRPC_STATUS_OK, or GRPC_STATUS_PERMISSION_DENIED with the client and the

@@ -1,399 +1,31 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * cluster.c - see cluster.h. The map, the peers' states and the health
- * thread that keeps them.
+ * cluster.c - see cluster.h. The peers' states and the health thread that
+ * keeps them, routing, replica choice, the forwarding caps, readiness and
+ * the cluster's metrics.
  */
 #include "cluster.h"
 
-#include "addr.h"
 #include "dd.h"
 #include "log.h"
 #include "partition.h"
-#include "rpc.h"
-#include "snapshot.h"
 #include "sys.h"
 
 #include "dedup.pb-c.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
-#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <json-c/json.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include <time.h>
 
 #define MOD "cluster"
-
-/* ---- the map ------------------------------------------------------------ */
-
-bool dd_cluster_enabled(const struct dd_cluster_conf *conf)
-{
-    return conf->shards > 1 || strchr(conf->nodes, ',') != NULL;
-}
-
-void dd_cluster_map_free(struct dd_cluster_map *m)
-{
-    if (!m) return;
-    if (m->addr) {
-        for (uint32_t s = 0; s < m->shards; s++) {
-            if (!m->addr[s]) continue;
-            for (uint32_t r = 0; r < m->nreplicas[s]; r++) free(m->addr[s][r]);
-            free(m->addr[s]);
-        }
-    }
-    free(m->addr);
-    free(m->nreplicas);
-    memset(m, 0, sizeof *m);
-}
-
-/* "0".."max-1" -> *out; "auto" -> UINT32_MAX. */
-static int parse_place(const char *key, const char *v, uint32_t max, uint32_t *out, char *err,
-                       size_t errlen)
-{
-    if (strcmp(v, "auto") == 0) {
-        *out = UINT32_MAX;
-        return DD_OK;
-    }
-    char *end;
-    errno = 0;
-    unsigned long x = strtoul(v, &end, 10);
-    if (!v[0] || !isdigit((unsigned char)v[0]) || *end || errno || x >= max)
-        return dd_fail(DD_ERR_INVALID, err, errlen,
-                       "%s: \"%s\" is not \"auto\" nor a number below %" PRIu32, key, v, max);
-    *out = (uint32_t)x;
-    return DD_OK;
-}
-
-/* The ordinal a StatefulSet gives its pod: the digits after the last '-'
- * of HOSTNAME (the system's when NULL); -1 if there is none. */
-static long host_ordinal(const char *hostname, char *name, size_t namelen)
-{
-    char buf[256];
-    if (!hostname) {
-        if (gethostname(buf, sizeof buf) != 0) return -1;
-        buf[sizeof buf - 1] = '\0';
-        hostname = buf;
-    }
-    snprintf(name, namelen, "%s", hostname);
-    const char *dash = strrchr(hostname, '-');
-    if (!dash || !dash[1]) return -1;
-    char *end;
-    errno = 0;
-    long x = strtol(dash + 1, &end, 10);
-    if (*end || errno || x < 0 || !isdigit((unsigned char)dash[1])) return -1;
-    return x;
-}
-
-/* Split cluster.nodes into M->addr. */
-static int parse_nodes(const struct dd_cluster_conf *c, struct dd_cluster_map *m, char *err,
-                       size_t errlen)
-{
-    const char *key = "cluster.nodes";
-    m->nreplicas = calloc(m->shards, sizeof *m->nreplicas);
-    m->addr = calloc(m->shards, sizeof *m->addr);
-    if (!m->nreplicas || !m->addr) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
-    if (!c->nodes[0]) {
-        if (m->shards != 1)
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                           "%s: must list every node when cluster.shards is %" PRIu32, key,
-                           m->shards);
-        m->nreplicas[0] = 1;
-        m->addr[0] = calloc(1, sizeof *m->addr[0]);
-        if (!m->addr[0] || !(m->addr[0][0] = strdup("")))
-            return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
-        return DD_OK;
-    }
-    uint32_t s = 0;
-    const char *p = c->nodes;
-    for (;;) {
-        if (s >= m->shards)
-            return dd_fail(DD_ERR_INVALID, err, errlen,
-                           "%s: lists more shards than cluster.shards=%" PRIu32
-                           " (shards are separated by ';')",
-                           key, m->shards);
-        size_t shard_len = strcspn(p, ";");
-        m->addr[s] = calloc(DD_CLUSTER_MAX_REPLICAS, sizeof *m->addr[s]);
-        if (!m->addr[s]) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
-        const char *q = p, *shard_end = p + shard_len;
-        for (;;) {
-            size_t n = strcspn(q, ",;");
-            if (q + n > shard_end) n = (size_t)(shard_end - q);
-            while (n && isspace((unsigned char)*q)) q++, n--;
-            while (n && isspace((unsigned char)q[n - 1])) n--;
-            if (m->nreplicas[s] == DD_CLUSTER_MAX_REPLICAS)
-                return dd_fail(DD_ERR_INVALID, err, errlen,
-                               "%s: shard %" PRIu32 " has more than %d replicas", key, s,
-                               DD_CLUSTER_MAX_REPLICAS);
-            char *a = strndup(q, n);
-            if (!a) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
-            m->addr[s][m->nreplicas[s]++] = a;
-            uint16_t port;
-            if (!n || dd_hostport_parse(a, NULL, 0, &port) != 0 || port == 0)
-                return dd_fail(DD_ERR_INVALID, err, errlen,
-                               "%s: \"%s\" (shard %" PRIu32 ") is not host:port", key, a, s);
-            q += n;
-            while (q < shard_end && isspace((unsigned char)*q)) q++;
-            if (q >= shard_end) break;
-            q++; /* ',' */
-        }
-        s++;
-        if (!*shard_end) break;
-        p = shard_end + 1;
-    }
-    if (s != m->shards)
-        return dd_fail(DD_ERR_INVALID, err, errlen,
-                       "%s: lists %" PRIu32 " shards, cluster.shards is %" PRIu32, key, s,
-                       m->shards);
-    for (uint32_t i = 0; i < m->shards; i++)
-        for (uint32_t j = 0; j < m->nreplicas[i]; j++)
-            for (uint32_t k = 0; k < m->shards; k++)
-                for (uint32_t l = 0; l < m->nreplicas[k]; l++)
-                    if ((k != i || l != j) && (k > i || (k == i && l > j)) &&
-                        strcmp(m->addr[i][j], m->addr[k][l]) == 0)
-                        return dd_fail(DD_ERR_INVALID, err, errlen,
-                                       "%s: \"%s\" is listed twice", key, m->addr[i][j]);
-    return DD_OK;
-}
-
-/* The I-th ';'-separated entry of LIST, trimmed, into OUT (NUL-terminated,
- * cut to OUTLEN); returns how many entries LIST has. */
-static uint32_t list_entry(const char *list, uint32_t i, char *out, size_t outlen)
-{
-    uint32_t n = 0;
-    for (const char *p = list;; n++) {
-        size_t len = strcspn(p, ";");
-        if (n == i && out) {
-            const char *q = p;
-            while (len && isspace((unsigned char)*q)) q++, len--;
-            while (len && isspace((unsigned char)q[len - 1])) len--;
-            snprintf(out, outlen, "%.*s", (int)len, q);
-        }
-        if (!p[len]) return n + 1;
-        p += len + 1;
-    }
-}
-
-bool dd_cluster_shard_redis(const struct dd_cluster_conf *c, uint32_t shard, char *out,
-                            size_t outlen)
-{
-    if (!c->redis[0]) return false;
-    list_entry(c->redis, shard, out, outlen);
-    return true;
-}
-
-/* The ownership hash: what decides which node owns a user (the shard
- * count and the partitioner). Two nodes that differ here would answer for
- * each other's users. */
-static uint64_t map_hash(const struct dd_cluster_map *m)
-{
-    uint32_t head[2] = {m->shards, (uint32_t)m->partitioner};
-    return XXH3_64bits(head, sizeof head);
-}
-
-/* The node list's hash: differs between nodes during a rolling change of
- * replicas, which is harmless (each forwards to the replicas it knows). */
-static uint64_t nodes_hash(const struct dd_cluster_map *m)
-{
-    XXH3_state_t st;
-    XXH3_64bits_reset(&st);
-    for (uint32_t s = 0; s < m->shards; s++) {
-        XXH3_64bits_update(&st, ";", 1);
-        for (uint32_t r = 0; r < m->nreplicas[s]; r++)
-            XXH3_64bits_update(&st, m->addr[s][r], strlen(m->addr[s][r]) + 1);
-    }
-    return XXH3_64bits_digest(&st);
-}
-
-int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
-                          struct dd_cluster_map *out, char *err, size_t errlen)
-{
-    struct dd_cluster_map m = {0};
-    int rc;
-    m.shards = c->shards;
-    if (m.shards < 1 || m.shards > DD_CLUSTER_MAX_SHARDS) {
-        rc = dd_fail(DD_ERR_INVALID, err, errlen, "cluster.shards: must be 1..%d",
-                     DD_CLUSTER_MAX_SHARDS);
-        goto done;
-    }
-    enum dd_partitioner part;
-    if (dd_partitioner_parse(c->partitioner, &part) != DD_OK) {
-        rc = dd_fail(DD_ERR_INVALID, err, errlen, "cluster.partitioner: unknown partitioner \"%s\"",
-                     c->partitioner);
-        goto done;
-    }
-    m.partitioner = (int)part;
-    if ((rc = parse_nodes(c, &m, err, errlen)) != DD_OK) goto done;
-    if ((rc = parse_place("cluster.shard", c->shard, m.shards, &m.shard, err, errlen)) != DD_OK)
-        goto done;
-    if ((rc = parse_place("cluster.replica", c->replica, DD_CLUSTER_MAX_REPLICAS, &m.replica,
-                          err, errlen)) != DD_OK)
-        goto done;
-    if ((m.shard == UINT32_MAX) != (m.replica == UINT32_MAX)) {
-        rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                     "cluster.shard and cluster.replica: \"auto\" must be given to both");
-        goto done;
-    }
-    if (m.shard == UINT32_MAX) {
-        uint32_t r = m.nreplicas[0];
-        for (uint32_t s = 1; s < m.shards; s++)
-            if (m.nreplicas[s] != r) {
-                rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                             "cluster.shard = auto: every shard of cluster.nodes needs the same "
-                             "number of replicas (shard 0 has %" PRIu32 ", shard %" PRIu32
-                             " has %" PRIu32 ")",
-                             r, s, m.nreplicas[s]);
-                goto done;
-            }
-        /* checked before the host name, so that dedupd -t refuses it anywhere */
-        if (c->split_from && (c->split_replicas == 0 || c->split_replicas > r)) {
-            rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                         "cluster.split_replicas: with cluster.shard = auto and "
-                         "cluster.split_from, give the replicas per shard when the split was "
-                         "made (1..%" PRIu32 "): without it, adding replicas would move pods "
-                         "to other shards", r);
-            goto done;
-        }
-        char name[256];
-        long ord = host_ordinal(hostname, name, sizeof name);
-        if (ord < 0 || (uint64_t)ord >= (uint64_t)m.shards * r) {
-            rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                         "cluster.shard = auto: host name \"%s\" does not end in -N with N below "
-                         "%" PRIu32 " (shards x replicas; ordinal = replica x shards + shard)",
-                         name, m.shards * r);
-            goto done;
-        }
-        /* Replica-major, and after a split the old map's pods first
-         * (dd_cluster_auto_place): adding replicas or splitting appends
-         * pods and moves none. */
-        if (dd_cluster_auto_place(m.shards, r, c->split_from, c->split_replicas, (uint32_t)ord,
-                                  &m.shard, &m.replica) != DD_OK) {
-            rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                         "cluster.split_from: %" PRIu32 " must divide cluster.shards (%" PRIu32
-                         ") and be smaller (N -> 2N: split_from = N)", c->split_from, m.shards);
-            goto done;
-        }
-    }
-    if (m.replica >= m.nreplicas[m.shard]) {
-        rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                     "cluster.replica: %" PRIu32 " but shard %" PRIu32 " of cluster.nodes has %" PRIu32
-                     " replica(s)",
-                     m.replica, m.shard, m.nreplicas[m.shard]);
-        goto done;
-    }
-    if (c->redis[0]) {
-        uint32_t n = list_entry(c->redis, 0, NULL, 0);
-        if (n != m.shards) {
-            rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                         "cluster.redis: lists %" PRIu32 " Redis addresses, cluster.shards is %" PRIu32,
-                         n, m.shards);
-            goto done;
-        }
-        for (uint32_t s = 0; s < n; s++) {
-            char a[300];
-            uint16_t port;
-            list_entry(c->redis, s, a, sizeof a);
-            if (dd_hostport_parse(a, NULL, 0, &port) != 0 || port == 0) {
-                rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                             "cluster.redis: \"%s\" (shard %" PRIu32 ") is not host:port", a, s);
-                goto done;
-            }
-        }
-    }
-    if (c->split_from) {
-        if (c->split_from >= m.shards || m.shards % c->split_from != 0) {
-            rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                         "cluster.split_from: %" PRIu32 " must divide cluster.shards (%" PRIu32
-                         ") and be smaller (N -> 2N: split_from = N)",
-                         c->split_from, m.shards);
-            goto done;
-        }
-        struct dd_cluster_map old = {.shards = c->split_from, .partitioner = m.partitioner};
-        m.split_from = c->split_from;
-        m.split_hash = map_hash(&old);
-    }
-    m.hash = map_hash(&m);
-    m.nodes_hash = nodes_hash(&m);
-    rc = DD_OK;
-done:
-    if (rc == DD_OK && out)
-        *out = m;
-    else
-        dd_cluster_map_free(&m);
-    return rc;
-}
-
-int dd_cluster_auto_place(uint32_t n, uint32_t r, uint32_t m, uint32_t r0, uint32_t ord,
-                          uint32_t *shard, uint32_t *replica)
-{
-    if (n < 1 || r < 1 || (uint64_t)ord >= (uint64_t)n * r) return DD_ERR_INVALID;
-    if (m == 0) {
-        *shard = ord % n;
-        *replica = ord / n;
-        return DD_OK;
-    }
-    if (m >= n || n % m != 0 || r0 < 1 || r0 > r) return DD_ERR_INVALID;
-    if (ord < m * r0) {
-        *shard = ord % m;
-        *replica = ord / m;
-    } else if (ord < n * r0) {
-        uint32_t j = ord - m * r0, fresh = n - m;
-        *shard = m + j % fresh;
-        *replica = j / fresh;
-    } else {
-        uint32_t j = ord - n * r0;
-        *shard = j % n;
-        *replica = r0 + j / n;
-    }
-    return DD_OK;
-}
-
-void dd_cluster_map_hash_hex(const struct dd_cluster_map *m, char out[17])
-{
-    snprintf(out, 17, "%016" PRIx64, m->hash);
-}
-
-void dd_cluster_map_split_hex(const struct dd_cluster_map *m, char out[17])
-{
-    if (m->split_from)
-        snprintf(out, 17, "%016" PRIx64, m->split_hash);
-    else
-        out[0] = '\0';
-}
-
-uint64_t dd_cluster_ownership_id(const struct dd_cluster_map *m)
-{
-    uint32_t v[4] = {0x6f776e31u /* "own1": a version */, m->shards, m->shard,
-                     (uint32_t)m->partitioner};
-    return XXH3_64bits(v, sizeof v);
-}
-
-uint32_t dd_cluster_source_shard(const struct dd_cluster_map *m)
-{
-    return m->split_from && m->shard >= m->split_from ? m->shard % m->split_from : m->shard;
-}
-
-uint32_t dd_cluster_shard_of(const struct dd_cluster_map *m, const char *user, size_t len,
-                             int32_t partitions, int32_t *partition)
-{
-    int32_t p = dd_partition_of((enum dd_partitioner)m->partitioner, user, len, partitions);
-    if (p < 0) p = 0; /* an empty key: never a valid user id (api.h) */
-    if (partition) *partition = p;
-    return (uint32_t)p % m->shards;
-}
 
 /* ---- the running cluster ----------------------------------------------- */
 
@@ -541,200 +173,10 @@ static struct peer *peer_at(dd_cluster *cl, uint32_t shard, uint32_t replica)
     return &cl->peers[cl->first[shard] + replica];
 }
 
-/* The credentials peers are called with: TLS with our own certificate as
- * client certificate when rpc.tls_cert is set, else plaintext. */
-static grpc_channel_credentials *peer_credentials(const struct dd_cluster_conf *c,
-                                                  const struct dd_rpc_conf *rpc, char *err,
-                                                  size_t errlen)
-{
-    if (!rpc->tls_cert[0]) return grpc_insecure_credentials_create();
-    const char *ca = c->tls_ca[0] ? c->tls_ca : rpc->tls_client_ca[0] ? rpc->tls_client_ca
-                                                                       : rpc->tls_cert;
-    char *roots = dd_read_file(ca, err, errlen);
-    char *cert = roots ? dd_read_file(rpc->tls_cert, err, errlen) : NULL;
-    char *key = cert ? dd_read_file(rpc->tls_key, err, errlen) : NULL;
-    grpc_channel_credentials *creds = NULL;
-    if (key) {
-        grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
-        creds = grpc_ssl_credentials_create(roots, &pair, NULL, NULL);
-        if (!creds) dd_set_err(err, errlen, "cannot build TLS credentials for peers from %s", ca);
-    }
-    free(roots);
-    free(cert);
-    if (key) {
-        memset(key, 0, strlen(key));
-        free(key);
-    }
-    return creds;
-}
-
-/* ---- receive limits ------------------------------------------------------
- *
- * A peer's reply is read whole into memory before anything here sees it,
- * so every peer channel bounds what it receives by what the method can
- * legitimately answer: a reply over the limit fails the call in grpc
- * (RESOURCE_EXHAUSTED, "Received message larger than max") and counts as
- * a failed attempt of that peer. One channel to each peer serves the
- * status probes and the forwarded calls over one connection; its limit is
- * the largest forwarded answer (Filter's), and a service config on the
- * channel gives each smaller method its own lower limit (grpc applies the
- * lower of the two). The copy channel (dd_cluster_channel_new) is bounded
- * the same way by the snapshot methods' sizes. */
-
-/* The size of V as a protobuf varint. */
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) v >>= 7, n++;
-    return n;
-}
-
-/* The most a Status, RecordDelivery, RecordPlays or ForgetUser reply can
- * take: a NodeStatus is two varints, three 16-digit hashes, a count and a
- * reason under 200 bytes; the others a few varints. */
-#define SMALL_REPLY_MAX 4096
-
-size_t dd_cluster_filter_reply_max(uint32_t max_candidates, uint32_t max_id_bytes)
-{
-    /* Each candidate is either kept (an id: key, length, bytes; or an
-     * index in the packed list: at most 5 bytes) or removed (with explain:
-     * a Removed of key, length, index varint and reason varint). */
-    size_t id = 1 + varint_len(max_id_bytes) + max_id_bytes;
-    size_t removed = 1 + 1 + (1 + varint_len(max_candidates)) + (1 + 1);
-    size_t per = id > removed ? id : removed;
-    if (per < 5) per = 5;
-    /* The packed indexes' key and length, degraded, three counts. */
-    size_t fixed = (1 + 10) + 2 + 3 * (1 + 5);
-    if ((size_t)max_candidates > (SIZE_MAX - fixed) / per) return SIZE_MAX;
-    return (size_t)max_candidates * per + fixed;
-}
-
-size_t dd_cluster_manifest_reply_max(void)
-{
-    /* A SnapshotFile: name (key, length, at most DD_SNAPSHOT_NAME_MAX
-     * bytes), size and checksum varints; in the manifest each is a
-     * length-delimited field. The id is under 48 bytes, ready a bool. */
-    size_t file = 1 + varint_len(DD_SNAPSHOT_NAME_MAX) + DD_SNAPSHOT_NAME_MAX + 2 * (1 + 10);
-    return (size_t)DD_SNAPSHOT_FILES_MAX * (1 + varint_len(file) + file) + (1 + 1 + 48) + 2;
-}
-
-size_t dd_cluster_chunk_reply_max(void)
-{
-    /* data (key, length, at most DD_SNAPSHOT_CHUNK_MAX bytes), retry. */
-    return 1 + varint_len(DD_SNAPSHOT_CHUNK_MAX) + DD_SNAPSHOT_CHUNK_MAX + (1 + 5);
-}
-
-static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
-
-/* The memory grpc may hold for one peer channel's connection (its read
- * buffers, and a reply being received): grpc reads a whole message before
- * its size limit is checked, so without a quota a peer could still make
- * this node hold one huge reply for a moment. Under pressure grpc cancels
- * that connection's calls (a failed attempt of that peer). Room for two of
- * the largest replies and the connection's own buffers. */
-static size_t peer_quota_bytes(size_t reply_max)
-{
-    size_t q = reply_max < (SIZE_MAX - (8u << 20)) / 2 ? 2 * reply_max + (8u << 20) : SIZE_MAX;
-    return q < (16u << 20) ? 16u << 20 : q;
-}
-
-/* The service config of a peer channel: per-method receive limits below
- * the channel's own. Into BUF; false if it does not fit (cannot happen). */
-static bool peer_service_config(char *buf, size_t len, bool copy)
-{
-    int n;
-    if (copy)
-        n = snprintf(buf, len,
-                     "{\"methodConfig\":[{\"name\":[{\"service\":\"dedup.v1.Cluster\","
-                     "\"method\":\"SnapshotRead\"}],\"maxResponseMessageBytes\":%d},"
-                     "{\"name\":[{\"service\":\"dedup.v1.Cluster\",\"method\":\"Status\"}],"
-                     "\"maxResponseMessageBytes\":%d}]}",
-                     clamp_int(dd_cluster_chunk_reply_max()), SMALL_REPLY_MAX);
-    else
-        n = snprintf(buf, len,
-                     "{\"methodConfig\":[{\"name\":["
-                     "{\"service\":\"dedup.v1.Cluster\",\"method\":\"Status\"},"
-                     "{\"service\":\"dedup.v1.Dedup\",\"method\":\"RecordDelivery\"},"
-                     "{\"service\":\"dedup.v1.Dedup\",\"method\":\"RecordPlays\"},"
-                     "{\"service\":\"dedup.v1.Dedup\",\"method\":\"ForgetUser\"}],"
-                     "\"maxResponseMessageBytes\":%d}]}",
-                     SMALL_REPLY_MAX);
-    return n > 0 && (size_t)n < len;
-}
-
-/* The settings of every channel to a peer, into ARGS (room for 10); their
- * count. Strings are borrowed from CONF and SC (the service config, made
- * by peer_service_config), QUOTA too (the channel takes its own
- * reference). COPY: the channel of a copy (snapshot.h),
- * else the probes' and forwarded calls'. */
-static size_t channel_args(const struct dd_cluster_conf *conf, const struct dd_rpc_conf *rpc,
-                           bool copy, char *sc, grpc_resource_quota *quota, grpc_arg *args)
-{
-    /* Reconnect soon after a peer comes back (grpc's default backoff grows
-     * to 2 minutes); we retry on the next replica ourselves, so grpc's own
-     * retries are off. */
-    size_t nargs = 0;
-#define INT_ARG(k, v)                                                                    \
-    do {                                                                                 \
-        args[nargs].type = GRPC_ARG_INTEGER;                                             \
-        args[nargs].key = (char *)(k);                                                   \
-        args[nargs].value.integer = (v);                                                 \
-        nargs++;                                                                         \
-    } while (0)
-    INT_ARG(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    INT_ARG(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    INT_ARG(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    INT_ARG(GRPC_ARG_ENABLE_RETRIES, 0);
-    /* The limits below are ours: no service config from DNS replaces them. */
-    INT_ARG(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
-    INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-            clamp_int(copy ? dd_cluster_manifest_reply_max()
-                           : dd_cluster_filter_reply_max(rpc->max_candidates, rpc->max_id_bytes)));
-#undef INT_ARG
-    args[nargs].type = GRPC_ARG_STRING;
-    args[nargs].key = (char *)GRPC_ARG_SERVICE_CONFIG;
-    args[nargs].value.string = sc;
-    nargs++;
-    args[nargs].type = GRPC_ARG_POINTER;
-    args[nargs].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
-    args[nargs].value.pointer.p = quota;
-    args[nargs].value.pointer.vtable = grpc_resource_quota_arg_vtable();
-    nargs++;
-    if (conf->tls_server_name[0] && rpc->tls_cert[0]) {
-        args[nargs].type = GRPC_ARG_STRING;
-        args[nargs].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        args[nargs].value.string = conf->tls_server_name;
-        nargs++;
-    }
-    return nargs;
-}
-
-grpc_channel *dd_cluster_channel_new(const struct dd_cluster_conf *conf,
-                                     const struct dd_rpc_conf *rpc, const char *addr, char *err,
-                                     size_t errlen)
-{
-    char sc[1024];
-    if (!peer_service_config(sc, sizeof sc, true)) {
-        dd_set_err(err, errlen, "cannot build the peer channel's service config");
-        return NULL;
-    }
-    grpc_channel_credentials *creds = peer_credentials(conf, rpc, err, errlen);
-    if (!creds) return NULL;
-    grpc_resource_quota *quota = grpc_resource_quota_create(NULL);
-    grpc_resource_quota_resize(quota, peer_quota_bytes(dd_cluster_manifest_reply_max()));
-    grpc_arg args[10];
-    size_t nargs = channel_args(conf, rpc, true, sc, quota, args);
-    grpc_channel_args chargs = {.num_args = nargs, .args = args};
-    grpc_channel *ch = grpc_channel_create(addr, creds, &chargs);
-    grpc_resource_quota_unref(quota);
-    grpc_channel_credentials_release(creds);
-    if (!ch) dd_set_err(err, errlen, "cannot create a channel to %s", addr);
-    return ch;
-}
-
 int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
-                   const struct dd_cluster_conf *conf, const struct dd_rpc_conf *rpc,
-                   const struct dd_cluster_local *local, char *err, size_t errlen)
+                   const struct dd_cluster_conf *conf, const struct dd_peer_conf *peer,
+                   uint32_t threads, uint32_t prepost, const struct dd_cluster_local *local,
+                   char *err, size_t errlen)
 {
     *out = NULL;
     dd_cluster *cl = calloc(1, sizeof *cl);
@@ -759,11 +201,10 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
     cl->forward_timeout_ms = conf->forward_timeout_ms ? conf->forward_timeout_ms : 5000;
     atomic_init(&cl->self_behind, true);
     int rc = DD_ERR_NOMEM;
-    cl->fwd_cap = dd_cluster_forward_cap(conf->max_forward_inflight, cl->map.shards,
-                                         rpc->threads, rpc->prepost);
+    cl->fwd_cap = dd_cluster_forward_cap(conf->max_forward_inflight, cl->map.shards, threads,
+                                         prepost);
     {
-        uint64_t slots = (uint64_t)(rpc->threads ? rpc->threads : 1) *
-                         (rpc->prepost ? rpc->prepost : 1);
+        uint64_t slots = (uint64_t)(threads ? threads : 1) * (prepost ? prepost : 1);
         cl->fwd_total_cap = slots > 1 ? (uint32_t)(slots - 1 < UINT32_MAX ? slots - 1 : UINT32_MAX)
                                       : 1;
     }
@@ -778,20 +219,11 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
         dd_fail(rc, err, errlen, "out of memory");
         goto err;
     }
-    grpc_channel_credentials *creds = peer_credentials(conf, rpc, err, errlen);
+    grpc_channel_credentials *creds = dd_peer_credentials(peer, err, errlen);
     if (!creds) {
         rc = DD_ERR_INVALID;
         goto err;
     }
-    char sc[1024];
-    if (!peer_service_config(sc, sizeof sc, false)) {
-        grpc_channel_credentials_release(creds);
-        dd_fail(DD_ERR_INVALID, err, errlen, "cannot build the peer channels' service config");
-        rc = DD_ERR_INVALID;
-        goto err;
-    }
-    size_t quota_bytes =
-        peer_quota_bytes(dd_cluster_filter_reply_max(rpc->max_candidates, rpc->max_id_bytes));
     size_t i = 0;
     for (uint32_t s = 0; s < cl->map.shards; s++) {
         for (uint32_t r = 0; r < cl->map.nreplicas[s]; r++, i++) {
@@ -803,17 +235,9 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
             atomic_init(&p->lag_ms, -1);
             dd_unary_init(&p->u);
             if (s == cl->map.shard && r == cl->map.replica) continue;
-            /* A quota of its own: one peer's pressure cancels only its calls. */
-            grpc_resource_quota *quota = grpc_resource_quota_create(NULL);
-            grpc_resource_quota_resize(quota, quota_bytes);
-            grpc_arg args[10];
-            size_t nargs = channel_args(conf, rpc, false, sc, quota, args);
-            grpc_channel_args chargs = {.num_args = nargs, .args = args};
-            p->ch = grpc_channel_create(p->addr, creds, &chargs);
-            grpc_resource_quota_unref(quota);
+            p->ch = dd_peer_channel_create(peer, creds, p->addr, DD_PEER_CLUSTER, err, errlen);
             if (!p->ch) {
                 grpc_channel_credentials_release(creds);
-                dd_fail(rc, err, errlen, "cannot create a channel to %s", p->addr);
                 goto err;
             }
         }
@@ -832,45 +256,6 @@ err:
 }
 
 /* ---- probes ------------------------------------------------------------- */
-
-void dd_unary_init(struct dd_unary *u)
-{
-    memset(u, 0, sizeof *u);
-    grpc_metadata_array_init(&u->md_in);
-    grpc_metadata_array_init(&u->trailers);
-    u->details = grpc_empty_slice();
-}
-
-void dd_unary_reset(struct dd_unary *u)
-{
-    if (u->recv) grpc_byte_buffer_destroy(u->recv);
-    grpc_metadata_array_destroy(&u->md_in);
-    grpc_metadata_array_destroy(&u->trailers);
-    grpc_slice_unref(u->details);
-    dd_unary_init(u);
-}
-
-grpc_call_error dd_unary_start(grpc_call *call, struct dd_unary *u, void *tag)
-{
-    grpc_op ops[6];
-    memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].data.send_initial_metadata.count = u->nmd;
-    ops[0].data.send_initial_metadata.metadata = (grpc_metadata *)u->md;
-    ops[0].flags = u->flags;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = u->send;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &u->md_in;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &u->recv;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &u->trailers;
-    ops[5].data.recv_status_on_client.status = &u->status;
-    ops[5].data.recv_status_on_client.status_details = &u->details;
-    return grpc_call_start_batch(call, ops, 6, tag, NULL);
-}
 
 /* Start a Status call to P on the health thread's queue; its tag is P. */
 static void probe_start(dd_cluster *cl, struct peer *p, gpr_timespec deadline)
@@ -909,19 +294,6 @@ static void set_down(struct peer *p, const char *why)
     if (was != PEER_DOWN)
         dd_warn(MOD, "msg=\"peer down\" peer=%s addr=%s reason=\"%s\"", p->label, p->addr, why);
     atomic_store(&p->ready, false);
-}
-
-/* Whether DETAILS starts with the literal PREFIX. */
-#define SLICE_STARTS(details, prefix)                                                    \
-    (GRPC_SLICE_LENGTH(details) >= sizeof(prefix) - 1 &&                                 \
-     memcmp(GRPC_SLICE_START_PTR(details), prefix, sizeof(prefix) - 1) == 0)
-
-bool dd_cluster_reply_too_large(grpc_status_code status, grpc_slice details)
-{
-    /* grpc's words: the size limit, and the memory quota's reclaimer. */
-    return status == GRPC_STATUS_RESOURCE_EXHAUSTED &&
-           (SLICE_STARTS(details, "Received message larger than max") ||
-            SLICE_STARTS(details, "Buffers full"));
 }
 
 /* P's reply to a WHAT (a method's short name) was over its receive limit:
@@ -1207,31 +579,6 @@ int dd_cluster_pick(dd_cluster *cl, uint32_t shard, bool good_only, uint32_t *tr
     return best;
 }
 
-uint32_t dd_cluster_forward_cap(uint32_t conf_value, uint32_t shards, uint32_t threads,
-                                uint32_t prepost)
-{
-    if (conf_value) return conf_value;
-    uint64_t slots = (uint64_t)(threads ? threads : 1) * (prepost ? prepost : 1);
-    uint64_t others = shards > 1 ? shards - 1 : 1;
-    uint64_t cap = slots / (2 * others);
-    return cap ? (uint32_t)(cap < UINT32_MAX ? cap : UINT32_MAX) : 1;
-}
-
-int dd_cluster_forward_cap_check(uint32_t value, uint32_t shards, uint32_t threads,
-                                 uint32_t prepost, char *err, size_t errlen)
-{
-    if (!value) return DD_OK;
-    uint64_t slots = (uint64_t)(threads ? threads : 1) * (prepost ? prepost : 1);
-    uint64_t others = shards > 1 ? shards - 1 : 1;
-    if ((uint64_t)value * others < slots) return DD_OK;
-    return dd_fail(DD_ERR_INVALID, err, errlen,
-                   "cluster.max_forward_inflight: %" PRIu32 " calls for each of %" PRIu64
-                   " other shard(s) would take all %" PRIu64 " call slots of a method "
-                   "(rpc.threads x rpc.prepost), leaving this node's own calls none; "
-                   "set it below %" PRIu64 " or 0 (auto)",
-                   value, others, slots, (slots + others - 1) / others);
-}
-
 /* Every replica of SHARD but this node was down and unreachable at the
  * last health round (false when it has none: dd_cluster_pick then finds
  * none). */
@@ -1478,6 +825,11 @@ static const char *state_name(int st)
 static const char *const outcome_names[DD_FWD_OUTCOME_COUNT] = {
     "ok", "unavailable", "deadline", "cancelled", "too_large"};
 
+const char *dd_cluster_outcome_name(enum dd_cluster_outcome o)
+{
+    return o >= 0 && o < DD_FWD_OUTCOME_COUNT ? outcome_names[o] : "unknown";
+}
+
 void dd_cluster_collect(dd_prom *p, void *ud)
 {
     dd_cluster *cl = ud;
@@ -1582,94 +934,49 @@ void dd_cluster_collect(dd_prom *p, void *ud)
     dd_prom_sample_u64(p, "dedupd_cluster_node_info", l, 3, 1);
 }
 
-char *dd_cluster_describe(dd_cluster *cl)
+size_t dd_cluster_node_count(const dd_cluster *cl) { return cl->npeers; }
+
+int64_t dd_cluster_max_lag_ms(const dd_cluster *cl) { return cl->max_lag_ms; }
+
+void dd_cluster_node_get(dd_cluster *cl, size_t i, struct dd_cluster_node *out)
 {
-    json_object *root = json_object_new_object();
-    if (!root) return NULL;
-    struct dd_cluster_self self;
-    dd_cluster_get_self(cl, &self);
-    json_object_object_add(root, "shards", json_object_new_int64(cl->map.shards));
-    json_object_object_add(root, "shard", json_object_new_int64(self.shard));
-    json_object_object_add(root, "replica", json_object_new_int64(self.replica));
-    json_object_object_add(root, "map_hash", json_object_new_string(cl->hash_hex));
-    json_object_object_add(root, "split_from", json_object_new_int64(cl->map.split_from));
-    json_object_object_add(root, "settled", json_object_new_boolean(atomic_load(&cl->settled)));
-    json_object_object_add(root, "nodes_hash", json_object_new_string(cl->nodes_hex));
-    json_object_object_add(root, "partitioner",
-                           json_object_new_string(dd_partitioner_name(
-                               (enum dd_partitioner)cl->map.partitioner)));
-    json_object_object_add(root, "partition_count", json_object_new_int64(self.partition_count));
-    json_object_object_add(root, "max_lag_ms", json_object_new_int64(cl->max_lag_ms));
-    json_object *nodes = json_object_new_array();
-    int64_t now = dd_now_ms();
-    for (size_t i = 0; i < cl->npeers; i++) {
-        struct peer *p = &cl->peers[i];
-        json_object *o = json_object_new_object();
-        bool self_node = !p->ch;
-        json_object_object_add(o, "node", json_object_new_string(p->label));
-        json_object_object_add(o, "shard", json_object_new_int64(p->shard));
-        json_object_object_add(o, "replica", json_object_new_int64(p->replica));
-        json_object_object_add(o, "addr", json_object_new_string(p->addr));
-        json_object_object_add(o, "self", json_object_new_boolean(self_node));
-        json_object *parts = json_object_new_array();
-        int32_t n = self_node ? self.partition_count : atomic_load(&p->partitions);
-        for (int32_t q = 0; q < n; q++)
-            if ((uint32_t)q % cl->map.shards == p->shard)
-                json_object_array_add(parts, json_object_new_int(q));
-        json_object_object_add(o, "partitions", parts);
-        if (self_node) {
-            json_object_object_add(o, "state", json_object_new_string("self"));
-            json_object_object_add(o, "ready", json_object_new_boolean(self.ready));
-            json_object_object_add(o, "lag_ms", json_object_new_int64(self.lag_ms));
-            json_object_object_add(o, "behind", json_object_new_boolean(dd_cluster_self_behind(cl)));
-            json_object_object_add(o, "why", json_object_new_string(self.why));
-        } else {
-            json_object_object_add(o, "state", json_object_new_string(state_name(atomic_load(&p->state))));
-            json_object_object_add(o, "ready", json_object_new_boolean(atomic_load(&p->ready)));
-            json_object_object_add(o, "lag_ms", json_object_new_int64(atomic_load(&p->lag_ms)));
-            json_object_object_add(o, "map_mismatch", json_object_new_boolean(atomic_load(&p->mismatch)));
-            static const char *const rel_names[] = {"same", "older", "newer", "other"};
-            int rel = atomic_load(&p->relation);
-            json_object_object_add(o, "map_relation",
-                                   json_object_new_string(rel_names[rel >= 0 && rel < 4 ? rel : 3]));
-            json_object_object_add(o, "nodes_differ", json_object_new_boolean(atomic_load(&p->nodes_differ)));
-            int64_t last = atomic_load(&p->last_ok_ms);
-            json_object_object_add(o, "last_seen_ms_ago", json_object_new_int64(last ? now - last : -1));
-            pthread_mutex_lock(&cl->mu);
-            json_object_object_add(o, "why", json_object_new_string(p->why));
-            pthread_mutex_unlock(&cl->mu);
-            json_object *fwd = json_object_new_object();
-            for (int k = 0; k < DD_FWD_OUTCOME_COUNT; k++)
-                json_object_object_add(fwd, outcome_names[k],
-                                       json_object_new_int64((int64_t)atomic_load(&p->fwd[k])));
-            json_object_object_add(o, "forwarded", fwd);
-            json_object_object_add(o, "oversized_replies",
-                                   json_object_new_int64((int64_t)atomic_load(&p->oversized)));
-        }
-        json_object_array_add(nodes, o);
+    memset(out, 0, sizeof *out);
+    if (i >= cl->npeers) return;
+    struct peer *p = &cl->peers[i];
+    out->shard = p->shard;
+    out->replica = p->replica;
+    out->addr = p->addr;
+    out->label = p->label;
+    out->self = !p->ch;
+    if (out->self) return;
+    out->state = state_name(atomic_load(&p->state));
+    out->ready = atomic_load(&p->ready);
+    out->mismatch = atomic_load(&p->mismatch);
+    int rel = atomic_load(&p->relation);
+    out->relation = rel >= DD_MAP_SAME && rel <= DD_MAP_OTHER ? (enum dd_cluster_relation)rel
+                                                              : DD_MAP_OTHER;
+    out->nodes_differ = atomic_load(&p->nodes_differ);
+    out->lag_ms = atomic_load(&p->lag_ms);
+    out->last_ok_ms = atomic_load(&p->last_ok_ms);
+    out->partitions = atomic_load(&p->partitions);
+    for (int k = 0; k < DD_FWD_OUTCOME_COUNT; k++) out->forwarded[k] = atomic_load(&p->fwd[k]);
+    out->oversized = atomic_load(&p->oversized);
+    pthread_mutex_lock(&cl->mu);
+    snprintf(out->why, sizeof out->why, "%s", p->why);
+    pthread_mutex_unlock(&cl->mu);
+}
+
+int dd_cluster_peek(dd_cluster *cl, uint32_t shard, bool *degraded)
+{
+    *degraded = false;
+    if (shard >= cl->map.shards) return -1;
+    int best = -1, best_tier = TIER_COUNT;
+    for (uint32_t r = 0; r < cl->map.nreplicas[shard]; r++) {
+        struct peer *p = peer_at(cl, shard, r);
+        if (!p->ch) continue;
+        int t = tier_of(cl, p);
+        if (t >= 0 && t < best_tier) best = (int)r, best_tier = t;
     }
-    json_object_object_add(root, "nodes", nodes);
-    /* Where this node would send each shard's calls now (no counter moved). */
-    json_object *route = json_object_new_array();
-    for (uint32_t s = 0; s < cl->map.shards; s++) {
-        json_object *o = json_object_new_object();
-        json_object_object_add(o, "shard", json_object_new_int64(s));
-        if (s == cl->map.shard) {
-            json_object_object_add(o, "to", json_object_new_string("local"));
-        } else {
-            int best = -1, best_tier = TIER_COUNT;
-            for (uint32_t r = 0; r < cl->map.nreplicas[s]; r++) {
-                int t = tier_of(cl, peer_at(cl, s, r));
-                if (t >= 0 && t < best_tier) best = (int)r, best_tier = t;
-            }
-            json_object_object_add(o, "to", best < 0 ? json_object_new_string("none")
-                                                     : json_object_new_string(peer_at(cl, s, (uint32_t)best)->label));
-            json_object_object_add(o, "degraded", json_object_new_boolean(best_tier >= TIER_BEHIND && best >= 0));
-        }
-        json_object_array_add(route, o);
-    }
-    json_object_object_add(root, "forward", route);
-    char *s = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
-    json_object_put(root);
-    return s;
+    *degraded = best >= 0 && best_tier >= TIER_BEHIND;
+    return best;
 }

@@ -138,13 +138,13 @@ static const struct key keys[] = {
     ROW_U32("rpc.max_id_bytes", rpc.max_id_bytes, "256", 1, 65535),
     /* gRPC takes the limit as an int */
     ROW_U32("rpc.max_message_bytes", rpc.max_message_bytes, "16777216", 1, INT32_MAX),
-    ROW_STR("rpc.tls_cert", rpc.tls_cert, ""),
-    ROW_STR("rpc.tls_key", rpc.tls_key, ""),
-    ROW_STR("rpc.tls_client_ca", rpc.tls_client_ca, ""),
-    ROW_STR("rpc.allow_read", rpc.allow_read, "*"),
-    ROW_STR("rpc.allow_write", rpc.allow_write, "*"),
-    ROW_STR("rpc.allow_peer", rpc.allow_peer, "*"),
-    ROW_BOOL("rpc.allow_insecure", rpc.allow_insecure, "false"),
+    ROW_STR("rpc.tls_cert", rpc.auth.tls.cert, ""),
+    ROW_STR("rpc.tls_key", rpc.auth.tls.key, ""),
+    ROW_STR("rpc.tls_client_ca", rpc.auth.tls.client_ca, ""),
+    ROW_STR("rpc.allow_read", rpc.auth.allow_read, "*"),
+    ROW_STR("rpc.allow_write", rpc.auth.allow_write, "*"),
+    ROW_STR("rpc.allow_peer", rpc.auth.allow_peer, "*"),
+    ROW_BOOL("rpc.allow_insecure", rpc.auth.allow_insecure, "false"),
     ROW_U32("rpc.shutdown_grace_ms", rpc.shutdown_grace_ms, "5000", 0, UINT32_MAX),
     ROW_ENUM("rpc.poller", rpc.poller, "poll", poller_words),
     ROW_U32("rpc.spin_us", rpc.spin_us, "500", 0, 1000000),
@@ -849,8 +849,8 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
                                 "database of its own)", c->trace.path);
         return DD_ERR_INVALID;
     }
-    if (dd_cluster_enabled(&c->cluster) && c->rpc.tls_client_ca[0] &&
-        list_is_any(c->rpc.allow_peer)) {
+    if (dd_cluster_enabled(&c->cluster) && c->rpc.auth.tls.client_ca[0] &&
+        list_is_any(c->rpc.auth.allow_peer)) {
         dd_set_err(err, errlen,
                    "rpc.allow_peer: \"*\" in a cluster under mutual TLS lets any client "
                    "holding a certificate rpc.tls_client_ca signed (every reader and writer) "
@@ -984,4 +984,10 @@ struct dd_filter_conf dd_config_filter_conf(const struct dd_config *c)
 struct dd_record_conf dd_config_record_conf(const struct dd_config *c)
 {
     return (struct dd_record_conf){c->rpc.max_candidates, c->rpc.max_id_bytes};
+}
+
+struct dd_peer_conf dd_config_peer_conf(const struct dd_config *c)
+{
+    return (struct dd_peer_conf){&c->rpc.auth.tls, c->cluster.tls_ca, c->cluster.tls_server_name,
+                                 c->rpc.max_candidates, c->rpc.max_id_bytes};
 }

@@ -60,6 +60,10 @@ struct dd_config {
  * for callers that build them outside the RPC layer (tests, benchmarks). */
 struct dd_filter_conf dd_config_filter_conf(const struct dd_config *c);
 struct dd_record_conf dd_config_record_conf(const struct dd_config *c);
+/* What peer channels are built from (peer.h): rpc.tls_*, cluster.tls_ca,
+ * cluster.tls_server_name, rpc.max_candidates and rpc.max_id_bytes,
+ * borrowed from C. */
+struct dd_peer_conf dd_config_peer_conf(const struct dd_config *c);
 
 /* Fill C with the defaults. Returns 0 or DD_ERR_NOMEM (then C holds nothing
  * that needs freeing). */

@@ -187,7 +187,7 @@ int dd_history_batch_put_offset(dd_history_batch *b, const char *topic, int32_t 
 int dd_history_get_offset(dd_history *h, const char *topic, int32_t partition, int64_t *next,
                           char *err, size_t errlen);
 
-/* Ownership (resharding, cluster.h). OWNS (NULL: none) decides which
+/* Ownership (resharding, cluster_map.h). OWNS (NULL: none) decides which
  * users this node keeps: from now on compactions drop, and full merges
  * outside reads empty, the segments of every user it says are not this
  * node's (counted as segments_foreign). Reads are not filtered: callers

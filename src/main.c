@@ -11,6 +11,7 @@
 #include "addr.h"
 #include "admin.h"
 #include "cluster.h"
+#include "cluster_page.h"
 #include "config.h"
 #include "dd.h"
 #include "history.h"
@@ -20,6 +21,7 @@
 #include "log.h"
 #include "owner.h"
 #include "partition.h"
+#include "peer.h"
 #include "plays.h"
 #include "rpc.h"
 #include "sentinel.h"
@@ -159,25 +161,9 @@ static const char *bound_addr(char *buf, size_t buflen, const char *listen, int 
     return buf;
 }
 
-/* Whether PATH holds a RocksDB store (its CURRENT file). */
-static bool store_exists(const char *path)
-{
-    char p[4096];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/CURRENT", path);
-    return stat(p, &st) == 0;
-}
-
-/* cluster.bootstrap = peer on an empty store: copy the store of a live
- * replica of this shard (snapshot.h), each replica in turn, for up to
- * BOOTSTRAP_ROUNDS rounds a second apart (peers may be starting too). A
- * copy cut short resumes. 0, or DD_ERR_UNAVAILABLE when no replica could
- * give one (logged): dedupd then stops rather than serve from an empty
- * store whose log may no longer be in Kafka. */
-#define BOOTSTRAP_ROUNDS 120
-
 /* Whether SIGTERM or SIGINT waits (they are blocked: main takes them with
- * sigwait once running), so that a copy stops when asked. */
+ * sigwait once running), so that a copy of a peer's store stops when
+ * asked (snapshot.h, dd_snapshot_bootstrap). */
 static bool stop_pending(void *ud)
 {
     (void)ud;
@@ -185,98 +171,11 @@ static bool stop_pending(void *ud)
     return sigpending(&p) == 0 && (sigismember(&p, SIGTERM) == 1 || sigismember(&p, SIGINT) == 1);
 }
 
-/* What /readyz says while the store is being copied: the last peer's
- * refusal or error (written by main's thread, read by the admin's). */
-struct bootstrap_state {
-    pthread_mutex_t lock;
-    char why[300];
-};
-static bool bootstrap_done(void *ud)
+/* A channel for a copy of a peer's store (peer.h), for snapshot.h. */
+static grpc_channel *copy_channel(void *cfg, const char *addr, char *err, size_t errlen)
 {
-    (void)ud;
-    return false;
-}
-static bool bootstrap_why(void *ud, char *why, size_t whylen)
-{
-    struct bootstrap_state *b = ud;
-    pthread_mutex_lock(&b->lock);
-    snprintf(why, whylen, "%s", b->why);
-    pthread_mutex_unlock(&b->lock);
-    return true;
-}
-
-static int bootstrap_from_peer(const struct dd_config *cfg, const struct dd_cluster_map *map,
-                               struct bootstrap_state *bs)
-{
-    char err[512] = "no other replica in this shard", hash[17], split[17], from[32];
-    dd_cluster_map_hash_hex(map, hash);
-    dd_cluster_map_split_hex(map, split);
-    /* Other replicas of this shard first; then, for a new shard of a
-     * split, its parent shard's (whose old-map nodes hold its users). */
-    uint32_t shards_to_try[2] = {map->shard, dd_cluster_source_shard(map)};
-    int nshards = shards_to_try[1] != map->shard ? 2 : 1;
-    struct {
-        uint32_t shard, replica;
-    } peers[2 * DD_CLUSTER_MAX_REPLICAS];
-    size_t npeers = 0;
-    for (int si = 0; si < nshards; si++)
-        for (uint32_t r = 0; r < map->nreplicas[shards_to_try[si]]; r++)
-            if (shards_to_try[si] != map->shard || r != map->replica) {
-                peers[npeers].shard = shards_to_try[si];
-                peers[npeers++].replica = r;
-            }
-    snprintf(from, sizeof from, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
-    grpc_init();
-    int rc = DD_ERR_UNAVAILABLE;
-    for (int round = 0; round < BOOTSTRAP_ROUNDS && rc != DD_OK && rc != DD_ERR_STATE; round++) {
-        if (round) dd_sleep_ms(1000);
-        for (size_t k = 0; k < npeers && rc != DD_OK && rc != DD_ERR_STATE; k++) {
-            uint32_t src_shard = peers[k].shard;
-            const char *addr = map->addr[src_shard][peers[k].replica];
-            grpc_channel *ch = dd_cluster_channel_new(&cfg->cluster, &cfg->rpc, addr, err,
-                                                      sizeof err);
-            if (!ch) continue;
-            struct dd_snapshot_source src = {.ch = ch,
-                                             .peer = addr,
-                                             .map_hash = hash,
-                                             .split_hash = split,
-                                             .from = from,
-                                             .shard = src_shard,
-                                             .asker_shard = map->shard,
-                                             .timeout_ms = cfg->cluster.forward_timeout_ms,
-                                             .stop = stop_pending};
-            /* A file whose checksum differed was removed: fetched again at once. */
-            for (int tries = 0; tries < 3; tries++) {
-                rc = dd_snapshot_fetch(&src, cfg->history.path, err, sizeof err);
-                if (rc != DD_ERR_CORRUPT) break;
-                dd_warn("main", "msg=\"snapshot file damaged in transit; fetching it again\" "
-                                "peer=%s error=\"%s\"", addr, err);
-            }
-            grpc_channel_destroy(ch);
-            static struct dd_log_limit lim;
-            if (rc != DD_OK && rc != DD_ERR_STATE) {
-                pthread_mutex_lock(&bs->lock);
-                snprintf(bs->why, sizeof bs->why, "store: copying from a peer: %s: %s", addr,
-                         err);
-                pthread_mutex_unlock(&bs->lock);
-            }
-            if (rc != DD_OK && rc != DD_ERR_STATE)
-                dd_log_limited(&lim, 10000, DD_LOG_WARN, "main",
-                               "msg=\"cannot copy the store from a peer\" peer=%s round=%d "
-                               "error=\"%s\"", addr, round + 1, err);
-        }
-    }
-    grpc_shutdown();
-    if (rc == DD_ERR_STATE) {
-        dd_info("main", "msg=\"asked to stop while copying a store; the copy resumes at the next "
-                        "start\"");
-        return rc;
-    }
-    if (rc != DD_OK)
-        dd_error("main", "msg=\"cluster.bootstrap = peer: no replica of shard %" PRIu32
-                         "%s could give its store; stopping\" error=\"%s\"", map->shard,
-                 nshards > 1 ? " or of its parent shard" : "", err);
-    return rc;
+    struct dd_peer_conf pc = dd_config_peer_conf(cfg);
+    return dd_peer_channel_new(&pc, addr, err, errlen);
 }
 
 int main(int argc, char **argv)
@@ -469,20 +368,26 @@ int main(int argc, char **argv)
                             "set\"");
     }
 
-    if (clustered && strcmp(cfg.cluster.bootstrap, "peer") == 0 &&
-        !store_exists(cfg.history.path)) {
+    if (clustered && dd_snapshot_bootstrap_wanted(cfg.cluster.bootstrap, cfg.history.path)) {
         dd_info("main", "msg=\"empty store and cluster.bootstrap = peer: copying a replica's "
                         "store\" path=\"%s\"", cfg.history.path);
         /* Not ready meanwhile, saying why (admin.h: the store component
          * with the copy's state as its module until the store opens). */
-        static struct bootstrap_state bs = {PTHREAD_MUTEX_INITIALIZER,
-                                            "store: copying from a peer"};
-        dd_admin_set_why(admin, DD_ADMIN_STORE, bootstrap_why);
-        if (dd_admin_attach(admin, DD_ADMIN_STORE, &bs, NULL, bootstrap_done) != DD_OK) {
+        static struct dd_snapshot_progress progress = DD_SNAPSHOT_PROGRESS_INIT;
+        dd_admin_set_why(admin, DD_ADMIN_STORE, dd_snapshot_progress_why);
+        if (dd_admin_attach(admin, DD_ADMIN_STORE, &progress, NULL, dd_snapshot_progress_done) !=
+            DD_OK) {
             dd_error("main", "msg=\"out of memory\"");
             goto out;
         }
-        int brc = bootstrap_from_peer(&cfg, &map, &bs);
+        struct dd_snapshot_bootstrap boot = {.map = &map,
+                                             .history_path = cfg.history.path,
+                                             .timeout_ms = cfg.cluster.forward_timeout_ms,
+                                             .channel = copy_channel,
+                                             .channel_ud = &cfg,
+                                             .stop = stop_pending,
+                                             .progress = &progress};
+        int brc = dd_snapshot_bootstrap(&boot, err, sizeof err);
         dd_admin_detach(admin, DD_ADMIN_STORE);
         if (brc == DD_ERR_STATE) rc = 0; /* stopped when asked */
         if (brc != DD_OK) goto out;
@@ -582,7 +487,9 @@ int main(int argc, char **argv)
         if (ingest)
             local = (struct dd_cluster_local){ingest_partitions, ingest_partitions_changed,
                                               ingest_lag_ms, ingest};
-        if (dd_cluster_new(&cluster, &map, &cfg.cluster, &cfg.rpc, &local, err, sizeof err) !=
+        struct dd_peer_conf peer = dd_config_peer_conf(&cfg);
+        if (dd_cluster_new(&cluster, &map, &cfg.cluster, &peer, cfg.rpc.threads, cfg.rpc.prepost,
+                           &local, err, sizeof err) !=
                 DD_OK ||
             dd_cluster_start(cluster, err, sizeof err) != DD_OK) {
             dd_error("main", "msg=\"cannot start the cluster\" error=\"%s\"", err);

@@ -4,7 +4,7 @@
  */
 #include "owner.h"
 
-#include "cluster.h"
+#include "cluster_map.h"
 #include "dd.h"
 #include "log.h"
 #include "partition.h"

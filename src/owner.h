@@ -17,7 +17,7 @@
  *   of every byte before it; integers big-endian.
  *
  * It comes from disk, so every field is checked when read back. The
- * previous release kept an 8-byte id under the same key (cluster.h
+ * previous release kept an 8-byte id under the same key (cluster_map.h
  * dd_cluster_ownership_id) in cluster stores only, and no record in
  * single-node stores.
  *

@@ -230,7 +230,7 @@ struct dd_rpc {
 
 int dd_rpc_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen)
 {
-    return dd_auth_conf_check(conf, err, errlen);
+    return dd_auth_conf_check(&conf->auth, conf->listen, err, errlen);
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */
@@ -398,9 +398,10 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
         dd_fail(rc, err, errlen, "out of memory");
         goto err;
     }
-    rpc->tls_mode = !conf->tls_cert[0] ? "off" : conf->tls_client_ca[0] ? "mutual" : "server";
-    rpc->open_to_all = !conf->tls_client_ca[0] && !dd_hostport_is_loopback(conf->listen);
-    if ((rc = dd_auth_new(&rpc->auth, conf, err, errlen)) != DD_OK) goto err;
+    const struct dd_tls_conf *tls = &conf->auth.tls;
+    rpc->tls_mode = !tls->cert[0] ? "off" : tls->client_ca[0] ? "mutual" : "server";
+    rpc->open_to_all = !tls->client_ca[0] && !dd_hostport_is_loopback(conf->listen);
+    if ((rc = dd_auth_new(&rpc->auth, &conf->auth, err, errlen)) != DD_OK) goto err;
     rc = DD_ERR_NOMEM;
 
     /* Flow-control settings are grpc's defaults on purpose: a larger stream
@@ -498,7 +499,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
         if (rc != DD_OK) goto err;
     }
 
-    grpc_server_credentials *creds = dd_auth_credentials(conf, err, errlen);
+    grpc_server_credentials *creds = dd_auth_credentials(&conf->auth.tls, err, errlen);
     if (!creds) {
         rc = DD_ERR_INVALID;
         goto err;
@@ -714,21 +715,10 @@ static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, co
         if (dd_cluster_check_peer_map(rpc->cluster, req->map_hash, req->split_hash, req->from,
                                       &rel, w->msg, sizeof w->msg) != DD_OK)
             return GRPC_STATUS_FAILED_PRECONDITION;
-        /* A replica of our shard under our map, or a new shard of a map
-         * that splits ours whose parent we are: we hold every user of
-         * theirs. Never a shard of our own map other than ours, nor a
-         * map ours splits: we may have dropped users they need. */
-        const struct dd_cluster_map *map = dd_cluster_get_map(rpc->cluster);
-        bool lend = req->shard == map->shard &&
-                    ((rel == DD_MAP_SAME && req->asker_shard == map->shard) ||
-                     (rel == DD_MAP_NEWER && req->asker_shard % map->shards == map->shard));
-        if (!lend) {
-            snprintf(w->msg, sizeof w->msg,
-                     "this node (shard %" PRIu32 " of %" PRIu32 ") does not hold every user of "
-                     "shard %" PRIu32 " of the asker's map",
-                     map->shard, map->shards, req->asker_shard);
+        /* The lending rule is snapshot.h's. */
+        if (dd_snapshot_may_lend(dd_cluster_get_map(rpc->cluster), rel, req->shard,
+                                 req->asker_shard, w->msg, sizeof w->msg) != DD_OK)
             return GRPC_STATUS_FAILED_PRECONDITION;
-        }
         struct dd_snapshot_manifest man;
         rc = dd_snapshot_begin(rpc->snapshot, &man, w->msg, sizeof w->msg);
         if (rc != DD_OK) return rc == DD_ERR_NOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED

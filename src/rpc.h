@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "api.h"
+#include "auth.h"
 #include "metrics.h"
 
 struct dd_recent_conf;
@@ -32,15 +33,8 @@ struct dd_rpc_conf {
     uint32_t max_candidates;    /* Filter requests with more get RESOURCE_EXHAUSTED */
     uint32_t max_id_bytes;      /* longer user or item ids get INVALID_ARGUMENT */
     uint32_t max_message_bytes; /* largest request accepted */
-    char *tls_cert;             /* PEM file; "" = plaintext */
-    char *tls_key;
-    char *tls_client_ca;        /* PEM file: clients must present a certificate it
-                                 * signed (mutual TLS); "" = no client certificates */
-    char *allow_read;           /* identities that may call Filter (dd_rpc_conf_check) */
-    char *allow_write;          /* ... RecordDelivery, RecordPlays and ForgetUser */
-    char *allow_peer;           /* ... the Cluster service and forwarded calls */
-    bool allow_insecure;        /* serve a non-loopback rpc.listen without client
-                                 * certificates (anyone may call everything) */
+    struct dd_auth_conf auth;   /* rpc.tls_cert, rpc.tls_key, rpc.tls_client_ca,
+                                 * rpc.allow_*: auth.h (dd_rpc_conf_check) */
     uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
     char *poller;               /* grpc poll strategy: poll or epoll1 (dd_rpc_process_init) */
     uint32_t spin_us;           /* a worker polls without blocking this long after a call */
@@ -81,14 +75,14 @@ typedef struct dd_rpc dd_rpc;
  *                           SnapshotRead (a node's state, and a copy of
  *                           every user's history), and any Dedup call
  *                           carrying a forwarding header (dedupd-forwarded-by
- *                           and its kin, cluster.h): a forwarded call is
+ *                           and its kin, api.h): a forwarded call is
  *                           judged by rpc.allow_peer alone, since the node
  *                           that forwarded it judged its client;
  *   open   grpc.health.v1.Health/Check: any client that connects.
  * Readers and writers are not peers unless rpc.allow_peer names them. A
  * call the list does not allow is answered PERMISSION_DENIED, naming the
  * client and the key, before its request is decoded. Nodes of a cluster
- * call each other with their own certificate (rpc.tls_cert, cluster.h),
+ * call each other with their own certificate (rpc.tls_cert, peer.h),
  * so under mutual TLS rpc.allow_peer names the nodes' identities, and a
  * cluster under mutual TLS refuses rpc.allow_peer = "*" (any holder of a
  * certificate rpc.tls_client_ca signed, every reader and writer

@@ -24,11 +24,12 @@
 #include <xxhash.h>
 
 #include "api.h"
-#include "cluster.h" /* dd_unary */
+#include "cluster_map.h"
 #include "dd.h"
 #include "dedup.pb-c.h"
 #include "log.h"
 #include "sys.h"
+#include "unary.h"
 
 #define MOD "snapshot"
 /* Throttled reads wait until this many bytes are allowed at once. */
@@ -416,17 +417,30 @@ void dd_snapshot_server_counts(dd_snapshot_server *s, uint64_t *bytes, uint64_t 
     *throttled = atomic_load_explicit(&s->throttled, memory_order_relaxed);
 }
 
+int dd_snapshot_may_lend(const struct dd_cluster_map *map, enum dd_cluster_relation rel,
+                         uint32_t shard, uint32_t asker_shard, char *err, size_t errlen)
+{
+    bool lend = shard == map->shard &&
+                ((rel == DD_MAP_SAME && asker_shard == map->shard) ||
+                 (rel == DD_MAP_NEWER && asker_shard % map->shards == map->shard));
+    if (lend) return DD_OK;
+    return dd_fail(DD_ERR_STATE, err, errlen,
+                   "this node (shard %" PRIu32 " of %" PRIu32 ") does not hold every user of "
+                   "shard %" PRIu32 " of the asker's map",
+                   map->shard, map->shards, asker_shard);
+}
+
 /* ---- the receiving side ------------------------------------------------- */
 
-/* One unary call of METHOD to the peer with request REQ; the answer's
- * bytes into *RESP (malloc'd) and *RLEN. 0, DD_ERR_NOTFOUND (NOT_FOUND),
- * DD_ERR_UNAVAILABLE (any other failure), DD_ERR_NOMEM. */
+/* One blocking call of METHOD to the peer with request REQ (unary.h);
+ * the answer's bytes into *RESP (malloc'd) and *RLEN. 0, DD_ERR_NOTFOUND
+ * (NOT_FOUND), DD_ERR_UNAVAILABLE (any other failure), DD_ERR_NOMEM. */
 static int unary(const struct dd_snapshot_source *src, const char *method, const uint8_t *req,
                  size_t len, uint8_t **resp, size_t *rlen, char *err, size_t errlen)
 {
     *resp = NULL;
     *rlen = 0;
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     if (!cq) return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                          gpr_time_from_millis(src->timeout_ms, GPR_TIMESPAN));
@@ -439,51 +453,41 @@ static int unary(const struct dd_snapshot_source *src, const char *method, const
     u.send = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
     u.flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY;
-    int rc = DD_OK, tag = 0;
-    bool started = call && dd_unary_start(call, &u, &tag) == GRPC_CALL_OK;
-    if (!started) {
+    int rc = DD_OK;
+    enum dd_unary_end end = call ? dd_unary_call(call, cq, &u, deadline, NULL)
+                                 : DD_UNARY_UNSTARTED;
+    grpc_slice all = grpc_empty_slice();
+    if (end == DD_UNARY_UNSTARTED) {
         rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "cannot start a call to %s", src->peer);
-    } else {
-        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        if (ev.type != GRPC_OP_COMPLETE || !ev.success) {
-            rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "call to %s failed", src->peer);
-        } else if (u.status != GRPC_STATUS_OK) {
-            /* The peer's words (or grpc's, for a reply over the copy
-             * channel's limits, cluster.h): logged, so sanitized. */
-            char d[160];
-            dd_sanitize(d, sizeof d, (const char *)GRPC_SLICE_START_PTR(u.details),
-                        GRPC_SLICE_LENGTH(u.details));
-            rc = dd_fail(u.status == GRPC_STATUS_NOT_FOUND ? DD_ERR_NOTFOUND : DD_ERR_UNAVAILABLE,
-                         err, errlen, "%s from %s: status %d: %s", method, src->peer,
-                         (int)u.status, d);
-        } else if (u.recv) {
-            grpc_byte_buffer_reader r;
-            if (!grpc_byte_buffer_reader_init(&r, u.recv)) {
-                rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "unreadable answer from %s",
-                             src->peer);
-            } else {
-                grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-                size_t n = GRPC_SLICE_LENGTH(all);
-                *resp = malloc(n ? n : 1);
-                if (!*resp) {
-                    rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
-                } else {
-                    memcpy(*resp, GRPC_SLICE_START_PTR(all), n);
-                    *rlen = n;
-                }
-                grpc_slice_unref(all);
-                grpc_byte_buffer_reader_destroy(&r);
-            }
+    } else if (end != DD_UNARY_DONE) {
+        rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "call to %s failed", src->peer);
+    } else if (u.status != GRPC_STATUS_OK) {
+        /* The peer's words (or grpc's, for a reply over the copy
+         * channel's limits, peer.h): logged, so sanitized. */
+        char d[160];
+        dd_sanitize(d, sizeof d, (const char *)GRPC_SLICE_START_PTR(u.details),
+                    GRPC_SLICE_LENGTH(u.details));
+        rc = dd_fail(u.status == GRPC_STATUS_NOT_FOUND ? DD_ERR_NOTFOUND : DD_ERR_UNAVAILABLE,
+                     err, errlen, "%s from %s: status %d: %s", method, src->peer,
+                     (int)u.status, d);
+    } else if (u.recv && !dd_unary_reply(&u, &all)) {
+        rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "unreadable answer from %s", src->peer);
+    } else if (u.recv) {
+        size_t n = GRPC_SLICE_LENGTH(all);
+        *resp = malloc(n ? n : 1);
+        if (!*resp) {
+            rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+        } else {
+            memcpy(*resp, GRPC_SLICE_START_PTR(all), n);
+            *rlen = n;
         }
+        grpc_slice_unref(all);
     }
     grpc_byte_buffer_destroy(u.send);
     u.send = NULL;
     dd_unary_reset(&u);
     if (call) grpc_call_unref(call);
     grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN) {
-    }
     grpc_completion_queue_destroy(cq);
     return rc;
 }
@@ -726,5 +730,108 @@ int dd_snapshot_fetch(const struct dd_snapshot_source *src, const char *history_
             s > 0 ? (double)fetched / 1e6 / s : 0.0);
 out:
     dd_snapshot_manifest_free(&m);
+    return rc;
+}
+
+/* ---- bootstrap ---------------------------------------------------------- */
+
+bool dd_snapshot_bootstrap_wanted(const char *bootstrap, const char *history_path)
+{
+    if (strcmp(bootstrap, "peer") != 0) return false;
+    char p[4096 + sizeof "/CURRENT"];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/CURRENT", history_path);
+    return stat(p, &st) != 0;
+}
+
+bool dd_snapshot_progress_done(void *ud)
+{
+    (void)ud;
+    return false;
+}
+
+bool dd_snapshot_progress_why(void *ud, char *why, size_t whylen)
+{
+    struct dd_snapshot_progress *b = ud;
+    pthread_mutex_lock(&b->lock);
+    snprintf(why, whylen, "%s", b->why);
+    pthread_mutex_unlock(&b->lock);
+    return true;
+}
+
+int dd_snapshot_bootstrap(const struct dd_snapshot_bootstrap *b, char *err, size_t errlen)
+{
+    const struct dd_cluster_map *map = b->map;
+    char hash[17], split[17], from[32];
+    dd_set_err(err, errlen, "no other replica in this shard");
+    dd_cluster_map_hash_hex(map, hash);
+    dd_cluster_map_split_hex(map, split);
+    /* Other replicas of this shard first; then, for a new shard of a
+     * split, its parent shard's (whose old-map nodes hold its users). */
+    uint32_t shards_to_try[2] = {map->shard, dd_cluster_source_shard(map)};
+    int nshards = shards_to_try[1] != map->shard ? 2 : 1;
+    struct {
+        uint32_t shard, replica;
+    } peers[2 * DD_CLUSTER_MAX_REPLICAS];
+    size_t npeers = 0;
+    for (int si = 0; si < nshards; si++)
+        for (uint32_t r = 0; r < map->nreplicas[shards_to_try[si]]; r++)
+            if (shards_to_try[si] != map->shard || r != map->replica) {
+                peers[npeers].shard = shards_to_try[si];
+                peers[npeers++].replica = r;
+            }
+    snprintf(from, sizeof from, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
+    grpc_init();
+    int rc = DD_ERR_UNAVAILABLE;
+    for (int round = 0; round < DD_SNAPSHOT_BOOTSTRAP_ROUNDS && rc != DD_OK && rc != DD_ERR_STATE;
+         round++) {
+        if (round) dd_sleep_ms(1000);
+        for (size_t k = 0; k < npeers && rc != DD_OK && rc != DD_ERR_STATE; k++) {
+            uint32_t src_shard = peers[k].shard;
+            const char *addr = map->addr[src_shard][peers[k].replica];
+            grpc_channel *ch = b->channel(b->channel_ud, addr, err, errlen);
+            if (!ch) continue;
+            struct dd_snapshot_source src = {.ch = ch,
+                                             .peer = addr,
+                                             .map_hash = hash,
+                                             .split_hash = split,
+                                             .from = from,
+                                             .shard = src_shard,
+                                             .asker_shard = map->shard,
+                                             .timeout_ms = b->timeout_ms,
+                                             .stop = b->stop,
+                                             .stop_ud = b->stop_ud};
+            /* A file whose checksum differed was removed: fetched again at once. */
+            for (int tries = 0; tries < 3; tries++) {
+                rc = dd_snapshot_fetch(&src, b->history_path, err, errlen);
+                if (rc != DD_ERR_CORRUPT) break;
+                dd_warn(MOD, "msg=\"snapshot file damaged in transit; fetching it again\" "
+                             "peer=%s error=\"%s\"", addr, err);
+            }
+            grpc_channel_destroy(ch);
+            static struct dd_log_limit lim;
+            if (rc != DD_OK && rc != DD_ERR_STATE) {
+                if (b->progress) {
+                    pthread_mutex_lock(&b->progress->lock);
+                    snprintf(b->progress->why, sizeof b->progress->why,
+                             "store: copying from a peer: %s: %s", addr, err);
+                    pthread_mutex_unlock(&b->progress->lock);
+                }
+                dd_log_limited(&lim, 10000, DD_LOG_WARN, MOD,
+                               "msg=\"cannot copy the store from a peer\" peer=%s round=%d "
+                               "error=\"%s\"", addr, round + 1, err);
+            }
+        }
+    }
+    grpc_shutdown();
+    if (rc == DD_ERR_STATE) {
+        dd_info(MOD, "msg=\"asked to stop while copying a store; the copy resumes at the next "
+                     "start\"");
+        return rc;
+    }
+    if (rc != DD_OK)
+        dd_error(MOD, "msg=\"cluster.bootstrap = peer: no replica of shard %" PRIu32
+                      "%s could give its store; stopping\" error=\"%s\"", map->shard,
+                 nshards > 1 ? " or of its parent shard" : "", err);
     return rc;
 }

@@ -51,8 +51,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pthread.h>
+
 #include <grpc/grpc.h>
 
+#include "cluster_map.h"
 #include "history.h"
 
 #define DD_SNAPSHOT_CHUNK_MAX (1024u * 1024u)
@@ -116,6 +119,17 @@ int dd_snapshot_read(dd_snapshot_server *s, const char *id, const char *name, ui
 /* Bytes sent and reads throttled so far (metrics). */
 void dd_snapshot_server_counts(dd_snapshot_server *s, uint64_t *bytes, uint64_t *throttled);
 
+/* The lending rule: whether this node, of MAP, lends its store to a node
+ * asking for shard SHARD's store from its own shard ASKER_SHARD under a
+ * map related REL to ours (dd_cluster_check_peer_map said which). Yes to
+ * a replica of our shard under our map, or to a new shard of a map that
+ * splits ours whose parent we are: we hold every user of theirs. Never to
+ * a shard of our own map other than ours, nor to a map ours splits: we
+ * may have dropped users they need. Returns 0, or DD_ERR_STATE with the
+ * refusal (for the asker) in ERR. */
+int dd_snapshot_may_lend(const struct dd_cluster_map *map, enum dd_cluster_relation rel,
+                         uint32_t shard, uint32_t asker_shard, char *err, size_t errlen);
+
 /* ---- the receiving side ------------------------------------------------- */
 
 /* Where to copy from: a channel to the peer, what to tell it. */
@@ -140,5 +154,59 @@ struct dd_snapshot_source {
  * the next start) or DD_ERR_IO; message in err. */
 int dd_snapshot_fetch(const struct dd_snapshot_source *src, const char *history_path, char *err,
                       size_t errlen);
+
+/* ---- bootstrap: cluster.bootstrap = peer ---------------------------------
+ *
+ * A node started with cluster.bootstrap = peer on an empty store (no
+ * RocksDB CURRENT under history.path) first copies the store of a live
+ * peer: the other replicas of its own shard first, then, for a new shard
+ * of a split (cluster_map.h dd_cluster_source_shard), its parent shard's
+ * replicas, each in turn, for up to DD_SNAPSHOT_BOOTSTRAP_ROUNDS rounds a
+ * second apart (peers may be starting too). A copy cut short resumes; a
+ * file damaged in transit is fetched again at once (up to 3 times). While
+ * it copies, the node is not ready, and /readyz says the last peer's
+ * refusal or error (struct dd_snapshot_progress). */
+#define DD_SNAPSHOT_BOOTSTRAP_ROUNDS 120
+
+/* Whether a node with cluster.bootstrap BOOTSTRAP ("none" or "peer") and
+ * the store at HISTORY_PATH copies a peer's store first: "peer" and no
+ * store there. Cannot fail. */
+bool dd_snapshot_bootstrap_wanted(const char *bootstrap, const char *history_path);
+
+/* What /readyz says while the store is being copied: written by the
+ * copying thread, read by the admin's. Initialise with
+ * DD_SNAPSHOT_PROGRESS_INIT. */
+struct dd_snapshot_progress {
+    pthread_mutex_t lock;
+    char why[300];
+};
+#define DD_SNAPSHOT_PROGRESS_INIT {PTHREAD_MUTEX_INITIALIZER, "store: copying from a peer"}
+/* admin.h's probe and why for UD (a struct dd_snapshot_progress *): never
+ * done (the store component is detached once the copy ends), and the last
+ * peer's refusal or error. */
+bool dd_snapshot_progress_done(void *ud);
+bool dd_snapshot_progress_why(void *ud, char *why, size_t whylen);
+
+/* What a bootstrap needs; everything borrowed. */
+struct dd_snapshot_bootstrap {
+    const struct dd_cluster_map *map; /* this node's map and place */
+    const char *history_path;         /* history.path */
+    int64_t timeout_ms;               /* per call (cluster.forward_timeout_ms) */
+    /* A channel to a peer for a copy (main: peer.h dd_peer_channel_new);
+     * NULL with a message in ERR. The bootstrap destroys it. */
+    grpc_channel *(*channel)(void *ud, const char *addr, char *err, size_t errlen);
+    void *channel_ud;
+    bool (*stop)(void *ud);           /* asked between calls: true ends the copy (may be NULL) */
+    void *stop_ud;
+    struct dd_snapshot_progress *progress; /* may be NULL */
+};
+
+/* Copy a peer's store into b->history_path (above). Blocks until done.
+ * 0; DD_ERR_STATE when b->stop said stop (logged; the copy resumes at the
+ * next start); DD_ERR_UNAVAILABLE (or the last peer's failure) when no
+ * peer could give one in every round (logged: the node then stops rather
+ * than serve from an empty store whose log may no longer be in Kafka).
+ * The last failure's message in ERR. */
+int dd_snapshot_bootstrap(const struct dd_snapshot_bootstrap *b, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * sweep.h - after a change of ownership (resharding, cluster.h), drop from
+ * sweep.h - after a change of ownership (resharding, cluster_map.h), drop from
  * the store the users this node no longer owns, once, as soon as the
  * change is complete.
  *

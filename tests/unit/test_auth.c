@@ -48,7 +48,7 @@ static dd_auth *auth_of(const char *rd, const char *wr, const char *peer)
     REQUIRE(dd_config_set(&cfg, "rpc.allow_write", wr, err, sizeof err) == DD_OK);
     REQUIRE(dd_config_set(&cfg, "rpc.allow_peer", peer, err, sizeof err) == DD_OK);
     dd_auth *a = NULL;
-    CHECK_MSG(dd_auth_new(&a, &cfg.rpc, err, sizeof err) == DD_OK, "%s", err);
+    CHECK_MSG(dd_auth_new(&a, &cfg.rpc.auth, err, sizeof err) == DD_OK, "%s", err);
     dd_config_free(&cfg);
     REQUIRE(a != NULL);
     return a;

@@ -9,10 +9,10 @@
 #include "testlib.h"
 
 #include "cluster.h"
+#include "cluster_page.h"
 #include "snapshot.h"
 #include "dd.h"
 #include "partition.h"
-#include "rpc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,11 +226,11 @@ static void test_running(void)
     struct dd_cluster_conf c = conf(2, "0", "0", "127.0.0.1:1;127.0.0.1:2");
     struct dd_cluster_map m;
     REQUIRE(dd_cluster_conf_check(&c, "h", &m, err, sizeof err) == DD_OK);
-    struct dd_rpc_conf rpc = {.tls_cert = (char *)"", .tls_key = (char *)"",
-                              .tls_client_ca = (char *)""};
+    struct dd_tls_conf tls = {.cert = (char *)"", .key = (char *)"", .client_ca = (char *)""};
+    struct dd_peer_conf peer = {.tls = &tls, .tls_ca = "", .tls_server_name = ""};
     struct dd_cluster_local local = {l_partitions, l_changed, l_lag, NULL};
     dd_cluster *cl = NULL;
-    REQUIRE(dd_cluster_new(&cl, &m, &c, &rpc, &local, err, sizeof err) == DD_OK);
+    REQUIRE(dd_cluster_new(&cl, &m, &c, &peer, 0, 0, &local, err, sizeof err) == DD_OK);
     uint32_t shard;
     bool here;
     CHECK_EQ_INT(dd_cluster_route(cl, "u", 1, &shard, &here, err, sizeof err),
@@ -339,15 +339,15 @@ static void test_split(void)
     }
     CHECK_EQ_INT(dd_cluster_conf_check(&ca, "dedupd-8", NULL, err, sizeof err), DD_ERR_INVALID);
 
-    struct dd_rpc_conf rpc = {.tls_cert = (char *)"", .tls_key = (char *)"",
-                              .tls_client_ca = (char *)""};
+    struct dd_tls_conf tls = {.cert = (char *)"", .key = (char *)"", .client_ca = (char *)""};
+    struct dd_peer_conf peer = {.tls = &tls, .tls_ca = "", .tls_server_name = ""};
     struct dd_cluster_local local = {l_partitions, l_changed, l_lag, NULL};
     fake_partitions = 8;
     fake_changed = false;
     /* an old node meets new ones */
     dd_cluster *co = NULL, *cn = NULL;
-    REQUIRE(dd_cluster_new(&co, &mo, &old, &rpc, &local, err, sizeof err) == DD_OK);
-    REQUIRE(dd_cluster_new(&cn, &mn, &c, &rpc, &local, err, sizeof err) == DD_OK);
+    REQUIRE(dd_cluster_new(&co, &mo, &old, &peer, 0, 0, &local, err, sizeof err) == DD_OK);
+    REQUIRE(dd_cluster_new(&cn, &mn, &c, &peer, 0, 0, &local, err, sizeof err) == DD_OK);
     enum dd_cluster_relation rel = DD_MAP_OTHER;
     CHECK_EQ_INT(dd_cluster_check_peer_map(co, new_hex, new_split, "1.0", &rel, err, sizeof err),
                  DD_OK);

@@ -149,8 +149,8 @@ static void test_defaults(void)
     CHECK_EQ_INT(c.rpc.max_candidates, 20000);
     CHECK_EQ_INT(c.rpc.max_id_bytes, 256);
     CHECK_EQ_INT(c.rpc.max_message_bytes, 16777216);
-    CHECK_STR(c.rpc.tls_cert, "");
-    CHECK_STR(c.rpc.tls_key, "");
+    CHECK_STR(c.rpc.auth.tls.cert, "");
+    CHECK_STR(c.rpc.auth.tls.key, "");
     CHECK_EQ_INT(c.rpc.shutdown_grace_ms, 5000);
     CHECK_STR(c.rpc.poller, "poll");
     CHECK_EQ_INT(c.rpc.spin_us, 500);
@@ -562,8 +562,8 @@ static void test_file(void)
     CHECK(c.history.fp_rate == 0.005);
     CHECK(c.history.sync == false);
     CHECK_STR(c.rpc.listen, "0.0.0.0:7000");
-    CHECK_STR(c.rpc.tls_cert, "/etc/a b/\"c\"\\d.pem");
-    CHECK_STR(c.rpc.tls_key, "  spaced  ");
+    CHECK_STR(c.rpc.auth.tls.cert, "/etc/a b/\"c\"\\d.pem");
+    CHECK_STR(c.rpc.auth.tls.key, "  spaced  ");
     CHECK_STR(c.recent.password, "pa#ss;word");
     CHECK_STR(c.recent.redis, "10.0.0.1:6379");
     CHECK_STR(c.ingest.topic, "plays # not a comment");

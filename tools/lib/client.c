@@ -3,9 +3,9 @@
  * client.c - blocking unary calls to dedupd over grpc core's C API.
  *
  * One channel, one pluck completion queue and one registered call handle
- * per method, per client. A call is a single batch of the six client ops
- * (send metadata, message and close; receive metadata, message and status)
- * plucked from the queue by its tag. The request is packed straight into a
+ * per method, per client. A call is the daemon's own blocking call
+ * (src/unary.h, dd_unary_call: one batch of the six client ops, plucked
+ * from the queue by its tag, cancelled if grpc overruns the deadline). The request is packed straight into a
  * grpc slice; the response is decoded by protobuf-c into a bump arena that
  * is rewound at the start of the next call, so decoding a 10,000-id Filter
  * response is not 10,000 mallocs and the caller never frees anything.
@@ -14,10 +14,10 @@
 #include "api.h"
 
 #include "dd.h"
+#include "unary.h"
 #include "health.pb-c.h"
 
 #include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -32,9 +32,6 @@
 /* Replies larger than this are refused by grpc (a 20,000-id Filter response
  * is under 6 MiB). */
 #define MAX_RECV_BYTES (64 * 1024 * 1024)
-/* Slack past the call deadline before we stop trusting grpc to end the call
- * by itself and cancel it. */
-#define PLUCK_SLACK_MS 5000
 #define ARENA_MIN_BLOCK 4096
 #define ARENA_ALIGN 16
 
@@ -314,70 +311,43 @@ static int call_unary(dd_client *c, enum dd_api_method m, const ProtobufCMessage
         return local_fail(c, GRPC_STATUS_INTERNAL, DD_ERR_NOMEM, "cannot create call");
     }
 
-    grpc_metadata_array init_md, trail_md;
-    grpc_metadata_array_init(&init_md);
-    grpc_metadata_array_init(&trail_md);
-    grpc_byte_buffer *recv_buf = NULL;
-    grpc_status_code status = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
-
-    grpc_op ops[6];
-    memset(ops, 0, sizeof ops);
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].flags = 0;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send_buf;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv_buf;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
-    ops[5].data.recv_status_on_client.status = &status;
-    ops[5].data.recv_status_on_client.status_details = &details;
+    struct dd_unary u;
+    dd_unary_init(&u);
+    u.send = send_buf;
+    u.status = GRPC_STATUS_UNKNOWN;
 
     int rc = DD_OK;
-    void *tag = c; /* one call at a time per client: the client is the tag */
-    grpc_call_error ce = grpc_call_start_batch(call, ops, DD_ARRAY_LEN(ops), tag, NULL);
-    if (ce != GRPC_CALL_OK) {
+    grpc_call_error ce;
+    enum dd_unary_end end = dd_unary_call(call, c->cq, &u, deadline, &ce);
+    if (end == DD_UNARY_UNSTARTED) {
         char msg[64];
         snprintf(msg, sizeof msg, "cannot start call (grpc_call_error %d)", (int)ce);
         rc = local_fail(c, GRPC_STATUS_INTERNAL, DD_ERR_IO, msg);
         goto out;
     }
-    gpr_timespec limit = gpr_time_add(deadline, gpr_time_from_millis(PLUCK_SLACK_MS, GPR_TIMESPAN));
-    grpc_event ev = grpc_completion_queue_pluck(c->cq, tag, limit, NULL);
-    if (ev.type == GRPC_QUEUE_TIMEOUT) {
-        /* grpc should have ended the call at its deadline; make sure. */
-        grpc_call_cancel(call, NULL);
-        ev = grpc_completion_queue_pluck(c->cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    }
-    if (ev.type != GRPC_OP_COMPLETE) {
+    if (end == DD_UNARY_NO_QUEUE) {
         rc = local_fail(c, GRPC_STATUS_INTERNAL, DD_ERR_IO, "completion queue shut down");
         goto out;
     }
     /* RECV_STATUS_ON_CLIENT always succeeds: the status says what happened. */
-    c->status = status;
-    if (status != GRPC_STATUS_OK) {
-        size_t len = GRPC_SLICE_LENGTH(details);
+    c->status = u.status;
+    if (u.status != GRPC_STATUS_OK) {
+        size_t len = GRPC_SLICE_LENGTH(u.details);
         if (len >= sizeof c->errstr) len = sizeof c->errstr - 1;
-        memcpy(c->errstr, GRPC_SLICE_START_PTR(details), len);
+        memcpy(c->errstr, GRPC_SLICE_START_PTR(u.details), len);
         c->errstr[len] = '\0';
-        rc = status_to_err(status);
+        rc = status_to_err(u.status);
         goto out;
     }
-    if (!recv_buf) {
+    if (!u.recv) {
         rc = local_fail(c, GRPC_STATUS_INTERNAL, DD_ERR_CORRUPT, "OK status but no response message");
         goto out;
     }
-    grpc_byte_buffer_reader reader;
-    if (!grpc_byte_buffer_reader_init(&reader, recv_buf)) {
+    grpc_slice in;
+    if (!dd_unary_reply(&u, &in)) {
         rc = local_fail(c, GRPC_STATUS_INTERNAL, DD_ERR_CORRUPT, "cannot read response message");
         goto out;
     }
-    grpc_slice in = grpc_byte_buffer_reader_readall(&reader);
-    grpc_byte_buffer_reader_destroy(&reader);
     /* protobuf-c copies strings out, so the slice can go right after. */
     *resp = protobuf_c_message_unpack(resp_desc, &c->alloc, GRPC_SLICE_LENGTH(in),
                                       GRPC_SLICE_START_PTR(in));
@@ -390,10 +360,7 @@ static int call_unary(dd_client *c, enum dd_api_method m, const ProtobufCMessage
     }
 
 out:
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&init_md);
-    grpc_metadata_array_destroy(&trail_md);
-    if (recv_buf) grpc_byte_buffer_destroy(recv_buf);
+    dd_unary_reset(&u);
     grpc_byte_buffer_destroy(send_buf);
     grpc_call_unref(call);
     return rc;
