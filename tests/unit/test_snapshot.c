@@ -50,13 +50,36 @@ static void wait_manifest(dd_snapshot_server *s, struct dd_snapshot_manifest *m)
     REQUIRE(!"the checkpoint was never ready");
 }
 
+/* The lending rule: a replica of this shard under this map, or a new
+ * shard of a map that splits this one whose parent this shard is; never
+ * another shard of this map, nor the map this one splits. */
+static void test_lending_rule(void)
+{
+    char err[256];
+    struct dd_cluster_map m = {.shards = 2, .shard = 1};
+    CHECK_EQ_INT(dd_snapshot_may_lend(&m, DD_MAP_SAME, 1, 1, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_snapshot_may_lend(&m, DD_MAP_SAME, 1, 0, err, sizeof err), DD_ERR_STATE);
+    CHECK(strstr(err, "shard 1 of 2") != NULL);
+    CHECK_EQ_INT(dd_snapshot_may_lend(&m, DD_MAP_SAME, 0, 0, err, sizeof err), DD_ERR_STATE);
+    /* 2 -> 4: new shard 3 (3 mod 2 = 1) copies shard 1; shard 2 may not */
+    CHECK_EQ_INT(dd_snapshot_may_lend(&m, DD_MAP_NEWER, 1, 3, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_snapshot_may_lend(&m, DD_MAP_NEWER, 1, 2, err, sizeof err), DD_ERR_STATE);
+    CHECK_EQ_INT(dd_snapshot_may_lend(&m, DD_MAP_OLDER, 1, 1, err, sizeof err), DD_ERR_STATE);
+    CHECK_EQ_INT(dd_snapshot_may_lend(&m, DD_MAP_OTHER, 1, 1, err, sizeof err), DD_ERR_STATE);
+}
+
 int main(void)
 {
     char err[256], path[128], copy[160];
     tl_tmpdir(root, sizeof root, "snapshot");
     snprintf(path, sizeof path, "%s/db", root);
+    test_lending_rule();
+    /* bootstrap only with "peer" and no store yet */
+    CHECK(dd_snapshot_bootstrap_wanted("peer", path));
+    CHECK(!dd_snapshot_bootstrap_wanted("none", path));
     struct dd_config cfg;
     dd_history *h = open_at(&cfg, path);
+    CHECK(!dd_snapshot_bootstrap_wanted("peer", path));
 
     /* some plays and a log position, unflushed: the checkpoint flushes */
     dd_history_batch *b = dd_history_batch_new();
