@@ -19,8 +19,9 @@ grpc_channel_credentials *dd_peer_credentials(const struct dd_peer_conf *c, char
                                               size_t errlen)
 {
     if (!c->tls->cert[0]) return grpc_insecure_credentials_create();
-    const char *ca = c->tls_ca[0] ? c->tls_ca : c->tls->client_ca[0] ? c->tls->client_ca
-                                                                       : c->tls->cert;
+    const char *ca = c->tls_ca[0]           ? c->tls_ca
+                     : c->tls->client_ca[0] ? c->tls->client_ca
+                                            : c->tls->cert;
     char *roots = dd_read_file(ca, err, errlen);
     char *cert = roots ? dd_read_file(c->tls->cert, err, errlen) : NULL;
     char *key = cert ? dd_read_file(c->tls->key, err, errlen) : NULL;
