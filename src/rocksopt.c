@@ -11,7 +11,6 @@
 
 #include <rocksdb/c.h>
 
-#include "config.h"
 #include "dd.h"
 
 /* Set before the rocksdb.* pass-through (which may override them): no ttl,
