@@ -22,9 +22,9 @@
 #define TOPIC "plays"
 #define PARTITIONS 4
 
-static rd_kafka_t *mock_rk;       /* the mock's own handle; connects nowhere */
+static rd_kafka_t *mock_rk; /* the mock's own handle; connects nowhere */
 static rd_kafka_mock_cluster_t *mock;
-static rd_kafka_t *query_rk;      /* a client of the mock, for its offsets */
+static rd_kafka_t *query_rk; /* a client of the mock, for its offsets */
 
 static void mock_start(void)
 {
@@ -73,8 +73,8 @@ static struct dd_producer_conf conf_of(const char *topic, const char *format, ui
 static dd_producer *producer_on_mock(void)
 {
     char err[256] = "";
-    struct dd_config_kv kv[] = {{(char *)"bootstrap.servers",
-                                 (char *)rd_kafka_mock_cluster_bootstraps(mock)}};
+    struct dd_config_kv kv[] = {
+        {(char *)"bootstrap.servers", (char *)rd_kafka_mock_cluster_bootstraps(mock)}};
     struct dd_config_list kafka = {kv, 1, 1};
     struct dd_producer_conf c = conf_of(TOPIC, "json", 5000);
     dd_producer *p = NULL;

@@ -41,11 +41,11 @@ static dd_history *open_guarded(const char *name, const struct dd_owner *want, d
     snprintf(path, sizeof path, "%s/%s", root, name);
     REQUIRE(dd_config_set(&cfg, "history.path", path, err, sizeof err) == DD_OK);
     dd_history *h = NULL;
-    CHECK_MSG(dd_history_open(&h, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) == DD_OK,
-              "%s", err);
+    CHECK_MSG(dd_history_open(&h, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) == DD_OK, "%s",
+              err);
     REQUIRE(h != NULL);
-    CHECK_MSG(dd_owner_guard_new(g, h, want, dd_history_created(h), false, 0, 0, err,
-                                 sizeof err) == DD_OK,
+    CHECK_MSG(dd_owner_guard_new(g, h, want, dd_history_created(h), false, 0, 0, err, sizeof err) ==
+                  DD_OK,
               "%s", err);
     REQUIRE(*g != NULL);
     return h;
@@ -129,8 +129,8 @@ static void test_waits_until_settled(void)
     };
     struct dd_cluster_map m;
     REQUIRE(dd_cluster_conf_check(&c, "h", &m, err, sizeof err) == DD_OK);
-    struct dd_rpc_conf rpc = {.tls_cert = (char *)"", .tls_key = (char *)"",
-                              .tls_client_ca = (char *)""};
+    struct dd_rpc_conf rpc = {
+        .tls_cert = (char *)"", .tls_key = (char *)"", .tls_client_ca = (char *)""};
     struct dd_cluster_local local = {l_partitions, l_changed, l_lag, NULL};
     dd_cluster *cl = NULL;
     REQUIRE(dd_cluster_new(&cl, &m, &c, &rpc, &local, err, sizeof err) == DD_OK);
@@ -157,8 +157,8 @@ static void test_waits_until_settled(void)
         char user[16];
         int n = snprintf(user, sizeof user, "u%d", u);
         uint8_t hit = 0;
-        REQUIRE(dd_history_probe(h, "", 0, user, (size_t)n, 0, &item, 1, &hit, err,
-                                 sizeof err) == DD_OK);
+        REQUIRE(dd_history_probe(h, "", 0, user, (size_t)n, 0, &item, 1, &hit, err, sizeof err) ==
+                DD_OK);
         found += hit != 0;
     }
     CHECK_EQ_INT(found, 64);
