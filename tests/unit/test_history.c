@@ -64,6 +64,19 @@ static dd_history *open_store(const struct dd_config *cfg)
     return h;
 }
 
+/* OUT[i] = item(TAG, FIRST + i) for i < N. */
+static void items(uint64_t *out, size_t n, const char *tag, uint64_t first)
+{
+    for (size_t i = 0; i < n; i++) out[i] = item(tag, first + i);
+}
+
+/* Close H and open its store again, as a restart does. */
+static dd_history *reopen(dd_history *h, const struct dd_config *cfg)
+{
+    dd_history_close(h);
+    return open_store(cfg);
+}
+
 /* A store in a fresh directory (new_config's settings), opened with the
  * clock at T0. */
 static dd_history *fresh_store(struct dd_config *cfg, char *path, size_t pathlen)
@@ -395,14 +408,13 @@ static void test_roundtrip(void)
         if (stage == 1) CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
         if (stage == 2) CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
         if (stage == 3) {
-            dd_history_close(h);
-            h = open_store(&cfg);
+            h = reopen(h, &cfg);
         }
         size_t missed = 0;
         for (int u = 0; u < USERS; u++) {
             char user[32];
             snprintf(user, sizeof user, "user%d", u);
-            for (int i = 0; i < PER; i++) hs[i] = item(user, (uint64_t)i);
+            items(hs, PER, user, 0);
             missed += PER - count_hits(h, "", user, 0, hs, PER);
         }
         CHECK_MSG(missed == 0, "stage %d: %zu false negatives", stage, missed);
@@ -419,7 +431,7 @@ static void test_roundtrip(void)
         }
     }
     /* a user who never played anything */
-    for (int i = 0; i < PER; i++) hs[i] = item("nobody", (uint64_t)i);
+    items(hs, PER, "nobody", 0);
     CHECK_EQ_INT(count_hits(h, "", "nobody", 0, hs, PER), 0);
     close_store(h, &cfg);
     free(hs);
@@ -468,7 +480,7 @@ static void test_pending_compaction(void)
         char user[16];
         snprintf(user, sizeof user, "u%d", f);
         uint64_t x[64];
-        for (int i = 0; i < 64; i++) x[i] = item(user, (uint64_t)i);
+        items(x, 64, user, 0);
         play(h, "", user, x, 64, T0);
         CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
     }
@@ -520,7 +532,7 @@ static void test_write_limit(void)
     enum { N = 80000 };
     uint64_t *x = malloc(N * sizeof *x);
     REQUIRE(x);
-    for (int i = 0; i < N; i++) x[i] = item("wl", (uint64_t)i);
+    items(x, N, "wl", 0);
     play(h, "", "wl", x, N, T0);
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
@@ -630,7 +642,7 @@ static void test_reduce_fp(void)
     CHECK_EQ_INT(count_hits(h, "", "heavy", 0, hs, PER_SEG * SEGS), PER_SEG * SEGS);
     uint64_t *never = malloc(NEVER * sizeof *never);
     REQUIRE(never);
-    for (int i = 0; i < NEVER; i++) never[i] = item("never", (uint64_t)i);
+    items(never, NEVER, "never", 0);
     size_t fp = count_hits(h, "", "heavy", 0, never, NEVER);
     double rate = (double)fp / NEVER;
     /* S = ceil(90/30)+1 = 4: each closed segment at fp_rate/4, 3 closed */
@@ -646,8 +658,7 @@ static void test_reduce_fp(void)
 
     /* the re-encoding survives another compaction and a reopen unchanged */
     CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK_EQ_INT(count_hits(h, "", "heavy", 0, never, NEVER), fp);
     CHECK_EQ_INT(count_hits(h, "", "heavy", 0, hs, PER_SEG * SEGS), PER_SEG * SEGS);
 
@@ -688,8 +699,8 @@ static void test_late_plays(void)
     enum { N = 20000, NEVER = 200000 };
     uint64_t *hs = malloc(2 * N * sizeof *hs), *never = malloc(NEVER * sizeof *never);
     REQUIRE(hs && never);
-    for (int i = 0; i < 2 * N; i++) hs[i] = item("late", (uint64_t)i);
-    for (int i = 0; i < NEVER; i++) never[i] = item("never-late", (uint64_t)i);
+    items(hs, 2 * N, "late", 0);
+    items(never, NEVER, "never-late", 0);
     int64_t at = INT64_C(19945) * DAY;            /* segment 664, closed */
     play(h, "", "u", hs, N, at);
     flush_compact(h);
@@ -714,11 +725,10 @@ static void test_late_plays(void)
 
     /* more late plays on top of a split value, and a reopen */
     uint64_t more[100];
-    for (int i = 0; i < 100; i++) more[i] = item("later", (uint64_t)i);
+    items(more, 100, "later", 0);
     play(h, "", "u", more, 100, at);
     flush_compact(h);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, more, 100), 100);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, 2 * N), 2 * N);
     CHECK((double)count_hits(h, "", "u", 0, never, NEVER) / NEVER < seg_fp * 1.2);
@@ -766,7 +776,7 @@ static void check_day_lookback(dd_history *h, const char *when)
         size_t bad = 0;
         for (int age = 0; age < LB_DAYS; age++) {
             uint64_t hs[LB_PER_DAY];
-            for (int i = 0; i < LB_PER_DAY; i++) hs[i] = item("day", (uint64_t)(age * 10 + i));
+            items(hs, LB_PER_DAY, "day", (uint64_t)(age * 10));
             size_t want = (uint32_t)age <= d ? LB_PER_DAY : 0;
             size_t got = count_hits(h, "live", "u", ds[k], hs, LB_PER_DAY);
             if (got != want) {
@@ -814,7 +824,7 @@ static void test_day_lookback(void)
         atomic_store(&clock_now, now);
         int age = LB_DAYS - 1 - (int)day;
         uint64_t hs[LB_PER_DAY];
-        for (int i = 0; i < LB_PER_DAY; i++) hs[i] = item("day", (uint64_t)(age * 10 + i));
+        items(hs, LB_PER_DAY, "day", (uint64_t)(age * 10));
         play(h, "live", "u", hs, LB_PER_DAY, now);
         play(h, "", "u", hs, LB_PER_DAY, now);
         if (day % 7 == 6) flush_compact(h);
@@ -823,8 +833,7 @@ static void test_day_lookback(void)
     check_day_lookback(h, "before compaction");
     flush_compact(h);
     check_day_lookback(h, "after compaction");
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     check_day_lookback(h, "after reopen");
 
     /* the same plays in scene "": whole 30-day segments (19980..20009 for
@@ -863,7 +872,7 @@ static void test_day_fp(void)
     for (int64_t day = 0; day <= 90; day++) {
         int64_t now = T0 - (90 - day) * DAY;
         atomic_store(&clock_now, now);
-        for (int i = 0; i < PER_DAY; i++) hs[i] = item("fp", (uint64_t)(day * PER_DAY + i));
+        items(hs, PER_DAY, "fp", (uint64_t)(day * PER_DAY));
         play(h, "live", "u", hs, PER_DAY, now);
     }
     flush_compact(h);
@@ -872,13 +881,13 @@ static void test_day_fp(void)
     CHECK(st.segments_reduced >= 80);
     size_t found = 0;
     for (int64_t day = 0; day <= 90; day++) {
-        for (int i = 0; i < PER_DAY; i++) hs[i] = item("fp", (uint64_t)(day * PER_DAY + i));
+        items(hs, PER_DAY, "fp", (uint64_t)(day * PER_DAY));
         found += count_hits(h, "live", "u", 0, hs, PER_DAY);
     }
     CHECK_EQ_INT(found, 91 * PER_DAY);
     uint64_t *never = malloc(NEVER * sizeof *never);
     REQUIRE(never);
-    for (int i = 0; i < NEVER; i++) never[i] = item("never", (uint64_t)i);
+    items(never, NEVER, "never", 0);
     size_t fp = count_hits(h, "live", "u", 0, never, NEVER);
     double rate = (double)fp / NEVER;
     fprintf(stderr, "day scene union fp over 91 days: %.4f%% (fp_rate %.2f%%)\n", 100 * rate,
@@ -1066,7 +1075,7 @@ static void test_forget_and_scenes(void)
     char path[128], err[256];
     dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint64_t x[4];
-    for (int i = 0; i < 4; i++) x[i] = item("fs", (uint64_t)i);
+    items(x, 4, "fs", 0);
 
     play(h, "", "u", &x[0], 1, T0);
     play(h, "", "u", &x[0], 1, T0 - 50 * DAY);
@@ -1092,8 +1101,7 @@ static void test_forget_and_scenes(void)
     CHECK(has(h, "a", "bc", x[3]));
     /* stays forgotten through compaction and reopen; new plays count again */
     flush_compact(h);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK(!has(h, "", "u", x[0]));
     CHECK(has(h, "feed", "u", x[1]));
     play(h, "", "u", &x[2], 1, T0);
@@ -1122,7 +1130,7 @@ static void *probe_thread(void *arg)
         for (int u = 0; u < 8; u++) {
             char user[16];
             snprintf(user, sizeof user, "c%d", u);
-            for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)i);
+            items(hs, 500, user, 0);
             uint64_t tmp[500];
             uint8_t hit[500] = {0};
             dd_bloom_sort_hashes(hs, NULL, 500, tmp, NULL);
@@ -1145,7 +1153,7 @@ static void test_concurrent(void)
     for (int u = 0; u < 8; u++) {
         char user[16];
         snprintf(user, sizeof user, "c%d", u);
-        for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)i);
+        items(hs, 500, user, 0);
         play(h, "", user, hs, 250, T0 - 40 * DAY);
         play(h, "", user, hs + 250, 250, T0);
     }
@@ -1157,14 +1165,14 @@ static void test_concurrent(void)
         for (int u = 0; u < 50; u++) {
             char user[16];
             snprintf(user, sizeof user, "w%d", u);
-            for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)(round * 500 + i));
+            items(hs, 500, user, (uint64_t)(round * 500));
             play(h, "", user, hs, 500, T0 - (int64_t)(round * 10) * DAY);
         }
         /* the probed users get more plays too, so their keys keep merging */
         for (int u = 0; u < 8; u++) {
             char user[16];
             snprintf(user, sizeof user, "c%d", u);
-            for (int i = 0; i < 100; i++) hs[i] = item(user, (uint64_t)(1000 + round * 100 + i));
+            items(hs, 100, user, (uint64_t)(1000 + round * 100));
             play(h, "", user, hs, 100, T0 - (int64_t)(round * 15) * DAY);
         }
         CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
@@ -1420,8 +1428,8 @@ static void test_split_fold(void)
     const uint32_t seg = 20000 / 30;
     uint64_t *hs = malloc((BASE + 4000) * sizeof *hs), *never = malloc(NEVER * sizeof *never);
     REQUIRE(hs && never);
-    for (int i = 0; i < BASE + 4000; i++) hs[i] = item("sf", (uint64_t)i);
-    for (int i = 0; i < NEVER; i++) never[i] = item("sf-never", (uint64_t)i);
+    items(hs, BASE + 4000, "sf", 0);
+    items(never, NEVER, "sf-never", 0);
 
     play(h, "", "u", hs, BASE, T0);
     flush_compact(h);
@@ -1544,7 +1552,7 @@ static void test_split_corrupt(void)
     dd_history *h = fresh_store(&cfg, path, sizeof path);
     const uint32_t seg = 20000 / 30;
     uint64_t hs[1300];
-    for (int i = 0; i < 1300; i++) hs[i] = item("sc", (uint64_t)i);
+    items(hs, 1300, "sc", 0);
     play(h, "", "src", hs, 1000, T0);
     flush_compact(h);
     play(h, "", "src", hs + 1000, 200, T0);   /* 200 <= 256: split */
@@ -1651,7 +1659,7 @@ static void test_damaged_read(void)
     dd_history *h = fresh_store(&cfg, path, sizeof path);
     const uint32_t seg = 20000 / 30;
     uint64_t hs[300];
-    for (int i = 0; i < 300; i++) hs[i] = item("dr", (uint64_t)i);
+    items(hs, 300, "dr", 0);
     play(h, "", "dmg", hs, 100, T0);
     play(h, "", "fine", hs, 100, T0);
     flush_compact(h);
@@ -1685,8 +1693,7 @@ static void test_damaged_read(void)
     CHECK_EQ_INT(probe_rc(h, "dmg", hs, 150, &hits, err, sizeof err), DD_ERR_CORRUPT);
     play(h, "", "dmg", hs + 150, 50, T0);
     flush_compact(h);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK_EQ_INT(probe_rc(h, "dmg", hs, 200, &hits, err, sizeof err), DD_ERR_CORRUPT);
     CHECK_EQ_INT(probe_rc(h, "fine", hs, 100, &hits, err, sizeof err), DD_OK);
     CHECK_EQ_INT(hits, 100);
@@ -1714,8 +1721,8 @@ static void test_many_operands(void)
     enum { OPS = 400, PER = 7, NEVER = 200000 };
     uint64_t *hs = malloc(2 * OPS * PER * sizeof *hs), *never = malloc(NEVER * sizeof *never);
     REQUIRE(hs && never);
-    for (int i = 0; i < 2 * OPS * PER; i++) hs[i] = item("mo", (uint64_t)i);
-    for (int i = 0; i < NEVER; i++) never[i] = item("mo-never", (uint64_t)i);
+    items(hs, 2 * OPS * PER, "mo", 0);
+    items(never, NEVER, "mo-never", 0);
 
     /* segment 666 (open) and 664 (closed): OPS operands each, re-adds
      * included, flushed every 50 */
@@ -1733,8 +1740,7 @@ static void test_many_operands(void)
     CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
     flush_compact(h);
     CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
     double fp = (double)count_hits(h, "", "many", 0, never, NEVER) / NEVER;
     fprintf(stderr, "many operands: union fp %.5f (bound %.3f)\n", fp, cfg.history.fp_rate);
@@ -1756,8 +1762,7 @@ static void test_created(void)
     new_config(&cfg, path, sizeof path);
     dd_history *h = open_store(&cfg);
     CHECK(dd_history_created(h));
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK(!dd_history_created(h));
     close_store(h, &cfg);
 }
