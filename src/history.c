@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * history.c - the play history store (history.h): RocksDB open and close,
- * write batches, the batched read, forget, flush, compact and stats. Keys
- * and segments are segment.h's; what a value holds and how operands fold
- * into it (merge operator, compaction filter) is fold.h's.
+ * history.c - the play history store (history.h): open and close, write
+ * batches, forget, flush, compact and stats. The batched reads and the
+ * damage scan are history_probe.c's, the RocksDB options rocksopt.h's;
+ * the state both files share is history_int.h's. Keys and segments are
+ * segment.h's; what a value holds and how operands fold into it (merge
+ * operator, compaction filter) is fold.h's.
  *
  * DESIGN
  *
@@ -12,23 +14,15 @@
  * table options are copied. None of them is destroyed here once set, and
  * h (with its fold state) is freed only after the database is closed.
  *
- * Reads: one MultiGet per probe, of the user's segments that overlap the
- * lookback window; any merges RocksDB runs inside it are marked as reads
- * (dd_fold_reading), since their result is not kept.
- *
  * No per-user compaction: the merge operator cannot start one (it runs
  * inside a compaction or a Get), a manual CompactRange of one key range
  * still rewrites every L0 file and blocks, and RocksDB already bounds a
  * key's operands (a flush partial-merges them per L0 file, compactions
  * carry them down to the base). max_successive_merges stays off by default: it adds a
  * memtable lookup to every write.
- *
- * Damage (history.h): a probe that meets a damaged value fails for that
- * user, with a message naming the segment, and counts it. Logging of
- * damaged values is rate limited rather than tracked per key: a per-key
- * set would be unbounded memory on the read path.
  */
 #include "history.h"
+#include "history_int.h"
 #include "icache.h"
 
 #include <errno.h>
@@ -42,158 +36,32 @@
 
 #include <rocksdb/c.h>
 
-#include "arena.h"
-#include "bloom.h"
 #include "buf.h"
-#include "candset.h"
 #include "dd.h"
 #include "fold.h"
 #include "log.h"
+#include "rocksopt.h"
 #include "segment.h"
 #include "sys.h"
 
 #define MODULE "history"
 
-/* Probe fast path: keys this long and this many segments use the stack. */
-#define PROBE_STACK_KEY 512
-#define PROBE_STACK_SEGS 32
-/* dd_history_probe_any looks every candidate up in each filter up to this
- * many filters; past it (only with a small history.segment_days), one sort
- * of the candidates and a merge per filter cost less. */
-#define PROBE_INDEX_VIEWS 8
-
-/* Set before the rocksdb.* pass-through (which may override them): no ttl,
- * since every play touches the whole key range, so compactions already
- * carry operands down, and forcing the base level down daily rewrote the
- * whole bottom level each day (bench_aging); every file goes through the
- * compaction filter at least every 30 days (periodic compaction), a
- * backstop so that segments expire and are re-encoded in a store without
- * write traffic (under traffic compactions reach every file sooner; a
- * shorter period rewrote the whole store that often). RocksDB's info LOG is off (FATAL
- * only): Debian 12's librocksdb 7.8 is built with assertions, and a LOG
- * line after one that failed (a full disk) aborts the process; operators
- * who want the LOG set rocksdb.info_log_level and put it on another
- * filesystem with rocksdb.db_log_dir (README, "Full disk").
- * Not wal_compression: kZSTD is experimental in RocksDB 7.8, and with it
- * the million-play ingest test lost plays across a clean stop and reopen. */
-#define BASE_OPTIONS "ttl=0;periodic_compaction_seconds=2592000;info_log_level=FATAL_LEVEL"
-
 /* RocksDB's BottommostLevelCompaction::kForce: compaction filter and
  * re-encoding must see the bottom level too. */
 #define COMPACT_BOTTOMMOST_FORCE 2
 
-struct dd_history {
-    rocksdb_t *db;
-    rocksdb_options_t *opts;           /* kept: owns the statistics object */
-    rocksdb_column_family_handle_t *cf;
-    rocksdb_readoptions_t *ropts;
-    rocksdb_writeoptions_t *wopts;
-    rocksdb_writeoptions_t *wopts_unlogged; /* no WAL: durable at the next flush */
-    rocksdb_flushoptions_t *fopts;
-    rocksdb_compactoptions_t *copts;
-    rocksdb_cache_t *cache;
-
-    struct dd_history_clock clock;
-    int64_t max_future_ms;
-    struct dd_fold fold;               /* the merge operator's and filter's state */
-
-    _Atomic uint64_t writes;
-    _Atomic uint64_t operands_written;
-
-    /* Full disk (history.h, "Full disk"). */
-    char *path;                        /* history.path, for statvfs */
-    uint64_t min_free_bytes;           /* history.min_free_mb; 0 = no reserve */
-    atomic_bool no_space;              /* the last write was refused or failed for lack of space */
-    atomic_bool wal_failed;            /* a WAL append failed: refuse writes until restart */
-    bool created;                      /* this open created the store (no CURRENT file before) */
-    /* history.day_scenes, parsed: views into day_buf */
-    char *day_buf;
-    size_t n_day;
-    struct {
-        const char *p;
-        size_t len;
-    } day[DD_DAY_SCENES_MAX];
-    _Atomic uint64_t errors_no_space;
-    _Atomic uint64_t errors_other;
-    struct dd_fold_owner owner;        /* published through fold.owner once set */
-    dd_icache *icache;                 /* decoded closed filters; NULL = none */
-    _Atomic uint64_t damaged_reads;    /* probes refused for a damaged value */
-    atomic_bool compact_cancelled;     /* dd_history_cancel_compact */
-};
-
 struct dd_history_batch {
     rocksdb_writebatch_t *wb;
-    struct dd_buf key;                 /* scratch for one key */
-    struct dd_buf val;                 /* scratch for one operand */
-    uint32_t *fp;                      /* scratch for its fingerprints */
+    struct dd_buf key; /* scratch for one key */
+    struct dd_buf val; /* scratch for one operand */
+    uint32_t *fp;      /* scratch for its fingerprints */
     size_t fp_cap;
     size_t operands;
     size_t bytes;
-    bool unlogged;                     /* write without the WAL */
+    bool unlogged; /* write without the WAL */
 };
 
-static int64_t now_ms(const dd_history *h)
-{
-    return h->clock.now_ms ? h->clock.now_ms(h->clock.ud) : dd_now_ms();
-}
-
 /* ---- open / close --------------------------------------------------------- */
-
-/* Apply the rocksdb.* pass-through list L to BASE into a new options object (*out). On a bad
- * option, find which key it is by trying each alone. */
-static int apply_passthrough(rocksdb_options_t *base, const struct dd_config_list *l,
-                             rocksdb_options_t **out, char *err, size_t errlen)
-{
-    size_t need = 1;
-    for (size_t i = 0; i < l->len; i++) {
-        /* RocksDB's option string parser accepts a rate limiter and drops
-         * it, so an operator's limit would silently not apply. */
-        if (!strcmp(l->items[i].key, "rate_limiter")) {
-            dd_set_err(err, errlen, "rocksdb.rate_limiter is accepted and ignored by RocksDB's "
-                       "option parser: use history.write_mbps");
-            return DD_ERR_INVALID;
-        }
-        need += strlen(l->items[i].key) + strlen(l->items[i].value) + 2;
-    }
-    char *s = malloc(need);
-    if (!s) return DD_ERR_NOMEM;
-    size_t o = 0;
-    for (size_t i = 0; i < l->len; i++)
-        o += (size_t)sprintf(s + o, "%s%s=%s", i ? ";" : "", l->items[i].key,
-                             l->items[i].value);
-    s[o] = '\0';
-
-    rocksdb_options_t *n = rocksdb_options_create();
-    char *e = NULL;
-    rocksdb_get_options_from_string(base, s, n, &e);
-    free(s);
-    if (!e) {
-        *out = n;
-        return 0;
-    }
-    rocksdb_options_destroy(n);
-    for (size_t i = 0; i < l->len; i++) {
-        const struct dd_config_kv *kv = &l->items[i];
-        size_t len = strlen(kv->key) + strlen(kv->value) + 2;
-        char *one = malloc(len);
-        if (!one) break;
-        snprintf(one, len, "%s=%s", kv->key, kv->value);
-        rocksdb_options_t *t = rocksdb_options_create();
-        char *e1 = NULL;
-        rocksdb_get_options_from_string(base, one, t, &e1);
-        rocksdb_options_destroy(t);
-        free(one);
-        if (e1) {
-            dd_set_err(err, errlen, "rocksdb.%s: %s", kv->key, e1);
-            rocksdb_free(e1);
-            rocksdb_free(e);
-            return DD_ERR_INVALID;
-        }
-    }
-    dd_set_err(err, errlen, "rocksdb options: %s", e);
-    rocksdb_free(e);
-    return DD_ERR_INVALID;
-}
 
 /* Walk LIST's comma separated scenes (blanks around each trimmed): FN is
  * called with each, in order. Returns 0 or DD_ERR_INVALID (message in
@@ -223,8 +91,7 @@ static int day_scenes_walk(const char *list, void (*fn)(void *ud, const char *p,
             return DD_ERR_INVALID;
         }
         if (++n > DD_DAY_SCENES_MAX) {
-            dd_set_err(err, errlen, "history.day_scenes: more than %d scenes",
-                       DD_DAY_SCENES_MAX);
+            dd_set_err(err, errlen, "history.day_scenes: more than %d scenes", DD_DAY_SCENES_MAX);
             return DD_ERR_INVALID;
         }
         if (fn) fn(ud, a, (size_t)(b - a));
@@ -254,18 +121,23 @@ bool dd_history_day_scene(const dd_history *h, const char *scene, size_t scene_l
 }
 
 int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
-                    const struct dd_config_list *rocksdb,
-                    const struct dd_history_clock *clock, char *err, size_t errlen)
+                    const struct dd_config_list *rocksdb, const struct dd_history_clock *clock,
+                    char *err, size_t errlen)
 {
     static const struct dd_config_list no_options;
     *out = NULL;
     if (!rocksdb) rocksdb = &no_options;
     const char *bad = NULL;
-    if (conf->segment_days == 0) bad = "history.segment_days";
-    else if (conf->retention_days == 0) bad = "history.retention_days";
-    else if (!(conf->fp_rate > 0 && conf->fp_rate < 1)) bad = "history.fp_rate";
-    else if (conf->max_future_ms < 0) bad = "history.max_future_ms";
-    else if (!conf->path || !conf->path[0]) bad = "history.path";
+    if (conf->segment_days == 0)
+        bad = "history.segment_days";
+    else if (conf->retention_days == 0)
+        bad = "history.retention_days";
+    else if (!(conf->fp_rate > 0 && conf->fp_rate < 1))
+        bad = "history.fp_rate";
+    else if (conf->max_future_ms < 0)
+        bad = "history.max_future_ms";
+    else if (!conf->path || !conf->path[0])
+        bad = "history.path";
     if (bad) {
         dd_set_err(err, errlen, "%s: invalid value", bad);
         return DD_ERR_INVALID;
@@ -279,8 +151,7 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     }
     if (clock) h->clock = *clock;
     h->max_future_ms = conf->max_future_ms;
-    h->min_free_bytes = conf->min_free_mb > UINT64_MAX >> 20 ? UINT64_MAX
-                                                             : conf->min_free_mb << 20;
+    h->min_free_bytes = conf->min_free_mb > UINT64_MAX >> 20 ? UINT64_MAX : conf->min_free_mb << 20;
     if (!(h->path = strdup(conf->path))) {
         free(h);
         dd_set_err(err, errlen, "out of memory");
@@ -303,96 +174,14 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
         return DD_ERR_NOMEM;
     }
     int rc = DD_ERR_IO;
-    rocksdb_options_t *base = rocksdb_options_create();
-    rocksdb_options_set_create_if_missing(base, 1);
-    rocksdb_options_set_create_missing_column_families(base, 1);
-    rocksdb_options_increase_parallelism(base, 2);
-    rocksdb_options_set_level_compaction_dynamic_level_bytes(base, 1);
-    rocksdb_options_set_max_successive_merges(base, conf->max_successive_merges);
-    /* LZ4 above the bottom level, where fresh flushes hold small operands
-     * whose blocks compress well (keys, 8-byte sequence/type trailers).
-     * None at the bottom, which holds the folded filters: Golomb-coded
-     * bits do not compress, so LZ4 there would only add a decompression to
-     * every read. */
-    rocksdb_options_set_compression(base, rocksdb_lz4_compression);
-    rocksdb_options_set_bottommost_compression(base, rocksdb_no_compression);
-    /* 16 MiB memtables (RocksDB: 64): ingest inserts each window as a
-     * sorted run, and a skiplist not much larger than the run is walked
-     * mostly in cache; the price is more, smaller L0 files. */
-    rocksdb_options_set_write_buffer_size(base, 16u << 20);
-    /* Compact L0 at 8 files (RocksDB: 4): half as many rewrites of the
-     * level below, whose uncompressed filters are most of what a
-     * compaction writes. A read may meet a few more L0 files; their
-     * whole-key bloom filters are pinned in the cache. */
-    rocksdb_options_set_level0_file_num_compaction_trigger(base, 8);
-    /* An 8 MiB base level in 2 MiB files (RocksDB: 256 and 64): each flush
-     * spans every user's keys, so L0 is compacted with the whole base
-     * level; a base near L0's size, in files small enough that moving one
-     * down rewrites a slice of the level below, not all of it (bench_aging). */
-    rocksdb_options_set_max_bytes_for_level_base(base, 8u << 20);
-    rocksdb_options_set_target_file_size_base(base, 2u << 20);
-    rocksdb_options_set_keep_log_file_num(base, 5);
-    rocksdb_options_set_max_log_file_size(base, 16u << 20);
-
-    /* Options own these from here on (shared_ptr in c.cc). */
-    rocksdb_options_set_merge_operator(base, dd_fold_merge_operator(&h->fold));
-    rocksdb_options_set_compaction_filter_factory(base, dd_fold_filter_factory(&h->fold));
-
-    /* Reads are whole-key MultiGets of 4-5 keys: a whole-key bloom filter
-     * answers "no such segment" without touching data blocks, and keeps
-     * users with no history cheap. No prefix extractor: nothing seeks. */
-    uint64_t cache_bytes = conf->block_cache_mb << 20;
-    h->cache = rocksdb_cache_create_lru(cache_bytes ? (size_t)cache_bytes : 1);
-
-    rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
-    rocksdb_block_based_options_set_block_cache(t, h->cache);
-    rocksdb_block_based_options_set_filter_policy(t, rocksdb_filterpolicy_create_bloom_full(10));
-    rocksdb_block_based_options_set_whole_key_filtering(t, 1);
-    rocksdb_block_based_options_set_cache_index_and_filter_blocks(t, 1);
-    rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(t, 1);
-    /* 32 KiB blocks (RocksDB: 4): a user's live segments are adjacent keys,
-     * so on a cache miss one block read holds the whole history of most
-     * users, active ones included; larger blocks save few more reads and
-     * cost more per read (bench_cold). */
-    rocksdb_block_based_options_set_block_size(t, 32 * 1024);
-    rocksdb_block_based_options_set_format_version(t, 5);
-    rocksdb_options_set_block_based_table_factory(base, t);
-    rocksdb_block_based_options_destroy(t);   /* the factory copied them */
-
-    rocksdb_options_t *tuned = rocksdb_options_create();
-    char *e = NULL;
-    rocksdb_get_options_from_string(base, BASE_OPTIONS, tuned, &e);
-    rocksdb_options_destroy(base);
-    if (e) {
-        dd_set_err(err, errlen, "rocksdb built-in options: %s", e);
-        rocksdb_free(e);
-        rocksdb_options_destroy(tuned);
-        rc = DD_ERR_INVALID;
-        goto fail;
-    }
+    struct dd_rocksopt_conf oc = {conf->max_successive_merges, conf->block_cache_mb,
+                                  conf->write_mbps, conf->compaction_low_cpu};
     rocksdb_options_t *opts = NULL;
-    rc = apply_passthrough(tuned, rocksdb, &opts, err, errlen);
-    rocksdb_options_destroy(tuned);
-    if (rc != 0) {
-        if (rc == DD_ERR_NOMEM) dd_set_err(err, errlen, "out of memory");
-        goto fail;
-    }
-    rocksdb_options_enable_statistics(opts);
-    if (conf->write_mbps) {
-        /* Options keep the limiter (a shared_ptr in c.cc). */
-        rocksdb_ratelimiter_t *rl = rocksdb_ratelimiter_create(
-            (int64_t)(conf->write_mbps * 1000000 / 8), 100 * 1000, 10);
-        rocksdb_options_set_ratelimiter(opts, rl);
-        rocksdb_ratelimiter_destroy(rl);
-    }
-    if (conf->compaction_low_cpu) {
-        /* The default Env is the process's: every store in it shares its
-         * thread pools, so this lowers all their compaction threads. */
-        rocksdb_env_t *env = rocksdb_create_default_env();
-        rocksdb_env_lower_thread_pool_cpu_priority(env);
-        rocksdb_env_destroy(env);
-    }
+    rc = dd_rocksopt_new(&opts, &h->cache, &oc, rocksdb, dd_fold_merge_operator(&h->fold),
+                         dd_fold_filter_factory(&h->fold), err, errlen);
+    if (rc != 0) goto fail;
     h->opts = opts;
+    char *e = NULL;
 
     const char *cf_names[1] = {"default"};
     const rocksdb_options_t *cf_opts[1] = {opts};
@@ -529,8 +318,9 @@ static bool refused(dd_history *h, char *why, size_t whylen)
     uint64_t f = free_bytes(h, NULL);
     if (f >= h->min_free_bytes) return false;
     dd_set_err(why, whylen,
-               "no space left on device (%" PRIu64 " MiB free under %s, history.min_free_mb=%" PRIu64
-               ")", f >> 20, h->path, h->min_free_bytes >> 20);
+               "no space left on device (%" PRIu64
+               " MiB free under %s, history.min_free_mb=%" PRIu64 ")",
+               f >> 20, h->path, h->min_free_bytes >> 20);
     return true;
 }
 
@@ -558,8 +348,10 @@ static int write_failed(dd_history *h, const char *what, const char *e, bool log
     atomic_store(&h->no_space, true);
     atomic_fetch_add_explicit(&h->errors_no_space, 1, memory_order_relaxed);
     if (logged && strstr(e, ".log: ") && !atomic_exchange(&h->wal_failed, true))
-        dd_error(MODULE, "msg=\"write-ahead log append failed for lack of space; writes are "
-                         "refused until restart\" error=\"%s\"", e);
+        dd_error(MODULE,
+                 "msg=\"write-ahead log append failed for lack of space; writes are "
+                 "refused until restart\" error=\"%s\"",
+                 e);
     dd_set_err(err, errlen, "no space left on device (%s: %s)", what, e);
     return DD_ERR_IO;
 }
@@ -624,9 +416,8 @@ void dd_history_batch_clear(dd_history_batch *b)
     b->bytes = 0;
 }
 
-int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len,
-                         const char *user, size_t user_len, uint32_t segment,
-                         const uint64_t *hashes, size_t n)
+int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len, const char *user,
+                         size_t user_len, uint32_t segment, const uint64_t *hashes, size_t n)
 {
     if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX || n > UINT32_MAX) return DD_ERR_INVALID;
     if (n == 0) return 0;
@@ -644,8 +435,8 @@ int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_le
      * filter (fold.h, "Operand"). */
     b->val.len = 0;
     if (dd_fold_encode_operand(&b->val, hashes, n, b->fp) != 0) return DD_ERR_NOMEM;
-    rocksdb_writebatch_merge(b->wb, (const char *)b->key.data, klen,
-                             (const char *)b->val.data, b->val.len);
+    rocksdb_writebatch_merge(b->wb, (const char *)b->key.data, klen, (const char *)b->val.data,
+                             b->val.len);
     b->operands++;
     b->bytes += klen + b->val.len;
     return 0;
@@ -669,12 +460,11 @@ static size_t forget_range(uint8_t *lo, uint8_t *hi, const char *scene, size_t s
 int dd_history_batch_forget(dd_history_batch *b, const char *scene, size_t scene_len,
                             const char *user, size_t user_len)
 {
-    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX || user_len == 0)
-        return DD_ERR_INVALID;
+    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX || user_len == 0) return DD_ERR_INVALID;
     if (dd_buf_reserve(&b->val, DD_KEY_MAX + 1) != 0) return DD_ERR_NOMEM;
     size_t n = forget_range(b->key.data, b->val.data, scene, scene_len, user, user_len);
-    rocksdb_writebatch_delete_range(b->wb, (const char *)b->key.data, n,
-                                    (const char *)b->val.data, n + 1);
+    rocksdb_writebatch_delete_range(b->wb, (const char *)b->key.data, n, (const char *)b->val.data,
+                                    n + 1);
     b->bytes += 2 * n + 1;
     return 0;
 }
@@ -846,341 +636,6 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
     return 0;
 }
 
-/* ---- read ----------------------------------------------------------------- */
-
-/* The filters of one probe: every view parsed out of the values read, with
- * the segment key each came from (for logging a corrupt one). */
-struct probe_views {
-    struct dd_bloom_view *v;
-    size_t *seg; /* v[i] came from key kp[seg[i]] */
-    size_t n;
-    const char *const *kp;
-    const size_t *ks;
-};
-
-/* What a probe does with the views it read (CTX is the caller's; it may
- * reorder V and SEG together, which are probe_read's own). Returns
- * 0 or DD_ERR_NOMEM (message in err). */
-typedef int (*probe_fn)(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
-                        size_t errlen);
-
-/* A probe met damage in the value of key KEY: count and log it, and say
- * so in ERR, naming the segment. Returns DD_ERR_CORRUPT. */
-static int damaged(dd_history *h, const char *key, size_t klen, char *err, size_t errlen)
-{
-    uint32_t seg = 0;
-    char hex[100];
-    dd_fold_note_corrupt(&h->fold, "value", key, klen);
-    atomic_fetch_add_explicit(&h->damaged_reads, 1, memory_order_relaxed);
-    dd_key_segment(key, klen, &seg);
-    dd_key_hex(hex, sizeof hex, key, klen);
-    dd_set_err(err, errlen, "stored history damaged: segment %" PRIu32 " (key %s) fails "
-               "dedupd's checksum", seg, hex);
-    return DD_ERR_CORRUPT;
-}
-
-/* Read (SCENE, USER)'s live segments within LOOKBACK_DAYS in one
- * MultiGet, parse their views and hand them all to FN at once (the values
- * stay pinned until it returns). Returns 0, DD_ERR_IO if a read failed,
- * DD_ERR_CORRUPT if a value is damaged (FN is then not called: the user's
- * history is not known) or FN's error. */
-static int probe_read(dd_history *h, const char *scene, size_t scene_len, const char *user,
-                      size_t user_len, uint32_t lookback_days, probe_fn fn, void *ctx, char *err,
-                      size_t errlen)
-{
-    int64_t now = now_ms(h);
-    int64_t day = dd_day_of_ms(now);
-    uint32_t span = lookback_days == 0 || lookback_days > h->fold.seg.retention_days
-                        ? h->fold.seg.retention_days : lookback_days;
-    /* day - span, as oldest_live_day: the window covers the last SPAN full
-     * days and the part of today that has passed */
-    int64_t oldest = day - (int64_t)span;
-    /* Plays may be dated up to max_future_ms ahead (and a day of skew). */
-    int64_t ahead = h->max_future_ms > DD_MS_PER_DAY ? h->max_future_ms : DD_MS_PER_DAY;
-    int64_t newest = dd_day_of_ms(now + ahead);
-    if (newest < 0) return 0;
-    uint32_t first = dd_segment_of_day(&h->fold.seg, oldest < 0 ? 0 : oldest);
-    uint32_t last = dd_segment_of_day(&h->fold.seg, newest);
-    size_t ncoarse = (size_t)(last - first) + 1;
-    /* A day scene's day segments follow; its segment_days segments are
-     * still read (those written before it was listed, until they expire). */
-    uint32_t first_day = dd_day_segment(oldest);
-    size_t nseg = ncoarse;
-    if (h->n_day && dd_history_day_scene(h, scene, scene_len))
-        nseg += (size_t)(dd_day_segment(newest) - first_day) + 1;
-
-    size_t plen_max = 1 + scene_len + 2 + user_len;
-    size_t klen = plen_max + 4;
-
-    /* Common case on the stack; huge ids or tiny segment_days on the heap. */
-    char kstack[PROBE_STACK_SEGS * PROBE_STACK_KEY];
-    const char *kp_stack[PROBE_STACK_SEGS];
-    size_t ks_stack[PROBE_STACK_SEGS];
-    rocksdb_pinnableslice_t *v_stack[PROBE_STACK_SEGS];
-    char *e_stack[PROBE_STACK_SEGS];
-    struct dd_bloom_view view_stack[2 * PROBE_STACK_SEGS];
-    size_t seg_stack[2 * PROBE_STACK_SEGS];
-    char *kbuf = kstack;
-    const char **kp = kp_stack;
-    size_t *ks = ks_stack;
-    rocksdb_pinnableslice_t **vals = v_stack;
-    char **errs = e_stack;
-    struct dd_bloom_view *views = view_stack;
-    size_t *vseg = seg_stack;
-    void *heap = NULL;
-    if (nseg > PROBE_STACK_SEGS || klen > PROBE_STACK_KEY) {
-        size_t per = 2 * sizeof(struct dd_bloom_view) + 2 * sizeof(size_t) + sizeof(char *) +
-                     sizeof(size_t) + sizeof(void *) + sizeof(char *);
-        if (nseg <= SIZE_MAX / (per + klen)) heap = malloc(nseg * (per + klen));
-        if (!heap) {
-            dd_set_err(err, errlen, "out of memory");
-            return DD_ERR_NOMEM;
-        }
-        char *p = heap;
-        views = (struct dd_bloom_view *)(void *)p;
-        p += 2 * nseg * sizeof *views;
-        vseg = (size_t *)(void *)p;
-        p += 2 * nseg * sizeof *vseg;
-        kp = (const char **)(void *)p;
-        p += nseg * sizeof *kp;
-        ks = (size_t *)(void *)p;
-        p += nseg * sizeof *ks;
-        vals = (rocksdb_pinnableslice_t **)(void *)p;
-        p += nseg * sizeof *vals;
-        errs = (char **)(void *)p;
-        p += nseg * sizeof *errs;
-        kbuf = p;
-    }
-
-    size_t plen = dd_key_prefix((uint8_t *)kbuf, scene, scene_len, user, user_len);
-    for (size_t i = 0; i < nseg; i++) {
-        char *k = kbuf + i * klen;
-        if (i) memcpy(k, kbuf, plen);
-        dd_key_put_segment((uint8_t *)k + plen, i < ncoarse ? first + (uint32_t)i
-                                                            : first_day + (uint32_t)(i - ncoarse));
-        kp[i] = k;
-        ks[i] = klen;
-    }
-    dd_fold_reading(true); /* merges run in this thread, inside the MultiGet */
-    rocksdb_batched_multi_get_cf(h->db, h->ropts, h->cf, nseg, kp, ks, vals, errs, true);
-    dd_fold_reading(false);
-
-    int rc = 0;
-    size_t nv = 0;
-    for (size_t i = 0; i < nseg; i++) {
-        if (errs[i]) {
-            if (rc == 0) dd_set_err(err, errlen, "read: %s", errs[i]);
-            rc = DD_ERR_IO;
-            rocksdb_free(errs[i]);
-        }
-        if (!vals[i] || rc != 0) continue;
-        size_t vlen;
-        const char *v = rocksdb_pinnableslice_value(vals[i], &vlen);
-        struct dd_bloom_view pair[2];
-        int k;
-        const char *a;
-        size_t alen;
-        if (dd_fold_parse_value(v, vlen, pair, &k, &a, &alen) != 0) {
-            rc = damaged(h, kp[i], ks[i], err, errlen);
-            continue;
-        }
-        /* Empty filters are left out; the other one of a split still counts. */
-        for (int j = 0; j < k; j++) {
-            if (pair[j].count == 0) continue;
-            views[nv] = pair[j];
-            vseg[nv++] = i;
-        }
-    }
-    if (rc == 0 && nv > 0) {
-        struct probe_views pv = {views, vseg, nv, kp, ks};
-        rc = fn(h, &pv, ctx, err, errlen);
-    }
-    for (size_t i = 0; i < nseg; i++) rocksdb_pinnableslice_destroy(vals[i]);
-    free(heap);
-    return rc;
-}
-
-struct probe_sorted_ctx {
-    const uint64_t *sorted;
-    size_t n;
-    uint8_t *hit;
-};
-
-/* Each view merged with the sorted candidates (dd_bloom_probe_sorted).
- * 0, or DD_ERR_CORRUPT for a bitstream that fails (checksum passed). */
-static int probe_sorted(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
-                        size_t errlen)
-{
-    const struct probe_sorted_ctx *c = ctx;
-    for (size_t j = 0; j < pv->n; j++)
-        if (dd_bloom_probe_sorted(&pv->v[j], c->sorted, c->n, c->hit) != 0)
-            return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
-    return 0;
-}
-
-int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
-                     size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
-                     size_t n, uint8_t *hit, char *err, size_t errlen)
-{
-    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX) {
-        dd_set_err(err, errlen, "scene or user id too long");
-        return DD_ERR_INVALID;
-    }
-    if (n == 0) return 0;
-    struct probe_sorted_ctx c = {sorted, n, hit};
-    return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_sorted, &c, err,
-                      errlen);
-}
-
-/* Filters with fewer fingerprints decode faster than a cache lookup is
- * worth (the key hashes the whole filter) and stay out of the cache. */
-#define ICACHE_MIN_COUNT 2048
-
-struct probe_any_ctx {
-    const struct dd_candset *cs;
-    uint8_t *hit;
-    dd_arena *arena;
-};
-
-/* See dd_history_probe_any. Full-range views (open segments and closed
- * ones not yet re-encoded) holding at most 2/5 as many fingerprints as
- * there are candidates: each fingerprint looked up in the candidate set,
- * so they cost their count. The others: up to PROBE_INDEX_VIEWS of them
- * each decoded into an index and every candidate looked up in it; past
- * that, one sort of the candidates and a sorted merge per view.
- * A lookup in the set (a random slot in a table several times the batch)
- * costs more than one in an index (two adjacent u32), so a view pays for
- * the index's n lookups only once it holds a sizeable share of n
- * fingerprints. 2/5 is taken as the point where the two ways cost the same;
- * bench/bench_probe compares them, for retuning. */
-static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
-                     size_t errlen)
-{
-    const struct probe_any_ctx *c = ctx;
-    const size_t n = c->cs->n;
-    const uint64_t *hashes = c->cs->hash;
-    size_t left = 0; /* views not at the full range, moved to the front */
-    bool index = true;
-    struct dd_bloom_view *v = pv->v;
-    for (size_t j = 0; j < pv->n; j++) {
-        if (v[j].range == DD_BLOOM_FULL_RANGE && (uint64_t)v[j].count * 5 <= (uint64_t)n * 2) {
-            if (dd_bloom_probe_candset(&v[j], c->cs, c->hit) != 0)
-                return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
-            continue;
-        }
-        index = index && dd_bloom_index_bytes(&v[j]) != 0;
-        v[left] = v[j];
-        pv->seg[left++] = pv->seg[j];
-    }
-    if (left == 0) return 0;
-    if (index && left <= PROBE_INDEX_VIEWS) {
-        for (size_t j = 0; j < left; j++) {
-            struct dd_bloom_index ix;
-            struct dd_icache_entry *ref = NULL;
-            int rc;
-            /* A closed segment's filter is kept decoded between calls
-             * (icache.h); an open one changes with every write. */
-            if (h->icache && v[j].range != DD_BLOOM_FULL_RANGE &&
-                v[j].count >= ICACHE_MIN_COUNT) {
-                rc = dd_icache_get(h->icache, &v[j], &ix, &ref);
-                if (rc == DD_ERR_NOMEM) goto nomem;
-            } else {
-                void *mem = dd_arena_alloc(c->arena, dd_bloom_index_bytes(&v[j]));
-                if (!mem) goto nomem;
-                rc = dd_bloom_index_build(&v[j], mem, &ix) != 0 ? DD_ERR_CORRUPT : DD_OK;
-            }
-            if (rc != DD_OK)
-                return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
-            const struct dd_bloom_index cix = ix;
-            uint8_t *hit = c->hit;
-            for (size_t i = 0; i < n; i++) hit[i] |= (uint8_t)dd_bloom_index_has(cix, hashes[i]);
-            dd_icache_release(h->icache, ref);
-        }
-        return 0;
-    }
-    /* Keys: the high half (all a fingerprint uses) and the candidate's
-     * position, so hits in sorted order map back. */
-    uint64_t *key = dd_arena_alloc(c->arena, n * sizeof *key);
-    uint64_t *tmp = dd_arena_alloc(c->arena, n * sizeof *tmp);
-    uint8_t *shit = dd_arena_calloc(c->arena, n, 1);
-    if (!key || !tmp || !shit) goto nomem;
-    for (size_t i = 0; i < n; i++) key[i] = (hashes[i] & UINT64_C(0xffffffff00000000)) | i;
-    dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
-    struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks};
-    struct probe_sorted_ctx sc = {key, n, shit};
-    int rc = probe_sorted(h, &rest, &sc, err, errlen);
-    for (size_t a = 0; a < n; a++) c->hit[(uint32_t)key[a]] |= shit[a];
-    return rc;
-nomem:
-    dd_set_err(err, errlen, "out of memory probing %zu candidates", n);
-    return DD_ERR_NOMEM;
-}
-
-int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, const char *user,
-                         size_t user_len, uint32_t lookback_days, const struct dd_candset *cands,
-                         uint8_t *hit, dd_arena *arena, char *err, size_t errlen)
-{
-    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX) {
-        dd_set_err(err, errlen, "scene or user id too long");
-        return DD_ERR_INVALID;
-    }
-    if (cands->n > UINT32_MAX) {
-        dd_set_err(err, errlen, "%zu candidates: too many", cands->n);
-        return DD_ERR_INVALID;
-    }
-    if (cands->n == 0) return 0;
-    struct probe_any_ctx c = {cands, hit, arena};
-    return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_any, &c, err,
-                      errlen);
-}
-
-/* ---- damage scan ---------------------------------------------------------- */
-
-int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud,
-                            uint64_t *values, char *err, size_t errlen)
-{
-    int64_t day = dd_day_of_ms(now_ms(h));
-    uint64_t n = 0;
-    int rc = 0;
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_fill_cache(ro, 0);
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(h->db, ro, h->cf);
-    /* merges the iterator runs serve a read: their result is not kept */
-    dd_fold_reading(true);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *key = rocksdb_iter_key(it, &klen);
-        const char *user, *scene = key + 1;
-        size_t ulen;
-        uint32_t seg;
-        if (!dd_key_segment(key, klen, &seg) || !dd_key_user(key, klen, &user, &ulen) ||
-            ulen == 0 || dd_segment_dead(&h->fold.seg, seg, day))
-            continue;
-        n++;
-        const char *val = rocksdb_iter_value(it, &vlen);
-        int c = dd_fold_check_value(val, vlen);
-        if (c == DD_ERR_NOMEM) {
-            rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory checking a value");
-            break;
-        }
-        if (c == 0) continue;
-        atomic_fetch_add_explicit(&h->fold.corrupt_values, 1, memory_order_relaxed);
-        rc = fn(ud, scene, (uint8_t)key[0], user, ulen, seg);
-        if (rc != 0) break;
-    }
-    dd_fold_reading(false);
-    char *e = NULL;
-    rocksdb_iter_get_error(it, &e);
-    if (e) {
-        rc = dd_fail(DD_ERR_IO, err, errlen, "read: %s", e);
-        rocksdb_free(e);
-    }
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
-    if (values) *values = n;
-    return rc;
-}
-
 /* ---- forget, flush, compact ----------------------------------------------- */
 
 int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const char *user,
@@ -1299,31 +754,6 @@ void dd_history_cancel_compact(dd_history *h)
 
 /* ---- stats ---------------------------------------------------------------- */
 
-/* A ticker from RocksDB's statistics text: "NAME COUNT : N". */
-static uint64_t ticker(const char *text, const char *name)
-{
-    size_t nl = strlen(name);
-    for (const char *p = text; (p = strstr(p, name)) != NULL; p += nl) {
-        if ((p == text || p[-1] == '\n') && strncmp(p + nl, " COUNT : ", 9) == 0)
-            return strtoull(p + nl + 9, NULL, 10);
-    }
-    return 0;
-}
-
-/* The SUM of a histogram in RocksDB's statistics text:
- * "NAME P50 : x ... COUNT : n SUM : N". */
-static uint64_t histogram_sum(const char *text, const char *name)
-{
-    size_t nl = strlen(name);
-    for (const char *p = text; (p = strstr(p, name)) != NULL; p += nl) {
-        if ((p != text && p[-1] != '\n') || p[nl] != ' ') continue;
-        const char *eol = strchr(p, '\n');
-        const char *sum = strstr(p, " SUM : ");
-        if (sum && (!eol || sum < eol)) return strtoull(sum + 7, NULL, 10);
-    }
-    return 0;
-}
-
 int dd_history_property_int(dd_history *h, const char *name, uint64_t *out)
 {
     return rocksdb_property_int(h->db, name, out) == 0 ? 0 : DD_ERR_NOTFOUND;
@@ -1361,13 +791,14 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
     char *s = rocksdb_options_statistics_get_string(h->opts);
     if (s) {
         /* What the store wrote to disk: WAL, flushes and compactions. */
-        out->wal_bytes = ticker(s, "rocksdb.wal.bytes");
-        out->flush_bytes = ticker(s, "rocksdb.flush.write.bytes");
-        out->compaction_bytes = ticker(s, "rocksdb.compact.write.bytes");
-        out->compaction_cpu_micros = histogram_sum(s, "rocksdb.compaction.times.cpu_micros");
+        out->wal_bytes = dd_rocksopt_ticker(s, "rocksdb.wal.bytes");
+        out->flush_bytes = dd_rocksopt_ticker(s, "rocksdb.flush.write.bytes");
+        out->compaction_bytes = dd_rocksopt_ticker(s, "rocksdb.compact.write.bytes");
+        out->compaction_cpu_micros =
+            dd_rocksopt_histogram_sum(s, "rocksdb.compaction.times.cpu_micros");
         out->bytes_written = out->wal_bytes + out->flush_bytes + out->compaction_bytes;
-        out->block_cache_hits = ticker(s, "rocksdb.block.cache.hit");
-        out->block_cache_misses = ticker(s, "rocksdb.block.cache.miss");
+        out->block_cache_hits = dd_rocksopt_ticker(s, "rocksdb.block.cache.hit");
+        out->block_cache_misses = dd_rocksopt_ticker(s, "rocksdb.block.cache.miss");
         rocksdb_free(s);
     }
 }
@@ -1386,56 +817,59 @@ void dd_history_collect(struct dd_prom *p, void *h)
     bool writable = dd_history_writable(h, NULL, 0); /* re-checks after a refusal */
     dd_history_get_stats(h, &s);
     dd_prom_counter(p, "dedupd_history_bytes_written_total",
-            "Bytes RocksDB wrote (WAL, flushes and compactions)", s.bytes_written);
+                    "Bytes RocksDB wrote (WAL, flushes and compactions)", s.bytes_written);
     dd_prom_counter(p, "dedupd_history_wal_bytes_total", "Bytes written to the RocksDB WAL",
-            s.wal_bytes);
-    dd_prom_gauge(p, "dedupd_history_live_sst_bytes", "Bytes of live SST files",
-                  s.live_sst_bytes);
+                    s.wal_bytes);
+    dd_prom_gauge(p, "dedupd_history_live_sst_bytes", "Bytes of live SST files", s.live_sst_bytes);
     dd_prom_gauge(p, "dedupd_history_pending_compaction_bytes",
                   "Bytes RocksDB estimates compaction must rewrite to bring every level "
-                  "under its target size", s.pending_compaction_bytes);
+                  "under its target size",
+                  s.pending_compaction_bytes);
     dd_prom_counter(p, "dedupd_history_block_cache_hits_total", "Block cache hits",
-            s.block_cache_hits);
+                    s.block_cache_hits);
     dd_prom_counter(p, "dedupd_history_block_cache_misses_total", "Block cache misses",
-            s.block_cache_misses);
+                    s.block_cache_misses);
     uint64_t lookups = s.block_cache_hits + s.block_cache_misses;
     dd_prom_family(p, "dedupd_history_block_cache_hit_ratio",
-                   "Block cache hits / lookups since start (NaN before any lookup)",
-                   DD_PROM_GAUGE);
+                   "Block cache hits / lookups since start (NaN before any lookup)", DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_history_block_cache_hit_ratio", NULL, 0,
                        lookups ? (double)s.block_cache_hits / (double)lookups : NAN);
     dd_prom_counter(p, "dedupd_history_index_cache_hits_total",
-            "Closed-segment filters found decoded in the index cache", s.index_cache_hits);
+                    "Closed-segment filters found decoded in the index cache", s.index_cache_hits);
     dd_prom_counter(p, "dedupd_history_index_cache_misses_total",
-            "Closed-segment filters decoded and kept in the index cache", s.index_cache_misses);
+                    "Closed-segment filters decoded and kept in the index cache",
+                    s.index_cache_misses);
     dd_prom_gauge(p, "dedupd_history_index_cache_bytes",
                   "Memory held by the index cache (history.index_cache_mb bounds it)",
                   s.index_cache_bytes);
     dd_prom_counter(p, "dedupd_history_corrupt_values_total",
-            "Damaged stored values and operands met (failed their version, checksum or "
-            "bitstream) by reads, merges and compactions",
-            s.corrupt_values);
+                    "Damaged stored values and operands met (failed their version, checksum or "
+                    "bitstream) by reads, merges and compactions",
+                    s.corrupt_values);
     dd_prom_counter(p, "dedupd_history_damaged_reads_total",
-            "Reads refused because a value of the user's history is damaged (Filter "
-            "answers UNAVAILABLE for that user)", s.damaged_reads);
+                    "Reads refused because a value of the user's history is damaged (Filter "
+                    "answers UNAVAILABLE for that user)",
+                    s.damaged_reads);
     dd_prom_counter(p, "dedupd_history_damaged_merges_total",
-            "Full merges that kept damaged bytes beside the intact items rather than "
-            "fold them away", s.damaged_merges);
+                    "Full merges that kept damaged bytes beside the intact items rather than "
+                    "fold them away",
+                    s.damaged_merges);
     dd_prom_counter(p, "dedupd_history_segments_expired_total",
-            "Segments dropped by compaction as past the retention", s.segments_expired);
+                    "Segments dropped by compaction as past the retention", s.segments_expired);
     dd_prom_counter(p, "dedupd_history_segments_reduced_total",
-            "Closed segments re-encoded at their final size", s.segments_reduced);
+                    "Closed segments re-encoded at their final size", s.segments_reduced);
     dd_prom_counter(p, "dedupd_history_segments_foreign_total",
-            "Segments of users this node no longer owns (resharding) dropped or emptied",
-            s.segments_foreign);
+                    "Segments of users this node no longer owns (resharding) dropped or emptied",
+                    s.segments_foreign);
     dd_prom_counter(p, "dedupd_history_merges_total", "Full merges run by the merge operator",
-            s.merges);
+                    s.merges);
     dd_prom_counter(p, "dedupd_history_writes_total", "Write batches written", s.writes);
     dd_prom_counter(p, "dedupd_history_operands_written_total", "Merge operands written",
-            s.operands_written);
+                    s.operands_written);
     dd_prom_gauge(p, "dedupd_history_writable",
                   "1 while the store accepts writes; 0 while it refuses them (see "
-                  "dedupd_history_write_errors_total and the log)", writable);
+                  "dedupd_history_write_errors_total and the log)",
+                  writable);
     dd_prom_gauge(p, "dedupd_history_wal_failed",
                   "1 after a write-ahead log append failed for lack of space: restart needed",
                   s.wal_failed);
@@ -1447,11 +881,15 @@ void dd_history_collect(struct dd_prom *p, void *h)
                       "Size of the filesystem of history.path, bytes", s.fs_size_bytes);
     dd_prom_family(p, "dedupd_history_write_errors_total",
                    "Writes and flushes refused or failed, by kind (no_space: below "
-                   "history.min_free_mb or ENOSPC)", DD_PROM_COUNTER);
+                   "history.min_free_mb or ENOSPC)",
+                   DD_PROM_COUNTER);
     struct dd_prom_label kind = {"kind", "no_space"};
     dd_prom_sample_u64(p, "dedupd_history_write_errors_total", &kind, 1, s.write_errors_no_space);
     kind.value = "other";
     dd_prom_sample_u64(p, "dedupd_history_write_errors_total", &kind, 1, s.write_errors_other);
 }
 
-bool dd_history_created(const dd_history *h) { return h->created; }
+bool dd_history_created(const dd_history *h)
+{
+    return h->created;
+}

@@ -6,7 +6,8 @@ The table lists the modules from the foundation (`dd`, first row) to the
 wiring (`main.c`, last row). A module may include only modules in rows
 above its own: every `#include "x.h"` in src/<m>.c or src/<m>.h must name a
 module whose row comes before <m>'s row (or <m> itself). Headers that are
-not modules' (the generated `*.pb-c.h`) are outside the table.
+not modules' (the generated `*.pb-c.h`) are outside the table; a module's
+private header M_int.h (the state its files share) is module M's.
 
 Fails, naming file:line and both modules, on an include that points to a
 row below; fails on a src/ module with no row and on a row with no file.
@@ -41,12 +42,18 @@ def table_rows(design):
     return rows
 
 
+def module_of(base):
+    """A module's private header M_int.h (the state its own files share)
+    is part of module M."""
+    return base[:-4] if base.endswith("_int") else base
+
+
 def src_modules(src):
     mods = set()
     for name in os.listdir(src):
         base, ext = os.path.splitext(name)
         if ext in (".c", ".h") and not name.endswith(".pb-c.h"):
-            mods.add(base)
+            mods.add(module_of(base))
     return mods
 
 
@@ -76,6 +83,7 @@ def main():
     up = 0
     for name in sorted(os.listdir(src)):
         base, ext = os.path.splitext(name)
+        base = module_of(base)
         if ext not in (".c", ".h") or base not in rank:
             continue
         with open(os.path.join(src, name), encoding="utf-8") as f:
@@ -83,7 +91,7 @@ def main():
                 m = INCLUDE.match(line)
                 if not m:
                     continue
-                target = os.path.splitext(os.path.basename(m.group(1)))[0]
+                target = module_of(os.path.splitext(os.path.basename(m.group(1)))[0])
                 if target == base or target not in rank:
                     continue  # itself, or not a module (generated headers)
                 if rank[target] > rank[base]:

@@ -4,14 +4,21 @@
  * peer class apart from readers and writers (a writer may not call
  * SnapshotBegin or SnapshotRead, issue 26 case 5), identities matched byte
  * for byte, and the configuration checks of rpc.allow_peer (its syntax,
- * and "*" refused in a cluster under mutual TLS).
+ * and "*" refused in a cluster under mutual TLS), the TLS settings'
+ * checks and credentials, and a call's check (dd_auth_call) for a client
+ * without a certificate, plain and forwarded.
  */
 #include "auth.h"
 #include "config.h"
 #include "dd.h"
 #include "testlib.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 
 static void test_classes(void)
 {
@@ -157,10 +164,155 @@ static void test_conf(void)
     CHECK_MSG(strstr(err, "cluster.forget_key_file"), "%s", err);
 }
 
+
+/* dd_auth_call on a real grpc call that carries no client certificate
+ * (a client-side call: no handshake, so no identity), as a plaintext or
+ * server-only TLS client looks to the check. */
+static void test_call(void)
+{
+    grpc_init();
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create("127.0.0.1:1", creds, NULL);
+    grpc_channel_credentials_release(creds);
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_call *call = grpc_channel_create_call(
+        ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+        grpc_slice_from_static_string(dd_api_method_path(DD_API_FILTER)), NULL,
+        gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    REQUIRE(call != NULL);
+    char msg[512] = "";
+
+    dd_auth *a = auth_of("recall", "*", "dedupd-node");
+    /* A named list: no identity, no entry. */
+    CHECK_EQ_INT(dd_auth_call(a, call, DD_API_FILTER, false, msg, sizeof msg),
+                 GRPC_STATUS_PERMISSION_DENIED);
+    CHECK_MSG(strstr(msg, "(no client certificate)") && strstr(msg, "may not call Filter") &&
+                  strstr(msg, "rpc.allow_read"),
+              "%s", msg);
+    /* "*" and the open class let anyone through. */
+    CHECK_EQ_INT(dd_auth_call(a, call, DD_API_RECORD_PLAYS, false, msg, sizeof msg),
+                 GRPC_STATUS_OK);
+    CHECK_EQ_INT(dd_auth_call(a, call, DD_API_HEALTH_CHECK, false, msg, sizeof msg),
+                 GRPC_STATUS_OK);
+    /* Forwarded: judged by rpc.allow_peer alone, whatever the method's
+     * class, so a writer's "*" does not let a forward of a write in. */
+    msg[0] = '\0';
+    CHECK_EQ_INT(dd_auth_call(a, call, DD_API_RECORD_PLAYS, true, msg, sizeof msg),
+                 GRPC_STATUS_PERMISSION_DENIED);
+    CHECK_MSG(strstr(msg, "may not forward calls") && strstr(msg, "rpc.allow_peer"), "%s", msg);
+    CHECK_EQ_INT(dd_auth_call(a, call, DD_API_HEALTH_CHECK, true, msg, sizeof msg),
+                 GRPC_STATUS_PERMISSION_DENIED);
+    dd_auth_free(a);
+    /* ... and a peer list of "*" lets any forward in, even of a method
+     * whose own class names its clients. */
+    a = auth_of("recall", "feed", "*");
+    CHECK_EQ_INT(dd_auth_call(a, call, DD_API_FILTER, true, msg, sizeof msg), GRPC_STATUS_OK);
+    CHECK_EQ_INT(dd_auth_call(a, call, DD_API_FILTER, false, msg, sizeof msg),
+                 GRPC_STATUS_PERMISSION_DENIED);
+    dd_auth_free(a);
+
+    grpc_call_unref(call);
+    grpc_channel_destroy(ch);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    grpc_shutdown();
+}
+
+/* dd_auth_conf_check on CONF (a copy of the defaults with the TLS fields
+ * and the listen address set); the message in ERR. */
+static int tls_check(const char *cert, const char *key, const char *ca, const char *listen,
+                     bool insecure, char *err, size_t errlen)
+{
+    struct dd_config cfg;
+    REQUIRE(dd_config_init(&cfg) == DD_OK);
+    struct dd_rpc_conf c = cfg.rpc;
+    c.tls_cert = (char *)cert;
+    c.tls_key = (char *)key;
+    c.tls_client_ca = (char *)ca;
+    c.listen = (char *)listen;
+    c.allow_insecure = insecure;
+    err[0] = '\0';
+    int rc = dd_auth_conf_check(&c, err, errlen);
+    dd_config_free(&cfg);
+    return rc;
+}
+
+static void test_tls_conf(void)
+{
+    char err[512];
+    /* Certificate and key go together. */
+    CHECK_EQ_INT(tls_check("/x/c.crt", "", "", "127.0.0.1:0", false, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "rpc.tls_key") != NULL, "%s", err);
+    CHECK_EQ_INT(tls_check("", "/x/c.key", "", "127.0.0.1:0", false, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "rpc.tls_cert") != NULL, "%s", err);
+    /* Client certificates only over TLS. */
+    CHECK_EQ_INT(tls_check("", "", "/x/ca.crt", "127.0.0.1:0", false, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "rpc.tls_client_ca") != NULL, "%s", err);
+    /* Unauthenticated clients only on loopback, unless the operator says so. */
+    CHECK_EQ_INT(tls_check("", "", "", "127.0.0.1:0", false, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(tls_check("", "", "", "0.0.0.0:9000", false, err, sizeof err), DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "rpc.listen") && strstr(err, "plaintext"), "%s", err);
+    CHECK_EQ_INT(tls_check("/x/c.crt", "/x/c.key", "", "0.0.0.0:9000", false, err, sizeof err),
+                 DD_ERR_INVALID);
+    CHECK_MSG(strstr(err, "TLS without rpc.tls_client_ca"), "%s", err);
+    CHECK_EQ_INT(tls_check("", "", "", "0.0.0.0:9000", true, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(tls_check("/x/c.crt", "/x/c.key", "/x/ca.crt", "0.0.0.0:9000", false, err,
+                           sizeof err),
+                 DD_OK);
+}
+
+static void test_credentials(void)
+{
+    char err[512] = "", dir[64], cert[128], key[128], ca[128];
+    struct dd_config cfg;
+    REQUIRE(dd_config_init(&cfg) == DD_OK);
+    struct dd_rpc_conf c = cfg.rpc;
+    c.tls_cert = c.tls_key = c.tls_client_ca = (char *)"";
+    /* Plaintext without a certificate. */
+    grpc_server_credentials *cr = dd_auth_credentials(&c, err, sizeof err);
+    CHECK(cr != NULL);
+    if (cr) grpc_server_credentials_release(cr);
+    /* A file that cannot be read is named. */
+    tl_tmpdir(dir, sizeof dir, "auth");
+    snprintf(cert, sizeof cert, "%s/missing.crt", dir);
+    c.tls_cert = cert;
+    c.tls_key = cert;
+    CHECK(dd_auth_credentials(&c, err, sizeof err) == NULL);
+    CHECK_MSG(strstr(err, "missing.crt") != NULL, "%s", err);
+    /* A client CA file without a PEM certificate is refused now, not at
+     * every handshake later. */
+    snprintf(cert, sizeof cert, "%s/node.crt", dir);
+    snprintf(key, sizeof key, "%s/node.key", dir);
+    snprintf(ca, sizeof ca, "%s/ca.crt", dir);
+    const char *files[] = {cert, key, ca};
+    for (size_t i = 0; i < 3; i++) {
+        FILE *f = fopen(files[i], "w");
+        REQUIRE(f != NULL);
+        fputs("not a certificate\n", f);
+        fclose(f);
+    }
+    c.tls_cert = cert;
+    c.tls_key = key;
+    c.tls_client_ca = ca;
+    CHECK(dd_auth_credentials(&c, err, sizeof err) == NULL);
+    CHECK_MSG(strstr(err, "rpc.tls_client_ca") && strstr(err, "no PEM certificate"), "%s", err);
+    tl_rm_tree(dir);
+    dd_config_free(&cfg);
+}
+
 int main(void)
 {
     test_classes();
     test_peer_class();
     test_conf();
+    test_call();
+    test_tls_conf();
+    test_credentials();
     TEST_MAIN_END();
 }

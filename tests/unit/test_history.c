@@ -64,6 +64,50 @@ static dd_history *open_store(const struct dd_config *cfg)
     return h;
 }
 
+/* OUT[i] = item(TAG, FIRST + i) for i < N. */
+static void items(uint64_t *out, size_t n, const char *tag, uint64_t first)
+{
+    for (size_t i = 0; i < n; i++) out[i] = item(tag, first + i);
+}
+
+/* Close H and open its store again, as a restart does. */
+static dd_history *reopen(dd_history *h, const struct dd_config *cfg)
+{
+    dd_history_close(h);
+    return open_store(cfg);
+}
+
+/* A store in a fresh directory (new_config's settings), opened with the
+ * clock at T0. */
+static dd_history *fresh_store(struct dd_config *cfg, char *path, size_t pathlen)
+{
+    new_config(cfg, path, pathlen);
+    atomic_store(&clock_now, T0);
+    return open_store(cfg);
+}
+
+/* Set KEY = VALUE in CFG, which must take it. */
+static void set(struct dd_config *cfg, const char *key, const char *value)
+{
+    char err[256] = "";
+    int rc = dd_config_set(cfg, key, value, err, sizeof err);
+    if (rc != DD_OK) fprintf(stderr, "%s: %s\n", key, err);
+    REQUIRE(rc == DD_OK);
+}
+
+static void close_store(dd_history *h, struct dd_config *cfg)
+{
+    dd_history_close(h);
+    dd_config_free(cfg);
+}
+
+static dd_history_batch *batch_new(void)
+{
+    dd_history_batch *b = dd_history_batch_new();
+    REQUIRE(b);
+    return b;
+}
+
 /* Write N hashes of (scene, user) played at AT_MS, one operand. */
 static void play(dd_history *h, const char *scene, const char *user, const uint64_t *hs,
                  size_t n, int64_t at_ms)
@@ -71,8 +115,7 @@ static void play(dd_history *h, const char *scene, const char *user, const uint6
     char err[256];
     uint32_t seg;
     REQUIRE(dd_history_place(h, scene, strlen(scene), at_ms, &seg) == DD_HISTORY_PLACE_OK);
-    dd_history_batch *b = dd_history_batch_new();
-    REQUIRE(b);
+    dd_history_batch *b = batch_new();
     REQUIRE(dd_history_batch_add(b, scene, strlen(scene), user, strlen(user), seg, hs, n) ==
             DD_OK);
     int rc = dd_history_write(h, b, err, sizeof err);
@@ -214,16 +257,13 @@ static void test_full_disk(void)
 {
     struct dd_config cfg;
     char path[128], err[256], why[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint64_t x[2] = {item("full", 1), item("full", 2)};
     play(h, "", "u", x, 1, T0);
     CHECK(dd_history_writable(h, why, sizeof why));
     dd_history_close(h);
 
-    REQUIRE(dd_config_set(&cfg, "history.min_free_mb", "17592186044415", err, sizeof err) ==
-            DD_OK);
+    set(&cfg, "history.min_free_mb", "17592186044415");
     h = open_store(&cfg);
     uint32_t seg;
     REQUIRE(dd_history_place(h, "", 0, T0, &seg) == DD_HISTORY_PLACE_OK);
@@ -262,22 +302,19 @@ static void test_full_disk(void)
     dd_history_close(h);
 
     /* Room again (no reserve): writable, and everything written is there. */
-    REQUIRE(dd_config_set(&cfg, "history.min_free_mb", "0", err, sizeof err) == DD_OK);
+    set(&cfg, "history.min_free_mb", "0");
     h = open_store(&cfg);
     CHECK(dd_history_writable(h, why, sizeof why));
     play(h, "", "u", x + 1, 1, T0);
     CHECK(has(h, "", "u", x[0]) && has(h, "", "u", x[1]));
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 static void test_place(void)
 {
     struct dd_config cfg;
     char path[128];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint32_t seg = 0;
 
     CHECK_EQ_INT(dd_history_now_ms(h), T0);
@@ -299,8 +336,7 @@ static void test_place(void)
                  DD_HISTORY_PLACE_FUTURE);
 
     /* ids too long for the key layout */
-    dd_history_batch *b = dd_history_batch_new();
-    REQUIRE(b);
+    dd_history_batch *b = batch_new();
     uint64_t x = 1;
     char *big = calloc(65536, 1);
     REQUIRE(big);
@@ -343,15 +379,12 @@ static void test_roundtrip(void)
 {
     struct dd_config cfg;
     char path[128], err[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
 
     enum { USERS = 40, PER = 2500 };
     uint64_t *hs = malloc(PER * sizeof *hs);
     REQUIRE(hs);
-    dd_history_batch *b = dd_history_batch_new();
-    REQUIRE(b);
+    dd_history_batch *b = batch_new();
     /* each user's plays in 5 writes, spread over 90 days */
     for (int w = 0; w < 5; w++) {
         dd_history_batch_clear(b);
@@ -375,14 +408,13 @@ static void test_roundtrip(void)
         if (stage == 1) CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
         if (stage == 2) CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
         if (stage == 3) {
-            dd_history_close(h);
-            h = open_store(&cfg);
+            h = reopen(h, &cfg);
         }
         size_t missed = 0;
         for (int u = 0; u < USERS; u++) {
             char user[32];
             snprintf(user, sizeof user, "user%d", u);
-            for (int i = 0; i < PER; i++) hs[i] = item(user, (uint64_t)i);
+            items(hs, PER, user, 0);
             missed += PER - count_hits(h, "", user, 0, hs, PER);
         }
         CHECK_MSG(missed == 0, "stage %d: %zu false negatives", stage, missed);
@@ -399,10 +431,9 @@ static void test_roundtrip(void)
         }
     }
     /* a user who never played anything */
-    for (int i = 0; i < PER; i++) hs[i] = item("nobody", (uint64_t)i);
+    items(hs, PER, "nobody", 0);
     CHECK_EQ_INT(count_hits(h, "", "nobody", 0, hs, PER), 0);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
     free(hs);
 }
 
@@ -410,14 +441,11 @@ static void test_stats_counts_writes(void)
 {
     struct dd_config cfg;
     char path[128], err[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint64_t x[3] = {item("s", 1), item("s", 2), item("s", 3)};
     play(h, "", "u", x, 3, T0);
     play(h, "", "u", x, 2, T0 - 40 * DAY);
-    dd_history_batch *b = dd_history_batch_new();
-    REQUIRE(b);
+    dd_history_batch *b = batch_new();
     CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK); /* empty: a no-op */
     dd_history_batch_free(b);
     CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
@@ -428,8 +456,7 @@ static void test_stats_counts_writes(void)
     CHECK(st.wal_bytes > 0);
     CHECK(st.bytes_written > st.wal_bytes);   /* the flush wrote an SST too */
     CHECK(st.live_sst_bytes > 0);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* dedupd_history_pending_compaction_bytes is RocksDB's
@@ -442,10 +469,8 @@ static void test_pending_compaction(void)
     struct dd_config cfg;
     char path[128], err[256];
     new_config(&cfg, path, sizeof path);
-    REQUIRE(dd_config_set(&cfg, "rocksdb.disable_auto_compactions", "true", err, sizeof err) ==
-            DD_OK);
-    REQUIRE(dd_config_set(&cfg, "rocksdb.level0_file_num_compaction_trigger", "2", err,
-                          sizeof err) == DD_OK);
+    set(&cfg, "rocksdb.disable_auto_compactions", "true");
+    set(&cfg, "rocksdb.level0_file_num_compaction_trigger", "2");
     atomic_store(&clock_now, T0);
     dd_history *h = open_store(&cfg);
     struct dd_history_stats st;
@@ -455,7 +480,7 @@ static void test_pending_compaction(void)
         char user[16];
         snprintf(user, sizeof user, "u%d", f);
         uint64_t x[64];
-        for (int i = 0; i < 64; i++) x[i] = item(user, (uint64_t)i);
+        items(x, 64, user, 0);
         play(h, "", user, x, 64, T0);
         CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
     }
@@ -488,8 +513,7 @@ static void test_pending_compaction(void)
         usleep(10000);
     }
     CHECK_EQ_INT(v, 0);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* history.write_mbps limits what flushes write: 1 Mbit/s makes a flush of
@@ -501,14 +525,14 @@ static void test_write_limit(void)
     struct dd_config cfg;
     char path[128], err[256];
     new_config(&cfg, path, sizeof path);
-    REQUIRE(dd_config_set(&cfg, "history.write_mbps", "1", err, sizeof err) == DD_OK);
-    REQUIRE(dd_config_set(&cfg, "history.compaction_low_cpu", "true", err, sizeof err) == DD_OK);
+    set(&cfg, "history.write_mbps", "1");
+    set(&cfg, "history.compaction_low_cpu", "true");
     atomic_store(&clock_now, T0);
     dd_history *h = open_store(&cfg);
     enum { N = 80000 };
     uint64_t *x = malloc(N * sizeof *x);
     REQUIRE(x);
-    for (int i = 0; i < N; i++) x[i] = item("wl", (uint64_t)i);
+    items(x, N, "wl", 0);
     play(h, "", "wl", x, N, T0);
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
@@ -523,8 +547,7 @@ static void test_write_limit(void)
               "flushed %llu bytes in %.2f s (limit: at least %.2f s)",
               (unsigned long long)st.live_sst_bytes, took, floor_s);
     CHECK_EQ_INT(count_hits(h, "", "wl", 0, x, 100), 100);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
     free(x);
 
     new_config(&cfg, path, sizeof path);
@@ -546,9 +569,7 @@ static void test_expiry(void)
 {
     struct dd_config cfg;
     char path[128];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
 
     uint64_t old[100], folded_old[100], fresh[100];
     for (int i = 0; i < 100; i++) {
@@ -587,8 +608,7 @@ static void test_expiry(void)
     CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 0);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 0);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, fresh, 100), 100);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* Closed segments are re-encoded at count * S / fp_rate; the union fp over a
@@ -598,9 +618,7 @@ static void test_reduce_fp(void)
 {
     struct dd_config cfg;
     char path[128], err[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
 
     enum { PER_SEG = 20000, SEGS = 4, NEVER = 200000 };
     uint64_t *hs = malloc(PER_SEG * SEGS * sizeof *hs);
@@ -624,7 +642,7 @@ static void test_reduce_fp(void)
     CHECK_EQ_INT(count_hits(h, "", "heavy", 0, hs, PER_SEG * SEGS), PER_SEG * SEGS);
     uint64_t *never = malloc(NEVER * sizeof *never);
     REQUIRE(never);
-    for (int i = 0; i < NEVER; i++) never[i] = item("never", (uint64_t)i);
+    items(never, NEVER, "never", 0);
     size_t fp = count_hits(h, "", "heavy", 0, never, NEVER);
     double rate = (double)fp / NEVER;
     /* S = ceil(90/30)+1 = 4: each closed segment at fp_rate/4, 3 closed */
@@ -640,8 +658,7 @@ static void test_reduce_fp(void)
 
     /* the re-encoding survives another compaction and a reopen unchanged */
     CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_OK);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK_EQ_INT(count_hits(h, "", "heavy", 0, never, NEVER), fp);
     CHECK_EQ_INT(count_hits(h, "", "heavy", 0, hs, PER_SEG * SEGS), PER_SEG * SEGS);
 
@@ -668,8 +685,7 @@ static void test_reduce_fp(void)
 
     free(never);
     free(hs);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* Plays that reach a segment after it was re-encoded (late operands) must
@@ -679,14 +695,12 @@ static void test_late_plays(void)
 {
     struct dd_config cfg;
     char path[128];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     enum { N = 20000, NEVER = 200000 };
     uint64_t *hs = malloc(2 * N * sizeof *hs), *never = malloc(NEVER * sizeof *never);
     REQUIRE(hs && never);
-    for (int i = 0; i < 2 * N; i++) hs[i] = item("late", (uint64_t)i);
-    for (int i = 0; i < NEVER; i++) never[i] = item("never-late", (uint64_t)i);
+    items(hs, 2 * N, "late", 0);
+    items(never, NEVER, "never-late", 0);
     int64_t at = INT64_C(19945) * DAY;            /* segment 664, closed */
     play(h, "", "u", hs, N, at);
     flush_compact(h);
@@ -711,11 +725,10 @@ static void test_late_plays(void)
 
     /* more late plays on top of a split value, and a reopen */
     uint64_t more[100];
-    for (int i = 0; i < 100; i++) more[i] = item("later", (uint64_t)i);
+    items(more, 100, "later", 0);
     play(h, "", "u", more, 100, at);
     flush_compact(h);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, more, 100), 100);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, hs, 2 * N), 2 * N);
     CHECK((double)count_hits(h, "", "u", 0, never, NEVER) / NEVER < seg_fp * 1.2);
@@ -723,17 +736,14 @@ static void test_late_plays(void)
     CHECK_EQ_INT(st.corrupt_values, 0);
     free(hs);
     free(never);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 static void test_lookback(void)
 {
     struct dd_config cfg;
     char path[128];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint64_t a = item("lb", 1), b = item("lb", 2);
     play(h, "", "u", &a, 1, T0 - 60 * DAY);   /* day 19940: segment 664 (19920..19949) */
     play(h, "", "u", &b, 1, T0);              /* segment 666 */
@@ -745,8 +755,7 @@ static void test_lookback(void)
     CHECK_EQ_INT(count_hits(h, "", "u", 61, &a, 1), 1);   /* oldest 19940 */
     CHECK_EQ_INT(count_hits(h, "", "u", 0, &a, 1), 1);
     CHECK_EQ_INT(count_hits(h, "", "u", 1000, &a, 1), 1);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* history.day_scenes: a day scene's lookback is exact to the day. Plays are
@@ -767,7 +776,7 @@ static void check_day_lookback(dd_history *h, const char *when)
         size_t bad = 0;
         for (int age = 0; age < LB_DAYS; age++) {
             uint64_t hs[LB_PER_DAY];
-            for (int i = 0; i < LB_PER_DAY; i++) hs[i] = item("day", (uint64_t)(age * 10 + i));
+            items(hs, LB_PER_DAY, "day", (uint64_t)(age * 10));
             size_t want = (uint32_t)age <= d ? LB_PER_DAY : 0;
             size_t got = count_hits(h, "live", "u", ds[k], hs, LB_PER_DAY);
             if (got != want) {
@@ -787,7 +796,7 @@ static void test_day_lookback(void)
     char path[128];
     new_config(&cfg, path, sizeof path);
     /* small enough that no check below meets a false positive */
-    REQUIRE(dd_config_set(&cfg, "history.fp_rate", "0.00001", err, sizeof err) == DD_OK);
+    set(&cfg, "history.fp_rate", "0.00001");
     const int64_t first = T0 - (int64_t)(LB_DAYS - 1) * DAY;
 
     /* "live" before it is a day scene: segment_days segments */
@@ -797,7 +806,7 @@ static void test_day_lookback(void)
     play(h, "live", "old", &legacy, 1, T0 - 60 * DAY); /* day 19940: segment 664 */
     dd_history_close(h);
 
-    REQUIRE(dd_config_set(&cfg, "history.day_scenes", " live , x", err, sizeof err) == DD_OK);
+    set(&cfg, "history.day_scenes", " live , x");
     atomic_store(&clock_now, first);
     h = open_store(&cfg);
     CHECK(dd_history_day_scene(h, "live", 4));
@@ -815,7 +824,7 @@ static void test_day_lookback(void)
         atomic_store(&clock_now, now);
         int age = LB_DAYS - 1 - (int)day;
         uint64_t hs[LB_PER_DAY];
-        for (int i = 0; i < LB_PER_DAY; i++) hs[i] = item("day", (uint64_t)(age * 10 + i));
+        items(hs, LB_PER_DAY, "day", (uint64_t)(age * 10));
         play(h, "live", "u", hs, LB_PER_DAY, now);
         play(h, "", "u", hs, LB_PER_DAY, now);
         if (day % 7 == 6) flush_compact(h);
@@ -824,8 +833,7 @@ static void test_day_lookback(void)
     check_day_lookback(h, "before compaction");
     flush_compact(h);
     check_day_lookback(h, "after compaction");
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     check_day_lookback(h, "after reopen");
 
     /* the same plays in scene "": whole 30-day segments (19980..20009 for
@@ -845,8 +853,7 @@ static void test_day_lookback(void)
     uint64_t a0 = item("day", 0);
     CHECK_EQ_INT(count_hits(h, "live", "u", 0, &a0, 1), 0);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, &a0, 1), 1);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* A day scene's user with plays on every day of the retention (91 live
@@ -854,11 +861,10 @@ static void test_day_lookback(void)
  * (retention_days + 1) each, so the union stays under fp_rate. */
 static void test_day_fp(void)
 {
-    char err[256];
     struct dd_config cfg;
     char path[128];
     new_config(&cfg, path, sizeof path);
-    REQUIRE(dd_config_set(&cfg, "history.day_scenes", "live", err, sizeof err) == DD_OK);
+    set(&cfg, "history.day_scenes", "live");
     enum { PER_DAY = 200, NEVER = 100000 };
     atomic_store(&clock_now, T0 - 90 * DAY);
     dd_history *h = open_store(&cfg);
@@ -866,7 +872,7 @@ static void test_day_fp(void)
     for (int64_t day = 0; day <= 90; day++) {
         int64_t now = T0 - (90 - day) * DAY;
         atomic_store(&clock_now, now);
-        for (int i = 0; i < PER_DAY; i++) hs[i] = item("fp", (uint64_t)(day * PER_DAY + i));
+        items(hs, PER_DAY, "fp", (uint64_t)(day * PER_DAY));
         play(h, "live", "u", hs, PER_DAY, now);
     }
     flush_compact(h);
@@ -875,13 +881,13 @@ static void test_day_fp(void)
     CHECK(st.segments_reduced >= 80);
     size_t found = 0;
     for (int64_t day = 0; day <= 90; day++) {
-        for (int i = 0; i < PER_DAY; i++) hs[i] = item("fp", (uint64_t)(day * PER_DAY + i));
+        items(hs, PER_DAY, "fp", (uint64_t)(day * PER_DAY));
         found += count_hits(h, "live", "u", 0, hs, PER_DAY);
     }
     CHECK_EQ_INT(found, 91 * PER_DAY);
     uint64_t *never = malloc(NEVER * sizeof *never);
     REQUIRE(never);
-    for (int i = 0; i < NEVER; i++) never[i] = item("never", (uint64_t)i);
+    items(never, NEVER, "never", 0);
     size_t fp = count_hits(h, "live", "u", 0, never, NEVER);
     double rate = (double)fp / NEVER;
     fprintf(stderr, "day scene union fp over 91 days: %.4f%% (fp_rate %.2f%%)\n", 100 * rate,
@@ -889,8 +895,7 @@ static void test_day_fp(void)
     CHECK(rate < cfg.history.fp_rate * 1.2);
     CHECK(rate > cfg.history.fp_rate / 20); /* re-encoded, not left at the full range */
     free(never);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* history.day_scenes values: blanks trimmed, empty entries, over-long
@@ -925,14 +930,11 @@ static void test_offsets(void)
     char err[256];
     struct dd_config cfg;
     char path[128];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     int64_t next = -1;
     CHECK_EQ_INT(dd_history_get_offset(h, "plays", 3, &next, err, sizeof err), DD_ERR_NOTFOUND);
 
-    dd_history_batch *b = dd_history_batch_new();
-    REQUIRE(b);
+    dd_history_batch *b = batch_new();
     uint64_t a = item("off", 1);
     uint32_t seg;
     REQUIRE(dd_history_place(h, "", 0, T0, &seg) == DD_HISTORY_PLACE_OK);
@@ -987,8 +989,7 @@ static void test_offsets(void)
     longtopic[DD_TOPIC_MAX] = '\0';
     CHECK_EQ_INT(dd_history_batch_put_offset(b, longtopic, 1, 1), DD_OK);
     dd_history_batch_free(b);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* Resharding: an owner that refuses some users; compactions drop them. */
@@ -1003,9 +1004,7 @@ static void test_owner(void)
     char err[256];
     struct dd_config cfg;
     char path[128];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint64_t a[3] = {item("own", 1), item("own", 2), item("own", 3)};
     char users[10][4];
     for (int i = 0; i < 10; i++) {
@@ -1013,8 +1012,7 @@ static void test_owner(void)
         play(h, "", users[i], a, 3, T0);
         play(h, "sc", users[i], a, 1, T0 - 40 * DAY); /* an older segment, another scene */
     }
-    dd_history_batch *b = dd_history_batch_new();
-    REQUIRE(b);
+    dd_history_batch *b = batch_new();
     CHECK_EQ_INT(dd_history_batch_put_offset(b, "plays", 1, 99), DD_OK);
     CHECK_EQ_INT(dd_history_write(h, b, err, sizeof err), DD_OK);
     dd_history_batch_free(b);
@@ -1068,19 +1066,16 @@ static void test_owner(void)
     dd_history_cancel_compact(h);
     CHECK_EQ_INT(dd_history_compact(h, err, sizeof err), DD_ERR_STATE);
     CHECK(strstr(err, "cancelled") != NULL);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 static void test_forget_and_scenes(void)
 {
     struct dd_config cfg;
     char path[128], err[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint64_t x[4];
-    for (int i = 0; i < 4; i++) x[i] = item("fs", (uint64_t)i);
+    items(x, 4, "fs", 0);
 
     play(h, "", "u", &x[0], 1, T0);
     play(h, "", "u", &x[0], 1, T0 - 50 * DAY);
@@ -1106,8 +1101,7 @@ static void test_forget_and_scenes(void)
     CHECK(has(h, "a", "bc", x[3]));
     /* stays forgotten through compaction and reopen; new plays count again */
     flush_compact(h);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK(!has(h, "", "u", x[0]));
     CHECK(has(h, "feed", "u", x[1]));
     play(h, "", "u", &x[2], 1, T0);
@@ -1115,8 +1109,7 @@ static void test_forget_and_scenes(void)
     CHECK(!has(h, "", "u", x[0]));
     /* forgetting a user with no history is fine */
     CHECK_EQ_INT(dd_history_forget(h, "", 0, "ghost", 5, err, sizeof err), DD_OK);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* Probes from several threads while another writes, flushes and compacts:
@@ -1137,7 +1130,7 @@ static void *probe_thread(void *arg)
         for (int u = 0; u < 8; u++) {
             char user[16];
             snprintf(user, sizeof user, "c%d", u);
-            for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)i);
+            items(hs, 500, user, 0);
             uint64_t tmp[500];
             uint8_t hit[500] = {0};
             dd_bloom_sort_hashes(hs, NULL, 500, tmp, NULL);
@@ -1155,14 +1148,12 @@ static void test_concurrent(void)
 {
     struct dd_config cfg;
     char path[128], err[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint64_t hs[500];
     for (int u = 0; u < 8; u++) {
         char user[16];
         snprintf(user, sizeof user, "c%d", u);
-        for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)i);
+        items(hs, 500, user, 0);
         play(h, "", user, hs, 250, T0 - 40 * DAY);
         play(h, "", user, hs + 250, 250, T0);
     }
@@ -1174,14 +1165,14 @@ static void test_concurrent(void)
         for (int u = 0; u < 50; u++) {
             char user[16];
             snprintf(user, sizeof user, "w%d", u);
-            for (int i = 0; i < 500; i++) hs[i] = item(user, (uint64_t)(round * 500 + i));
+            items(hs, 500, user, (uint64_t)(round * 500));
             play(h, "", user, hs, 500, T0 - (int64_t)(round * 10) * DAY);
         }
         /* the probed users get more plays too, so their keys keep merging */
         for (int u = 0; u < 8; u++) {
             char user[16];
             snprintf(user, sizeof user, "c%d", u);
-            for (int i = 0; i < 100; i++) hs[i] = item(user, (uint64_t)(1000 + round * 100 + i));
+            items(hs, 100, user, (uint64_t)(1000 + round * 100));
             play(h, "", user, hs, 100, T0 - (int64_t)(round * 15) * DAY);
         }
         CHECK_EQ_INT(dd_history_flush(h, err, sizeof err), DD_OK);
@@ -1194,8 +1185,7 @@ static void test_concurrent(void)
         CHECK_EQ_INT(p[i].missed, 0);
         CHECK(p[i].rounds > 0);
     }
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* ---- corruption ----------------------------------------------------------- */
@@ -1259,9 +1249,7 @@ static void test_corrupt(void)
 {
     struct dd_config cfg;
     char path[128], err[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     uint64_t a[50], b[50], c[50], d[50];
     for (int i = 0; i < 50; i++) {
         a[i] = item("ca", (uint64_t)i);   /* segment 666, to be overwritten */
@@ -1363,8 +1351,7 @@ static void test_corrupt(void)
     CHECK_EQ_INT(dd_history_scan_damaged(h, scan_note, &seen, &values, err, sizeof err), DD_OK);
     CHECK_EQ_INT(seen.n, 0);
     CHECK_EQ_INT(values, 1);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* ---- split values and cheap reads ---------------------------------------- */
@@ -1436,15 +1423,13 @@ static void test_split_fold(void)
 {
     struct dd_config cfg;
     char path[128];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     enum { BASE = 16000, SMALL = 20, NSMALL = 30, NEVER = 100000 };
     const uint32_t seg = 20000 / 30;
     uint64_t *hs = malloc((BASE + 4000) * sizeof *hs), *never = malloc(NEVER * sizeof *never);
     REQUIRE(hs && never);
-    for (int i = 0; i < BASE + 4000; i++) hs[i] = item("sf", (uint64_t)i);
-    for (int i = 0; i < NEVER; i++) never[i] = item("sf-never", (uint64_t)i);
+    items(hs, BASE + 4000, "sf", 0);
+    items(never, NEVER, "sf-never", 0);
 
     play(h, "", "u", hs, BASE, T0);
     flush_compact(h);
@@ -1564,12 +1549,10 @@ static void test_split_corrupt(void)
 {
     struct dd_config cfg;
     char path[128];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     const uint32_t seg = 20000 / 30;
     uint64_t hs[1300];
-    for (int i = 0; i < 1300; i++) hs[i] = item("sc", (uint64_t)i);
+    items(hs, 1300, "sc", 0);
     play(h, "", "src", hs, 1000, T0);
     flush_compact(h);
     play(h, "", "src", hs + 1000, 200, T0);   /* 200 <= 256: split */
@@ -1661,8 +1644,7 @@ static void test_split_corrupt(void)
     CHECK_EQ_INT(count_hits(h, "", "bad3", 0, hs, 10), 10);
     CHECK_EQ_INT(count_hits(h, "", "legacy", 0, hs, 50), 50);
     CHECK_EQ_INT(count_hits(h, "", "copy", 0, hs, 1200), 1200);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* A value that fails dedupd's checksum (RocksDB's own checks pass: it is
@@ -1674,12 +1656,10 @@ static void test_damaged_read(void)
 {
     struct dd_config cfg;
     char path[128], err[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     const uint32_t seg = 20000 / 30;
     uint64_t hs[300];
-    for (int i = 0; i < 300; i++) hs[i] = item("dr", (uint64_t)i);
+    items(hs, 300, "dr", 0);
     play(h, "", "dmg", hs, 100, T0);
     play(h, "", "fine", hs, 100, T0);
     flush_compact(h);
@@ -1713,8 +1693,7 @@ static void test_damaged_read(void)
     CHECK_EQ_INT(probe_rc(h, "dmg", hs, 150, &hits, err, sizeof err), DD_ERR_CORRUPT);
     play(h, "", "dmg", hs + 150, 50, T0);
     flush_compact(h);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK_EQ_INT(probe_rc(h, "dmg", hs, 200, &hits, err, sizeof err), DD_ERR_CORRUPT);
     CHECK_EQ_INT(probe_rc(h, "fine", hs, 100, &hits, err, sizeof err), DD_OK);
     CHECK_EQ_INT(hits, 100);
@@ -1727,8 +1706,7 @@ static void test_damaged_read(void)
     flush_compact(h);
     CHECK_EQ_INT(probe_rc(h, "dmg", hs + 200, 100, &hits, err, sizeof err), DD_OK);
     CHECK_EQ_INT(hits, 100);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 /* Many small operands (no base; through the memtable's successive merges,
@@ -1739,14 +1717,12 @@ static void test_many_operands(void)
 {
     struct dd_config cfg;
     char path[128], err[256];
-    new_config(&cfg, path, sizeof path);
-    atomic_store(&clock_now, T0);
-    dd_history *h = open_store(&cfg);
+    dd_history *h = fresh_store(&cfg, path, sizeof path);
     enum { OPS = 400, PER = 7, NEVER = 200000 };
     uint64_t *hs = malloc(2 * OPS * PER * sizeof *hs), *never = malloc(NEVER * sizeof *never);
     REQUIRE(hs && never);
-    for (int i = 0; i < 2 * OPS * PER; i++) hs[i] = item("mo", (uint64_t)i);
-    for (int i = 0; i < NEVER; i++) never[i] = item("mo-never", (uint64_t)i);
+    items(hs, 2 * OPS * PER, "mo", 0);
+    items(never, NEVER, "mo-never", 0);
 
     /* segment 666 (open) and 664 (closed): OPS operands each, re-adds
      * included, flushed every 50 */
@@ -1764,8 +1740,7 @@ static void test_many_operands(void)
     CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
     flush_compact(h);
     CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK_EQ_INT(count_hits(h, "", "many", 0, hs, 2 * OPS * PER), 2 * OPS * PER);
     double fp = (double)count_hits(h, "", "many", 0, never, NEVER) / NEVER;
     fprintf(stderr, "many operands: union fp %.5f (bound %.3f)\n", fp, cfg.history.fp_rate);
@@ -1787,11 +1762,9 @@ static void test_created(void)
     new_config(&cfg, path, sizeof path);
     dd_history *h = open_store(&cfg);
     CHECK(dd_history_created(h));
-    dd_history_close(h);
-    h = open_store(&cfg);
+    h = reopen(h, &cfg);
     CHECK(!dd_history_created(h));
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 }
 
 static void test_open_errors(void)
@@ -1801,9 +1774,8 @@ static void test_open_errors(void)
     new_config(&cfg, path, sizeof path);
     dd_history *h = (dd_history *)&cfg;   /* must be reset to NULL on error */
 
-    REQUIRE(dd_config_set(&cfg, "rocksdb.write_buffer_size", "4194304", err, sizeof err) ==
-            DD_OK);
-    REQUIRE(dd_config_set(&cfg, "rocksdb.no_such_option_xyz", "1", err, sizeof err) == DD_OK);
+    set(&cfg, "rocksdb.write_buffer_size", "4194304");
+    set(&cfg, "rocksdb.no_such_option_xyz", "1");
     CHECK_EQ_INT(dd_history_open(&h, &cfg.history, &cfg.rocksdb, &tclock, err, sizeof err), DD_ERR_INVALID);
     CHECK(h == NULL);
     CHECK_MSG(strstr(err, "rocksdb.no_such_option_xyz") != NULL, "err: %s", err);
@@ -1811,13 +1783,10 @@ static void test_open_errors(void)
 
     /* good pass-through options are applied */
     new_config(&cfg, path, sizeof path);
-    REQUIRE(dd_config_set(&cfg, "rocksdb.write_buffer_size", "4194304", err, sizeof err) ==
-            DD_OK);
-    REQUIRE(dd_config_set(&cfg, "rocksdb.max_write_buffer_number", "3", err, sizeof err) ==
-            DD_OK);
+    set(&cfg, "rocksdb.write_buffer_size", "4194304");
+    set(&cfg, "rocksdb.max_write_buffer_number", "3");
     h = open_store(&cfg);
-    dd_history_close(h);
-    dd_config_free(&cfg);
+    close_store(h, &cfg);
 
     /* a path that cannot be a directory */
     new_config(&cfg, path, sizeof path);
@@ -1848,9 +1817,9 @@ static void test_probe_any_ways(void)
     static const int days[] = {5, 20};
     for (size_t d = 0; d < DD_ARRAY_LEN(days); d++) {
         struct dd_config cfg;
-        char path[128], err[256];
+        char path[128];
         new_config(&cfg, path, sizeof path);
-        REQUIRE(dd_config_set(&cfg, "history.segment_days", "1", err, sizeof err) == DD_OK);
+        set(&cfg, "history.segment_days", "1");
         atomic_store(&clock_now, T0);
         dd_history *h = open_store(&cfg);
         enum { PER_DAY = 300, NEVER = 3000 };
@@ -1877,8 +1846,7 @@ static void test_probe_any_ways(void)
             }
         }
         free(hs);
-        dd_history_close(h);
-        dd_config_free(&cfg);
+        close_store(h, &cfg);
     }
 }
 

@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * history_probe.c - the history store's reads (history.h): the batched
+ * probes of a user's live segments (dd_history_probe,
+ * dd_history_probe_any) and the scan for damaged values
+ * (dd_history_scan_damaged). The store's state is history_int.h's.
+ *
+ * DESIGN
+ *
+ * One MultiGet per probe, of the user's segments that overlap the lookback
+ * window; any merges RocksDB runs inside it are marked as reads
+ * (dd_fold_reading), since their result is not kept. A probe that meets a
+ * damaged value fails for that user, with a message naming the segment,
+ * and counts it; the log of damaged values is rate limited rather than
+ * kept per key, since a per-key set would be unbounded memory on the read
+ * path.
+ */
+#include "history.h"
+#include "history_int.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rocksdb/c.h>
+
+#include "arena.h"
+#include "bloom.h"
+#include "candset.h"
+#include "dd.h"
+#include "fold.h"
+#include "icache.h"
+#include "log.h"
+#include "segment.h"
+
+#define MODULE "history"
+
+/* Probe fast path: keys this long and this many segments use the stack. */
+#define PROBE_STACK_KEY 512
+#define PROBE_STACK_SEGS 32
+/* dd_history_probe_any looks every candidate up in each filter up to this
+ * many filters; past it (only with a small history.segment_days), one sort
+ * of the candidates and a merge per filter cost less. */
+#define PROBE_INDEX_VIEWS 8
+
+/* ---- read ----------------------------------------------------------------- */
+
+/* The filters of one probe: every view parsed out of the values read, with
+ * the segment key each came from (for logging a corrupt one). */
+struct probe_views {
+    struct dd_bloom_view *v;
+    size_t *seg; /* v[i] came from key kp[seg[i]] */
+    size_t n;
+    const char *const *kp;
+    const size_t *ks;
+};
+
+/* What a probe does with the views it read (CTX is the caller's; it may
+ * reorder V and SEG together, which are probe_read's own). Returns
+ * 0 or DD_ERR_NOMEM (message in err). */
+typedef int (*probe_fn)(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
+                        size_t errlen);
+
+/* A probe met damage in the value of key KEY: count and log it, and say
+ * so in ERR, naming the segment. Returns DD_ERR_CORRUPT. */
+static int damaged(dd_history *h, const char *key, size_t klen, char *err, size_t errlen)
+{
+    uint32_t seg = 0;
+    char hex[100];
+    dd_fold_note_corrupt(&h->fold, "value", key, klen);
+    atomic_fetch_add_explicit(&h->damaged_reads, 1, memory_order_relaxed);
+    dd_key_segment(key, klen, &seg);
+    dd_key_hex(hex, sizeof hex, key, klen);
+    dd_set_err(err, errlen,
+               "stored history damaged: segment %" PRIu32 " (key %s) fails "
+               "dedupd's checksum",
+               seg, hex);
+    return DD_ERR_CORRUPT;
+}
+
+/* Read (SCENE, USER)'s live segments within LOOKBACK_DAYS in one
+ * MultiGet, parse their views and hand them all to FN at once (the values
+ * stay pinned until it returns). Returns 0, DD_ERR_IO if a read failed,
+ * DD_ERR_CORRUPT if a value is damaged (FN is then not called: the user's
+ * history is not known) or FN's error. */
+static int probe_read(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                      size_t user_len, uint32_t lookback_days, probe_fn fn, void *ctx, char *err,
+                      size_t errlen)
+{
+    int64_t now = now_ms(h);
+    int64_t day = dd_day_of_ms(now);
+    uint32_t span = lookback_days == 0 || lookback_days > h->fold.seg.retention_days
+                        ? h->fold.seg.retention_days
+                        : lookback_days;
+    /* day - span, as oldest_live_day: the window covers the last SPAN full
+     * days and the part of today that has passed */
+    int64_t oldest = day - (int64_t)span;
+    /* Plays may be dated up to max_future_ms ahead (and a day of skew). */
+    int64_t ahead = h->max_future_ms > DD_MS_PER_DAY ? h->max_future_ms : DD_MS_PER_DAY;
+    int64_t newest = dd_day_of_ms(now + ahead);
+    if (newest < 0) return 0;
+    uint32_t first = dd_segment_of_day(&h->fold.seg, oldest < 0 ? 0 : oldest);
+    uint32_t last = dd_segment_of_day(&h->fold.seg, newest);
+    size_t ncoarse = (size_t)(last - first) + 1;
+    /* A day scene's day segments follow; its segment_days segments are
+     * still read (those written before it was listed, until they expire). */
+    uint32_t first_day = dd_day_segment(oldest);
+    size_t nseg = ncoarse;
+    if (h->n_day && dd_history_day_scene(h, scene, scene_len))
+        nseg += (size_t)(dd_day_segment(newest) - first_day) + 1;
+
+    size_t plen_max = 1 + scene_len + 2 + user_len;
+    size_t klen = plen_max + 4;
+
+    /* Common case on the stack; huge ids or tiny segment_days on the heap. */
+    char kstack[PROBE_STACK_SEGS * PROBE_STACK_KEY];
+    const char *kp_stack[PROBE_STACK_SEGS];
+    size_t ks_stack[PROBE_STACK_SEGS];
+    rocksdb_pinnableslice_t *v_stack[PROBE_STACK_SEGS];
+    char *e_stack[PROBE_STACK_SEGS];
+    struct dd_bloom_view view_stack[2 * PROBE_STACK_SEGS];
+    size_t seg_stack[2 * PROBE_STACK_SEGS];
+    char *kbuf = kstack;
+    const char **kp = kp_stack;
+    size_t *ks = ks_stack;
+    rocksdb_pinnableslice_t **vals = v_stack;
+    char **errs = e_stack;
+    struct dd_bloom_view *views = view_stack;
+    size_t *vseg = seg_stack;
+    void *heap = NULL;
+    if (nseg > PROBE_STACK_SEGS || klen > PROBE_STACK_KEY) {
+        size_t per = 2 * sizeof(struct dd_bloom_view) + 2 * sizeof(size_t) + sizeof(char *) +
+                     sizeof(size_t) + sizeof(void *) + sizeof(char *);
+        if (nseg <= SIZE_MAX / (per + klen)) heap = malloc(nseg * (per + klen));
+        if (!heap) {
+            dd_set_err(err, errlen, "out of memory");
+            return DD_ERR_NOMEM;
+        }
+        char *p = heap;
+        views = (struct dd_bloom_view *)(void *)p;
+        p += 2 * nseg * sizeof *views;
+        vseg = (size_t *)(void *)p;
+        p += 2 * nseg * sizeof *vseg;
+        kp = (const char **)(void *)p;
+        p += nseg * sizeof *kp;
+        ks = (size_t *)(void *)p;
+        p += nseg * sizeof *ks;
+        vals = (rocksdb_pinnableslice_t **)(void *)p;
+        p += nseg * sizeof *vals;
+        errs = (char **)(void *)p;
+        p += nseg * sizeof *errs;
+        kbuf = p;
+    }
+
+    size_t plen = dd_key_prefix((uint8_t *)kbuf, scene, scene_len, user, user_len);
+    for (size_t i = 0; i < nseg; i++) {
+        char *k = kbuf + i * klen;
+        if (i) memcpy(k, kbuf, plen);
+        dd_key_put_segment((uint8_t *)k + plen,
+                           i < ncoarse ? first + (uint32_t)i : first_day + (uint32_t)(i - ncoarse));
+        kp[i] = k;
+        ks[i] = klen;
+    }
+    dd_fold_reading(true); /* merges run in this thread, inside the MultiGet */
+    rocksdb_batched_multi_get_cf(h->db, h->ropts, h->cf, nseg, kp, ks, vals, errs, true);
+    dd_fold_reading(false);
+
+    int rc = 0;
+    size_t nv = 0;
+    for (size_t i = 0; i < nseg; i++) {
+        if (errs[i]) {
+            if (rc == 0) dd_set_err(err, errlen, "read: %s", errs[i]);
+            rc = DD_ERR_IO;
+            rocksdb_free(errs[i]);
+        }
+        if (!vals[i] || rc != 0) continue;
+        size_t vlen;
+        const char *v = rocksdb_pinnableslice_value(vals[i], &vlen);
+        struct dd_bloom_view pair[2];
+        int k;
+        const char *a;
+        size_t alen;
+        if (dd_fold_parse_value(v, vlen, pair, &k, &a, &alen) != 0) {
+            rc = damaged(h, kp[i], ks[i], err, errlen);
+            continue;
+        }
+        /* Empty filters are left out; the other one of a split still counts. */
+        for (int j = 0; j < k; j++) {
+            if (pair[j].count == 0) continue;
+            views[nv] = pair[j];
+            vseg[nv++] = i;
+        }
+    }
+    if (rc == 0 && nv > 0) {
+        struct probe_views pv = {views, vseg, nv, kp, ks};
+        rc = fn(h, &pv, ctx, err, errlen);
+    }
+    for (size_t i = 0; i < nseg; i++) rocksdb_pinnableslice_destroy(vals[i]);
+    free(heap);
+    return rc;
+}
+
+struct probe_sorted_ctx {
+    const uint64_t *sorted;
+    size_t n;
+    uint8_t *hit;
+};
+
+/* Each view merged with the sorted candidates (dd_bloom_probe_sorted).
+ * 0, or DD_ERR_CORRUPT for a bitstream that fails (checksum passed). */
+static int probe_sorted(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
+                        size_t errlen)
+{
+    const struct probe_sorted_ctx *c = ctx;
+    for (size_t j = 0; j < pv->n; j++)
+        if (dd_bloom_probe_sorted(&pv->v[j], c->sorted, c->n, c->hit) != 0)
+            return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
+    return 0;
+}
+
+int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                     size_t user_len, uint32_t lookback_days, const uint64_t *sorted, size_t n,
+                     uint8_t *hit, char *err, size_t errlen)
+{
+    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX) {
+        dd_set_err(err, errlen, "scene or user id too long");
+        return DD_ERR_INVALID;
+    }
+    if (n == 0) return 0;
+    struct probe_sorted_ctx c = {sorted, n, hit};
+    return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_sorted, &c, err,
+                      errlen);
+}
+
+/* Filters with fewer fingerprints decode faster than a cache lookup is
+ * worth (the key hashes the whole filter) and stay out of the cache. */
+#define ICACHE_MIN_COUNT 2048
+
+struct probe_any_ctx {
+    const struct dd_candset *cs;
+    uint8_t *hit;
+    dd_arena *arena;
+};
+
+/* See dd_history_probe_any. Full-range views (open segments and closed
+ * ones not yet re-encoded) holding at most 2/5 as many fingerprints as
+ * there are candidates: each fingerprint looked up in the candidate set,
+ * so they cost their count. The others: up to PROBE_INDEX_VIEWS of them
+ * each decoded into an index and every candidate looked up in it; past
+ * that, one sort of the candidates and a sorted merge per view.
+ * A lookup in the set (a random slot in a table several times the batch)
+ * costs more than one in an index (two adjacent u32), so a view pays for
+ * the index's n lookups only once it holds a sizeable share of n
+ * fingerprints. 2/5 is taken as the point where the two ways cost the same;
+ * bench/bench_probe compares them, for retuning. */
+static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
+                     size_t errlen)
+{
+    const struct probe_any_ctx *c = ctx;
+    const size_t n = c->cs->n;
+    const uint64_t *hashes = c->cs->hash;
+    size_t left = 0; /* views not at the full range, moved to the front */
+    bool index = true;
+    struct dd_bloom_view *v = pv->v;
+    for (size_t j = 0; j < pv->n; j++) {
+        if (v[j].range == DD_BLOOM_FULL_RANGE && (uint64_t)v[j].count * 5 <= (uint64_t)n * 2) {
+            if (dd_bloom_probe_candset(&v[j], c->cs, c->hit) != 0)
+                return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
+            continue;
+        }
+        index = index && dd_bloom_index_bytes(&v[j]) != 0;
+        v[left] = v[j];
+        pv->seg[left++] = pv->seg[j];
+    }
+    if (left == 0) return 0;
+    if (index && left <= PROBE_INDEX_VIEWS) {
+        for (size_t j = 0; j < left; j++) {
+            struct dd_bloom_index ix;
+            struct dd_icache_entry *ref = NULL;
+            int rc;
+            /* A closed segment's filter is kept decoded between calls
+             * (icache.h); an open one changes with every write. */
+            if (h->icache && v[j].range != DD_BLOOM_FULL_RANGE && v[j].count >= ICACHE_MIN_COUNT) {
+                rc = dd_icache_get(h->icache, &v[j], &ix, &ref);
+                if (rc == DD_ERR_NOMEM) goto nomem;
+            } else {
+                void *mem = dd_arena_alloc(c->arena, dd_bloom_index_bytes(&v[j]));
+                if (!mem) goto nomem;
+                rc = dd_bloom_index_build(&v[j], mem, &ix) != 0 ? DD_ERR_CORRUPT : DD_OK;
+            }
+            if (rc != DD_OK) return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
+            const struct dd_bloom_index cix = ix;
+            uint8_t *hit = c->hit;
+            for (size_t i = 0; i < n; i++) hit[i] |= (uint8_t)dd_bloom_index_has(cix, hashes[i]);
+            dd_icache_release(h->icache, ref);
+        }
+        return 0;
+    }
+    /* Keys: the high half (all a fingerprint uses) and the candidate's
+     * position, so hits in sorted order map back. */
+    uint64_t *key = dd_arena_alloc(c->arena, n * sizeof *key);
+    uint64_t *tmp = dd_arena_alloc(c->arena, n * sizeof *tmp);
+    uint8_t *shit = dd_arena_calloc(c->arena, n, 1);
+    if (!key || !tmp || !shit) goto nomem;
+    for (size_t i = 0; i < n; i++) key[i] = (hashes[i] & UINT64_C(0xffffffff00000000)) | i;
+    dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+    struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks};
+    struct probe_sorted_ctx sc = {key, n, shit};
+    int rc = probe_sorted(h, &rest, &sc, err, errlen);
+    for (size_t a = 0; a < n; a++) c->hit[(uint32_t)key[a]] |= shit[a];
+    return rc;
+nomem:
+    dd_set_err(err, errlen, "out of memory probing %zu candidates", n);
+    return DD_ERR_NOMEM;
+}
+
+int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, const char *user,
+                         size_t user_len, uint32_t lookback_days, const struct dd_candset *cands,
+                         uint8_t *hit, dd_arena *arena, char *err, size_t errlen)
+{
+    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX) {
+        dd_set_err(err, errlen, "scene or user id too long");
+        return DD_ERR_INVALID;
+    }
+    if (cands->n > UINT32_MAX) {
+        dd_set_err(err, errlen, "%zu candidates: too many", cands->n);
+        return DD_ERR_INVALID;
+    }
+    if (cands->n == 0) return 0;
+    struct probe_any_ctx c = {cands, hit, arena};
+    return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_any, &c, err,
+                      errlen);
+}
+
+/* ---- damage scan ---------------------------------------------------------- */
+
+int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud, uint64_t *values,
+                            char *err, size_t errlen)
+{
+    int64_t day = dd_day_of_ms(now_ms(h));
+    uint64_t n = 0;
+    int rc = 0;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(h->db, ro, h->cf);
+    /* merges the iterator runs serve a read: their result is not kept */
+    dd_fold_reading(true);
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *key = rocksdb_iter_key(it, &klen);
+        const char *user, *scene = key + 1;
+        size_t ulen;
+        uint32_t seg;
+        if (!dd_key_segment(key, klen, &seg) || !dd_key_user(key, klen, &user, &ulen) ||
+            ulen == 0 || dd_segment_dead(&h->fold.seg, seg, day))
+            continue;
+        n++;
+        const char *val = rocksdb_iter_value(it, &vlen);
+        int c = dd_fold_check_value(val, vlen);
+        if (c == DD_ERR_NOMEM) {
+            rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory checking a value");
+            break;
+        }
+        if (c == 0) continue;
+        atomic_fetch_add_explicit(&h->fold.corrupt_values, 1, memory_order_relaxed);
+        rc = fn(ud, scene, (uint8_t)key[0], user, ulen, seg);
+        if (rc != 0) break;
+    }
+    dd_fold_reading(false);
+    char *e = NULL;
+    rocksdb_iter_get_error(it, &e);
+    if (e) {
+        rc = dd_fail(DD_ERR_IO, err, errlen, "read: %s", e);
+        rocksdb_free(e);
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    if (values) *values = n;
+    return rc;
+}
