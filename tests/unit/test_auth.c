@@ -221,21 +221,20 @@ static void test_call(void)
     grpc_shutdown();
 }
 
-/* dd_auth_conf_check on CONF (a copy of the defaults with the TLS fields
- * and the listen address set); the message in ERR. */
+/* dd_auth_conf_check on a copy of the default settings with the TLS
+ * fields and allow_insecure set, for LISTEN; the message in ERR. */
 static int tls_check(const char *cert, const char *key, const char *ca, const char *listen,
                      bool insecure, char *err, size_t errlen)
 {
     struct dd_config cfg;
     REQUIRE(dd_config_init(&cfg) == DD_OK);
-    struct dd_rpc_conf c = cfg.rpc;
-    c.tls_cert = (char *)cert;
-    c.tls_key = (char *)key;
-    c.tls_client_ca = (char *)ca;
-    c.listen = (char *)listen;
+    struct dd_auth_conf c = cfg.rpc.auth;
+    c.tls.cert = (char *)cert;
+    c.tls.key = (char *)key;
+    c.tls.client_ca = (char *)ca;
     c.allow_insecure = insecure;
     err[0] = '\0';
-    int rc = dd_auth_conf_check(&c, err, errlen);
+    int rc = dd_auth_conf_check(&c, listen, err, errlen);
     dd_config_free(&cfg);
     return rc;
 }
@@ -272,8 +271,8 @@ static void test_credentials(void)
     char err[512] = "", dir[64], cert[128], key[128], ca[128];
     struct dd_config cfg;
     REQUIRE(dd_config_init(&cfg) == DD_OK);
-    struct dd_rpc_conf c = cfg.rpc;
-    c.tls_cert = c.tls_key = c.tls_client_ca = (char *)"";
+    struct dd_tls_conf c = cfg.rpc.auth.tls;
+    c.cert = c.key = c.client_ca = (char *)"";
     /* Plaintext without a certificate. */
     grpc_server_credentials *cr = dd_auth_credentials(&c, err, sizeof err);
     CHECK(cr != NULL);
@@ -281,8 +280,8 @@ static void test_credentials(void)
     /* A file that cannot be read is named. */
     tl_tmpdir(dir, sizeof dir, "auth");
     snprintf(cert, sizeof cert, "%s/missing.crt", dir);
-    c.tls_cert = cert;
-    c.tls_key = cert;
+    c.cert = cert;
+    c.key = cert;
     CHECK(dd_auth_credentials(&c, err, sizeof err) == NULL);
     CHECK_MSG(strstr(err, "missing.crt") != NULL, "%s", err);
     /* A client CA file without a PEM certificate is refused now, not at
@@ -297,9 +296,9 @@ static void test_credentials(void)
         fputs("not a certificate\n", f);
         fclose(f);
     }
-    c.tls_cert = cert;
-    c.tls_key = key;
-    c.tls_client_ca = ca;
+    c.cert = cert;
+    c.key = key;
+    c.client_ca = ca;
     CHECK(dd_auth_credentials(&c, err, sizeof err) == NULL);
     CHECK_MSG(strstr(err, "rpc.tls_client_ca") && strstr(err, "no PEM certificate"), "%s", err);
     tl_rm_tree(dir);

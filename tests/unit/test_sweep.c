@@ -129,11 +129,11 @@ static void test_waits_until_settled(void)
     };
     struct dd_cluster_map m;
     REQUIRE(dd_cluster_conf_check(&c, "h", &m, err, sizeof err) == DD_OK);
-    struct dd_rpc_conf rpc = {
-        .tls_cert = (char *)"", .tls_key = (char *)"", .tls_client_ca = (char *)""};
+    struct dd_tls_conf tls = {.cert = (char *)"", .key = (char *)"", .client_ca = (char *)""};
+    struct dd_peer_conf peer = {.tls = &tls, .tls_ca = "", .tls_server_name = ""};
     struct dd_cluster_local local = {l_partitions, l_changed, l_lag, NULL};
     dd_cluster *cl = NULL;
-    REQUIRE(dd_cluster_new(&cl, &m, &c, &rpc, &local, err, sizeof err) == DD_OK);
+    REQUIRE(dd_cluster_new(&cl, &m, &c, &peer, 0, 0, &local, err, sizeof err) == DD_OK);
     dd_history_set_owner(h, dd_cluster_owns, cl);
     REQUIRE(!dd_cluster_settled(cl, NULL));
 
