@@ -36,6 +36,7 @@
 
 #include <rocksdb/c.h>
 
+#include "be.h"
 #include "buf.h"
 #include "dd.h"
 #include "fold.h"
@@ -469,19 +470,6 @@ int dd_history_batch_forget(dd_history_batch *b, const char *scene, size_t scene
     return 0;
 }
 
-/* The offsets' 8-byte big-endian values. */
-static void be64_put(uint8_t v[8], uint64_t x)
-{
-    for (int i = 0; i < 8; i++) v[i] = (uint8_t)(x >> (56 - 8 * i));
-}
-
-static uint64_t be64_get(const char *v)
-{
-    uint64_t x = 0;
-    for (int i = 0; i < 8; i++) x = x << 8 | (uint8_t)v[i];
-    return x;
-}
-
 /* Offsets' keys: 00 00 00 | 'K' | topic | 00 | u32 BE partition. As a
  * history key it would be scene "" and user "", with a length (at least 10)
  * that no segment key of that user has (7). */
@@ -503,7 +491,7 @@ int dd_history_batch_put_offset(dd_history_batch *b, const char *topic, int32_t 
     if (tl == 0 || tl > DD_TOPIC_MAX || partition < 0 || next < 0) return DD_ERR_INVALID;
     size_t n = offset_key(b->key.data, topic, tl, partition);
     uint8_t v[8];
-    be64_put(v, (uint64_t)next);
+    dd_be64_store(v, (uint64_t)next); /* be.h */
     rocksdb_writebatch_put(b->wb, (const char *)b->key.data, n, (const char *)v, sizeof v);
     b->bytes += n + sizeof v;
     return 0;
@@ -531,7 +519,7 @@ int dd_history_get_offset(dd_history *h, const char *topic, int32_t partition, i
     uint64_t x = 0;
     int rc = DD_ERR_CORRUPT;
     if (vlen == 8) {
-        x = be64_get(v);
+        x = dd_be64_load((const uint8_t *)v);
         if (x <= INT64_MAX) {
             *next = (int64_t)x;
             rc = 0;

@@ -5,6 +5,7 @@
  */
 #include "trace.h"
 
+#include "be.h"
 #include "dd.h"
 #include "log.h"
 #include "metrics.h"
@@ -34,29 +35,6 @@
 #define SPACE_CHECK_NS INT64_C(1000000000)
 /* At most this many traced users are loaded, whatever the store holds. */
 #define LOAD_MAX_USERS 1000000u
-
-/* ---- byte order ---------------------------------------------------------- */
-
-static void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (56 - 8 * i));
-}
-static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
-    return v;
-}
 
 static uint32_t checksum(const void *p, size_t n) { return (uint32_t)XXH3_64bits(p, n); }
 
@@ -108,11 +86,11 @@ size_t dd_trace_encode(const struct dd_trace_rec *r, uint8_t *out, size_t cap)
     out[1] = (uint8_t)r->kind;
     out[2] = (uint8_t)r->source;
     out[3] = (uint8_t)r->scene_len;
-    put64(out + 4, (uint64_t)r->at_ms);
-    put64(out + 12, (uint64_t)r->recorded_ms);
-    put32(out + 20, (uint32_t)r->partition);
-    put64(out + 24, (uint64_t)r->offset);
-    put16(out + 32, (uint32_t)r->item_len);
+    dd_be64_store(out + 4, (uint64_t)r->at_ms);
+    dd_be64_store(out + 12, (uint64_t)r->recorded_ms);
+    dd_be32_store(out + 20, (uint32_t)r->partition);
+    dd_be64_store(out + 24, (uint64_t)r->offset);
+    dd_be16_store(out + 32, (uint16_t)r->item_len);
     out[34] = (uint8_t)r->topic_len;
     uint8_t *p = out + REC_HEAD;
     if (r->scene_len) memcpy(p, r->scene, r->scene_len);
@@ -121,23 +99,23 @@ size_t dd_trace_encode(const struct dd_trace_rec *r, uint8_t *out, size_t cap)
     p += r->item_len;
     if (r->topic_len) memcpy(p, r->topic, r->topic_len);
     p += r->topic_len;
-    put32(p, checksum(out, (size_t)(p - out)));
+    dd_be32_store(p, checksum(out, (size_t)(p - out)));
     return n;
 }
 
 int dd_trace_decode(const uint8_t *v, size_t len, struct dd_trace_rec *r)
 {
     if (!v || len < REC_HEAD + 4 || v[0] != REC_VERSION) return DD_ERR_CORRUPT;
-    size_t scene_len = v[3], item_len = get16(v + 32), topic_len = v[34];
+    size_t scene_len = v[3], item_len = dd_be16_load(v + 32), topic_len = v[34];
     if (REC_HEAD + scene_len + item_len + topic_len + 4 != len) return DD_ERR_CORRUPT;
-    if (get32(v + len - 4) != checksum(v, len - 4)) return DD_ERR_CORRUPT;
+    if (dd_be32_load(v + len - 4) != checksum(v, len - 4)) return DD_ERR_CORRUPT;
     memset(r, 0, sizeof *r);
     r->kind = v[1];
     r->source = v[2];
-    r->at_ms = (int64_t)get64(v + 4);
-    r->recorded_ms = (int64_t)get64(v + 12);
-    r->partition = (int32_t)get32(v + 20);
-    r->offset = (int64_t)get64(v + 24);
+    r->at_ms = (int64_t)dd_be64_load(v + 4);
+    r->recorded_ms = (int64_t)dd_be64_load(v + 12);
+    r->partition = (int32_t)dd_be32_load(v + 20);
+    r->offset = (int64_t)dd_be64_load(v + 24);
     if (!kind_ok(r->kind, item_len) || r->source < DD_TRACE_SRC_KAFKA ||
         r->source > DD_TRACE_SRC_FORGET_USER || r->at_ms < 0 || r->recorded_ms < 0)
         return DD_ERR_CORRUPT;
@@ -155,10 +133,10 @@ size_t dd_trace_key(uint8_t *out, size_t cap, const char *user, size_t user_len,
                     uint32_t seq)
 {
     if (user_len == 0 || user_len > 65535 || 2 + user_len + KEY_TAIL > cap) return 0;
-    put16(out, (uint32_t)user_len);
+    dd_be16_store(out, (uint16_t)user_len);
     memcpy(out + 2, user, user_len);
-    put64(out + 2 + user_len, (uint64_t)(at_ms < 0 ? 0 : at_ms));
-    put32(out + 2 + user_len + 8, seq);
+    dd_be64_store(out + 2 + user_len, (uint64_t)(at_ms < 0 ? 0 : at_ms));
+    dd_be32_store(out + 2 + user_len + 8, seq);
     return 2 + user_len + KEY_TAIL;
 }
 
@@ -166,14 +144,14 @@ int dd_trace_key_parse(const uint8_t *key, size_t len, const char **user, size_t
                        int64_t *at_ms, uint32_t *seq)
 {
     if (len < 2 + 1 + KEY_TAIL) return DD_ERR_CORRUPT;
-    size_t ul = get16(key);
+    size_t ul = dd_be16_load(key);
     if (ul == 0 || 2 + ul + KEY_TAIL != len) return DD_ERR_CORRUPT;
-    uint64_t t = get64(key + 2 + ul);
+    uint64_t t = dd_be64_load(key + 2 + ul);
     if (t > INT64_MAX) return DD_ERR_CORRUPT;
     *user = (const char *)key + 2;
     *user_len = ul;
     *at_ms = (int64_t)t;
-    *seq = get32(key + 2 + ul + 8);
+    *seq = dd_be32_load(key + 2 + ul + 8);
     return DD_OK;
 }
 
@@ -539,16 +517,16 @@ static void meta_u_value(uint8_t out[META_U_LEN], int64_t since_ms, bool from_co
 {
     out[0] = META_VERSION;
     out[1] = from_config ? 1 : 0;
-    put64(out + 2, (uint64_t)since_ms);
-    put32(out + 10, checksum(out, 10));
+    dd_be64_store(out + 2, (uint64_t)since_ms);
+    dd_be32_store(out + 10, checksum(out, 10));
 }
 
 static int meta_u_parse(const uint8_t *v, size_t len, int64_t *since_ms, bool *from_config)
 {
     if (len != META_U_LEN || v[0] != META_VERSION || v[1] > 1 ||
-        get32(v + 10) != checksum(v, 10) || get64(v + 2) > INT64_MAX)
+        dd_be32_load(v + 10) != checksum(v, 10) || dd_be64_load(v + 2) > INT64_MAX)
         return DD_ERR_CORRUPT;
-    *since_ms = (int64_t)get64(v + 2);
+    *since_ms = (int64_t)dd_be64_load(v + 2);
     *from_config = v[1] == 1;
     return DD_OK;
 }
@@ -557,7 +535,7 @@ static int meta_u_parse(const uint8_t *v, size_t len, int64_t *since_ms, bool *f
  * lo followed by 0xFF * (KEY_TAIL + 1), past every record key. */
 static size_t range_lo(uint8_t *out, const char *user, size_t len)
 {
-    put16(out, (uint32_t)len);
+    dd_be16_store(out, (uint16_t)len);
     memcpy(out + 2, user, len);
     return 2 + len;
 }
