@@ -197,7 +197,7 @@ int main(int argc, char **argv)
     dd_owner_guard *owner = NULL;
     struct store_ref store = {0};
     dd_marker_key *forget_key = NULL;
-    bool trace_metrics = false, key_world_readable = false;
+    bool trace_metrics = false, producer_metrics = false, key_world_readable = false;
     dd_sentinel *sentinel = NULL;
     struct dd_cluster_map map = {0};
 
@@ -515,13 +515,21 @@ int main(int argc, char **argv)
 
     /* gRPC last: once it answers, everything behind it is up. */
     if (clustered) {
-        struct dd_producer_conf pc = {cfg.ingest.topic, cfg.ingest.format, cfg.ingest.partitioner,
-                                      cfg.cluster.forward_timeout_ms, forget_key};
+        struct dd_producer_conf pc = {.topic = cfg.ingest.topic, .format = cfg.ingest.format,
+                                      .partitioner = cfg.ingest.partitioner,
+                                      .timeout_ms = cfg.cluster.forward_timeout_ms,
+                                      .forget_key = forget_key};
         if (dd_producer_new(&producer, &pc, &cfg.kafka, err, sizeof err) != DD_OK) {
             dd_error("main", "msg=\"cannot start the producer\" error=\"%s\"", err);
             goto out;
         }
         if (ingest) dd_producer_set_applied(producer, ingest_applied, ingest);
+        /* dedupd_producer_*, which record.h points operators at. */
+        if (dd_metrics_add(dd_admin_metrics(admin), dd_producer_collect, producer) != DD_OK) {
+            dd_error("main", "msg=\"out of memory\"");
+            goto out;
+        }
+        producer_metrics = true;
     }
     if (clustered && dd_snapshot_server_new(&snapshot, history, cfg.cluster.snapshot_mbps,
                                             cfg.cluster.snapshot_max_age_s, err,
@@ -623,6 +631,8 @@ out:
     dd_admin_detach(admin, DD_ADMIN_REDIS);
     dd_recent_watch_free(redis_watch);
     dd_sentinel_free(sentinel); /* after every dd_recent that follows it */
+    if (producer_metrics)
+        dd_metrics_remove(dd_admin_metrics(admin), dd_producer_collect, producer);
     dd_producer_free(producer);
     dd_admin_detach(admin, DD_ADMIN_CLUSTER);
     /* Stopped now, freed after the store: compactions ask it who owns a

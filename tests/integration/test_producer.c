@@ -72,7 +72,8 @@ static dd_producer *producer(const char *topic, const char *format, enum dd_part
     struct dd_config_kv kv = {"bootstrap.servers", (char *)broker};
     kafka.items = &kv;
     kafka.len = kafka.cap = 1;
-    struct dd_producer_conf conf = {topic, format, (int)part, timeout_ms, key};
+    struct dd_producer_conf conf = {.topic = topic, .format = format, .partitioner = (int)part,
+                                    .timeout_ms = timeout_ms, .forget_key = key};
     dd_producer *p = NULL;
     int rc = dd_producer_new(&p, &conf, &kafka, err, sizeof err);
     if (rc != DD_OK) fprintf(stderr, "dd_producer_new: %s\n", err);
