@@ -220,12 +220,6 @@ bool dd_ingest_partitions_changed(const dd_ingest *in);
  * only). Wall clock (dd_now_ms) differences only. Safe from any thread. */
 int64_t dd_ingest_lag_ms(const dd_ingest *in);
 
-/* The same per partition: up to CAP pairs (PARTITIONS[i], LAGS_MS[i]) of
- * the partitions assigned here whose lag is known; returns how many there
- * are (may be more than CAP). Cannot fail. Safe from any thread. */
-size_t dd_ingest_get_partition_lag_ms(const dd_ingest *in, int32_t *partitions,
-                                      int64_t *lags_ms, size_t cap);
-
 /* Bad messages, by reason (indexes of struct dd_ingest_stats.bad). */
 enum dd_ingest_bad {
     DD_INGEST_BAD_UNDECODABLE = 0, /* not JSON / PlayEvent, wrong types, negative time */
@@ -277,25 +271,12 @@ struct dd_ingest_stats {
 void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out);
 
 /* A metrics.h collector for UD (a dd_ingest *): renders dedupd_ingest_*
- * (dedupd_ingest_lag_ms is -1 while unknown),
- * dedupd_window_pending_* and dedupd_flush_duration_seconds from the
- * getters here. Call it only from a collector registry (metrics.h), which
- * serialises scrapes: it keeps its per-partition scratch in static
- * storage. The plays families are plays.h's. */
+ * (the lag families are lag.h's; dedupd_ingest_lag_ms is -1 while
+ * unknown), dedupd_window_pending_* and dedupd_flush_duration_seconds.
+ * Call it only from a collector registry (metrics.h), which serialises
+ * scrapes: the lag keeps its per-partition scratch in static storage.
+ * The plays families are plays.h's. */
 typedef struct dd_prom dd_prom;
 void dd_ingest_collect(dd_prom *p, void *ud);
-
-/* Consumer lag per partition of ingest.topic assigned here, as of the last
- * librdkafka statistics (statistics.interval.ms): up to CAP pairs
- * (PARTITIONS[i], LAGS[i]) are filled; returns how many there are (may be
- * more than CAP). Partitions whose lag is unknown are left out. Cannot
- * fail. Safe from any thread. */
-size_t dd_ingest_get_partition_lags(const dd_ingest *in, int32_t *partitions, int64_t *lags,
-                                    size_t cap);
-
-/* Durations of successful window writes, in seconds, as a histogram over
- * dd_metrics_flush_bounds (metrics.h). Cannot fail. Safe from any thread. */
-struct dd_histogram_snap;
-void dd_ingest_get_flush_histogram(const dd_ingest *in, struct dd_histogram_snap *out);
 
 #endif

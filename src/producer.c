@@ -50,6 +50,8 @@ struct dd_producer {
     enum dd_partitioner partitioner;
     int64_t timeout_ns;
     const dd_marker_key *forget_key; /* NULL: markers unsigned */
+    bool copies;                /* producer.h, "Copies" */
+    struct dd_producer_hooks hooks;
     dd_producer_applied_fn applied; /* NULL: forget returns once acknowledged */
     void *applied_ud;
 
@@ -87,6 +89,13 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     (void)rk;
     dd_producer *p = opaque;
     struct waiter *w = m->_private;
+    if (p->copies) {
+        if (m->err) INC(failed);
+        else INC(delivered);
+        if (p->hooks.delivered)
+            p->hooks.delivered(p->hooks.ud, m->err ? rd_kafka_err2str(m->err) : NULL);
+        return;
+    }
     if (m->err) {
         INC(failed);
         dd_log_limited(&p->lim_fail, 5000, DD_LOG_WARN, MOD,
@@ -111,6 +120,10 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     (void)rk;
     dd_producer *p = opaque;
+    if (p->hooks.error) {
+        p->hooks.error(p->hooks.ud, err, reason);
+        return;
+    }
     /* A fatal error (the idempotent producer's invariants broken) fails
      * every later message: the calls answer UNAVAILABLE until restart. */
     dd_log_limited(&p->lim_kafka, 5000,
@@ -127,7 +140,8 @@ static void *poll_main(void *arg)
     int64_t next_read = 0;
     pthread_mutex_lock(&p->mu);
     while (!p->quit) {
-        bool read = (p->refresh || p->partitions == 0) && dd_mono_ns() >= next_read;
+        bool read = !p->copies && (p->refresh || p->partitions == 0) &&
+                    dd_mono_ns() >= next_read;
         pthread_mutex_unlock(&p->mu);
         if (read) {
             int32_t n = dd_kafka_partition_count(p->rk, p->rkt, METADATA_MS, &p->lim_meta);
@@ -312,6 +326,35 @@ int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int6
     return DD_OK;
 }
 
+int dd_producer_copy(dd_producer *p, const void *key, size_t key_len, const void *value,
+                     size_t len, const struct dd_producer_header *h, size_t n, char *err,
+                     size_t errlen)
+{
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(n);
+    if (!hdrs) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+    for (size_t i = 0; i < n; i++) rd_kafka_header_add(hdrs, h[i].name, -1, h[i].value, -1);
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_KEY(key, key_len),
+        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_END);
+    if (e) {
+        rd_kafka_headers_destroy(hdrs); /* owned by librdkafka only once queued */
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "%s", rd_kafka_err2str(e));
+    }
+    return DD_OK;
+}
+
+int dd_producer_flush(dd_producer *p, int timeout_ms, int *left, char *err, size_t errlen)
+{
+    rd_kafka_resp_err_t e = rd_kafka_flush(p->rk, timeout_ms);
+    if (!e) return DD_OK;
+    if (left) *left = rd_kafka_outq_len(p->rk);
+    dd_set_err(err, errlen, "%s", rd_kafka_err2str(e));
+    rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(p->rk, 1000);
+    return DD_ERR_TIMEOUT;
+}
+
 void dd_producer_set_applied(dd_producer *p, dd_producer_applied_fn fn, void *ud)
 {
     p->applied = fn;
@@ -332,12 +375,12 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
                     const struct dd_config_list *kafka, char *err, size_t errlen)
 {
     *out = NULL;
-    int fmt = dd_playevent_format_parse(conf->format);
+    int fmt = conf->copies ? DD_PLAYEVENT_JSON : dd_playevent_format_parse(conf->format);
     if (fmt < 0)
         return dd_fail(DD_ERR_INVALID, err, errlen, "ingest.format: \"%s\" is not json or "
                        "protobuf", conf->format);
     if (!conf->topic[0]) return dd_fail(DD_ERR_INVALID, err, errlen, "ingest.topic: empty");
-    if (!dd_partitioner_name((enum dd_partitioner)conf->partitioner))
+    if (!conf->copies && !dd_partitioner_name((enum dd_partitioner)conf->partitioner))
         return dd_fail(DD_ERR_INVALID, err, errlen, "cluster.partitioner: unknown (%d)",
                        conf->partitioner);
     if (conf->timeout_ms == 0)
@@ -348,6 +391,8 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
     p->partitioner = (enum dd_partitioner)conf->partitioner;
     p->timeout_ns = (int64_t)conf->timeout_ms * 1000000;
     p->forget_key = conf->forget_key;
+    p->copies = conf->copies;
+    p->hooks = conf->hooks;
     int locks = 0;
     if (pthread_mutex_init(&p->mu, NULL) == 0) {
         locks++;
@@ -370,7 +415,7 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
         {"acks", "all"},
         {"allow.auto.create.topics", "false"},
     };
-    for (size_t i = 0; i < DD_ARRAY_LEN(fixed) + 1; i++) {
+    for (size_t i = 0; !p->copies && i < DD_ARRAY_LEN(fixed) + 1; i++) {
         const char *k = i < DD_ARRAY_LEN(fixed) ? fixed[i][0] : "message.timeout.ms";
         const char *v = i < DD_ARRAY_LEN(fixed) ? fixed[i][1] : timeout;
         if (rd_kafka_conf_set(kc, k, v, e, sizeof e) != RD_KAFKA_CONF_OK) {
@@ -384,7 +429,8 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
     rd_kafka_conf_set_log_cb(kc, dd_kafka_log_cb);
     rd_kafka_conf_set_opaque(kc, p);
     if (!(p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, e, sizeof e))) {
-        dd_set_err(err, errlen, "kafka: cannot create the producer: %s", e);
+        dd_set_err(err, errlen, "kafka: cannot create %s: %s",
+                   conf->what ? conf->what : "the producer", e);
         rd_kafka_conf_destroy(kc);
         goto fail;
     }
@@ -398,8 +444,10 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
         dd_set_err(err, errlen, "cannot start the producer's thread");
         goto fail;
     }
-    dd_info(MOD, "msg=started topic=%s format=%s partitioner=%s timeout_ms=%" PRIu32,
-            conf->topic, conf->format, dd_partitioner_name(p->partitioner), conf->timeout_ms);
+    if (!p->copies)
+        dd_info(MOD, "msg=started topic=%s format=%s partitioner=%s timeout_ms=%" PRIu32,
+                conf->topic, conf->format, dd_partitioner_name(p->partitioner),
+                conf->timeout_ms);
     *out = p;
     return DD_OK;
 fail:
@@ -423,13 +471,10 @@ void dd_producer_free(dd_producer *p)
      * callers are gone: the reports only drop references). Those that
      * cannot be delivered in time are purged, and their reports served
      * too, so that every waiter is freed. */
-    rd_kafka_resp_err_t e = rd_kafka_flush(p->rk, (int)(p->timeout_ns / 1000000));
-    if (e) {
-        dd_warn(MOD, "msg=\"messages not delivered at stop\" count=%d error=\"%s\"",
-                rd_kafka_outq_len(p->rk), rd_kafka_err2str(e));
-        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_flush(p->rk, 1000);
-    }
+    int left = 0;
+    char err[128];
+    if (dd_producer_flush(p, (int)(p->timeout_ns / 1000000), &left, err, sizeof err) != DD_OK)
+        dd_warn(MOD, "msg=\"messages not delivered at stop\" count=%d error=\"%s\"", left, err);
     rd_kafka_topic_destroy(p->rkt);
     rd_kafka_destroy(p->rk);
     pthread_cond_destroy(&p->cv);

@@ -34,6 +34,12 @@
  *   caller drops its own when it returns, whether everything was
  *   acknowledged or its deadline passed. The last reference frees the
  *   waiter, so a report never touches memory of a caller that gave up.
+ * Copies (conf->copies): the same code path produces copies of consumed
+ *   messages to another topic (ingest's dead letters, ingest.h): as [kafka]
+ *   says, none of the settings above forced, no partition count read, each
+ *   message to the partition librdkafka's partitioner picks for its key;
+ *   dd_producer_copy queues and returns, and each delivery report goes to
+ *   the conf's hooks.
  * Threads: a poll thread serves delivery reports and metadata reads. The
  *   functions below but new and free may be called from any number of
  *   threads at once.
@@ -41,6 +47,7 @@
 #ifndef DD_PRODUCER_H
 #define DD_PRODUCER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,14 +56,31 @@ struct dd_marker_key;
 typedef struct dd_prom dd_prom;
 typedef struct dd_producer dd_producer;
 
+/* What a copies producer reports, to its owner instead of its own log.
+ * Both run on librdkafka's or the poll thread: they must be thread-safe
+ * and must not call back into the producer. */
+struct dd_producer_hooks {
+    /* A copy's delivery report: ERROR NULL = delivered, else why not. */
+    void (*delivered)(void *ud, const char *error);
+    /* librdkafka's error callback: ERR its rd_kafka_resp_err_t, REASON its text. */
+    void (*error)(void *ud, int err, const char *reason);
+    void *ud;
+};
+
 struct dd_producer_conf {
-    const char *topic;          /* the plays topic (ingest.topic) */
-    const char *format;         /* "json" or "protobuf" (ingest.format) */
-    int partitioner;            /* enum dd_partitioner (partition.h) the play producers use */
-    uint32_t timeout_ms;        /* a call's deadline when it gives none; >= 1 */
+    const char *topic;          /* the plays topic (ingest.topic); copies: their topic */
+    const char *format;         /* "json" or "protobuf" (ingest.format); copies: unused */
+    int partitioner;            /* enum dd_partitioner (partition.h) the play producers use;
+                                 * copies: unused */
+    uint32_t timeout_ms;        /* a call's deadline when it gives none; >= 1. Copies: how
+                                 * long dd_producer_free waits for queued ones */
     const struct dd_marker_key *forget_key; /* signs forget markers (marker.h); NULL =
                                  * markers go unsigned (and are not applied). Borrowed:
                                  * must outlive the producer */
+    bool copies;                /* a copies producer ("Copies" above) */
+    const char *what;           /* names it in errors ("the dead-letter producer"); NULL =
+                                 * "the producer" */
+    struct dd_producer_hooks hooks; /* copies: where reports go; NULL functions = none */
 };
 
 /* Create the producer from CONF (strings copied) and every key of KAFKA
@@ -98,6 +122,27 @@ typedef int (*dd_producer_applied_fn)(void *ud, int32_t partition, int64_t offse
 void dd_producer_set_applied(dd_producer *p, dd_producer_applied_fn fn, void *ud);
 int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int64_t deadline_ns,
                        char *err, size_t errlen);
+
+/* A header of a copied message: NAME and its VALUE, C strings. */
+struct dd_producer_header {
+    const char *name, *value;
+};
+
+/* Copies producer: queue a copy of a message, KEY (KEY_LEN bytes, NULL =
+ * none) and VALUE (LEN bytes), both copied, with the N headers H, to the
+ * conf's topic. Returns at once: 0 (queued; its delivery report goes to
+ * hooks.delivered), DD_ERR_UNAVAILABLE (not queued: librdkafka's reason
+ * in err) or DD_ERR_NOMEM. Any thread. */
+int dd_producer_copy(dd_producer *p, const void *key, size_t key_len, const void *value,
+                     size_t len, const struct dd_producer_header *h, size_t n, char *err,
+                     size_t errlen);
+
+/* Wait up to TIMEOUT_MS for every queued message to be delivered or
+ * failed. Returns 0, or DD_ERR_TIMEOUT with *LEFT (may be NULL) how many
+ * were still queued and librdkafka's reason in err: those are purged then,
+ * their reports served as failures. Any thread; no call may be queuing
+ * meanwhile. */
+int dd_producer_flush(dd_producer *p, int timeout_ms, int *left, char *err, size_t errlen);
 
 /* The partition count in use; 0 = not known yet. Cannot fail. */
 int32_t dd_producer_partitions(dd_producer *p);

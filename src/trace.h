@@ -68,6 +68,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tracerec.h"
+
 /* The trace's settings (trace.* in conf/dedupd.conf). */
 struct dd_trace_conf {
     char *path;                 /* RocksDB directory of the trace store */
@@ -86,66 +88,6 @@ struct dd_trace_conf {
  * DD_ERR_INVALID with a message naming the key. */
 int dd_trace_conf_check(const struct dd_trace_conf *conf, uint32_t max_id_bytes, char *err,
                         size_t errlen);
-
-enum dd_trace_kind {
-    DD_TRACE_PLAY = 1,
-    DD_TRACE_DELIVERY = 2,
-    DD_TRACE_FORGET = 3,
-};
-#define DD_TRACE_NKINDS 3
-
-enum dd_trace_source {
-    DD_TRACE_SRC_KAFKA = 1,           /* topic, partition, offset */
-    DD_TRACE_SRC_RECORD_PLAYS = 2,
-    DD_TRACE_SRC_RECORD_DELIVERY = 3,
-    DD_TRACE_SRC_FORGET_USER = 4,
-};
-
-/* "play", "delivery", "forget"; "RecordPlays", "kafka", ...; "?" for
- * values outside the enums. Static. */
-const char *dd_trace_kind_name(int kind);
-const char *dd_trace_source_name(int source);
-
-/* One record. Strings are (pointer, length), borrowed. */
-struct dd_trace_rec {
-    int kind;                   /* enum dd_trace_kind */
-    int source;                 /* enum dd_trace_source */
-    int64_t at_ms;              /* the event's time: played, delivered, forgotten */
-    int64_t recorded_ms;        /* when dedupd wrote it (0 on write: now) */
-    const char *scene;          /* <= 255 bytes */
-    size_t scene_len;
-    const char *item;           /* empty for a forget; <= 65535 bytes */
-    size_t item_len;
-    const char *topic;          /* Kafka only; <= 255 bytes */
-    size_t topic_len;
-    int32_t partition;          /* Kafka only, else -1 */
-    int64_t offset;             /* Kafka only, else -1 */
-    uint32_t seq;               /* read back from the key (dd_trace_scan) */
-};
-
-/* The largest encoded record. */
-#define DD_TRACE_REC_MAX (40 + 255 + 65535 + 255)
-
-/* Encode R into OUT (CAP bytes). Returns the encoded length, or 0 when a
- * field is out of range (kind, source, lengths, negative at_ms) or CAP is
- * too small. Cannot fail otherwise. */
-size_t dd_trace_encode(const struct dd_trace_rec *r, uint8_t *out, size_t cap);
-
-/* Decode the value V (LEN bytes) into R, whose strings then point into V.
- * Returns 0, or DD_ERR_CORRUPT when the version, a length, an enum or the
- * checksum is wrong (R is then unspecified). Never reads outside V. */
-int dd_trace_decode(const uint8_t *v, size_t len, struct dd_trace_rec *r);
-
-/* A record's key: at most 2 + 65535 + 12 bytes into OUT (CAP). Returns the
- * length, or 0 (user empty or too long, CAP too small). */
-size_t dd_trace_key(uint8_t *out, size_t cap, const char *user, size_t user_len, int64_t at_ms,
-                    uint32_t seq);
-
-/* Parse a record key: the user (pointing into KEY), time and seq. Returns
- * 0, or DD_ERR_CORRUPT when KEY is not a record key (a meta key, or a
- * length that does not fit). */
-int dd_trace_key_parse(const uint8_t *key, size_t len, const char **user, size_t *user_len,
-                       int64_t *at_ms, uint32_t *seq);
 
 /* ---- the set of traced users, alone (for tests and benchmarks) -------- */
 
@@ -199,10 +141,11 @@ bool dd_trace_wanted(dd_trace *t, const char *user, size_t len);
 int dd_trace_record(dd_trace *t, const char *user, size_t user_len,
                     const struct dd_trace_rec *recs, size_t n);
 
-/* The same for an encoded record (dd_trace_encode), as ingest keeps them
- * between a play's arrival and its window's write. Same returns. */
-int dd_trace_record_encoded(dd_trace *t, const char *user, size_t user_len, const uint8_t *v,
-                            size_t len);
+/* Record every entry of P (tracerec.h: records kept until the write they
+ * describe is done, as ingest keeps a window's) with dd_trace_record, in
+ * order, and empty P. Errors are counted and logged as dd_trace_record's;
+ * T NULL: P is only emptied. Cannot fail. */
+void dd_trace_record_pending(dd_trace *t, struct dd_trace_pending *p);
 
 /* Count a record that could not even be kept for writing (a full buffer
  * in a caller): dedupd_trace_errors_total{kind="dropped"}. Cannot fail. */

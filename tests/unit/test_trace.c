@@ -293,6 +293,40 @@ static void test_users(void)
     CHECK_EQ_INT(dd_trace_conf_check(&c, 2, err, sizeof err), DD_OK);
 }
 
+/* The pending buffer: entries come back in order, whole; it refuses
+ * records past DD_TRACE_PENDING_MAX and users over 65535 bytes. */
+static void test_pending(void)
+{
+    struct dd_trace_pending p = {0};
+    size_t pos = 0, ul, vl;
+    const char *u;
+    const uint8_t *v;
+    CHECK(!dd_trace_pending_next(&p, &pos, &u, &ul, &v, &vl));
+    struct dd_trace_rec a = play("s", "item-a", T0), b = play("", "item-b", T0 + 1);
+    CHECK_EQ_INT(dd_trace_pending_add(&p, "alice", 5, &a), DD_OK);
+    CHECK_EQ_INT(dd_trace_pending_add(&p, "bo", 2, &b), DD_OK);
+    struct dd_trace_rec r;
+    CHECK(dd_trace_pending_next(&p, &pos, &u, &ul, &v, &vl));
+    CHECK(ul == 5 && memcmp(u, "alice", 5) == 0);
+    CHECK_EQ_INT(dd_trace_decode(v, vl, &r), DD_OK);
+    CHECK(r.item_len == 6 && memcmp(r.item, "item-a", 6) == 0 && r.at_ms == T0);
+    CHECK(dd_trace_pending_next(&p, &pos, &u, &ul, &v, &vl));
+    CHECK(ul == 2 && memcmp(u, "bo", 2) == 0);
+    CHECK_EQ_INT(dd_trace_decode(v, vl, &r), DD_OK);
+    CHECK(r.item_len == 6 && memcmp(r.item, "item-b", 6) == 0 && r.at_ms == T0 + 1);
+    CHECK(!dd_trace_pending_next(&p, &pos, &u, &ul, &v, &vl));
+    static char big[65536];
+    CHECK_EQ_INT(dd_trace_pending_add(&p, big, sizeof big, &a), DD_ERR_INVALID);
+    dd_trace_pending_clear(&p);
+    int rc;
+    size_t n = 0;
+    while ((rc = dd_trace_pending_add(&p, "u", 1, &a)) == DD_OK) n++;
+    CHECK_EQ_INT(rc, DD_ERR_LIMIT);
+    CHECK(p.b.len <= DD_TRACE_PENDING_MAX + DD_TRACE_REC_MAX && p.b.len + 100 > DD_TRACE_PENDING_MAX);
+    CHECK(n > 1000);
+    dd_trace_pending_free(&p);
+}
+
 static void test_records(void)
 {
     atomic_store(&clock_now, T0);
@@ -303,10 +337,15 @@ static void test_records(void)
     CHECK_EQ_INT(dd_trace_record(t, "u2", 2, recs, 3), DD_ERR_NOTFOUND);
     struct dd_trace_rec fg = {.kind = DD_TRACE_FORGET, .source = DD_TRACE_SRC_FORGET_USER,
                               .at_ms = T0 - DAY, .partition = -1, .offset = -1};
-    uint8_t enc[DD_TRACE_REC_MAX];
-    size_t el = dd_trace_encode(&fg, enc, sizeof enc);
-    CHECK_EQ_INT(dd_trace_record_encoded(t, "u1", 2, enc, el), DD_OK);
-    CHECK_EQ_INT(dd_trace_record_encoded(t, "u1", 2, enc, el - 1), DD_ERR_INVALID);
+    struct dd_trace_pending pend = {0};
+    CHECK_EQ_INT(dd_trace_pending_add(&pend, "u1", 2, &fg), DD_OK);
+    struct dd_trace_rec bad = fg;
+    bad.kind = 9;
+    CHECK_EQ_INT(dd_trace_pending_add(&pend, "u1", 2, &bad), DD_ERR_INVALID);
+    dd_trace_record_pending(t, &pend);
+    CHECK_EQ_INT(pend.b.len, 0);
+    dd_trace_pending_free(&pend);
+    CHECK_EQ_INT(dd_trace_record(t, "u1", 2, &bad, 1), DD_ERR_INVALID);
     struct collected c = scan(t, "u1");
     /* i2 was past the retention (30 days): not written. Oldest first. */
     CHECK_EQ_INT(c.n, 3);
@@ -460,6 +499,7 @@ int main(void)
     snprintf(path, sizeof path, "%s/trace", root);
     test_users();
     tl_rm_tree(path);
+    test_pending();
     test_records();
     tl_rm_tree(path);
     test_corrupt();
