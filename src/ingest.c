@@ -4,53 +4,33 @@
  *
  * DESIGN
  *
- * Two threads share two slots. A slot is a window plus, per partition, the
- * next offset of every message consumed while it was active, good or bad.
- * The poll thread consumes, decodes and fills the active slot, and runs
- * librdkafka's rebalance, commit and statistics callbacks. The flush thread
- * writes the other slot's window as one WriteBatch, retrying with backoff
- * (write_window), and stores and commits its offsets only once the write
- * is durable. The flusher owns its slot while flush_busy is set (mu, cv);
- * slots swap only while it is idle, so windows are written, and offsets
- * stored, in consumption order. librdkafka's own threads only log.
- * A failed write or durability flush is retried and stores nothing; a
- * full disk is such a failure (history.h, "Full disk"), so ingest resumes
- * by itself once there is room, no offset past what is durable.
- *
- * Durability: with ingest.wal = false (the default: Kafka already is a
- * durable log) windows skip RocksDB's WAL and their offsets wait in the
- * "written" slot for the next memtable flush, which covers every write
- * before it, so a stored offset never runs ahead of the disk
- * (make_durable). With wal = true a window's offsets are stored right
- * after its write.
+ * The poll thread consumes, decodes and fills the active window slot, and
+ * runs librdkafka's rebalance, commit and statistics callbacks; the flush
+ * thread (flush.h) writes the other slot and stores and commits its
+ * offsets once durable; the watch thread (assign.h) reads the partition
+ * count. librdkafka's own threads only log.
  *
  * Memory stays bounded by two windows of window.max_bytes / 2 plus the
- * batch being written: a full window while the flusher is busy pauses
- * every partition until the swap (on_message). Commits are asynchronous
- * after every durable window and synchronous on revoke and stop, so a
- * crash replays about one window, not an auto-commit interval.
+ * batch being written: a full window while the flusher is busy keeps its
+ * message aside and pauses every partition until the swap (on_message).
+ * Commits are asynchronous after every durable window and synchronous on
+ * revoke and stop, so a crash replays about one window, not an
+ * auto-commit interval.
  *
  * Forget markers end their window: the poll thread puts the marker last
  * in the active slot and hands the slot over at once, so it waits (kept,
- * partitions paused, as for a full window) while the flusher is busy. The
- * flusher writes that window, then runs the forget, then stores the
- * offsets: plays before the marker, pending or written, are deleted; the
- * ones after it are in the next window. A slot holds at most one forget.
+ * partitions paused, as for a full window) while the flusher is busy.
  *
- * The watch thread (assign.h) reads the topic's partition count from the
- * broker; in assign mode the poll thread assigns its partitions once the
- * count is known (dd_assign_poll). Where each partition starts (the
- * store's position, the log-gap check) is assign.h's too.
- *
- * Lag (dd_ingest_lag_ms) is lag.h's: the poll thread tells it of
- * assignments, each partition's first message in a slot and its end, the
- * flush thread what a written window made visible.
+ * Where each partition starts and, in assign mode, which partitions are
+ * taken is assign.h's (dd_assign_poll); the lag is lag.h's, told of
+ * assignments, each partition's first message in a slot and its end.
  */
 #include "ingest.h"
 
-#include "buf.h"
-#include "dd.h"
 #include "assign.h"
+#include "dd.h"
+#include "deadletter.h"
+#include "flush.h"
 #include "kafka.h"
 #include "lag.h"
 #include "log.h"
@@ -58,8 +38,6 @@
 #include "metrics.h"
 #include "partition.h"
 #include "playevent.h"
-#include "producer.h"
-#include "sys.h"
 #include "trace.h"
 #include "window.h"
 
@@ -78,32 +56,10 @@
 /* Messages taken per rd_kafka_consume_batch_queue: one queue lock and one
  * clock read per batch instead of per message. */
 #define POLL_BATCH 512
-#define DLQ_FLUSH_MS 5000
-#define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 5000
-/* The header that makes a message of the plays topic an operation. */
-#define OP_HEADER "dedupd-op"
-
-struct slot {
-    dd_window *w;
-    int64_t *next;        /* per partition: offset + 1 to store, -1 = none */
-    int64_t *last_ts;     /* per partition: Kafka timestamp of its last message here */
-    size_t nparts;
-    uint64_t messages;    /* consumed into this slot */
-    int64_t since_ns;     /* monotonic time of its first message */
-    uint64_t dups_seen;   /* window duplicates already added to stats */
-    /* A forget marker ends the slot: run after its window is written. */
-    bool forget;
-    char *fscene, *fuser; /* DD_SCENE_MAX and max_id_bytes bytes */
-    size_t fscene_len, fuser_len;
-    /* Traced users' records of this window, written once it is. */
-    struct dd_trace_pending trace;
-};
 
 struct dd_ingest {
     dd_history *h;
     char *topic;
-    char *dlq_topic;      /* NULL = none */
     const char *format;   /* static: "json" or "protobuf" */
     uint32_t flush_ms;
     size_t early_plays;   /* a window this full is written as soon as the
@@ -113,7 +69,7 @@ struct dd_ingest {
 
     rd_kafka_t *rk;       /* consumer */
     rd_kafka_topic_t *rkt; /* the topic, for metadata requests */
-    dd_producer *dlq;     /* the dead-letter producer (producer.h, copies), or NULL */
+    dd_deadletter *dlq;   /* deadletter.h, or NULL (no ingest.dead_letter_topic) */
     dd_assign *as;        /* assign.h: group id, start offsets, assign mode, watch thread */
 
     /* Assign mode (conf->assign). */
@@ -123,26 +79,11 @@ struct dd_ingest {
     size_t max_user;      /* a forget's user id, at most */
     const dd_marker_key *forget_key; /* markers must be signed with it; NULL = none applied */
     dd_playevent_decoder *dec;
-    dd_history_batch *batch;
     dd_trace *trace;      /* NULL = no traces (dd_ingest_set_trace) */
 
-    struct slot slots[2];
-    int active;           /* index of the slot being filled */
+    dd_flush *fl;         /* flush.h: the two window slots and the flush thread */
 
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int flush_busy;       /* the flusher holds slots[!active] */
-    int flush_quit;
-    int stopping;         /* the flusher gives up retrying failed writes */
-    int abandoned;        /* a window was dropped unwritten: store no more
-                             offsets (flush thread only) */
-    /* wal=false: offsets of windows written but not yet flushed to SST
-     * files (flush thread only; since_ns = when the oldest was written). */
-    struct slot written;
-    int sync_req;         /* drain asks the flusher for a durability flush */
-    int syncing;          /* the flusher is running one */
-
-    pthread_t poll_thr, flush_thr;
+    pthread_t poll_thr;
     int started, stopped;
     atomic_int stop;
 
@@ -150,20 +91,16 @@ struct dd_ingest {
     uint32_t kept_epoch;  /* bumped whenever a message is kept */
     uint32_t *rewound;    /* per partition: kept_epoch when last rewound */
     size_t n_rewound;
-    atomic_int lost_position; /* a rewind failed: store no more offsets */
     int paused;
     rd_kafka_queue_t *cq; /* the consumer queue (messages and events) */
     rd_kafka_message_t *mbatch[POLL_BATCH];
 
     struct {
         atomic_uint_least64_t messages, plays, bad[DD_INGEST_NBAD], expired, key_mismatch,
-            duplicates, plays_written, messages_flushed, messages_durable, flushes,
-            durable_flushes, write_errors, commits, commit_errors,
-            dead_lettered, dead_letter_errors, pauses, rebalances, kafka_errors,
-            assigned, last_flush_ms, forgets;
+            commits, commit_errors, pauses, rebalances,
+            kafka_errors, assigned;
         atomic_uint_least64_t pending_entries, pending_bytes; /* of the active window */
     } st;
-    struct dd_histogram flush_hist;  /* window write durations, lock-free */
 
     dd_lag *lag;          /* lag.h: fed by the poll and flush threads */
     /* The last error librdkafka reported (error_cb), for /readyz while no
@@ -172,19 +109,8 @@ struct dd_ingest {
     char kafka_err[200];
     int64_t kafka_err_ns;       /* when; 0 = none yet */
 
-    struct dd_log_limit lim_bad, lim_kafka, lim_write, lim_commit, lim_dlq, lim_store;
+    struct dd_log_limit lim_bad, lim_kafka, lim_commit, lim_store;
 };
-
-static const char *const bad_names[DD_INGEST_NBAD] = {
-    "undecodable", "empty_user", "empty_item", "id_too_long", "future", "wrong_partition",
-    "unauthenticated_forget",
-};
-
-const char *dd_ingest_bad_name(int reason)
-{
-    if (reason < 0 || reason >= DD_INGEST_NBAD) return "unknown";
-    return bad_names[reason];
-}
 
 #define INC(f) atomic_fetch_add_explicit(&in->st.f, 1, memory_order_relaxed)
 #define ADD(f, n) atomic_fetch_add_explicit(&in->st.f, (n), memory_order_relaxed)
@@ -264,146 +190,11 @@ static void lag_assign_list(dd_ingest *in, const rd_kafka_topic_partition_list_t
             dd_lag_assign(in->lag, l->elems[i].partition, assigned);
 }
 
-/* ---- slots and the flusher -------------------------------------------- */
-
-/* Room in S for partitions [0, N) (at least 16), new ones set to -1.
- * 0 or DD_ERR_NOMEM (S's partitions unchanged). */
-static int slot_reserve(struct slot *s, size_t n)
-{
-    if (n <= s->nparts) return DD_OK;
-    if (n < 16) n = 16;
-    int64_t *next = realloc(s->next, n * sizeof *next);
-    if (!next) return DD_ERR_NOMEM;
-    s->next = next;
-    int64_t *ts = realloc(s->last_ts, n * sizeof *ts);
-    if (!ts) return DD_ERR_NOMEM;
-    s->last_ts = ts;
-    for (size_t i = s->nparts; i < n; i++) {
-        next[i] = -1;
-        ts[i] = 0;
-    }
-    s->nparts = n;
-    return DD_OK;
-}
-
-/* Message PARTITION/OFFSET, Kafka timestamp TS, is in the active slot S. */
-static int slot_mark(dd_ingest *in, struct slot *s, int32_t partition, int64_t offset, int64_t ts)
-{
-    if (partition < 0) return DD_ERR_INVALID;
-    if (slot_reserve(s, (size_t)partition + 1) != DD_OK) return DD_ERR_NOMEM;
-    if (s->next[partition] < 0) dd_lag_pending(in->lag, s == &in->slots[1], partition, offset, ts);
-    s->next[partition] = offset + 1;
-    s->last_ts[partition] = ts;
-    if (s->messages++ == 0) s->since_ns = dd_mono_ns();
-    return DD_OK;
-}
-
-/* Store the slot's offsets (its window is written) and reset them. */
-static void slot_store(dd_ingest *in, struct slot *s)
-{
-    size_t n = 0;
-    if (in->abandoned || atomic_load(&in->lost_position)) {
-        /* Offsets past a window that was never written must never be
-         * stored: its plays are consumed again after the restart. */
-        for (size_t i = 0; i < s->nparts; i++) s->next[i] = -1;
-        s->messages = 0;
-        return;
-    }
-    for (size_t i = 0; i < s->nparts; i++) n += s->next[i] >= 0;
-    if (n) {
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)n);
-        if (!l) {
-            dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
-                           "msg=\"out of memory storing offsets; they are stored with the "
-                           "next window\"");
-            return; /* kept: the next window's store covers them */
-        }
-        for (size_t i = 0; i < s->nparts; i++)
-            if (s->next[i] >= 0)
-                rd_kafka_topic_partition_list_add(l, in->topic, (int32_t)i)->offset = s->next[i];
-        rd_kafka_resp_err_t e = rd_kafka_offsets_store(in->rk, l);
-        if (e) {
-            for (int i = 0; i < l->cnt; i++)
-                if (l->elems[i].err)
-                    dd_log_limited(&in->lim_store, 5000, DD_LOG_WARN, MOD,
-                                   "msg=\"offset not stored (partition no longer assigned)\" "
-                                   "topic=%s partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
-                                   in->topic, l->elems[i].partition, l->elems[i].offset,
-                                   rd_kafka_err2str(l->elems[i].err));
-        }
-        rd_kafka_topic_partition_list_destroy(l);
-        for (size_t i = 0; i < s->nparts; i++) s->next[i] = -1;
-    }
-    s->messages = 0;
-}
-
-/* Commit the stored offsets asynchronously (commit_cb counts the result). */
-static void commit_async(dd_ingest *in)
-{
-    rd_kafka_resp_err_t e = rd_kafka_commit(in->rk, NULL, 1);
-    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-        INC(commit_errors);
-        dd_log_limited(&in->lim_commit, 5000, DD_LOG_WARN, MOD,
-                       "msg=\"offset commit failed\" error=\"%s\"", rd_kafka_err2str(e));
-    }
-}
-
-/* wal=false: S's window is written (not yet durable); move its offsets to
- * in->written, to be stored after the next durability flush. An offset
- * that cannot be kept (out of memory) is simply not stored: the next
- * stored offset of its partition covers it, and until then a crash
- * replays it. */
-static void slot_defer(dd_ingest *in, struct slot *s)
-{
-    struct slot *d = &in->written;
-    if (slot_reserve(d, s->nparts) != DD_OK)
-        dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
-                       "msg=\"out of memory keeping offsets; they are stored later\"");
-    for (size_t i = 0; i < s->nparts && i < d->nparts; i++)
-        if (s->next[i] >= 0) d->next[i] = s->next[i];
-    for (size_t i = 0; i < s->nparts; i++) s->next[i] = -1;
-    if (d->messages == 0) d->since_ns = dd_mono_ns();
-    d->messages += s->messages;
-    s->messages = 0;
-}
-
-/* wal=false: flush the memtables (every write so far becomes durable),
- * then store the offsets of the windows written before it and commit them
- * asynchronously. Runs at least every durable_interval_ms while offsets
- * wait, and on revoke and stop (sync_flusher). Flush thread only. 0, or
- * DD_ERR_IO (logged, offsets kept for the next try). */
-static int make_durable(dd_ingest *in)
-{
-    struct slot *d = &in->written;
-    if (d->messages == 0) return DD_OK;
-    char err[512];
-    int64_t t0 = dd_mono_ns();
-    int rc = dd_history_flush(in->h, err, sizeof err);
-    if (rc != DD_OK) {
-        INC(write_errors);
-        dd_log_limited(&in->lim_write, 5000, DD_LOG_ERROR, MOD,
-                       "msg=\"cannot flush written plays to SST files; offsets not committed\" "
-                       "messages=%" PRIu64 " error=\"%s\"", d->messages, err);
-        return rc;
-    }
-    uint64_t msgs = d->messages;
-    ADD(messages_durable, msgs);
-    INC(durable_flushes);
-    slot_store(in, d);
-    dd_debug(MOD, "msg=durable messages=%" PRIu64 " ms=%" PRId64 " messages_durable=%" PRIu64,
-             msgs, (dd_mono_ns() - t0) / 1000000, LOAD(messages_durable));
-    commit_async(in);
-    return DD_OK;
-}
-
-static bool durable_due(const dd_ingest *in, int64_t now)
-{
-    return in->written.messages && now - in->written.since_ns >= in->durable_ns;
-}
+/* ---- traces ------------------------------------------------------------ */
 
 /* Keep a trace record of message M (a play of EV, or a forget marker) in
  * slot S until its window is written. Poll thread. */
-static void trace_note(dd_ingest *in, struct slot *s, const rd_kafka_message_t *m,
+static void trace_note(dd_ingest *in, struct dd_slot *s, const rd_kafka_message_t *m,
                        const struct dd_playevent *ev, bool forget, int64_t ts)
 {
     struct dd_trace_rec r = {
@@ -417,199 +208,6 @@ static void trace_note(dd_ingest *in, struct slot *s, const rd_kafka_message_t *
         dd_trace_dropped(in->trace, 1);
 }
 
-/* Slot S's window is written and its forget done: count it, make it
- * visible to the lag, and store its offsets (wal) or keep them for the
- * next durability flush. T0: when the write began. */
-static void window_done(dd_ingest *in, struct slot *s, uint64_t written, int64_t t0)
-{
-    dd_trace_record_pending(in->trace, &s->trace); /* trace.h: after the write */
-    ADD(plays_written, written);
-    ADD(messages_flushed, s->messages);
-    INC(flushes);
-    struct dd_window_stats ws;
-    dd_window_get_stats(s->w, &ws);
-    ADD(duplicates, ws.duplicates - s->dups_seen);
-    s->dups_seen = ws.duplicates;
-    dd_lag_visible(in->lag, s == &in->slots[1], s->next, s->last_ts, s->nparts);
-    uint64_t msgs = s->messages;
-    if (in->wal) {
-        ADD(messages_durable, msgs);
-        slot_store(in, s);
-    } else {
-        slot_defer(in, s);
-    }
-    dd_debug(MOD,
-             "msg=flushed messages=%" PRIu64 " written=%" PRIu64 " ms=%" PRId64
-             " messages_flushed=%" PRIu64 " plays_written=%" PRIu64,
-             msgs, written, (dd_mono_ns() - t0) / 1000000, LOAD(messages_flushed),
-             LOAD(plays_written));
-    if (in->wal) commit_async(in);
-}
-
-/* Put into the write batch the next offset of every partition S holds
- * messages of, so that the store records its position in the log in the
- * same write as the plays (history.h, "Log positions"). None once a window
- * was abandoned or a position lost (slot_store's rule). 0 or
- * DD_ERR_INVALID (a partition or offset out of range: not written, logged). */
-static int put_offsets(dd_ingest *in, const struct slot *s)
-{
-    if (in->abandoned || atomic_load(&in->lost_position)) return DD_OK;
-    for (size_t i = 0; i < s->nparts; i++) {
-        if (s->next[i] < 0) continue;
-        int rc = dd_history_batch_put_offset(in->batch, in->topic, (int32_t)i, s->next[i]);
-        if (rc != DD_OK) {
-            dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
-                           "msg=\"cannot record an offset in the store\" topic=%s partition=%zu "
-                           "offset=%" PRId64, in->topic, i, s->next[i]);
-            return rc;
-        }
-    }
-    return DD_OK;
-}
-
-/* The forget S's window ends with, and S's offsets, in one write. A marker
- * the store refuses (the decoder lets no empty user through, so never) is
- * logged and skipped rather than retried for ever. */
-static int write_forget(dd_ingest *in, struct slot *s, char *err, size_t errlen)
-{
-    dd_history_batch_clear(in->batch);
-    if (dd_history_batch_forget(in->batch, s->fscene, s->fscene_len, s->fuser, s->fuser_len) !=
-        DD_OK)
-        dd_log_limited(&in->lim_write, 5000, DD_LOG_ERROR, MOD,
-                       "msg=\"forget marker refused by the store; skipped\" user_bytes=%zu",
-                       s->fuser_len);
-    put_offsets(in, s);
-    int rc = dd_history_write(in->h, in->batch, err, errlen);
-    dd_history_batch_clear(in->batch);
-    return rc;
-}
-
-/* Write the window of S (the flushing slot) with its offsets, or, if it
- * ends with a forget marker, the window and then the forget with the
- * offsets; each until it succeeds or the ingest is stopping; then
- * window_done. Called without in->mu. */
-static void write_window(dd_ingest *in, struct slot *s)
-{
-    char err[512];
-    int64_t backoff = BACKOFF_MIN_MS, t0 = dd_mono_ns();
-    uint64_t written = 0;
-    bool in_store = false; /* the window is written; the forget may remain */
-    for (;;) {
-        int rc = DD_OK;
-        if (!in_store) {
-            t0 = dd_mono_ns();
-            dd_history_batch_clear(in->batch);
-            if (!s->forget) put_offsets(in, s);
-            rc = dd_window_flush(s->w, in->h, in->batch, &written, err, sizeof err);
-            if (rc == DD_OK) {
-                in_store = true;
-                dd_histogram_observe(&in->flush_hist, (double)(dd_mono_ns() - t0) / 1e9);
-                atomic_store_explicit(&in->st.last_flush_ms,
-                                      (uint64_t)((dd_mono_ns() - t0) / 1000000),
-                                      memory_order_relaxed);
-            }
-        }
-        if (rc == DD_OK && s->forget) {
-            rc = write_forget(in, s, err, sizeof err);
-            if (rc == DD_OK) {
-                s->forget = false;
-                INC(forgets);
-                dd_debug(MOD, "msg=forgotten forgets=%" PRIu64, LOAD(forgets));
-            }
-        }
-        if (rc == DD_OK) {
-            window_done(in, s, written, t0);
-            return;
-        }
-        INC(write_errors);
-        pthread_mutex_lock(&in->mu);
-        int giving_up = in->stopping;
-        pthread_mutex_unlock(&in->mu);
-        dd_log_limited(&in->lim_write, 5000, DD_LOG_ERROR, MOD,
-                       "msg=\"cannot %s%s\" plays=%zu error=\"%s\"",
-                       in_store ? "forget a user's plays (marker)" : "write plays",
-                       giving_up ? "; not committed, they are consumed again at restart"
-                                 : "; retrying",
-                       dd_window_plays(s->w), err);
-        if (giving_up) break;
-        dd_sleep_ms(backoff);
-        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
-    }
-    /* Stopping with a broken store: drop the window (and forget) and its
-     * offsets (never stored, so never committed), and store none after
-     * them. */
-    dd_window_clear(s->w);
-    s->forget = false;
-    dd_trace_pending_clear(&s->trace); /* never written: no trace of it either */
-    in->abandoned = 1;
-    slot_store(in, s);
-}
-
-static void *flush_main(void *arg)
-{
-    dd_ingest *in = arg;
-    pthread_mutex_lock(&in->mu);
-    for (;;) {
-        int64_t now = dd_mono_ns();
-        if (in->sync_req || durable_due(in, now)) {
-            /* Durability first, so a stream of windows cannot starve it. */
-            in->syncing = 1;
-            in->sync_req = 0;
-            pthread_mutex_unlock(&in->mu);
-            if (make_durable(in) != DD_OK) in->written.since_ns = dd_mono_ns(); /* retry later */
-            pthread_mutex_lock(&in->mu);
-            in->syncing = 0;
-            pthread_cond_broadcast(&in->cv);
-            continue;
-        }
-        if (in->flush_busy) {
-            struct slot *s = &in->slots[!in->active];
-            pthread_mutex_unlock(&in->mu);
-            write_window(in, s);
-            pthread_mutex_lock(&in->mu);
-            in->flush_busy = 0;
-            pthread_cond_broadcast(&in->cv);
-            continue;
-        }
-        if (in->flush_quit) break;
-        if (in->written.messages) {
-            int64_t at = in->written.since_ns + in->durable_ns;
-            struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
-            pthread_cond_timedwait(&in->cv, &in->mu, &ts); /* cv runs on CLOCK_MONOTONIC */
-        } else {
-            pthread_cond_wait(&in->cv, &in->mu);
-        }
-    }
-    pthread_mutex_unlock(&in->mu);
-    return NULL;
-}
-
-static int flusher_idle(dd_ingest *in)
-{
-    pthread_mutex_lock(&in->mu);
-    int idle = !in->flush_busy;
-    pthread_mutex_unlock(&in->mu);
-    return idle;
-}
-
-static void wait_flusher(dd_ingest *in)
-{
-    pthread_mutex_lock(&in->mu);
-    while (in->flush_busy) pthread_cond_wait(&in->cv, &in->mu);
-    pthread_mutex_unlock(&in->mu);
-}
-
-/* Have the flusher make every written window durable and store its
- * offsets (wal=false; a no-op otherwise), and wait for it. */
-static void sync_flusher(dd_ingest *in)
-{
-    pthread_mutex_lock(&in->mu);
-    in->sync_req = 1;
-    pthread_cond_broadcast(&in->cv);
-    while (in->sync_req || in->syncing || in->flush_busy) pthread_cond_wait(&in->cv, &in->mu);
-    pthread_mutex_unlock(&in->mu);
-}
-
 /* Hand the active slot to the (idle) flusher; the other becomes active.
  * A window is handed over when due (poll_main), full (on_message), to be
  * drained (revoke, stop), or holding early_plays while the flusher is idle
@@ -617,14 +215,9 @@ static void sync_flusher(dd_ingest *in)
  * never waits for a timer. */
 static void swap(dd_ingest *in)
 {
-    pthread_mutex_lock(&in->mu);
-    in->active = !in->active;
-    in->flush_busy = 1;
+    struct dd_slot *s = dd_flush_swap(in->fl);
     atomic_store_explicit(&in->st.pending_entries, 0, memory_order_relaxed);
-    atomic_store_explicit(&in->st.pending_bytes, dd_window_bytes(in->slots[in->active].w),
-                          memory_order_relaxed);
-    pthread_cond_broadcast(&in->cv);
-    pthread_mutex_unlock(&in->mu);
+    atomic_store_explicit(&in->st.pending_bytes, dd_window_bytes(s->w), memory_order_relaxed);
 }
 
 /* ---- pause / resume ---------------------------------------------------- */
@@ -651,39 +244,6 @@ static void set_paused(dd_ingest *in, int pause)
 
 /* ---- messages ------------------------------------------------------------ */
 
-/* Copy M to the dead-letter topic (if any) with why it was skipped. */
-static void dead_letter(dd_ingest *in, const rd_kafka_message_t *m, const char *reason)
-{
-    if (!in->dlq) return;
-    char part[16], off[24], err[256];
-    snprintf(part, sizeof part, "%" PRId32, m->partition);
-    snprintf(off, sizeof off, "%" PRId64, m->offset);
-    const struct dd_producer_header h[] = {
-        {"dd-reason", reason}, {"dd-topic", in->topic}, {"dd-partition", part},
-        {"dd-offset", off}};
-    if (dd_producer_copy(in->dlq, m->key, m->key_len, m->payload, m->len, h, DD_ARRAY_LEN(h),
-                         err, sizeof err) != DD_OK) {
-        INC(dead_letter_errors);
-        dd_log_limited(&in->lim_dlq, 5000, DD_LOG_WARN, MOD,
-                       "msg=\"cannot produce to the dead-letter topic\" topic=%s error=\"%s\"",
-                       in->dlq_topic, err);
-    }
-}
-
-/* The dead-letter producer's delivery report (its poll thread). */
-static void dlq_delivered(void *ud, const char *error)
-{
-    dd_ingest *in = ud;
-    if (error) {
-        INC(dead_letter_errors);
-        dd_log_limited(&in->lim_dlq, 5000, DD_LOG_WARN, MOD,
-                       "msg=\"dead-letter delivery failed\" topic=%s error=\"%s\"",
-                       in->dlq_topic, error);
-    } else {
-        INC(dead_lettered);
-    }
-}
-
 /* WHY: more for the log line (" key=value", or ""). */
 static void bad_message(dd_ingest *in, const rd_kafka_message_t *m, int reason, const char *why)
 {
@@ -691,50 +251,8 @@ static void bad_message(dd_ingest *in, const rd_kafka_message_t *m, int reason, 
     dd_log_limited(&in->lim_bad, 5000, DD_LOG_WARN, MOD,
                    "msg=\"bad message skipped\" reason=%s topic=%s partition=%" PRId32
                    " offset=%" PRId64 "%s",
-                   bad_names[reason], in->topic, m->partition, m->offset, why);
-    dead_letter(in, m, bad_names[reason]);
-}
-
-/* What a message of the plays topic asks for: its dedupd-op header. */
-enum op { OP_PLAY, OP_FORGET, OP_UNKNOWN };
-
-static enum op message_op(const rd_kafka_message_t *m)
-{
-    rd_kafka_headers_t *hdrs;
-    const void *v;
-    size_t n;
-    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-        rd_kafka_header_get_last(hdrs, OP_HEADER, &v, &n) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        return OP_PLAY;
-    return n == 6 && v && memcmp(v, "forget", 6) == 0 ? OP_FORGET : OP_UNKNOWN;
-}
-
-/* Whether forget marker M (decoded into EV) is signed with the key
- * (marker.h): its dedupd-mac header over EV's user, scene and time. */
-static enum dd_marker_check marker_check(dd_ingest *in, const rd_kafka_message_t *m,
-                                         const struct dd_playevent *ev)
-{
-    rd_kafka_headers_t *hdrs;
-    const void *mac = NULL;
-    size_t n = 0;
-    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-        rd_kafka_header_get_last(hdrs, DD_MARKER_HEADER, &mac, &n) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        mac = NULL;
-    else if (!mac)
-        mac = ""; /* a header without a value: present, malformed */
-    return dd_marker_verify(in->forget_key, ev->user, ev->user_len, ev->scene, ev->scene_len,
-                            ev->played_at_ms, mac, n);
-}
-
-static int bad_reason(int status)
-{
-    switch (status) {
-    case DD_PLAYEVENT_OK: return -1;
-    case DD_PLAYEVENT_EMPTY_USER: return DD_INGEST_BAD_EMPTY_USER;
-    case DD_PLAYEVENT_EMPTY_ITEM: return DD_INGEST_BAD_EMPTY_ITEM;
-    case DD_PLAYEVENT_ID_TOO_LONG: return DD_INGEST_BAD_ID_TOO_LONG;
-    default: return DD_INGEST_BAD_UNDECODABLE;
-    }
+                   dd_ingest_bad_name(reason), in->topic, m->partition, m->offset, why);
+    if (in->dlq) dd_deadletter_send(in->dlq, m, dd_ingest_bad_name(reason));
 }
 
 /* What add_play did with a play. */
@@ -746,7 +264,7 @@ enum add_result {
 };
 
 /* Add EV's play to the active slot's window. */
-static enum add_result add_play(dd_ingest *in, struct slot *s, const struct dd_playevent *ev,
+static enum add_result add_play(dd_ingest *in, struct dd_slot *s, const struct dd_playevent *ev,
                                 int *bad)
 {
     uint64_t h = dd_hash(ev->item, ev->item_len);
@@ -785,33 +303,21 @@ static enum add_result add_play(dd_ingest *in, struct slot *s, const struct dd_p
  * play does not fit, or it is a forget marker and the flusher is busy. */
 static int process(dd_ingest *in, const rd_kafka_message_t *m)
 {
-    struct slot *s = &in->slots[in->active];
+    struct dd_slot *s = dd_flush_active(in->fl);
     rd_kafka_timestamp_type_t tstype;
     int64_t ts = rd_kafka_message_timestamp(m, &tstype);
     if (ts <= 0) ts = dd_history_now_ms(in->h);
     struct dd_playevent ev;
-    enum op op = message_op(m);
-    int st = op == OP_PLAY ? dd_playevent_decode(in->dec, m->payload, m->len, m->key,
-                                                 m->key_len, ts, &ev)
-           : op == OP_FORGET ? dd_playevent_decode_forget(in->dec, m->payload, m->len, m->key,
-                                                          m->key_len, &ev)
-           : DD_PLAYEVENT_UNDECODABLE;
-    int bad = bad_reason(st);
-    int32_t want = -1;
-    enum dd_marker_check mc = DD_MARKER_VALID;
-    if (bad < 0 && op == OP_FORGET && (mc = marker_check(in, m, &ev)) != DD_MARKER_VALID)
-        bad = DD_INGEST_BAD_UNAUTHENTICATED_FORGET;
-    if (bad < 0 && in->assign) {
-        /* A cluster node owns users by the producers' partitioner: a play
-         * elsewhere would be stored where no call for its user comes. */
-        want = dd_partition_of(in->partitioner, ev.user, ev.user_len, dd_assign_count(in->as));
-        if (want != m->partition) bad = DD_INGEST_BAD_WRONG_PARTITION;
-    }
+    enum dd_playmsg_op op = DD_PLAYMSG_PLAY;
+    char why[48];
+    struct dd_playmsg_check chk = {in->forget_key, in->assign, (int)in->partitioner,
+                                   dd_assign_count(in->as)};
+    int bad = dd_playmsg_read(in->dec, m, ts, &chk, &ev, &op, why, sizeof why);
     bool cut = false;
-    if (bad < 0 && op == OP_FORGET) {
+    if (bad < 0 && op == DD_PLAYMSG_FORGET) {
         /* The marker ends its window, handed over at once: the flusher
          * must be idle to take it. */
-        if (!flusher_idle(in)) return DD_ERR_LIMIT;
+        if (!dd_flush_idle(in->fl)) return DD_ERR_LIMIT;
         memcpy(s->fscene, ev.scene, ev.scene_len);
         memcpy(s->fuser, ev.user, ev.user_len);
         s->fscene_len = ev.scene_len;
@@ -825,18 +331,11 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
         if (ar == ADD_ADDED && dd_trace_wanted(in->trace, ev.user, ev.user_len))
             trace_note(in, s, m, &ev, false, ts);
     }
-    if (bad >= 0) {
-        char why[48] = "";
-        if (bad == DD_INGEST_BAD_WRONG_PARTITION)
-            snprintf(why, sizeof why, " user_partition=%" PRId32, want);
-        else if (bad == DD_INGEST_BAD_UNAUTHENTICATED_FORGET)
-            snprintf(why, sizeof why, " mac=\"%s\"", dd_marker_strerror(mc));
-        bad_message(in, m, bad, why);
-    }
+    if (bad >= 0) bad_message(in, m, bad, why);
     INC(messages);
     atomic_store_explicit(&in->st.pending_entries, dd_window_entries(s->w), memory_order_relaxed);
     atomic_store_explicit(&in->st.pending_bytes, dd_window_bytes(s->w), memory_order_relaxed);
-    if (slot_mark(in, s, m->partition, m->offset, ts) != DD_OK)
+    if (dd_flush_mark(in->fl, m->partition, m->offset, ts) != DD_OK)
         dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
                        "msg=\"out of memory tracking offsets\" partition=%" PRId32,
                        m->partition);
@@ -848,9 +347,9 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
  * marker, which the idle flusher takes), else in a fresh window. */
 static void retry_kept(dd_ingest *in)
 {
-    if (!in->kept || !flusher_idle(in)) return;
+    if (!in->kept || !dd_flush_idle(in->fl)) return;
     if (process(in, in->kept) == DD_ERR_LIMIT) {
-        if (in->slots[in->active].messages) swap(in);
+        if (dd_flush_active(in->fl)->messages) swap(in);
         if (process(in, in->kept) == DD_ERR_LIMIT) return; /* fresh window still full: wait */
     }
     rd_kafka_message_destroy(in->kept);
@@ -916,7 +415,7 @@ static void on_message(dd_ingest *in, rd_kafka_message_t *m)
                 /* Its position is past a message never processed: storing
                  * any later offset could skip it, so store none from now
                  * on; a restart consumes it again. */
-                atomic_store(&in->lost_position, 1);
+                dd_flush_lose_position(in->fl);
                 dd_error(MOD, "msg=\"cannot rewind a partition; no more offsets are stored "
                               "until restart\" partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
                          m->partition, m->offset, e ? rd_kafka_error_string(e) : "out of memory");
@@ -927,7 +426,7 @@ static void on_message(dd_ingest *in, rd_kafka_message_t *m)
         return;
     }
     if (process(in, m) == DD_ERR_LIMIT) {
-        if (flusher_idle(in)) {
+        if (dd_flush_idle(in->fl)) {
             swap(in);
             if (process(in, m) != DD_ERR_LIMIT) {
                 rd_kafka_message_destroy(m);
@@ -948,7 +447,7 @@ static void on_message(dd_ingest *in, rd_kafka_message_t *m)
  * stored, the next owner reads it). */
 static void drain(dd_ingest *in, const rd_kafka_topic_partition_list_t *drop_partitions)
 {
-    wait_flusher(in);
+    dd_flush_wait(in->fl);
     if (in->kept) {
         int drop = 0;
         for (int i = 0; drop_partitions && i < drop_partitions->cnt; i++)
@@ -959,14 +458,14 @@ static void drain(dd_ingest *in, const rd_kafka_topic_partition_list_t *drop_par
             in->kept = NULL;
         } else {
             retry_kept(in); /* the flusher is idle: this adds it (swapping as needed) */
-            wait_flusher(in);
+            dd_flush_wait(in->fl);
         }
     }
-    if (in->slots[in->active].messages) {
+    if (dd_flush_active(in->fl)->messages) {
         swap(in);
-        wait_flusher(in);
+        dd_flush_wait(in->fl);
     }
-    sync_flusher(in);
+    dd_flush_sync(in->fl);
 }
 
 static void commit_sync(dd_ingest *in)
@@ -1061,7 +560,7 @@ static void *poll_main(void *arg)
     const int64_t flush_ns = (int64_t)in->flush_ms * 1000000;
     while (!atomic_load(&in->stop)) {
         int timeout = POLL_MS;
-        struct slot *s = &in->slots[in->active];
+        struct dd_slot *s = dd_flush_active(in->fl);
         if (dd_assign_poll(in->as)) {
             INC(rebalances);
             update_assigned(in);
@@ -1071,12 +570,12 @@ static void *poll_main(void *arg)
         } else if (s->messages) {
             int64_t due = s->since_ns + flush_ns - dd_mono_ns();
             if (due <= 0) {
-                if (flusher_idle(in)) swap(in);
+                if (dd_flush_idle(in->fl)) swap(in);
                 timeout = 10; /* due: check again soon */
             } else if (dd_window_plays(s->w) >= in->early_plays) {
                 /* A batch big enough to be worth a write, and the store is
                  * idle: write now rather than leave it idle until due. */
-                if (flusher_idle(in)) swap(in);
+                if (dd_flush_idle(in->fl)) swap(in);
             } else if (due / 1000000 < timeout) {
                 timeout = (int)(due / 1000000) + 1;
             }
@@ -1134,12 +633,6 @@ static rd_kafka_t *consumer_new(dd_ingest *in, const struct dd_config_list *kafk
     return rk;
 }
 
-/* A condition variable on CLOCK_MONOTONIC (deadlines are dd_mono_ns). */
-static int cond_init_mono(pthread_cond_t *cv)
-{
-    return dd_sys_cond_init_monotonic(cv); /* 0 or -1 (DD_ERR_NOMEM) */
-}
-
 int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
                   const struct dd_window_conf *window, const struct dd_config_list *kafka,
                   dd_history *history, char *err, size_t errlen)
@@ -1181,22 +674,11 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     in->durable_ns = (int64_t)conf->durable_interval_ms * 1000000;
     in->format = fmt == DD_PLAYEVENT_JSON ? "json" : "protobuf";
     atomic_init(&in->stop, 0);
-    /* The locks first, by hand: dd_ingest_free destroys all of them. */
-    int locks = 0;
-    if (pthread_mutex_init(&in->mu, NULL) == 0) {
-        locks++;
-        if (cond_init_mono(&in->cv) == 0) {
-            locks++;
-            if (pthread_mutex_init(&in->err_mu, NULL) == 0) locks++;
-        }
-    }
-    if (locks < 3) {
-        if (locks > 1) pthread_cond_destroy(&in->cv);
-        if (locks > 0) pthread_mutex_destroy(&in->mu);
+    /* The lock first: dd_ingest_free destroys it. */
+    if (pthread_mutex_init(&in->err_mu, NULL) != 0) {
         free(in);
         goto nomem;
     }
-    dd_histogram_init(&in->flush_hist, dd_metrics_flush_bounds, DD_METRICS_FLUSH_BOUNDS_LEN);
     in->topic = strdup(conf->topic);
     if (!in->topic || dd_lag_new(&in->lag, in->topic, watermark, in) != DD_OK) goto err;
     struct dd_assign_conf ac = {in->topic, conf->assign, conf->shards, conf->shard, conf->replica,
@@ -1204,8 +686,6 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
                                 conf->accept_truncated_log};
     if ((rc = dd_assign_new(&in->as, &ac, kafka, history, in->lag, err, errlen)) != DD_OK)
         goto err_set;
-    if (conf->dead_letter_topic[0] && !(in->dlq_topic = strdup(conf->dead_letter_topic)))
-        goto err;
     if ((rc = dd_playevent_decoder_new(&in->dec, (enum dd_playevent_format)fmt,
                                        conf->max_id_bytes)) != DD_OK) {
         snprintf(err, errlen, rc == DD_ERR_INVALID ? "ingest.max_id_bytes: must be at least 1"
@@ -1213,14 +693,9 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
         goto err_set;
     }
     rc = DD_ERR_NOMEM;
-    if (!(in->batch = dd_history_batch_new())) goto err;
-    dd_history_batch_set_unlogged(in->batch, !in->wal);
-    for (int i = 0; i < 2; i++) {
-        struct slot *s = &in->slots[i];
-        if (dd_window_new(&s->w, history, per_window) != DD_OK ||
-            !(s->fscene = malloc(DD_SCENE_MAX)) || !(s->fuser = malloc(in->max_user)))
-            goto err;
-    }
+    struct dd_flush_conf fc = {history, in->topic, in->lag, conf->wal, conf->durable_interval_ms,
+                               per_window, in->max_user};
+    if (dd_flush_new(&in->fl, &fc) != DD_OK) goto err;
     rc = DD_ERR_INVALID;
     if (!(in->rk = consumer_new(in, kafka, err, errlen))) goto err_set;
     if (!(in->rkt = rd_kafka_topic_new(in->rk, in->topic, NULL))) {
@@ -1229,14 +704,12 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
         goto err_set;
     }
     dd_assign_set_consumer(in->as, in->rk, in->rkt);
-    if (in->dlq_topic) {
-        struct dd_producer_conf dc = {
-            .topic = in->dlq_topic, .timeout_ms = DLQ_FLUSH_MS, .copies = true,
-            .what = "the dead-letter producer",
-            .hooks = {.delivered = dlq_delivered, .error = error_cb_hook, .ud = in}};
-        if ((rc = dd_producer_new(&in->dlq, &dc, kafka, err, errlen)) != DD_OK) goto err_set;
-        rc = DD_ERR_INVALID;
-    }
+    dd_flush_set_consumer(in->fl, in->rk);
+    if (conf->dead_letter_topic[0] &&
+        (rc = dd_deadletter_new(&in->dlq, conf->dead_letter_topic, in->topic, kafka,
+                                error_cb_hook, in, err, errlen)) != DD_OK)
+        goto err_set;
+    rc = DD_ERR_INVALID;
     /* Every event (rebalance, errors, stats) through the consumer queue,
      * which the poll thread reads in batches. */
     rd_kafka_resp_err_t e = rd_kafka_poll_set_consumer(in->rk);
@@ -1265,7 +738,11 @@ void dd_ingest_set_partitions_check(dd_ingest *in, bool (*ok)(void *ud, int32_t 
     dd_assign_set_partitions_check(in->as, ok, ud);
 }
 
-void dd_ingest_set_trace(dd_ingest *in, dd_trace *trace) { in->trace = trace; }
+void dd_ingest_set_trace(dd_ingest *in, dd_trace *trace)
+{
+    in->trace = trace;
+    dd_flush_set_trace(in->fl, trace);
+}
 
 int dd_ingest_start(dd_ingest *in)
 {
@@ -1285,19 +762,13 @@ int dd_ingest_start(dd_ingest *in)
     int threads = 0;
     if (dd_assign_start(in->as) == DD_OK) {
         threads++;
-        if (pthread_create(&in->flush_thr, NULL, flush_main, in) == 0) {
+        if (dd_flush_start(in->fl) == DD_OK) {
             threads++;
             if (pthread_create(&in->poll_thr, NULL, poll_main, in) == 0) threads++;
         }
     }
     if (threads < 3) {
-        if (threads > 1) {
-            pthread_mutex_lock(&in->mu);
-            in->flush_quit = 1;
-            pthread_cond_broadcast(&in->cv);
-            pthread_mutex_unlock(&in->mu);
-            pthread_join(in->flush_thr, NULL);
-        }
+        if (threads > 1) dd_flush_stop(in->fl);
         if (threads > 0) dd_assign_stop(in->as);
         if (!in->assign) rd_kafka_unsubscribe(in->rk);
         return DD_ERR_NOMEM;
@@ -1306,7 +777,8 @@ int dd_ingest_start(dd_ingest *in)
     dd_info(MOD, "msg=started topic=%s format=%s flush_ms=%u wal=%s durable_interval_ms=%" PRId64
             " dead_letter_topic=%s mode=%s group=%s", in->topic, in->format, in->flush_ms,
             in->wal ? "true" : "false", in->durable_ns / 1000000,
-            in->dlq_topic ? in->dlq_topic : "-", in->assign ? "assign" : "group", dd_assign_group(in->as));
+            in->dlq ? dd_deadletter_topic(in->dlq) : "-", in->assign ? "assign" : "group",
+            dd_assign_group(in->as));
     if (in->assign)
         dd_info(MOD, "msg=\"cluster mode: assigning this shard's partitions once the topic is "
                 "found\" shards=%" PRIu32 " shard=%" PRIu32 " partitioner=%s", in->shards,
@@ -1345,25 +817,15 @@ void dd_ingest_stop(dd_ingest *in)
     if (!in || !in->started || in->stopped) return;
     in->stopped = 1;
     dd_assign_stop(in->as);
-    pthread_mutex_lock(&in->mu);
-    in->stopping = 1;
-    pthread_mutex_unlock(&in->mu);
+    dd_flush_give_up(in->fl);
     atomic_store(&in->stop, 1);
     pthread_join(in->poll_thr, NULL);
-    pthread_mutex_lock(&in->mu);
-    in->flush_quit = 1;
-    pthread_cond_broadcast(&in->cv);
-    pthread_mutex_unlock(&in->mu);
-    pthread_join(in->flush_thr, NULL);
+    dd_flush_stop(in->fl);
     if (in->kept) {
         rd_kafka_message_destroy(in->kept);
         in->kept = NULL;
     }
-    int left = 0;
-    char err[128];
-    if (in->dlq && dd_producer_flush(in->dlq, DLQ_FLUSH_MS, &left, err, sizeof err) != DD_OK)
-        dd_warn(MOD, "msg=\"dead-letter messages not delivered\" count=%d error=\"%s\"", left,
-                err);
+    if (in->dlq) dd_deadletter_flush(in->dlq);
     log_stats(in);
 }
 
@@ -1374,23 +836,10 @@ void dd_ingest_free(dd_ingest *in)
     if (in->cq) rd_kafka_queue_destroy(in->cq); /* before the handle */
     if (in->rkt) rd_kafka_topic_destroy(in->rkt);
     if (in->rk) rd_kafka_destroy(in->rk);
-    dd_producer_free(in->dlq);
-    for (int i = 0; i < 2; i++) {
-        dd_window_free(in->slots[i].w);
-        free(in->slots[i].next);
-        free(in->slots[i].last_ts);
-        free(in->slots[i].fscene);
-        free(in->slots[i].fuser);
-        dd_trace_pending_free(&in->slots[i].trace);
-    }
-    free(in->written.next);
-    free(in->written.last_ts);
-    dd_history_batch_free(in->batch);
+    dd_deadletter_free(in->dlq);
+    dd_flush_free(in->fl);
     dd_playevent_decoder_free(in->dec);
     free(in->topic);
-    free(in->dlq_topic);
-    pthread_cond_destroy(&in->cv);
-    pthread_mutex_destroy(&in->mu);
     pthread_mutex_destroy(&in->err_mu);
     dd_assign_free(in->as); /* its watch thread stopped with the ingest */
     dd_lag_free(in->lag);
@@ -1401,7 +850,7 @@ void dd_ingest_free(dd_ingest *in)
 void dd_ingest_sync(dd_ingest *in)
 {
     if (!in->started || in->stopped) return;
-    sync_flusher(in);
+    dd_flush_sync(in->fl);
 }
 
 bool dd_ingest_assigned(const dd_ingest *in)
@@ -1445,20 +894,22 @@ void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out)
     for (int i = 0; i < DD_INGEST_NBAD; i++) out->bad[i] = LOAD(bad[i]);
     out->expired = LOAD(expired);
     out->key_mismatch = LOAD(key_mismatch);
-    out->plays_written = LOAD(plays_written);
-    out->messages_flushed = LOAD(messages_flushed);
-    out->messages_durable = LOAD(messages_durable);
-    out->durable_flushes = LOAD(durable_flushes);
-    out->flushes = LOAD(flushes);
-    out->write_errors = LOAD(write_errors);
+    struct dd_flush_stats fs;
+    dd_flush_get_stats(in->fl, &fs);
+    out->plays_written = fs.plays_written;
+    out->messages_flushed = fs.messages_flushed;
+    out->messages_durable = fs.messages_durable;
+    out->durable_flushes = fs.durable_flushes;
+    out->flushes = fs.flushes;
+    out->write_errors = fs.write_errors;
     out->commits = LOAD(commits);
-    out->commit_errors = LOAD(commit_errors);
-    out->dead_lettered = LOAD(dead_lettered);
-    out->dead_letter_errors = LOAD(dead_letter_errors);
+    out->commit_errors = LOAD(commit_errors) + fs.commit_errors;
+    out->dead_lettered = dd_deadletter_delivered(in->dlq);
+    out->dead_letter_errors = dd_deadletter_errors(in->dlq);
     out->pauses = LOAD(pauses);
     out->rebalances = LOAD(rebalances);
     out->kafka_errors = LOAD(kafka_errors);
-    out->forgets = LOAD(forgets);
+    out->forgets = fs.forgets;
     struct dd_assign_stats as;
     dd_assign_get_stats(in->as, &as);
     out->log_gaps = as.log_gaps;
@@ -1466,11 +917,11 @@ void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out)
     out->topic_partitions = as.topic_partitions;
     out->assigned_partitions = LOAD(assigned);
     out->consumer_lag = dd_lag_consumer_total(in->lag);
-    out->last_flush_ms = LOAD(last_flush_ms);
+    out->last_flush_ms = fs.last_flush_ms;
     out->pending_entries = LOAD(pending_entries);
     out->pending_bytes = LOAD(pending_bytes);
     /* Mirrored from the windows by the flush thread after each write. */
-    out->duplicates = LOAD(duplicates);
+    out->duplicates = fs.duplicates;
 }
 
 /* ---- metrics ---------------------------------------------------------- */
@@ -1506,8 +957,6 @@ void dd_ingest_collect(dd_prom *p, void *ud)
     dd_prom_counter(p, "dedupd_ingest_partition_count_changes_total",
                     "Times the broker reported a new partition count for the topic",
                     s.partition_count_changes);
-    dd_prom_counter(p, "dedupd_ingest_forgets_total",
-                    "Forget markers applied (a user's plays in a scene deleted)", s.forgets);
     dd_prom_family(p, "dedupd_window_pending_users",
                    "(scene, user, segment) entries pending in the window being filled",
                    DD_PROM_GAUGE);
@@ -1515,24 +964,7 @@ void dd_ingest_collect(dd_prom *p, void *ud)
     dd_prom_family(p, "dedupd_window_pending_bytes", "Bytes held by the window being filled",
                    DD_PROM_GAUGE);
     dd_prom_sample_u64(p, "dedupd_window_pending_bytes", NULL, 0, s.pending_bytes);
-    struct dd_histogram_snap fh;
-    dd_histogram_snapshot(&in->flush_hist, &fh);
-    dd_prom_family(p, "dedupd_flush_duration_seconds",
-                   "Duration of window writes to the history store", DD_PROM_HISTOGRAM);
-    dd_prom_histogram(p, "dedupd_flush_duration_seconds", NULL, 0, &fh);
-    dd_prom_counter(p, "dedupd_ingest_flushes_total", "Windows written", s.flushes);
-    dd_prom_counter(p, "dedupd_ingest_durable_flushes_total",
-            "Memtable flushes that made written windows durable (ingest.wal=false)",
-            s.durable_flushes);
-    dd_prom_family(p, "dedupd_ingest_undurable_messages",
-                   "Messages written (filterable) but not yet durable: their offsets are "
-                   "not committed, a crash now would consume them again",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_ingest_undurable_messages", NULL, 0,
-                       s.messages_flushed >= s.messages_durable
-                           ? s.messages_flushed - s.messages_durable : 0);
-    dd_prom_counter(p, "dedupd_ingest_write_errors_total", "Window writes that failed (retried)",
-            s.write_errors);
+    dd_flush_collect(p, in->fl);
     dd_prom_counter(p, "dedupd_ingest_commits_total", "Offset commits that succeeded", s.commits);
     dd_prom_counter(p, "dedupd_ingest_commit_errors_total", "Offset commits that failed",
             s.commit_errors);
@@ -1541,8 +973,6 @@ void dd_ingest_collect(dd_prom *p, void *ud)
     dd_prom_counter(p, "dedupd_ingest_dead_letter_errors_total",
             "Bad messages that could not be copied to the dead-letter topic",
             s.dead_letter_errors);
-    dd_prom_counter(p, "dedupd_ingest_duplicates_total", "Plays already pending in their window",
-            s.duplicates);
     dd_prom_counter(p, "dedupd_ingest_pauses_total", "Times consumption paused for the store",
             s.pauses);
     dd_prom_counter(p, "dedupd_ingest_rebalances_total", "Partition assignment changes", s.rebalances);

@@ -74,6 +74,7 @@
 #include <stdint.h>
 
 #include "history.h"
+#include "playmsg.h"
 #include "window.h"
 
 struct dd_config_list;
@@ -220,21 +221,8 @@ bool dd_ingest_partitions_changed(const dd_ingest *in);
  * only). Wall clock (dd_now_ms) differences only. Safe from any thread. */
 int64_t dd_ingest_lag_ms(const dd_ingest *in);
 
-/* Bad messages, by reason (indexes of struct dd_ingest_stats.bad). */
-enum dd_ingest_bad {
-    DD_INGEST_BAD_UNDECODABLE = 0, /* not JSON / PlayEvent, wrong types, negative time */
-    DD_INGEST_BAD_EMPTY_USER = 1,  /* no user id in payload nor key */
-    DD_INGEST_BAD_EMPTY_ITEM = 2,
-    DD_INGEST_BAD_ID_TOO_LONG = 3, /* over ingest.max_id_bytes (scene: also 255) */
-    DD_INGEST_BAD_FUTURE = 4,      /* later than now + history.max_future_ms */
-    DD_INGEST_BAD_WRONG_PARTITION = 5, /* assign mode: the user belongs to another partition */
-    DD_INGEST_BAD_UNAUTHENTICATED_FORGET = 6, /* a forget marker without a valid MAC, or
-                                          * any marker when no key is set (marker.h) */
-};
-#define DD_INGEST_NBAD 7
-/* "undecodable", "empty_user", "empty_item", "id_too_long", "future",
- * "wrong_partition", "unauthenticated_forget". */
-const char *dd_ingest_bad_name(int reason);
+/* Bad messages, by reason: enum dd_ingest_bad and dd_ingest_bad_name are
+ * playmsg.h's. */
 
 /* Counters since dd_ingest_new, read atomically one by one. Safe from any
  * thread. */
