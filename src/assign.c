@@ -125,8 +125,8 @@ bool dd_assign_log_gap(dd_assign *a, char *why, size_t whylen)
     return true;
 }
 
-/* dd_assign_from_store: start each partition of L at the next offset the store recorded for it,
- * where it has one: the store's own position wins over committed offsets,
+/* Each partition of L starts at the next offset the store recorded for
+ * it, where it has one: the store's own position wins over committed offsets,
  * since it was written with the plays (history.h, "Log positions"). The
  * others keep the offset L has (committed, or the beginning for a new
  * store): a store written before offsets were kept, or a partition never
@@ -184,7 +184,6 @@ void dd_assign_store_start(dd_assign *a, const rd_kafka_topic_partition_list_t *
                        "topic=%s", a->topic);
     rd_kafka_topic_partition_list_destroy(c);
 }
-
 
 /* ---- assign mode -------------------------------------------------------------- */
 
@@ -275,7 +274,6 @@ bool dd_assign_poll(dd_assign *a)
     return !e;
 }
 
-
 /* ---- the watch thread ------------------------------------------------------------ */
 
 /* The broker says the topic has N partitions (N > 0); *LAST is the count
@@ -344,7 +342,6 @@ void dd_assign_stop(dd_assign *a)
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->watch_thr, NULL);
 }
-
 
 /* ---- lifecycle and getters --------------------------------------------------------- */
 

@@ -423,7 +423,6 @@ struct dd_slot *dd_flush_swap(dd_flush *f)
     return s;
 }
 
-
 /* ---- lifecycle ------------------------------------------------------------- */
 
 static void slot_free(struct dd_slot *s)

@@ -60,9 +60,11 @@
  * with what was wrong), dead-lettered, not applied.
  *
  * Threads: dd_ingest_start starts a poll thread (consumer poll, decode,
- * window, assignment, rebalance callbacks), a flush thread (history
- * write, forgets, durability flush, offset store, commit) and a watch
- * thread (the topic's partition count). Every function here is called
+ * window, assignment, rebalance callbacks: ingest.c), a flush thread
+ * (history write, forgets, durability flush, offset store, commit:
+ * flush.h) and a watch thread (the topic's partition count: assign.h);
+ * with a dead-letter topic, dd_ingest_new starts the dead-letter
+ * producer's poll thread (deadletter.h, producer.h). Every function here is called
  * from one controlling thread (main), except those said to be safe from
  * any thread, which may be called at any time between new and free.
  */

@@ -46,7 +46,6 @@ struct plag {
                            * visible, with nothing pending yet; 0 = not behind */
 };
 
-
 struct dd_lag {
     char *topic;
     dd_lag_watermark_fn watermark;
