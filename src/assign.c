@@ -10,6 +10,7 @@
 #include "kafka.h"
 #include "lag.h"
 #include "log.h"
+#include "sys.h"
 #include "partition.h"
 
 #include <inttypes.h>
@@ -402,16 +403,10 @@ int dd_assign_new(dd_assign **out, const struct dd_assign_conf *conf,
     atomic_init(&a->partitions, 0);
     atomic_init(&a->changed, false);
     atomic_init(&a->log_gap, false);
-    pthread_condattr_t ca;
     int locks = 0;
     if (pthread_mutex_init(&a->mu, NULL) == 0) {
         locks++;
-        if (pthread_condattr_init(&ca) == 0) {
-            if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-                pthread_cond_init(&a->watch_cv, &ca) == 0)
-                locks++;
-            pthread_condattr_destroy(&ca);
-        }
+        if (dd_sys_cond_init_monotonic(&a->watch_cv) == DD_OK) locks++;
     }
     if (locks < 2) {
         if (locks) pthread_mutex_destroy(&a->mu);

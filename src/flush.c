@@ -29,6 +29,7 @@
 #include "dd.h"
 #include "lag.h"
 #include "log.h"
+#include "sys.h"
 #include "metrics.h"
 #include "trace.h"
 
@@ -447,16 +448,10 @@ int dd_flush_new(dd_flush **out, const struct dd_flush_conf *conf)
     f->durable_ns = (int64_t)conf->durable_interval_ms * 1000000;
     atomic_init(&f->lost_position, 0);
     dd_histogram_init(&f->flush_hist, dd_metrics_flush_bounds, DD_METRICS_FLUSH_BOUNDS_LEN);
-    pthread_condattr_t ca;
     int locks = 0;
     if (pthread_mutex_init(&f->mu, NULL) == 0) {
         locks++;
-        if (pthread_condattr_init(&ca) == 0) {
-            if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-                pthread_cond_init(&f->cv, &ca) == 0)
-                locks++;
-            pthread_condattr_destroy(&ca);
-        }
+        if (dd_sys_cond_init_monotonic(&f->cv) == DD_OK) locks++;
     }
     if (locks < 2) {
         if (locks) pthread_mutex_destroy(&f->mu);

@@ -16,6 +16,7 @@
 #include "dd.h"
 #include "kafka.h"
 #include "metrics.h"
+#include "sys.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -73,16 +74,10 @@ int dd_lag_new(dd_lag **out, const char *topic, dd_lag_watermark_fn fn, void *ud
     l->watermark = fn;
     l->watermark_ud = ud;
     atomic_init(&l->cons_total, -1);
-    pthread_condattr_t ca;
     int locks = 0;
     if (pthread_mutex_init(&l->mu, NULL) == 0) {
         locks++;
-        if (pthread_condattr_init(&ca) == 0) {
-            if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-                pthread_cond_init(&l->cv, &ca) == 0)
-                locks++;
-            pthread_condattr_destroy(&ca);
-        }
+        if (dd_sys_cond_init_monotonic(&l->cv) == DD_OK) locks++;
     }
     if (locks < 2) {
         if (locks) pthread_mutex_destroy(&l->mu);
