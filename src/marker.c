@@ -5,6 +5,7 @@
  */
 #include "marker.h"
 
+#include "be.h"
 #include "dd.h"
 
 #include <errno.h>
@@ -104,19 +105,6 @@ void dd_marker_key_free(dd_marker_key *k)
     free(k);
 }
 
-static void be32_put(uint8_t *p, uint32_t x)
-{
-    p[0] = (uint8_t)(x >> 24);
-    p[1] = (uint8_t)(x >> 16);
-    p[2] = (uint8_t)(x >> 8);
-    p[3] = (uint8_t)x;
-}
-
-static void be64_put(uint8_t *p, uint64_t x)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (56 - 8 * i));
-}
-
 size_t dd_marker_message(uint8_t *out, size_t cap, const char *user, size_t user_len,
                          const char *scene, size_t scene_len, int64_t at_ms)
 {
@@ -125,15 +113,15 @@ size_t dd_marker_message(uint8_t *out, size_t cap, const char *user, size_t user
     uint8_t *p = out;
     memcpy(p, LABEL, LABEL_LEN);
     p += LABEL_LEN;
-    be32_put(p, (uint32_t)user_len);
+    dd_be32_store(p, (uint32_t)user_len);
     p += 4;
     if (user_len) memcpy(p, user, user_len);
     p += user_len;
-    be32_put(p, (uint32_t)scene_len);
+    dd_be32_store(p, (uint32_t)scene_len);
     p += 4;
     if (scene_len) memcpy(p, scene, scene_len);
     p += scene_len;
-    be64_put(p, (uint64_t)at_ms);
+    dd_be64_store(p, (uint64_t)at_ms);
     return n;
 }
 
@@ -143,9 +131,9 @@ static int compute(const dd_marker_key *k, const char *user, size_t user_len, co
                    size_t scene_len, int64_t at_ms, uint8_t mac[DD_MARKER_MAC_BYTES])
 {
     uint8_t ulen[4], slen[4], at[8];
-    be32_put(ulen, (uint32_t)user_len);
-    be32_put(slen, (uint32_t)scene_len);
-    be64_put(at, (uint64_t)at_ms);
+    dd_be32_store(ulen, (uint32_t)user_len);
+    dd_be32_store(slen, (uint32_t)scene_len);
+    dd_be64_store(at, (uint64_t)at_ms);
     char digest[] = "SHA256";
     OSSL_PARAM params[] = {
         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
