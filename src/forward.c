@@ -105,9 +105,15 @@ static void forward_reset(struct dd_forward *f)
     dd_unary_reset(&f->u);
 }
 
-void dd_forward_release(struct dd_forward *f) { forward_reset(f); }
+void dd_forward_release(struct dd_forward *f)
+{
+    forward_reset(f);
+}
 
-void dd_forward_new_call(struct dd_forward *f) { f->damaged_here = false; }
+void dd_forward_new_call(struct dd_forward *f)
+{
+    f->damaged_here = false;
+}
 
 /* Give back the shard's place F held, once the forward ended for good
  * (answered, or no replica left). */
@@ -149,10 +155,9 @@ static int forward_try(struct dd_forward *f)
             gpr_timespec t = gpr_time_add(now, gpr_time_from_millis(PATIENT_TRY_MS, GPR_TIMESPAN));
             if (gpr_time_cmp(t, deadline) < 0) deadline = t;
         }
-        f->call = grpc_channel_create_call(ch, f->c.call, GRPC_PROPAGATE_DEFAULTS, f->c.cq,
-                                           grpc_slice_from_static_string(
-                                               dd_api_method_path(f->c.method)),
-                                           NULL, deadline, NULL);
+        f->call = grpc_channel_create_call(
+            ch, f->c.call, GRPC_PROPAGATE_DEFAULTS, f->c.cq,
+            grpc_slice_from_static_string(dd_api_method_path(f->c.method)), NULL, deadline, NULL);
         if (!f->call) continue;
         f->md[0].key = grpc_slice_from_static_string(DD_CLUSTER_MD_FROM);
         f->md[0].value = fw->md_from;
@@ -209,8 +214,7 @@ static grpc_byte_buffer *mark_degraded(grpc_byte_buffer *bb)
     grpc_byte_buffer_reader_destroy(&r);
     size_t n = GRPC_SLICE_LENGTH(all);
     grpc_slice out = grpc_slice_malloc(n + DD_WIRE_DEGRADED_MARK);
-    dd_wire_filter_response_mark_degraded(GRPC_SLICE_START_PTR(all), n,
-                                          GRPC_SLICE_START_PTR(out));
+    dd_wire_filter_response_mark_degraded(GRPC_SLICE_START_PTR(all), n, GRPC_SLICE_START_PTR(out));
     grpc_slice_unref(all);
     grpc_byte_buffer *res = grpc_raw_byte_buffer_create(&out, 1);
     grpc_slice_unref(out);
@@ -231,7 +235,7 @@ enum dd_forward_end dd_forward_done(struct dd_forward *f, int ok, grpc_status_co
     /* A reply over the peer channel's receive limit (cluster.h) was
      * dropped by grpc before it was held whole twice: a failed attempt of
      * that replica, as UNAVAILABLE is. */
-    enum dd_cluster_outcome out = st == GRPC_STATUS_UNAVAILABLE        ? DD_FWD_UNAVAILABLE
+    enum dd_cluster_outcome out = st == GRPC_STATUS_UNAVAILABLE         ? DD_FWD_UNAVAILABLE
                                   : st == GRPC_STATUS_DEADLINE_EXCEEDED ? DD_FWD_DEADLINE
                                   : st == GRPC_STATUS_CANCELLED         ? DD_FWD_CANCELLED
                                   : ok && dd_cluster_reply_too_large(st, f->u.details)
@@ -244,8 +248,9 @@ enum dd_forward_end dd_forward_done(struct dd_forward *f, int ok, grpc_status_co
                  (out == DD_FWD_DEADLINE && f->patient &&
                   (!f->c.deadline_ns || dd_mono_ns() < f->c.deadline_ns));
     if (retry) {
-        dd_debug("rpc", "msg=\"replica unavailable; trying the next\" method=%s shard=%" PRIu32
-                        " replica=%d detail=\"%s\"",
+        dd_debug("rpc",
+                 "msg=\"replica unavailable; trying the next\" method=%s shard=%" PRIu32
+                 " replica=%d detail=\"%s\"",
                  dd_api_method_path(f->c.method), f->shard, f->replica, details);
         int replica = f->replica;
         forward_reset(f);
@@ -282,8 +287,8 @@ enum dd_forward_end dd_forward_done(struct dd_forward *f, int ok, grpc_status_co
 /* ---- routing ------------------------------------------------------------- */
 
 enum dd_route dd_forward_route(struct dd_forward *f, const struct dd_forward_call *c,
-                               const uint8_t *data, size_t len, grpc_status_code *status,
-                               char *msg, size_t msglen)
+                               const uint8_t *data, size_t len, grpc_status_code *status, char *msg,
+                               size_t msglen)
 {
     dd_cluster *cl = f->fw->cluster;
     const uint8_t *user = NULL;
@@ -316,7 +321,8 @@ enum dd_route dd_forward_route(struct dd_forward *f, const struct dd_forward_cal
         if (!local && (rel != DD_MAP_OLDER || md_get(c->md, DD_CLUSTER_MD_HOP2))) {
             *status = GRPC_STATUS_FAILED_PRECONDITION;
             snprintf(msg, msglen,
-                     "forwarded by node \"%s\" for shard %" PRIu32 ", but this node is of shard %" PRIu32,
+                     "forwarded by node \"%s\" for shard %" PRIu32
+                     ", but this node is of shard %" PRIu32,
                      dd_sanitize(who_esc, sizeof who_esc, who, strlen(who)), shard,
                      dd_cluster_get_map(cl)->shard);
             return DD_ROUTE_ERROR;

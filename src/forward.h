@@ -64,12 +64,12 @@ bool dd_forward_has_header(const grpc_metadata_array *md);
  * valid until the forward ended (dd_forward_done returned something other
  * than DD_FORWARD_PENDING). */
 struct dd_forward_call {
-    grpc_call *call;                 /* the parent of every try */
-    enum dd_api_method method;       /* a Dedup method (DD_API_FILTER .. DD_API_FORGET_USER) */
-    const grpc_metadata_array *md;   /* the metadata it came with */
-    grpc_byte_buffer *payload;       /* its request, sent on as it came */
-    int64_t deadline_ns;             /* the caller's, on dd_mono_ns's clock; 0 = none */
-    grpc_completion_queue *cq;       /* where each try completes, with TAG */
+    grpc_call *call;               /* the parent of every try */
+    enum dd_api_method method;     /* a Dedup method (DD_API_FILTER .. DD_API_FORGET_USER) */
+    const grpc_metadata_array *md; /* the metadata it came with */
+    grpc_byte_buffer *payload;     /* its request, sent on as it came */
+    int64_t deadline_ns;           /* the caller's, on dd_mono_ns's clock; 0 = none */
+    grpc_completion_queue *cq;     /* where each try completes, with TAG */
     void *tag;
 };
 
@@ -78,20 +78,20 @@ struct dd_forward_call {
  * forward.c's; the caller only inits, releases and passes it. */
 struct dd_forward {
     dd_forwarder *fw;
-    struct dd_forward_call c;   /* the caller's call being forwarded */
-    grpc_call *call;            /* the try in flight */
+    struct dd_forward_call c; /* the caller's call being forwarded */
+    grpc_call *call;          /* the try in flight */
     uint32_t shard;
-    uint32_t tried;             /* replicas tried, a bit each */
-    int replica;                /* the one being tried */
-    bool behind;                /* it was behind when chosen: answer degraded */
-    bool own;                   /* our own shard (we are behind, or damaged here):
+    uint32_t tried;        /* replicas tried, a bit each */
+    int replica;           /* the one being tried */
+    bool behind;           /* it was behind when chosen: answer degraded */
+    bool own;              /* our own shard (we are behind, or damaged here):
                                  * caught-up replicas only, else served here */
-    bool patient;               /* second round: wait for a connection */
-    bool second_hop;            /* forwarded to us by a node of the map ours splits */
-    bool damaged_here;          /* dd_forward_damaged was asked for this call */
-    bool counted;               /* holds one of the shard's places */
-    int64_t start_ns;           /* of this try */
-    gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
+    bool patient;          /* second round: wait for a connection */
+    bool second_hop;       /* forwarded to us by a node of the map ours splits */
+    bool damaged_here;     /* dd_forward_damaged was asked for this call */
+    bool counted;          /* holds one of the shard's places */
+    int64_t start_ns;      /* of this try */
+    gpr_timespec deadline; /* ours; grpc takes the earlier of it and the caller's */
     grpc_metadata md[4];
     struct dd_unary u;
 };
@@ -108,12 +108,12 @@ void dd_forward_new_call(struct dd_forward *f);
 
 /* What dd_forward_route decided. */
 enum dd_route {
-    DD_ROUTE_ERROR = -1,        /* answer with *status and msg */
-    DD_ROUTE_HERE = 0,          /* serve it here */
-    DD_ROUTE_HERE_DEGRADED,     /* serve it here, a Filter answer degraded: this
+    DD_ROUTE_ERROR = -1,    /* answer with *status and msg */
+    DD_ROUTE_HERE = 0,      /* serve it here */
+    DD_ROUTE_HERE_DEGRADED, /* serve it here, a Filter answer degraded: this
                                  * node is behind and no caught-up replica of its
                                  * shard could be called */
-    DD_ROUTE_FORWARDED,         /* a try is in flight: its completion comes to
+    DD_ROUTE_FORWARDED,     /* a try is in flight: its completion comes to
                                  * C->cq with C->tag; pass it to dd_forward_done */
 };
 
@@ -130,8 +130,8 @@ enum dd_route {
  * checks refuse it). On DD_ROUTE_ERROR, *STATUS and MSG (MSGLEN bytes) say
  * how to answer. */
 enum dd_route dd_forward_route(struct dd_forward *f, const struct dd_forward_call *c,
-                               const uint8_t *data, size_t len, grpc_status_code *status,
-                               char *msg, size_t msglen);
+                               const uint8_t *data, size_t len, grpc_status_code *status, char *msg,
+                               size_t msglen);
 
 /* A Filter served here met this user's damaged history (history.h): ask a
  * caught-up replica of our own shard once, whose copy the damage did not
@@ -144,10 +144,10 @@ bool dd_forward_damaged(struct dd_forward *f, const struct dd_forward_call *c);
 
 /* What to do once a try completed. */
 enum dd_forward_end {
-    DD_FORWARD_PENDING = 0,     /* the next replica is being tried: wait again */
-    DD_FORWARD_ANSWER,          /* answer with *status, *reply (owned by the caller,
+    DD_FORWARD_PENDING = 0,   /* the next replica is being tried: wait again */
+    DD_FORWARD_ANSWER,        /* answer with *status, *reply (owned by the caller,
                                  * NULL for none) and, unless OK, msg */
-    DD_FORWARD_HERE_DEGRADED,   /* no caught-up replica of our own shard answered:
+    DD_FORWARD_HERE_DEGRADED, /* no caught-up replica of our own shard answered:
                                  * serve the call here, a Filter answer degraded */
 };
 

@@ -68,7 +68,8 @@ void dd_rpcstats_render(dd_prom *p, const struct dd_rpc_stats *sp)
             /* OK is always there for the Dedup methods (rates start at 0);
              * other codes appear once they happen. */
             if (v == 0 && !(c == 0 && m <= DD_API_FORGET_USER)) continue;
-            struct dd_prom_label l[] = {{"method", dd_api_method_name(m)}, {"code", dd_api_status_name(c)}};
+            struct dd_prom_label l[] = {{"method", dd_api_method_name(m)},
+                                        {"code", dd_api_status_name(c)}};
             dd_prom_sample_u64(p, "dedupd_rpc_requests_total", l, 2, v);
         }
     }

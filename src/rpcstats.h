@@ -22,18 +22,18 @@
 /* One method's counters, as read (dd_rpc_get_stats, rpc.h); every one
  * monotonic since dd_rpcstats_init. */
 struct dd_rpc_method_stats {
-    const char *name;                              /* "/dedup.v1.Dedup/Filter", static */
-    uint64_t by_status[DD_API_STATUS_COUNT];       /* calls answered, by grpc status */
-    struct dd_histogram_snap latency;              /* seconds, from the call being
+    const char *name;                        /* "/dedup.v1.Dedup/Filter", static */
+    uint64_t by_status[DD_API_STATUS_COUNT]; /* calls answered, by grpc status */
+    struct dd_histogram_snap latency;        /* seconds, from the call being
                                                     * matched to its status sent */
-    uint64_t cancelled;                            /* calls the peer or deadline cancelled */
-    uint64_t send_timeouts;                        /* of them, cancelled for rpc.send_timeout_ms */
-    uint64_t stall_refusals;   /* refused at once, or cancelled, because replies their
+    uint64_t cancelled;                      /* calls the peer or deadline cancelled */
+    uint64_t send_timeouts;                  /* of them, cancelled for rpc.send_timeout_ms */
+    uint64_t stall_refusals;                 /* refused at once, or cancelled, because replies their
                                 * connection did not take held their share of the slots */
 };
 struct dd_rpc_stats {
     struct dd_rpc_method_stats method[DD_API_METHOD_COUNT];
-    uint64_t in_flight;                            /* calls being worked on now */
+    uint64_t in_flight; /* calls being worked on now */
     bool serving;
 };
 

@@ -144,10 +144,9 @@ static bool too_many(const struct dd_serve *sv, const uint8_t *data, size_t len,
     return true;
 }
 
-grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m,
-                               const uint8_t *data, size_t len, int64_t deadline_ns,
-                               bool degraded, bool up, bool serving, bool *damaged,
-                               grpc_byte_buffer **reply)
+grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m, const uint8_t *data,
+                               size_t len, int64_t deadline_ns, bool degraded, bool up,
+                               bool serving, bool *damaged, grpc_byte_buffer **reply)
 {
     ProtobufCAllocator *al = dd_arena_allocator(sv->arena);
     int rc;
@@ -187,8 +186,7 @@ grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m,
         if (too_many(sv, data, len, 2, "plays")) return GRPC_STATUS_RESOURCE_EXHAUSTED;
         if (bad_strings(sv, &dedup__v1__record_plays_request__descriptor, data, len, 1))
             return GRPC_STATUS_INVALID_ARGUMENT;
-        Dedup__V1__RecordPlaysRequest *req =
-            dedup__v1__record_plays_request__unpack(al, len, data);
+        Dedup__V1__RecordPlaysRequest *req = dedup__v1__record_plays_request__unpack(al, len, data);
         if (!req) return dd_serve_bad_message(sv, "dedup.v1.RecordPlaysRequest");
         Dedup__V1__RecordPlaysResponse resp;
         rc = dd_record_plays(sv->record, sv->arena, req, &resp, sv->msg, sv->msglen);
@@ -247,8 +245,7 @@ grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m,
         *reply = dd_serve_pack(&resp.base);
         return GRPC_STATUS_OK;
     }
-    default:
-        break;
+    default: break;
     }
     snprintf(sv->msg, sv->msglen, "method not implemented");
     return GRPC_STATUS_UNIMPLEMENTED;

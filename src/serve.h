@@ -33,12 +33,12 @@ typedef struct ProtobufCMessage ProtobufCMessage;
 
 /* What one worker answers calls with; every member borrowed. */
 struct dd_serve {
-    dd_arena *arena;            /* the call's memory; reset by the caller after a reply */
+    dd_arena *arena; /* the call's memory; reset by the caller after a reply */
     dd_filter *filter;
     dd_record *record;
-    dd_cluster *cluster;        /* NULL: a single node (Cluster/Status UNIMPLEMENTED) */
-    uint32_t max_candidates;    /* rpc.max_candidates: Filter ids and repeated items at most */
-    char *msg;                  /* the status message of the call in hand */
+    dd_cluster *cluster;     /* NULL: a single node (Cluster/Status UNIMPLEMENTED) */
+    uint32_t max_candidates; /* rpc.max_candidates: Filter ids and repeated items at most */
+    char *msg;               /* the status message of the call in hand */
     size_t msglen;
 };
 
@@ -75,9 +75,8 @@ grpc_status_code dd_serve_bad_message(const struct dd_serve *sv, const char *typ
  * is set (owned by the caller); otherwise SV's message says why. *DAMAGED:
  * a Filter met this user's damaged history (filter.h, DD_ERR_CORRUPT).
  * Any other method is UNIMPLEMENTED. */
-grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m,
-                               const uint8_t *data, size_t len, int64_t deadline_ns,
-                               bool degraded, bool up, bool serving, bool *damaged,
-                               grpc_byte_buffer **reply);
+grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m, const uint8_t *data,
+                               size_t len, int64_t deadline_ns, bool degraded, bool up,
+                               bool serving, bool *damaged, grpc_byte_buffer **reply);
 
 #endif
