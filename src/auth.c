@@ -262,21 +262,19 @@ bool dd_auth_allows(const dd_auth *auth, enum dd_auth_class c, const char *const
     return false;
 }
 
-enum dd_auth_class dd_auth_call_class(enum dd_api_method m, bool header)
+bool dd_auth_forwarded(enum dd_api_method m, bool header)
 {
-    bool dedup = m == DD_API_FILTER || m == DD_API_RECORD_DELIVERY ||
-                 m == DD_API_RECORD_PLAYS || m == DD_API_FORGET_USER;
-    return header && dedup ? DD_AUTH_PEER : dd_auth_class_of(m);
+    return header && (m == DD_API_FILTER || m == DD_API_RECORD_DELIVERY ||
+                      m == DD_API_RECORD_PLAYS || m == DD_API_FORGET_USER);
 }
 
 grpc_status_code dd_auth_call(const dd_auth *auth, grpc_call *call, enum dd_api_method m,
-                              bool header, char *msg, size_t msg_cap)
+                              bool forwarded, char *msg, size_t msg_cap)
 {
     static struct dd_log_limit denied_log;
     /* A forwarded call was checked against its method's class by the node
      * that forwarded it; here the question is whether that node is one. */
-    enum dd_auth_class c = dd_auth_call_class(m, header);
-    bool forwarded = c != dd_auth_class_of(m);
+    enum dd_auth_class c = forwarded ? DD_AUTH_PEER : dd_auth_class_of(m);
     const struct allow *a = allow_of(auth, c);
     if (!a || a->any) return GRPC_STATUS_OK;
     grpc_auth_context *ctx = grpc_call_auth_context(call);

@@ -98,21 +98,22 @@ grpc_server_credentials *dd_auth_credentials(const struct dd_tls_conf *conf, cha
 bool dd_auth_allows(const dd_auth *a, enum dd_auth_class c, const char *const *ids,
                     const size_t *lens, size_t n);
 
-/* The class a call of method M is judged by: M's own (dd_auth_class_of),
- * but the peer class for a Dedup method (Filter, RecordDelivery,
- * RecordPlays, ForgetUser) whose call carries a forwarding header
- * (HEADER: a "dedupd-..." key, forward.h dd_forward_has_header), which
- * only a peer may send (the node that forwarded it judged the original
- * client by M's class). The Cluster service is the peer class anyway;
- * Health/Check stays open whatever its headers. Cannot fail. */
-enum dd_auth_class dd_auth_call_class(enum dd_api_method m, bool header);
+/* Whether a call of method M whose metadata HEADER says carries a
+ * forwarding header (a "dedupd-..." key, forward.h dd_forward_has_header)
+ * is a forwarded call, judged by rpc.allow_peer alone (dd_auth_call): a
+ * Dedup method's (Filter, RecordDelivery, RecordPlays, ForgetUser). The
+ * Cluster service is the peer class anyway; Health/Check stays open
+ * whatever its headers. Cannot fail. */
+bool dd_auth_forwarded(enum dd_api_method m, bool header);
 
-/* May the client of CALL call method M? HEADER: the call carries a
- * forwarding header; the class is dd_auth_call_class(M, HEADER). Returns
+/* May the client of CALL call method M? FORWARDED (dd_auth_forwarded): the
+ * call carries a forwarding header, which only a peer may send, so it is
+ * judged by rpc.allow_peer alone (the node that forwarded it judged the
+ * original client by M's class). Returns
  * GRPC_STATUS_OK, or GRPC_STATUS_PERMISSION_DENIED with the client and the
  * key named in MSG (MSG_CAP bytes) and a rate-limited warning logged.
  * Thread-safe. */
 grpc_status_code dd_auth_call(const dd_auth *a, grpc_call *call, enum dd_api_method m,
-                              bool header, char *msg, size_t msg_cap);
+                              bool forwarded, char *msg, size_t msg_cap);
 
 #endif

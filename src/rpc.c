@@ -893,9 +893,10 @@ static void handle(struct worker *w, struct slot *s)
         snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
         gpr_free(name);
         s->status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method,
-                                         dd_forward_has_header(&s->md),
-                                         w->msg, sizeof w->msg)) != GRPC_STATUS_OK) {
+    } else if ((s->status = dd_auth_call(
+                    w->rpc->auth, s->call, s->method,
+                    dd_auth_forwarded(s->method, dd_forward_has_header(&s->md)), w->msg,
+                    sizeof w->msg)) != GRPC_STATUS_OK) {
         /* message set by authorize; the payload is never looked at */
     } else if (s->method != DD_API_HEALTH_CHECK && rpc->refused &&
                rpc->refused(rpc->refused_ud, w->msg, sizeof w->msg)) {

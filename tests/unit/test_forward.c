@@ -2,9 +2,9 @@
  *
  * test_forward.c - forward.h without a cluster: which metadata makes a
  * call a forwarded one (every header the cluster sends is "dedupd-..."),
- * and the class such a call is judged by (auth.h, dd_auth_call_class):
- * a Dedup call with a forwarding header is the peers', Health/Check stays
- * open, the Cluster service is the peers' with or without one.
+ * and which calls with one are forwarded calls (auth.h,
+ * dd_auth_forwarded): a Dedup call's, judged by the peers' list;
+ * Health/Check stays open, the Cluster service is the peers' anyway.
  */
 #include "api.h"
 #include "auth.h"
@@ -39,27 +39,29 @@ static void test_header(void)
     CHECK(!dd_forward_has_header(&none));
 }
 
-static void test_call_class(void)
+static void test_forwarded(void)
 {
     for (int h = 0; h < 2; h++) {
         bool header = h;
-        enum dd_auth_class dedup_read = header ? DD_AUTH_PEER : DD_AUTH_READ;
-        enum dd_auth_class dedup_write = header ? DD_AUTH_PEER : DD_AUTH_WRITE;
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_FILTER, header), dedup_read);
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_RECORD_DELIVERY, header), dedup_write);
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_RECORD_PLAYS, header), dedup_write);
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_FORGET_USER, header), dedup_write);
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_HEALTH_CHECK, header), DD_AUTH_OPEN);
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_CLUSTER_STATUS, header), DD_AUTH_PEER);
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_SNAPSHOT_BEGIN, header), DD_AUTH_PEER);
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_SNAPSHOT_READ, header), DD_AUTH_PEER);
-        CHECK_EQ_INT(dd_auth_call_class(DD_API_UNKNOWN, header), DD_AUTH_OPEN);
+        CHECK(dd_auth_forwarded(DD_API_FILTER, header) == header);
+        CHECK(dd_auth_forwarded(DD_API_RECORD_DELIVERY, header) == header);
+        CHECK(dd_auth_forwarded(DD_API_RECORD_PLAYS, header) == header);
+        CHECK(dd_auth_forwarded(DD_API_FORGET_USER, header) == header);
+        CHECK(!dd_auth_forwarded(DD_API_HEALTH_CHECK, header));
+        CHECK(!dd_auth_forwarded(DD_API_CLUSTER_STATUS, header));
+        CHECK(!dd_auth_forwarded(DD_API_SNAPSHOT_BEGIN, header));
+        CHECK(!dd_auth_forwarded(DD_API_SNAPSHOT_READ, header));
+        CHECK(!dd_auth_forwarded(DD_API_UNKNOWN, header));
     }
+    /* The Cluster service is the peers' with or without a header. */
+    CHECK_EQ_INT(dd_auth_class_of(DD_API_SNAPSHOT_BEGIN), DD_AUTH_PEER);
+    CHECK_EQ_INT(dd_auth_class_of(DD_API_SNAPSHOT_READ), DD_AUTH_PEER);
+    CHECK_EQ_INT(dd_auth_class_of(DD_API_CLUSTER_STATUS), DD_AUTH_PEER);
 }
 
 int main(void)
 {
     test_header();
-    test_call_class();
+    test_forwarded();
     TEST_MAIN_END();
 }
