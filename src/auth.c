@@ -262,6 +262,12 @@ bool dd_auth_allows(const dd_auth *auth, enum dd_auth_class c, const char *const
     return false;
 }
 
+bool dd_auth_forwarded(enum dd_api_method m, bool header)
+{
+    return header && (m == DD_API_FILTER || m == DD_API_RECORD_DELIVERY ||
+                      m == DD_API_RECORD_PLAYS || m == DD_API_FORGET_USER);
+}
+
 grpc_status_code dd_auth_call(const dd_auth *auth, grpc_call *call, enum dd_api_method m,
                               bool forwarded, char *msg, size_t msg_cap)
 {

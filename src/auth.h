@@ -98,10 +98,18 @@ grpc_server_credentials *dd_auth_credentials(const struct dd_tls_conf *conf, cha
 bool dd_auth_allows(const dd_auth *a, enum dd_auth_class c, const char *const *ids,
                     const size_t *lens, size_t n);
 
-/* May the client of CALL call method M? FORWARDED: the call carries a
- * forwarding header (api.h, DD_CLUSTER_MD_FROM and its kin), which
- * only a peer may send, so it is judged by rpc.allow_peer alone (the node
- * that forwarded it judged the original client by M's class). Returns
+/* Whether a call of method M whose metadata HEADER says carries a
+ * forwarding header (a "dedupd-..." key, forward.h dd_forward_has_header)
+ * is a forwarded call, judged by rpc.allow_peer alone (dd_auth_call): a
+ * Dedup method's (Filter, RecordDelivery, RecordPlays, ForgetUser). The
+ * Cluster service is the peer class anyway; Health/Check stays open
+ * whatever its headers. Cannot fail. */
+bool dd_auth_forwarded(enum dd_api_method m, bool header);
+
+/* May the client of CALL call method M? FORWARDED (dd_auth_forwarded): the
+ * call carries a forwarding header, which only a peer may send, so it is
+ * judged by rpc.allow_peer alone (the node that forwarded it judged the
+ * original client by M's class). Returns
  * GRPC_STATUS_OK, or GRPC_STATUS_PERMISSION_DENIED with the client and the
  * key named in MSG (MSG_CAP bytes) and a rate-limited warning logged.
  * Thread-safe. */

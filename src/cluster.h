@@ -6,7 +6,7 @@
  * once, readiness, and the cluster's metrics. The map itself (settings,
  * a user's shard, the hashes) is cluster_map.h's; the channels to peers
  * and the call on them are peer.h's; forwarding itself (the asynchronous
- * client call) is rpc.c's; the /cluster page is cluster_page.h's; which
+ * client call) is forward.h's; the /cluster page is cluster_page.h's; which
  * partitions ingest consumes is ingest.h's. Knows nothing of RocksDB,
  * Redis or librdkafka.
  *

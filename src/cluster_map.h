@@ -142,7 +142,7 @@ void dd_cluster_map_split_hex(const struct dd_cluster_map *map, char out[17]);
  * holds the user: an old node holds every user of its old shard, a new
  * one its own. A call a node of the older map forwarded to a node of the
  * newer map that does not own it under the newer map is forwarded once
- * more (rpc.c). Once no peer runs another map, each node drops the users
+ * more (forward.h). Once no peer runs another map, each node drops the users
  * it no longer owns (dd_cluster_owns, sweep.h). */
 
 /* A 64-bit id of the users node (SHARD of MAP) owns: shards, shard and

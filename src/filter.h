@@ -3,7 +3,7 @@
  * filter.h - the Filter decision, on a decoded request: which candidates a
  * user has not seen. The writes that make items seen or unseen
  * (RecordDelivery, RecordPlays, ForgetUser) are record.h's.
- * No sockets, no gRPC: rpc.c decodes (wire.h, or protobuf-c), calls this,
+ * No sockets, no gRPC: serve.c decodes (wire.h, or protobuf-c), calls this,
  * maps the returned code to a status (see below) and encodes.
  *
  * DESIGN
@@ -58,7 +58,7 @@ int dd_filter_new(dd_filter **out, const struct dd_filter_conf *conf, dd_history
                   dd_recent *recent, char *err, size_t errlen);
 void dd_filter_free(dd_filter *f); /* NULL is a no-op */
 
-/* Return codes of the calls below and the gRPC status rpc.c maps them to:
+/* Return codes of the calls below and the gRPC status serve.c maps them to:
  *   0                   OK
  *   DD_ERR_INVALID      INVALID_ARGUMENT   (bad field; err names it)
  *   DD_ERR_LIMIT        RESOURCE_EXHAUSTED (too many entries; err names the field)

@@ -4,7 +4,7 @@
  * items seen (RecordDelivery to recent deliveries in Redis, RecordPlays to
  * the history store) or unseen (ForgetUser, both stores). Filter, which
  * reads what these write, is filter.h's.
- * No sockets, no gRPC: rpc.c decodes with protobuf-c, calls these, maps
+ * No sockets, no gRPC: serve.c decodes with protobuf-c, calls these, maps
  * the returned code to a status and encodes.
  *
  * DESIGN
@@ -73,7 +73,7 @@ void dd_record_set_trace(dd_record *r, dd_trace *trace);
 
 /* The calls below return 0 or, with a message naming the request field in
  * err, the codes of filter.h (DD_ERR_INVALID, DD_ERR_LIMIT,
- * DD_ERR_UNAVAILABLE, DD_ERR_NOMEM), which rpc.c maps to the same gRPC
+ * DD_ERR_UNAVAILABLE, DD_ERR_NOMEM), which serve.c maps to the same gRPC
  * statuses. On error the response must not be sent. Responses are
  * initialised here. */
 

@@ -13,12 +13,15 @@
  *   polls without blocking for rpc.spin_us (dd_rpc_process_init says why).
  * Calls: each worker pre-posts rpc.prepost requests per method (plus
  *   generic ones, so an unknown method is answered UNIMPLEMENTED). A slot
- *   cycles REQUESTED -> worked on synchronously -> SENDING (one batch:
+ *   cycles REQUESTED -> checked (auth.h) and routed (forward.h) -> worked
+ *   on synchronously (serve.h) or FORWARDING (its tries complete on the
+ *   worker's queue, tagged by the slot's fwd_tag) -> SENDING (one batch:
  *   metadata, message, status) -> re-posted. The request is read in place
- *   where it can be, Filter's decoded in place and its reply encoded in
- *   one pass (wire.h); the arena is reset once the reply is built, so a
- *   call allocates nothing per candidate and an oversized one's memory
- *   goes back at once.
+ *   where it can be (serve.h), Filter's decoded in place and its reply
+ *   encoded in one pass (wire.h); the request's slice and the arena are
+ *   released once the reply is built (release_request), so a call
+ *   allocates nothing per candidate and an oversized one's memory goes
+ *   back at once.
  * Limits: a call past its deadline is answered without being decoded; a
  *   reply not taken within rpc.send_timeout_ms is cancelled (sweep_sends),
  *   so no client holds a slot for long; a reply pending past a sixteenth
@@ -38,12 +41,16 @@
  *   them at once from this node (dd_cluster_forward_begin), all shards
  *   together all but one slot, and a shard none while its replicas were
  *   all down at the last health round: the rest fail at once UNAVAILABLE,
- *   and this node's own calls always find a slot. RecordPlays and
- *   RecordDelivery are refused on an item count taken on the wire, before
- *   protobuf-c allocates; grpc's own limits bound streams, idle
- *   connections and buffers (dd_rpc_new).
+ *   and this node's own calls always find a slot (forward.h). RecordPlays
+ *   and RecordDelivery are refused on an item count taken on the wire,
+ *   before protobuf-c allocates (serve.h); grpc's own limits bound
+ *   streams, idle connections and buffers (dd_rpc_new).
  * Shutdown and stats: see dd_rpc_shutdown and dd_rpc_collect; counters
- *   are relaxed atomics and a metrics.h histogram, read without locks.
+ *   are rpcstats.h's, relaxed atomics read without locks.
+ * Why one file: everything here acts on the call slots' states (posting,
+ *   answering, the send bounds' sweep, the forwarded calls' completions,
+ *   the drain at shutdown); split further, each part would need the slot
+ *   and worker structs, which stay private to this file.
  */
 #include "rpc.h"
 
@@ -54,10 +61,13 @@
 #include "cluster.h"
 #include "dd.h"
 #include "filter.h"
+#include "forward.h"
 #include "log.h"
 #include "metrics.h"
 #include "recent.h"
 #include "record.h"
+#include "rpcstats.h"
+#include "serve.h"
 #include "snapshot.h"
 #include "wire.h"
 
@@ -69,7 +79,6 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
-#include <grpc/impl/codegen/propagation_bits.h>
 #include <grpc/support/time.h>
 
 #include <errno.h>
@@ -86,40 +95,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Upper bounds of the latency buckets in seconds (+Inf implied). */
-static const double latency_bounds[] = {
-    50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 1.0,
-};
 
 enum slot_state { SLOT_IDLE = 0, SLOT_REQUESTED, SLOT_FORWARDING, SLOT_SENDING };
 
 /* What a completion queue event's tag points to: a slot (its request was
- * matched, or its answer sent) or a slot's forwarded call (cluster.h). */
+ * matched, or its answer sent) or a slot's forwarded call (forward.h). */
 enum tag_kind { TAG_SLOT = 1, TAG_FORWARD };
 
 struct worker;
-
-/* A call for another shard, sent on to one of its replicas: an
- * asynchronous client call on the worker's own queue, the caller's call
- * its parent (grpc propagates its deadline and cancellation). */
-struct forward {
-    enum tag_kind kind;         /* TAG_FORWARD; first, as in struct slot */
-    grpc_call *call;
-    uint32_t shard;
-    uint32_t tried;             /* replicas tried, a bit each */
-    int replica;                /* the one being tried */
-    bool behind;                /* it was behind when chosen: answer degraded */
-    bool own;                   /* our own shard (we are behind): caught-up replicas
-                                 * only, else answered here, degraded */
-    bool patient;               /* second round: wait for a connection (forward_try) */
-    int64_t start_ns;           /* of this try */
-    gpr_timespec deadline;      /* ours; grpc takes the earlier of it and the caller's */
-    bool second_hop;            /* forwarded to us by a node of the map ours splits */
-    bool damaged_here;          /* this node's copy of the user is damaged (serve_here) */
-    bool counted;               /* holds one of the shard's places (dd_cluster_forward_begin) */
-    grpc_metadata md[4];
-    struct dd_unary u;          /* the payload is sent as it came (a copy per try) */
-};
 
 /* One pre-posted call. Its address is the tag of its own events. */
 struct slot {
@@ -132,6 +115,7 @@ struct slot {
     grpc_metadata_array md;
     grpc_call_details details; /* DD_API_UNKNOWN only */
     grpc_byte_buffer *payload;
+    grpc_slice req;           /* a reference to PAYLOAD's one slice while read in place */
     grpc_byte_buffer *reply;
     grpc_status_code status;
     int cancelled;
@@ -141,7 +125,8 @@ struct slot {
     int64_t stall_at_ns;      /* SENDING: stalled if still pending then (sweep_sends) */
     bool stalled;             /* SENDING past stall_at_ns: counted in w->stalled */
     int64_t deadline_ns;      /* the caller's, on dd_mono_ns's clock; 0 = none */
-    struct forward fwd;       /* FORWARDING */
+    enum tag_kind fwd_tag;    /* TAG_FORWARD: the tag of FWD's tries */
+    struct dd_forward fwd;    /* FORWARDING (forward.h) */
 };
 
 /* A connection seen with a reply it did not take (sweep_sends), by the
@@ -173,16 +158,10 @@ struct worker {
     struct stall_mark marks[STALL_MARKS]; /* connections with a stalled reply lately */
     int cq_shut;        /* grpc_completion_queue_shutdown called on cq */
     char msg[512];      /* the status message of the call in hand */
+    struct dd_serve serve; /* answers calls here (serve.h): arena, filter, record, msg */
     bool damaged;       /* the last Filter dispatched met a damaged history (filter.h) */
 };
 
-struct method_stats {
-    _Atomic uint64_t by_status[DD_API_STATUS_COUNT];
-    struct dd_histogram latency; /* seconds, over latency_bounds */
-    _Atomic uint64_t cancelled;
-    _Atomic uint64_t send_timeouts;
-    _Atomic uint64_t stall_refusals;
-};
 
 struct dd_rpc {
     grpc_server *server;
@@ -200,7 +179,6 @@ struct dd_rpc {
     int64_t sweep_ns;         /* how often a worker looks for replies past it */
     int64_t stall_ns;         /* a reply pending this long is stalled (sweep_sends) */
     size_t stall_cap;         /* stalled replies a worker keeps per method: prepost / 2 */
-    int64_t forward_timeout_ms; /* cluster.forward_timeout_ms */
     unsigned spin_max;        /* workers that may spin at once: usable CPUs - 1 */
     _Atomic unsigned spinning;
     int port;
@@ -209,10 +187,9 @@ struct dd_rpc {
     bool open_to_all;         /* not loopback and no client certificates */
     dd_auth *auth;            /* who may call what; read-only once built */
     dd_cluster *cluster;      /* NULL: a single node, every call is served here */
+    dd_forwarder *forwarder;  /* with a cluster: calls for other shards (forward.h) */
     dd_snapshot_server *snapshot; /* lends this store to new replicas; NULL: none */
     struct dd_producer *producer;
-    grpc_slice md_from, md_map; /* our place and map hash, sent with forwarded calls */
-    grpc_slice md_split;        /* the hash of the map ours splits; empty when none */
     int started, shut_down;
     atomic_bool serving;
     bool (*ready)(void *ud);    /* dd_rpc_set_ready: the node's readiness, or NULL */
@@ -222,7 +199,7 @@ struct dd_rpc {
     atomic_bool stopping;     /* do not re-post slots */
     atomic_bool drain;        /* server shutdown done: workers may close their queues */
     _Atomic uint64_t in_flight;
-    struct method_stats stats[DD_API_METHOD_COUNT];
+    struct dd_rpcstats stats;
 };
 
 
@@ -241,7 +218,8 @@ static void worker_release(struct worker *w)
         for (size_t i = 0; i < w->nslots; i++) {
             grpc_metadata_array_destroy(&w->slots[i].md);
             grpc_call_details_destroy(&w->slots[i].details);
-            dd_unary_reset(&w->slots[i].fwd.u);
+            grpc_slice_unref(w->slots[i].req);
+            dd_forward_release(&w->slots[i].fwd);
         }
         free(w->slots);
         w->slots = NULL;
@@ -269,6 +247,9 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
     rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, rpc->producer, err, errlen);
     if (rc != DD_OK) return rc;
     w->arena = dd_arena_new(0, 0);
+    w->serve = (struct dd_serve){.arena = w->arena, .filter = w->filter, .record = w->record,
+                                 .cluster = rpc->cluster, .max_candidates = rpc->max_candidates,
+                                 .msg = w->msg, .msglen = sizeof w->msg};
     w->nslots = (size_t)rpc->prepost * DD_API_METHOD_COUNT;
     w->slots = calloc(w->nslots, sizeof *w->slots);
     if (!w->arena || !w->slots) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
@@ -279,8 +260,9 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
         s->method = (enum dd_api_method)(i / rpc->prepost);
         grpc_metadata_array_init(&s->md);
         grpc_call_details_init(&s->details);
-        s->fwd.kind = TAG_FORWARD;
-        dd_unary_init(&s->fwd.u);
+        s->req = grpc_empty_slice();
+        s->fwd_tag = TAG_FORWARD;
+        dd_forward_init(&s->fwd, rpc->forwarder);
     }
     w->cq = grpc_completion_queue_create_for_next(NULL);
     if (!w->cq) return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
@@ -373,26 +355,11 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     atomic_init(&rpc->spinning, 0);
     rpc->max_candidates = conf->max_candidates;
     rpc->cluster = cluster;
-    rpc->md_from = grpc_empty_slice();
-    rpc->md_map = grpc_empty_slice();
-    rpc->md_split = grpc_empty_slice();
-    if (cluster) {
-        const struct dd_cluster_map *map = dd_cluster_get_map(cluster);
-        char place[32], hex[17], split[17];
-        snprintf(place, sizeof place, "%" PRIu32 ".%" PRIu32, map->shard, map->replica);
-        dd_cluster_map_hash_hex(map, hex);
-        dd_cluster_map_split_hex(map, split);
-        rpc->md_from = grpc_slice_from_copied_string(place);
-        rpc->md_map = grpc_slice_from_copied_string(hex);
-        if (split[0]) rpc->md_split = grpc_slice_from_copied_string(split);
-        rpc->forward_timeout_ms = dd_cluster_forward_timeout_ms(cluster);
-    }
     atomic_init(&rpc->serving, false);
     atomic_init(&rpc->stopping, false);
     atomic_init(&rpc->drain, false);
     atomic_init(&rpc->in_flight, 0);
-    for (int m = 0; m < DD_API_METHOD_COUNT; m++)
-        dd_histogram_init(&rpc->stats[m].latency, latency_bounds, DD_ARRAY_LEN(latency_bounds));
+    dd_rpcstats_init(&rpc->stats);
     rpc->listen = strdup(conf->listen);
     if (!rpc->listen) {
         dd_fail(rc, err, errlen, "out of memory");
@@ -402,6 +369,8 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     rpc->tls_mode = !tls->cert[0] ? "off" : tls->client_ca[0] ? "mutual" : "server";
     rpc->open_to_all = !tls->client_ca[0] && !dd_hostport_is_loopback(conf->listen);
     if ((rc = dd_auth_new(&rpc->auth, &conf->auth, err, errlen)) != DD_OK) goto err;
+    if (cluster && (rc = dd_forwarder_new(&rpc->forwarder, cluster, err, errlen)) != DD_OK)
+        goto err;
     rc = DD_ERR_NOMEM;
 
     /* Flow-control settings are grpc's defaults on purpose: a larger stream
@@ -576,124 +545,6 @@ static int post(struct slot *s)
     return DD_OK;
 }
 
-static grpc_status_code status_of(int rc)
-{
-    switch (rc) {
-    case DD_OK: return GRPC_STATUS_OK;
-    case DD_ERR_INVALID: return GRPC_STATUS_INVALID_ARGUMENT;
-    case DD_ERR_LIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
-    case DD_ERR_NOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;
-    case DD_ERR_UNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
-    case DD_ERR_CORRUPT: return GRPC_STATUS_UNAVAILABLE; /* damaged here: retryable elsewhere */
-    case DD_ERR_TIMEOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
-    default: return GRPC_STATUS_INTERNAL;
-    }
-}
-
-/* The request bytes: in place when the payload is one uncompressed slice,
- * else copied into the arena once. Returns GRPC_STATUS_OK, or the status
- * to answer with (message in w->msg). */
-static grpc_status_code payload_bytes(struct worker *w, grpc_byte_buffer *bb, const uint8_t **data,
-                         size_t *len)
-{
-    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE) {
-        grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
-        if (sb->count == 1) {
-            *data = GRPC_SLICE_START_PTR(sb->slices[0]);
-            *len = GRPC_SLICE_LENGTH(sb->slices[0]);
-            return GRPC_STATUS_OK;
-        }
-        size_t total = sb->length, off = 0;
-        uint8_t *buf = dd_arena_alloc(w->arena, total);
-        if (!buf) goto nomem;
-        for (size_t i = 0; i < sb->count; i++) {
-            size_t l = GRPC_SLICE_LENGTH(sb->slices[i]);
-            memcpy(buf + off, GRPC_SLICE_START_PTR(sb->slices[i]), l);
-            off += l;
-        }
-        *data = buf;
-        *len = off;
-        return GRPC_STATUS_OK;
-    }
-    /* Compressed (the server normally decompresses before us): let grpc
-     * decompress into one slice, copy it into the arena. */
-    grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, bb)) {
-        snprintf(w->msg, sizeof w->msg, "cannot decompress the request");
-        return GRPC_STATUS_INVALID_ARGUMENT;
-    }
-    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    size_t l = GRPC_SLICE_LENGTH(all);
-    uint8_t *buf = dd_arena_alloc(w->arena, l);
-    if (buf) memcpy(buf, GRPC_SLICE_START_PTR(all), l);
-    grpc_slice_unref(all);
-    if (!buf) goto nomem;
-    *data = buf;
-    *len = l;
-    return GRPC_STATUS_OK;
-nomem:
-    snprintf(w->msg, sizeof w->msg, "out of memory for the request");
-    return GRPC_STATUS_RESOURCE_EXHAUSTED;
-}
-
-/* Pack M into a new byte buffer (one slice). */
-static grpc_byte_buffer *pack_reply(const ProtobufCMessage *m)
-{
-    size_t size = protobuf_c_message_get_packed_size(m);
-    grpc_slice slice = grpc_slice_malloc(size);
-    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(slice));
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
-    grpc_slice_unref(slice);
-    return bb;
-}
-
-/* The Filter response in a new byte buffer: one slice of the bound's
- * size (wire.h), trimmed to what was written. */
-static grpc_byte_buffer *filter_reply(const struct dd_filter_query *q,
-                                      const struct dd_filter_result *r)
-{
-    grpc_slice slice = grpc_slice_malloc(dd_wire_filter_response_bound(q, r));
-    size_t size = dd_wire_filter_response_write(q, r, GRPC_SLICE_START_PTR(slice));
-    GRPC_SLICE_SET_LENGTH(slice, size);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
-    grpc_slice_unref(slice);
-    return bb;
-}
-
-static grpc_status_code bad_message(struct worker *w, const char *type)
-{
-    snprintf(w->msg, sizeof w->msg, "request is not a valid %s", type);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-}
-
-/* 1 (W->msg set) if a string field of the message of type D in DATA
- * holds a NUL byte or, when UTF8, is not UTF-8 (wire.h): checked on the
- * wire bytes, as protobuf-c's C strings would be cut at the NUL. UTF-8 is
- * not asked of ForgetUser, so that an id stored before the check (or
- * from Kafka) can still be forgotten. */
-static int bad_strings(struct worker *w, const ProtobufCMessageDescriptor *d,
-                       const uint8_t *data, size_t len, int utf8)
-{
-    return dd_wire_pb_text_check(d, data, len, utf8, w->msg, sizeof w->msg) != DD_OK;
-}
-
-/* Whether the request in DATA repeats field NUM (named NAME in the
- * proto) more than rpc.max_candidates times, counted on the wire before
- * protobuf-c allocates a struct per element: record.h would refuse the
- * request on its count anyway, but only after the decoder had spent memory
- * many times the request's size (empty elements are two bytes each). The
- * message is record.h's. */
-static bool too_many(struct worker *w, const uint8_t *data, size_t len, uint32_t num,
-                     const char *name)
-{
-    size_t max = w->rpc->max_candidates;
-    size_t n = dd_wire_count_field(data, len, num, max);
-    if (n <= max) return false;
-    snprintf(w->msg, sizeof w->msg, "%s has more than rpc.max_candidates=%zu entries", name, max);
-    return true;
-}
-
 
 /* SnapshotBegin and SnapshotRead (snapshot.h): a replica of this node's
  * shard, with the same map, copies this store. */
@@ -710,7 +561,7 @@ static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, co
     if (m == DD_API_SNAPSHOT_BEGIN) {
         Dedup__V1__SnapshotBeginRequest *req =
             dedup__v1__snapshot_begin_request__unpack(al, len, data);
-        if (!req) return bad_message(w, "dedup.v1.SnapshotBeginRequest");
+        if (!req) return dd_serve_bad_message(&w->serve, "dedup.v1.SnapshotBeginRequest");
         enum dd_cluster_relation rel;
         if (dd_cluster_check_peer_map(rpc->cluster, req->map_hash, req->split_hash, req->from,
                                       &rel, w->msg, sizeof w->msg) != DD_OK)
@@ -742,12 +593,12 @@ static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, co
         }
         resp.n_files = man.n;
         resp.files = fp;
-        *reply = pack_reply(&resp.base);
+        *reply = dd_serve_pack(&resp.base);
         dd_snapshot_manifest_free(&man);
         return GRPC_STATUS_OK;
     }
     Dedup__V1__SnapshotReadRequest *req = dedup__v1__snapshot_read_request__unpack(al, len, data);
-    if (!req) return bad_message(w, "dedup.v1.SnapshotReadRequest");
+    if (!req) return dd_serve_bad_message(&w->serve, "dedup.v1.SnapshotReadRequest");
     size_t max = req->max_bytes && req->max_bytes < DD_SNAPSHOT_CHUNK_MAX ? req->max_bytes
                                                                            : DD_SNAPSHOT_CHUNK_MAX;
     uint8_t *buf = dd_arena_alloc(w->arena, max);
@@ -766,144 +617,33 @@ static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, co
     resp.data.data = buf;
     resp.data.len = n;
     resp.retry_after_ms = retry;
-    *reply = pack_reply(&resp.base);
+    *reply = dd_serve_pack(&resp.base);
     return GRPC_STATUS_OK;
 }
 
-/* Decode, decide, encode. Returns the status; on OK *reply is set. */
+/* Decode, decide, encode (serve.h; the snapshot methods here). Returns the
+ * status; on OK *reply is set. */
 static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const uint8_t *data,
                                  size_t len, int64_t deadline_ns, bool degraded,
                                  grpc_byte_buffer **reply)
 {
-    ProtobufCAllocator *al = dd_arena_allocator(w->arena);
-    int rc;
-
-    switch (m) {
-    case DD_API_FILTER: {
-        /* The hot path: decoded in place and encoded by hand (wire.h). */
-        struct dd_filter_query q;
-        rc = dd_wire_filter_request_decode(data, len, w->arena, w->rpc->max_candidates, &q,
-                                           w->msg, sizeof w->msg);
-        if (rc == DD_ERR_INVALID) return GRPC_STATUS_INVALID_ARGUMENT;
-        if (rc != DD_OK) {
-            snprintf(w->msg, sizeof w->msg, "out of memory for the request");
-            return GRPC_STATUS_RESOURCE_EXHAUSTED;
-        }
-        struct dd_filter_result r;
-        rc = dd_filter_decide(w->filter, w->arena, &q, &r, deadline_ns, w->msg, sizeof w->msg);
-        w->damaged = rc == DD_ERR_CORRUPT;
-        if (degraded) r.degraded = 1; /* a cluster node behind its own shard (rpc.c, route) */
-        if (rc == DD_OK) *reply = filter_reply(&q, &r);
-        return status_of(rc);
-    }
-    case DD_API_RECORD_DELIVERY: {
-        if (too_many(w, data, len, 2, "item_ids")) return GRPC_STATUS_RESOURCE_EXHAUSTED;
-        if (bad_strings(w, &dedup__v1__record_delivery_request__descriptor, data, len, 1))
-            return GRPC_STATUS_INVALID_ARGUMENT;
-        Dedup__V1__RecordDeliveryRequest *req =
-            dedup__v1__record_delivery_request__unpack(al, len, data);
-        if (!req) return bad_message(w, "dedup.v1.RecordDeliveryRequest");
-        Dedup__V1__RecordDeliveryResponse resp;
-        rc = dd_record_delivery(w->record, w->arena, req, &resp, w->msg, sizeof w->msg);
-        if (rc == DD_OK) *reply = pack_reply(&resp.base);
-        return status_of(rc);
-    }
-    case DD_API_RECORD_PLAYS: {
-        if (too_many(w, data, len, 2, "plays")) return GRPC_STATUS_RESOURCE_EXHAUSTED;
-        if (bad_strings(w, &dedup__v1__record_plays_request__descriptor, data, len, 1))
-            return GRPC_STATUS_INVALID_ARGUMENT;
-        Dedup__V1__RecordPlaysRequest *req =
-            dedup__v1__record_plays_request__unpack(al, len, data);
-        if (!req) return bad_message(w, "dedup.v1.RecordPlaysRequest");
-        Dedup__V1__RecordPlaysResponse resp;
-        rc = dd_record_plays(w->record, w->arena, req, &resp, w->msg, sizeof w->msg);
-        if (rc == DD_OK) *reply = pack_reply(&resp.base);
-        return status_of(rc);
-    }
-    case DD_API_FORGET_USER: {
-        if (bad_strings(w, &dedup__v1__forget_user_request__descriptor, data, len, 0))
-            return GRPC_STATUS_INVALID_ARGUMENT;
-        Dedup__V1__ForgetUserRequest *req = dedup__v1__forget_user_request__unpack(al, len, data);
-        if (!req) return bad_message(w, "dedup.v1.ForgetUserRequest");
-        Dedup__V1__ForgetUserResponse resp;
-        rc = dd_record_forget(w->record, req, &resp, w->msg, sizeof w->msg);
-        if (rc == DD_OK) *reply = pack_reply(&resp.base);
-        return status_of(rc);
-    }
-    case DD_API_HEALTH_CHECK: {
-        Grpc__Health__V1__HealthCheckRequest *req =
-            grpc__health__v1__health_check_request__unpack(al, len, data);
-        if (!req) return bad_message(w, "grpc.health.v1.HealthCheckRequest");
-        if (req->service[0] && strcmp(req->service, DD_API_SERVICE) != 0) {
-            snprintf(w->msg, sizeof w->msg, "unknown service \"%.200s\"", req->service);
-            return GRPC_STATUS_NOT_FOUND;
-        }
-        Grpc__Health__V1__HealthCheckResponse resp;
-        grpc__health__v1__health_check_response__init(&resp);
-        /* One source of truth: what /readyz says (dd_rpc_set_ready). */
-        bool up = w->rpc->ready ? w->rpc->ready(w->rpc->ready_ud)
-                                : atomic_load(&w->rpc->serving);
-        resp.status = up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                         : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-        *reply = pack_reply(&resp.base);
-        return GRPC_STATUS_OK;
-    }
-    case DD_API_CLUSTER_STATUS: {
-        if (!w->rpc->cluster) {
-            snprintf(w->msg, sizeof w->msg, "this node is not part of a cluster");
-            return GRPC_STATUS_UNIMPLEMENTED;
-        }
-        Dedup__V1__NodeStatusRequest *req = dedup__v1__node_status_request__unpack(al, len, data);
-        if (!req) return bad_message(w, "dedup.v1.NodeStatusRequest");
-        /* Answered either way, so that the asker sees the difference too;
-         * a difference makes this node not ready for a while. */
-        char ignored[256];
-        dd_cluster_check_peer_map(w->rpc->cluster, req->map_hash, req->split_hash, req->from, NULL,
-                                  ignored, sizeof ignored);
-        struct dd_cluster_self self;
-        dd_cluster_get_self(w->rpc->cluster, &self);
-        Dedup__V1__NodeStatus resp = DEDUP__V1__NODE_STATUS__INIT;
-        resp.shard = self.shard;
-        resp.replica = self.replica;
-        resp.map_hash = self.map_hash;
-        resp.nodes_hash = self.nodes_hash;
-        resp.split_hash = self.split_hash;
-        resp.ready = self.ready && atomic_load(&w->rpc->serving);
-        resp.lag_ms = self.lag_ms;
-        resp.partition_count = self.partition_count;
-        resp.why = atomic_load(&w->rpc->serving) ? self.why : "not serving";
-        *reply = pack_reply(&resp.base);
-        return GRPC_STATUS_OK;
-    }
-    case DD_API_SNAPSHOT_BEGIN:
-    case DD_API_SNAPSHOT_READ:
+    dd_rpc *rpc = w->rpc;
+    if (m == DD_API_SNAPSHOT_BEGIN || m == DD_API_SNAPSHOT_READ)
         return snapshot_call(w, m, data, len, reply);
-    case DD_API_UNKNOWN:
-    case DD_API_METHOD_COUNT:
-        break;
-    }
-    snprintf(w->msg, sizeof w->msg, "method not implemented");
-    return GRPC_STATUS_UNIMPLEMENTED;
-}
-
-static void record_stats(dd_rpc *rpc, const struct slot *s, int cancelled)
-{
-    struct method_stats *st = &rpc->stats[s->method];
-    int64_t us = (dd_mono_ns() - s->start_ns) / 1000;
-    if (us < 0) us = 0;
-    unsigned code = (unsigned)s->status < DD_API_STATUS_COUNT ? (unsigned)s->status
-                                                               : GRPC_STATUS_UNKNOWN;
-    atomic_fetch_add_explicit(&st->by_status[code], 1, memory_order_relaxed);
-    /* Whole microseconds, as a call's latency has always been counted. */
-    dd_histogram_observe(&st->latency, (double)us / 1e6);
-    if (cancelled) atomic_fetch_add_explicit(&st->cancelled, 1, memory_order_relaxed);
+    bool serving = atomic_load(&rpc->serving);
+    /* One source of truth for health: what /readyz says (dd_rpc_set_ready),
+     * asked only of health checks. */
+    bool up = m == DD_API_HEALTH_CHECK && (rpc->ready ? rpc->ready(rpc->ready_ud) : serving);
+    return dd_serve_call(&w->serve, m, data, len, deadline_ns, degraded, up, serving, &w->damaged,
+                         reply);
 }
 
 /* The call's batch is done (or could not start): release it, re-post. */
 static void finish(struct worker *w, struct slot *s, int batch_ok)
 {
     dd_rpc *rpc = w->rpc;
-    record_stats(rpc, s, !batch_ok || s->cancelled);
+    dd_rpcstats_call(&rpc->stats, s->method, s->status, (dd_mono_ns() - s->start_ns) / 1000,
+                     !batch_ok || s->cancelled);
     if (s->reply) grpc_byte_buffer_destroy(s->reply);
     s->reply = NULL;
     if (s->payload) grpc_byte_buffer_destroy(s->payload);
@@ -923,6 +663,17 @@ static void finish(struct worker *w, struct slot *s, int batch_ok)
     w->outstanding--;
     w->sending--;
     if (!atomic_load(&rpc->stopping)) post(s);
+}
+
+/* The call's request bytes are not needed any more: release the slice
+ * they were read in place from (serve.h, dd_serve_request) and let the
+ * arena go back to its steady size now rather than at the next call, so
+ * a worker that served one oversized call does not sit on its memory. */
+static void release_request(struct worker *w, struct slot *s)
+{
+    grpc_slice_unref(s->req);
+    s->req = grpc_empty_slice();
+    dd_arena_reset(w->arena);
 }
 
 /* Send S's answer: s->status, REPLY (owned from now on; NULL for none) and,
@@ -967,10 +718,8 @@ static void respond(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
     grpc_call_error e = grpc_call_start_batch(s->call, ops, nops, s, NULL);
     /* status_details is not kept past start_batch. */
     grpc_slice_unref(details);
-    /* The reply owns its bytes: the arena can go back to its steady size
-     * now rather than at the next call, so a worker that served one
-     * oversized call does not sit on its memory until the next. */
-    dd_arena_reset(w->arena);
+    /* The reply owns its bytes. */
+    release_request(w, s);
     if (e != GRPC_CALL_OK) {
         dd_error("rpc", "msg=\"cannot answer a call\" method=%s error=\"%s\"",
                  dd_api_method_path(s->method), grpc_call_error_to_string(e));
@@ -978,125 +727,14 @@ static void respond(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
     }
 }
 
-/* ---- forwarding (cluster.h) --------------------------------------------- */
+/* ---- forwarding (forward.h) --------------------------------------------- */
 
-/* The value of metadata KEY in MD, or NULL. */
-static const grpc_slice *md_get(const grpc_metadata_array *md, const char *key)
+/* S's call as forward.h takes it: its tries complete on W's queue. */
+static struct dd_forward_call forward_call(struct worker *w, struct slot *s)
 {
-    for (size_t i = 0; i < md->count; i++)
-        if (grpc_slice_str_cmp(md->metadata[i].key, key) == 0) return &md->metadata[i].value;
-    return NULL;
-}
-
-/* Metadata KEY's value into OUT as a string ("" when absent or too long). */
-static void md_copy(const grpc_metadata_array *md, const char *key, char *out, size_t outlen)
-{
-    const grpc_slice *v = md_get(md, key);
-    out[0] = '\0';
-    if (v && GRPC_SLICE_LENGTH(*v) < outlen) {
-        memcpy(out, GRPC_SLICE_START_PTR(*v), GRPC_SLICE_LENGTH(*v));
-        out[GRPC_SLICE_LENGTH(*v)] = '\0';
-    }
-}
-
-/* Whether MD holds a header of the cluster's own (cluster.h: every one is
- * named "dedupd-..."), which only a peer may send (auth.h). */
-static bool forwarding(const grpc_metadata_array *md)
-{
-    for (size_t i = 0; i < md->count; i++) {
-        const grpc_slice k = md->metadata[i].key;
-        if (GRPC_SLICE_LENGTH(k) >= 7 && memcmp(GRPC_SLICE_START_PTR(k), "dedupd-", 7) == 0)
-            return true;
-    }
-    return false;
-}
-
-/* Release the try in S->fwd (its call, its received message, metadata). */
-static void forward_reset(struct slot *s)
-{
-    struct forward *f = &s->fwd;
-    if (f->call) grpc_call_unref(f->call);
-    f->call = NULL;
-    if (f->u.send) grpc_byte_buffer_destroy(f->u.send);
-    dd_unary_reset(&f->u);
-}
-
-/* Give back the shard's place S's forwarded call held, once it ended for
- * good (answered, or no replica left). */
-static void forward_release(dd_rpc *rpc, struct slot *s)
-{
-    struct forward *f = &s->fwd;
-    if (!f->counted) return;
-    dd_cluster_forward_end(rpc->cluster, f->shard);
-    f->counted = false;
-}
-
-/* How long one try of the second round may wait for its replica to
- * connect: longer than grpc's longest reconnect backoff on peer channels
- * (cluster.c), so a replica that is up is reached. */
-#define PATIENT_TRY_MS 1500
-
-/* Send S's request (its payload, as received) to the next replica of
- * s->fwd.shard. Returns 0 (the slot is FORWARDING, its batch pending) or
- * DD_ERR_UNAVAILABLE when no replica is left or the call cannot start.
- * Two rounds: the first fails fast on a replica whose channel is not
- * connected (so a dead replica costs nothing); when every replica failed
- * so, a second round waits for each in turn to connect, up to
- * PATIENT_TRY_MS: a peer that has just started, or one whose channel is
- * in reconnect backoff after a restart, fails fast although it is up. */
-static int forward_try(struct worker *w, struct slot *s)
-{
-    dd_rpc *rpc = w->rpc;
-    struct forward *f = &s->fwd;
-    for (;;) {
-        grpc_channel *ch;
-        f->replica = dd_cluster_pick(rpc->cluster, f->shard, f->own, &f->tried, &ch, &f->behind);
-        gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
-        if (f->replica < 0) {
-            if (f->patient || gpr_time_cmp(f->deadline, now) <= 0) return DD_ERR_UNAVAILABLE;
-            f->patient = true;
-            f->tried = 0;
-            continue;
-        }
-        gpr_timespec deadline = f->deadline;
-        if (f->patient) {
-            gpr_timespec t = gpr_time_add(now, gpr_time_from_millis(PATIENT_TRY_MS, GPR_TIMESPAN));
-            if (gpr_time_cmp(t, deadline) < 0) deadline = t;
-        }
-        f->call = grpc_channel_create_call(ch, s->call, GRPC_PROPAGATE_DEFAULTS, w->cq,
-                                           grpc_slice_from_static_string(
-                                               dd_api_method_path(s->method)),
-                                           NULL, deadline, NULL);
-        if (!f->call) continue;
-        f->md[0].key = grpc_slice_from_static_string(DD_CLUSTER_MD_FROM);
-        f->md[0].value = rpc->md_from;
-        f->md[1].key = grpc_slice_from_static_string(DD_CLUSTER_MD_MAP);
-        f->md[1].value = rpc->md_map;
-        size_t nmd = 2;
-        if (!GRPC_SLICE_IS_EMPTY(rpc->md_split)) {
-            f->md[nmd].key = grpc_slice_from_static_string(DD_CLUSTER_MD_SPLIT);
-            f->md[nmd++].value = rpc->md_split;
-        }
-        if (f->second_hop) {
-            f->md[nmd].key = grpc_slice_from_static_string(DD_CLUSTER_MD_HOP2);
-            f->md[nmd++].value = grpc_slice_from_static_string("1");
-        }
-        f->u.md = f->md;
-        f->u.nmd = nmd;
-        f->u.flags = f->patient ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
-        /* grpc core moves the slices out of a message it sends: each try
-         * sends its own copy (references to the same bytes). */
-        f->u.send = grpc_byte_buffer_copy(s->payload);
-        f->start_ns = dd_mono_ns();
-        if (dd_unary_start(f->call, &f->u, f) != GRPC_CALL_OK) {
-            /* The parent is gone (cancelled): no other replica will do better. */
-            forward_reset(s);
-            return DD_ERR_UNAVAILABLE;
-        }
-        s->state = SLOT_FORWARDING;
-        w->outstanding++;
-        return DD_OK;
-    }
+    return (struct dd_forward_call){.call = s->call, .method = s->method, .md = &s->md,
+                                    .payload = s->payload, .deadline_ns = s->deadline_ns,
+                                    .cq = w->cq, .tag = &s->fwd_tag};
 }
 
 /* Answer a forwarded call: its payload is not needed any more. */
@@ -1107,205 +745,39 @@ static void respond_forwarded(struct worker *w, struct slot *s, grpc_byte_buffer
     respond(w, s, reply);
 }
 
-/* A copy of the Filter response BB with degraded = true appended (a
- * later occurrence of a scalar field wins in protobuf), or NULL. */
-static grpc_byte_buffer *mark_degraded(grpc_byte_buffer *bb)
-{
-    grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
-    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    size_t n = GRPC_SLICE_LENGTH(all);
-    grpc_slice out = grpc_slice_malloc(n + 2);
-    memcpy(GRPC_SLICE_START_PTR(out), GRPC_SLICE_START_PTR(all), n);
-    GRPC_SLICE_START_PTR(out)[n] = (4 << 3) | 0; /* field 4 (degraded), varint */
-    GRPC_SLICE_START_PTR(out)[n + 1] = 1;
-    grpc_slice_unref(all);
-    grpc_byte_buffer *res = grpc_raw_byte_buffer_create(&out, 1);
-    grpc_slice_unref(out);
-    return res;
-}
-
 static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, size_t len,
                        bool degraded);
 
-/* S's forwarded call ended (OK: its batch completed). UNAVAILABLE (the
- * peer is gone, refused the connection or is shutting down) moves on to
- * the next replica while the caller's deadline allows; anything else is
- * the answer, passed through as it came, degraded when the replica was
- * behind. */
+/* A try of S's forwarded call completed (OK: its batch succeeded): wait
+ * for the next replica, answer, or serve the call here, degraded. */
 static void forward_done(struct worker *w, struct slot *s, int ok)
 {
-    dd_rpc *rpc = w->rpc;
-    struct forward *f = &s->fwd;
     w->outstanding--;
-    int64_t ns = dd_mono_ns() - f->start_ns;
-    grpc_status_code st = ok ? f->u.status : GRPC_STATUS_UNAVAILABLE;
-    /* The peer's text: passed on and logged only sanitized. */
-    char details[200];
-    dd_sanitize(details, sizeof details, (const char *)GRPC_SLICE_START_PTR(f->u.details),
-                GRPC_SLICE_LENGTH(f->u.details));
-    /* A reply over the peer channel's receive limit (cluster.h) was
-     * dropped by grpc before it was held whole twice: a failed attempt of
-     * that replica, as UNAVAILABLE is. */
-    enum dd_cluster_outcome out = st == GRPC_STATUS_UNAVAILABLE        ? DD_FWD_UNAVAILABLE
-                                  : st == GRPC_STATUS_DEADLINE_EXCEEDED ? DD_FWD_DEADLINE
-                                  : st == GRPC_STATUS_CANCELLED         ? DD_FWD_CANCELLED
-                                  : ok && dd_cluster_reply_too_large(st, f->u.details)
-                                      ? DD_FWD_TOO_LARGE
-                                      : DD_FWD_OK;
-    dd_cluster_forwarded(rpc->cluster, f->shard, f->replica, out, ns);
-    /* A patient try that ran out of its own time, with the caller's time
-     * left, is a replica that did not connect: try the next. */
-    bool retry = out == DD_FWD_UNAVAILABLE || out == DD_FWD_TOO_LARGE ||
-                 (out == DD_FWD_DEADLINE && f->patient &&
-                  (!s->deadline_ns || dd_mono_ns() < s->deadline_ns));
-    if (retry) {
-        dd_debug("rpc", "msg=\"replica unavailable; trying the next\" method=%s shard=%" PRIu32
-                        " replica=%d detail=\"%s\"",
-                 dd_api_method_path(s->method), f->shard, f->replica, details);
-        int replica = f->replica;
-        forward_reset(s);
-        gpr_timespec now = gpr_now(f->deadline.clock_type);
-        if (gpr_time_cmp(f->deadline, now) > 0 && forward_try(w, s) == DD_OK) return;
-        forward_release(rpc, s);
-        if (f->own) {
-            /* No caught-up replica of our own shard answered: ours, degraded. */
-            serve_here(w, s, NULL, 0, true);
-            return;
-        }
-        s->status = GRPC_STATUS_UNAVAILABLE;
-        snprintf(w->msg, sizeof w->msg,
-                 "no replica of shard %" PRIu32 " answered (last tried: replica %d)", f->shard,
-                 replica);
-        respond_forwarded(w, s, NULL);
+    grpc_byte_buffer *reply = NULL;
+    switch (dd_forward_done(&s->fwd, ok, &s->status, &reply, w->msg, sizeof w->msg)) {
+    case DD_FORWARD_PENDING:
+        w->outstanding++;
+        return;
+    case DD_FORWARD_HERE_DEGRADED:
+        serve_here(w, s, NULL, 0, true);
+        return;
+    case DD_FORWARD_ANSWER:
+        respond_forwarded(w, s, reply);
         return;
     }
-    grpc_byte_buffer *reply = NULL;
-    s->status = st;
-    snprintf(w->msg, sizeof w->msg, "%s", details);
-    if (st == GRPC_STATUS_OK && f->u.recv) {
-        if (s->method == DD_API_FILTER && f->behind) {
-            reply = mark_degraded(f->u.recv);
-            if (!reply) {
-                s->status = GRPC_STATUS_INTERNAL;
-                snprintf(w->msg, sizeof w->msg, "cannot read the replica's answer");
-            }
-        } else {
-            reply = f->u.recv;
-            f->u.recv = NULL;
-        }
-    }
-    forward_reset(s);
-    forward_release(rpc, s);
-    respond_forwarded(w, s, reply);
 }
 
-/* What route() decided. */
-enum { ROUTE_ERROR = -1, ROUTE_HERE = 0, ROUTE_HERE_DEGRADED, ROUTE_FORWARDED };
-
-/* Route S's call (its request in DATA) by its user: ROUTE_FORWARDED (the
- * slot waits for the peer), ROUTE_HERE or ROUTE_HERE_DEGRADED (serve it
- * here; this node is behind and no caught-up replica of its shard could be
- * called), or ROUTE_ERROR when s->status (and w->msg) say how to answer.
- * Calls of our own shard go to a caught-up replica while this node is
- * behind (restarted, catching up), so that they are answered in full. */
-static int route(struct worker *w, struct slot *s, const uint8_t *data, size_t len)
-{
-    dd_rpc *rpc = w->rpc;
-    const uint8_t *user = NULL;
-    size_t user_len = 0;
-    /* A missing user id: the call is served here and fails its checks. */
-    if (dd_wire_bytes_field(data, len, 1, &user, &user_len) != DD_OK) return ROUTE_HERE;
-    uint32_t shard;
-    bool local;
-    int rc = dd_cluster_route(rpc->cluster, (const char *)user, user_len, &shard, &local, w->msg,
-                              sizeof w->msg);
-    if (rc != DD_OK) {
-        s->status = rc == DD_ERR_STATE ? GRPC_STATUS_FAILED_PRECONDITION : GRPC_STATUS_UNAVAILABLE;
-        return ROUTE_ERROR;
-    }
-    const grpc_slice *from = md_get(&s->md, DD_CLUSTER_MD_FROM);
-    bool second_hop = false;
-    if (from) {
-        /* Forwarded to us: only if we agree on the map with the sender
-         * (or one map splits the other: resharding), and never forwarded
-         * again, but for one case: a node of the map ours splits sent us
-         * a user its map gives our old shard and ours gives a new one. */
-        char hex[40] = "", split[40] = "", who[40] = "", who_esc[48];
-        md_copy(&s->md, DD_CLUSTER_MD_MAP, hex, sizeof hex);
-        md_copy(&s->md, DD_CLUSTER_MD_SPLIT, split, sizeof split);
-        md_copy(&s->md, DD_CLUSTER_MD_FROM, who, sizeof who);
-        enum dd_cluster_relation rel;
-        if (dd_cluster_check_peer_map(rpc->cluster, hex, split, who, &rel, w->msg,
-                                      sizeof w->msg) != DD_OK) {
-            s->status = GRPC_STATUS_FAILED_PRECONDITION;
-            return ROUTE_ERROR;
-        }
-        if (!local && (rel != DD_MAP_OLDER || md_get(&s->md, DD_CLUSTER_MD_HOP2))) {
-            s->status = GRPC_STATUS_FAILED_PRECONDITION;
-            snprintf(w->msg, sizeof w->msg,
-                     "forwarded by node \"%s\" for shard %" PRIu32 ", but this node is of shard %" PRIu32,
-                     dd_sanitize(who_esc, sizeof who_esc, who, strlen(who)), shard,
-                     dd_cluster_get_map(rpc->cluster)->shard);
-            return ROUTE_ERROR;
-        }
-        /* The sender chose us: answer, and say so if we are behind. */
-        if (local) return dd_cluster_self_behind(rpc->cluster) ? ROUTE_HERE_DEGRADED : ROUTE_HERE;
-        second_hop = true;
-    }
-    bool behind_here = local && dd_cluster_self_behind(rpc->cluster);
-    if (local && !behind_here) return ROUTE_HERE;
-    struct forward *f = &s->fwd;
-    f->shard = shard;
-    f->tried = 0;
-    f->counted = false;
-    f->own = local;
-    f->second_hop = second_hop;
-    f->patient = false;
-    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
-    f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
-    /* A slow shard holds at most its cap of this node's slots, and one
-     * whose replicas are all down none: its calls fail at once (ours are
-     * answered here, degraded), so this node's own calls find a slot. */
-    if (dd_cluster_forward_begin(rpc->cluster, shard, w->msg, sizeof w->msg) != DD_OK) {
-        if (f->own) return ROUTE_HERE_DEGRADED;
-        s->status = GRPC_STATUS_UNAVAILABLE;
-        return ROUTE_ERROR;
-    }
-    f->counted = true;
-    if (forward_try(w, s) == DD_OK) return ROUTE_FORWARDED;
-    forward_release(rpc, s);
-    if (f->own) return ROUTE_HERE_DEGRADED;
-    s->status = GRPC_STATUS_UNAVAILABLE;
-    snprintf(w->msg, sizeof w->msg, "no replica of shard %" PRIu32 " can be called", shard);
-    return ROUTE_ERROR;
-}
-
-/* A Filter served here met this user's damaged history (history.h): ask a
- * caught-up replica of our own shard, whose copy the damage did not reach,
- * once. Not for a call forwarded to us: its sender tries the next replica
- * on our UNAVAILABLE. Returns true when the slot now waits for the replica
- * (its answer, or this node's UNAVAILABLE again when none answers: see
- * forward_done); false to answer here. */
+/* A Filter served here met this user's damaged history: ask a caught-up
+ * replica of our own shard once (dd_forward_damaged). Returns true when
+ * the slot now waits for the replica; false to answer here. */
 static bool damaged_elsewhere(struct worker *w, struct slot *s)
 {
-    dd_rpc *rpc = w->rpc;
-    if (!rpc->cluster || s->method != DD_API_FILTER || !w->damaged || s->fwd.damaged_here ||
-        md_get(&s->md, DD_CLUSTER_MD_FROM))
-        return false;
-    struct forward *f = &s->fwd;
-    f->shard = dd_cluster_get_map(rpc->cluster)->shard;
-    f->tried = 0;
-    f->own = true;
-    f->second_hop = false;
-    f->patient = false;
-    f->damaged_here = true;
-    f->counted = false; /* once per damaged call, not under cluster.max_forward_inflight */
-    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
-    f->deadline = gpr_time_add(now, gpr_time_from_millis(rpc->forward_timeout_ms, GPR_TIMESPAN));
-    if (forward_try(w, s) != DD_OK) return false;
-    dd_arena_reset(w->arena);
+    if (!w->damaged || !w->rpc->forwarder) return false;
+    struct dd_forward_call c = forward_call(w, s);
+    if (!dd_forward_damaged(&s->fwd, &c)) return false;
+    s->state = SLOT_FORWARDING;
+    w->outstanding++;
+    release_request(w, s);
     return true;
 }
 
@@ -1317,7 +789,9 @@ static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, si
 {
     grpc_byte_buffer *reply = NULL;
     w->damaged = false;
-    s->status = data ? GRPC_STATUS_OK : payload_bytes(w, s->payload, &data, &len);
+    s->status = data ? GRPC_STATUS_OK
+                     : dd_serve_request(w->arena, s->payload, &s->req, &data, &len, w->msg,
+                                        sizeof w->msg);
     if (s->status == GRPC_STATUS_OK)
         s->status = dispatch(w, s->method, data, len, s->deadline_ns, degraded, &reply);
     if (s->status == GRPC_STATUS_UNAVAILABLE && damaged_elsewhere(w, s)) return;
@@ -1383,7 +857,7 @@ static bool refuse_stalling(struct worker *w, struct slot *s)
     uint64_t peer = peer_of(s->call);
     if (!peer_marked(w, peer, now)) return false;
     mark_peer(w, peer, now);
-    atomic_fetch_add_explicit(&rpc->stats[s->method].stall_refusals, 1, memory_order_relaxed);
+    dd_rpcstats_stall_refusal(&rpc->stats, s->method);
     s->status = GRPC_STATUS_RESOURCE_EXHAUSTED;
     snprintf(w->msg, sizeof w->msg,
              "this connection leaves replies untaken (its HTTP/2 window stays shut) and they "
@@ -1400,7 +874,7 @@ static void handle(struct worker *w, struct slot *s)
 
     s->start_ns = dd_mono_ns();
     s->deadline_ns = 0;
-    s->fwd.damaged_here = false;
+    dd_forward_new_call(&s->fwd);
     atomic_fetch_add(&rpc->in_flight, 1);
     w->msg[0] = '\0';
 
@@ -1419,9 +893,10 @@ static void handle(struct worker *w, struct slot *s)
         snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
         gpr_free(name);
         s->status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if ((s->status = dd_auth_call(w->rpc->auth, s->call, s->method,
-                                         s->method <= DD_API_FORGET_USER && forwarding(&s->md),
-                                         w->msg, sizeof w->msg)) != GRPC_STATUS_OK) {
+    } else if ((s->status = dd_auth_call(
+                    w->rpc->auth, s->call, s->method,
+                    dd_auth_forwarded(s->method, dd_forward_has_header(&s->md)), w->msg,
+                    sizeof w->msg)) != GRPC_STATUS_OK) {
         /* message set by authorize; the payload is never looked at */
     } else if (s->method != DD_API_HEALTH_CHECK && rpc->refused &&
                rpc->refused(rpc->refused_ud, w->msg, sizeof w->msg)) {
@@ -1444,16 +919,23 @@ static void handle(struct worker *w, struct slot *s)
         }
         const uint8_t *data;
         size_t len;
-        s->status = payload_bytes(w, s->payload, &data, &len);
-        int routed = s->status == GRPC_STATUS_OK ? route(w, s, data, len) : ROUTE_ERROR;
-        if (routed == ROUTE_FORWARDED) {
+        s->status =
+            dd_serve_request(w->arena, s->payload, &s->req, &data, &len, w->msg, sizeof w->msg);
+        struct dd_forward_call c = forward_call(w, s);
+        enum dd_route routed = s->status == GRPC_STATUS_OK
+                                   ? dd_forward_route(&s->fwd, &c, data, len, &s->status,
+                                                      w->msg, sizeof w->msg)
+                                   : DD_ROUTE_ERROR;
+        if (routed == DD_ROUTE_FORWARDED) {
             /* The payload goes to the peer as it came; nothing of the
              * arena is kept while the peer answers. */
-            dd_arena_reset(w->arena);
+            s->state = SLOT_FORWARDING;
+            w->outstanding++;
+            release_request(w, s);
             return;
         }
-        if (routed != ROUTE_ERROR) {
-            serve_here(w, s, data, len, routed == ROUTE_HERE_DEGRADED);
+        if (routed != DD_ROUTE_ERROR) {
+            serve_here(w, s, data, len, routed == DD_ROUTE_HERE_DEGRADED);
             return;
         }
         grpc_byte_buffer_destroy(s->payload);
@@ -1491,8 +973,7 @@ static void sweep_sends(struct worker *w, int64_t now)
             s->send_cancelled = 1;
             grpc_call_cancel_with_status(s->call, GRPC_STATUS_DEADLINE_EXCEEDED,
                                          "reply not taken within rpc.send_timeout_ms", NULL);
-            atomic_fetch_add_explicit(&rpc->stats[s->method].send_timeouts, 1,
-                                      memory_order_relaxed);
+            dd_rpcstats_send_timeout(&rpc->stats, s->method);
             dd_log_limited(&limit, 10000, DD_LOG_WARN, "rpc",
                            "msg=\"reply not taken in time; call cancelled\" method=%s "
                            "send_timeout_ms=%" PRId64,
@@ -1510,7 +991,7 @@ static void sweep_sends(struct worker *w, int64_t now)
                                      "calls that were not taken hold their share of its call "
                                      "slots",
                                      NULL);
-        atomic_fetch_add_explicit(&rpc->stats[s->method].stall_refusals, 1, memory_order_relaxed);
+        dd_rpcstats_stall_refusal(&rpc->stats, s->method);
         dd_log_limited(&stall_limit, 10000, DD_LOG_WARN, "rpc",
                        "msg=\"replies not taken hold a share of the call slots; calls of their "
                        "connections refused\" method=%s stalled=%zu",
@@ -1558,8 +1039,7 @@ static void *worker_main(void *arg)
         if (ev.type == GRPC_OP_COMPLETE) {
             if (spin_ns) spin_until = dd_mono_ns() + spin_ns;
             if (*(enum tag_kind *)ev.tag == TAG_FORWARD) {
-                struct forward *f = ev.tag;
-                struct slot *fs = (struct slot *)((char *)f - offsetof(struct slot, fwd));
+                struct slot *fs = (struct slot *)((char *)ev.tag - offsetof(struct slot, fwd_tag));
                 forward_done(w, fs, ev.success);
                 goto next;
             }
@@ -1734,9 +1214,7 @@ void dd_rpc_free(dd_rpc *rpc)
     }
     free(rpc->listen);
     dd_auth_free(rpc->auth);
-    grpc_slice_unref(rpc->md_from);
-    grpc_slice_unref(rpc->md_map);
-    grpc_slice_unref(rpc->md_split);
+    dd_forwarder_free(rpc->forwarder);
     free(rpc);
     grpc_shutdown();
 }
@@ -1744,17 +1222,7 @@ void dd_rpc_free(dd_rpc *rpc)
 void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out)
 {
     memset(out, 0, sizeof *out);
-    for (int m = 0; m < DD_API_METHOD_COUNT; m++) {
-        const struct method_stats *st = &rpc->stats[m];
-        struct dd_rpc_method_stats *o = &out->method[m];
-        o->name = dd_api_method_path(m);
-        for (int c = 0; c < DD_API_STATUS_COUNT; c++)
-            o->by_status[c] = atomic_load_explicit(&st->by_status[c], memory_order_relaxed);
-        dd_histogram_snapshot(&st->latency, &o->latency);
-        o->cancelled = atomic_load_explicit(&st->cancelled, memory_order_relaxed);
-        o->send_timeouts = atomic_load_explicit(&st->send_timeouts, memory_order_relaxed);
-        o->stall_refusals = atomic_load_explicit(&st->stall_refusals, memory_order_relaxed);
-    }
+    dd_rpcstats_get(&rpc->stats, out);
     out->in_flight = atomic_load_explicit(&rpc->in_flight, memory_order_relaxed);
     out->serving = atomic_load(&rpc->serving);
 }
@@ -1764,50 +1232,7 @@ void dd_rpc_collect(dd_prom *p, void *ud)
     struct dd_rpc_stats s;
     dd_rpc_get_stats(ud, &s);
 
-    dd_prom_family(p, "dedupd_rpc_requests_total", "gRPC calls answered, by method and status",
-                   DD_PROM_COUNTER);
-    for (int m = 0; m < DD_API_METHOD_COUNT; m++) {
-        for (int c = 0; c < DD_API_STATUS_COUNT; c++) {
-            uint64_t v = s.method[m].by_status[c];
-            /* OK is always there for the Dedup methods (rates start at 0);
-             * other codes appear once they happen. */
-            if (v == 0 && !(c == 0 && m <= DD_API_FORGET_USER)) continue;
-            struct dd_prom_label l[] = {{"method", dd_api_method_name(m)}, {"code", dd_api_status_name(c)}};
-            dd_prom_sample_u64(p, "dedupd_rpc_requests_total", l, 2, v);
-        }
-    }
-    dd_prom_family(p, "dedupd_rpc_duration_seconds",
-                   "gRPC call latency, from the call being matched to its status sent",
-                   DD_PROM_HISTOGRAM);
-    for (int m = 0; m < DD_API_METHOD_COUNT; m++) {
-        const struct dd_histogram_snap *h = &s.method[m].latency;
-        if (h->count == 0 && m > DD_API_FORGET_USER) continue;
-        struct dd_prom_label l = {"method", dd_api_method_name(m)};
-        dd_prom_histogram(p, "dedupd_rpc_duration_seconds", &l, 1, h);
-    }
-    dd_prom_family(p, "dedupd_rpc_cancelled_total",
-                   "gRPC calls cancelled by the peer or their deadline", DD_PROM_COUNTER);
-    for (int m = 0; m <= DD_API_FORGET_USER; m++) {
-        struct dd_prom_label l = {"method", dd_api_method_name(m)};
-        dd_prom_sample_u64(p, "dedupd_rpc_cancelled_total", &l, 1, s.method[m].cancelled);
-    }
-    dd_prom_family(p, "dedupd_rpc_send_timeouts_total",
-                   "gRPC calls cancelled because the peer did not take the reply within "
-                   "rpc.send_timeout_ms",
-                   DD_PROM_COUNTER);
-    for (int m = 0; m <= DD_API_FORGET_USER; m++) {
-        struct dd_prom_label l = {"method", dd_api_method_name(m)};
-        dd_prom_sample_u64(p, "dedupd_rpc_send_timeouts_total", &l, 1, s.method[m].send_timeouts);
-    }
-    dd_prom_family(p, "dedupd_rpc_stall_refusals_total",
-                   "gRPC calls refused at once, or cancelled, because replies their connection "
-                   "did not take (HTTP/2 window shut) already held their share of the call slots",
-                   DD_PROM_COUNTER);
-    for (int m = 0; m <= DD_API_FORGET_USER; m++) {
-        struct dd_prom_label l = {"method", dd_api_method_name(m)};
-        dd_prom_sample_u64(p, "dedupd_rpc_stall_refusals_total", &l, 1, s.method[m].stall_refusals);
-    }
-    dd_prom_gauge(p, "dedupd_rpc_in_flight", "gRPC calls being worked on", s.in_flight);
+    dd_rpcstats_render(p, &s);
 
     /* The calls' own families, then one for the store errors both kinds of
      * call meet (Filter reads, the writes write), then Redis's. */

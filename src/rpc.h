@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * rpc.h - the gRPC front end: dedup.v1.Dedup (Filter, RecordDelivery,
- * RecordPlays, ForgetUser) and grpc.health.v1.Health/Check, on grpc core's
- * C API with protobuf-c messages. Decodes, calls filter.h or record.h, maps
- * their codes to gRPC statuses, encodes. Knows nothing of storage details.
+ * rpc.h - the gRPC front end, on grpc core's C API with protobuf-c
+ * messages. It serves:
+ *   dedup.v1.Dedup         Filter, RecordDelivery, RecordPlays, ForgetUser;
+ *   grpc.health.v1.Health  Check;
+ *   dedup.v1.Cluster       Status, SnapshotBegin, SnapshotRead (nodes of a
+ *                          cluster ask each other; UNIMPLEMENTED on a
+ *                          single node).
+ * The server: workers, call slots, limits, shutdown. A call is checked
+ * (auth.h), routed and maybe forwarded to another shard (forward.h),
+ * else answered here (serve.h: decode, filter.h or record.h, encode; the
+ * snapshot methods through snapshot.h). Knows nothing of storage details.
  *
  * Lifecycle: dd_rpc_new (binds rpc.listen) -> dd_rpc_start (threads, calls
  * pre-posted, health SERVING) -> dd_rpc_shutdown (health NOT_SERVING, stop
@@ -22,6 +29,7 @@
 #include "api.h"
 #include "auth.h"
 #include "metrics.h"
+#include "rpcstats.h"
 
 struct dd_recent_conf;
 
@@ -38,7 +46,8 @@ struct dd_rpc_conf {
     uint32_t shutdown_grace_ms; /* time calls in flight get on shutdown */
     char *poller;               /* grpc poll strategy: poll or epoll1 (dd_rpc_process_init) */
     uint32_t spin_us;           /* a worker polls without blocking this long after a call */
-    /* Hostile or broken clients (see rpc.c DESIGN, "Transport"). */
+    /* Hostile or broken clients (docs/design.md, "The front end",
+     * "Hostile clients"; rpc.c's DESIGN, "Limits"). */
     uint32_t send_timeout_ms;   /* a reply not delivered this long after it is ready:
                                  * the call is cancelled and its slot re-posted */
     uint32_t max_streams_per_connection; /* HTTP/2 concurrent streams per connection */
@@ -131,7 +140,8 @@ int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen
  * dd_rpc_conf_check (else DD_ERR_INVALID). HISTORY is borrowed and must
  * outlive the server, and so is CLUSTER (NULL = a single node): with it,
  * a Dedup call for a user of another shard is forwarded to a replica of
- * that shard (rpc.c, "Forwarding"), a Filter whose user's history is
+ * that shard (forward.h; docs/design.md, "Cluster", "Every node answers
+ * every call"), a Filter whose user's history is
  * damaged here (history.h) to a caught-up replica of this node's own
  * shard before it is answered UNAVAILABLE, and dedup.v1.Cluster/Status answers
  * peers; PRODUCER (NULL = a single node; borrowed) is handed to every
@@ -202,24 +212,10 @@ void dd_rpc_shutdown(dd_rpc *rpc);
 /* Shut down if needed and free everything. NULL is a no-op. */
 void dd_rpc_free(dd_rpc *rpc);
 
-/* Per-method counters for /metrics, indexed by enum dd_api_method (api.h).
- * Every counter is a monotonic atomic since dd_rpc_new; reading them takes
- * no lock. */
-struct dd_rpc_method_stats {
-    const char *name;                              /* "/dedup.v1.Dedup/Filter", static */
-    uint64_t by_status[DD_API_STATUS_COUNT];       /* calls answered, by grpc status */
-    struct dd_histogram_snap latency;              /* seconds, from the call being
-                                                    * matched to its status sent */
-    uint64_t cancelled;                            /* calls the peer or deadline cancelled */
-    uint64_t send_timeouts;                        /* of them, cancelled for rpc.send_timeout_ms */
-    uint64_t stall_refusals;   /* refused at once, or cancelled, because replies their
-                                * connection did not take held their share of the slots */
-};
-struct dd_rpc_stats {
-    struct dd_rpc_method_stats method[DD_API_METHOD_COUNT];
-    uint64_t in_flight;                            /* calls being worked on now */
-    bool serving;
-};
+/* Per-method counters for /metrics (struct dd_rpc_stats, rpcstats.h),
+ * indexed by enum dd_api_method (api.h), with the calls in flight and
+ * whether the server serves. Every counter is a monotonic atomic since
+ * dd_rpc_new; reading them takes no lock. */
 /* Copy the counters into OUT. Cannot fail. */
 void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out);
 

@@ -566,6 +566,14 @@ size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
     return (size_t)(p - out);
 }
 
+size_t dd_wire_filter_response_mark_degraded(const uint8_t *resp, size_t len, uint8_t *out)
+{
+    if (len) memcpy(out, resp, len);
+    out[len] = K_DEGRADED;
+    out[len + 1] = 1;
+    return len + DD_WIRE_DEGRADED_MARK;
+}
+
 size_t dd_wire_count_field(const uint8_t *data, size_t len, uint32_t num, size_t max)
 {
     size_t n = 0, off = 0;

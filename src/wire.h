@@ -4,7 +4,7 @@
  * bytes: dedup.v1.FilterRequest decoded in place (candidate ids stay where
  * gRPC received them) and dedup.v1.FilterResponse encoded into one buffer,
  * without building protobuf-c structs. The other RPCs are small and keep
- * protobuf-c (rpc.c).
+ * protobuf-c (serve.c).
  *
  * DESIGN
  *
@@ -104,6 +104,15 @@ size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
  * by an assert in indexes mode). Cannot fail. */
 size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
                                      const struct dd_filter_result *r, uint8_t *out);
+
+/* A FilterResponse received from a replica (RESP, LEN bytes, as the
+ * replica encoded it) with degraded = true, for an answer of a replica
+ * that was behind: protobuf keeps the last occurrence of a scalar field,
+ * so the field is appended rather than the message decoded and encoded
+ * again. Writes LEN + DD_WIRE_DEGRADED_MARK bytes into OUT (not
+ * overlapping RESP) and returns that count. Cannot fail. */
+#define DD_WIRE_DEGRADED_MARK 2
+size_t dd_wire_filter_response_mark_degraded(const uint8_t *resp, size_t len, uint8_t *out);
 
 /* How many times field NUM occurs at the top level of the message in DATA
  * (LEN bytes), counting no further than MAX + 1, so a caller can refuse a

@@ -788,6 +788,48 @@ static void test_bytes_field(void)
     CHECK_EQ_INT(dd_wire_bytes_field(NULL, 0, 1, &v, &n), DD_ERR_NOTFOUND);
 }
 
+/* A replica's FilterResponse marked degraded: protobuf-c reads the same
+ * answer with degraded = true, whether the replica said degraded or not,
+ * and for the empty response (every field at its default). */
+static void test_response_mark_degraded(void)
+{
+    static char *kept[] = {"a", "bb", "ccc"};
+    uint32_t idx[] = {0, 7, 300};
+    for (int mode = 0; mode < 3; mode++) {
+        for (int was = 0; was < 2; was++) {
+            Dedup__V1__FilterResponse in = DEDUP__V1__FILTER_RESPONSE__INIT;
+            if (mode == 1) {
+                in.n_kept_ids = 3;
+                in.kept_ids = kept;
+            } else if (mode == 2) {
+                in.n_kept_indexes = 3;
+                in.kept_indexes = idx;
+            }
+            in.degraded = was;
+            in.removed_played = 5;
+            in.removed_duplicate = mode;
+            size_t len = protobuf_c_message_get_packed_size(&in.base);
+            uint8_t buf[256], out[256 + DD_WIRE_DEGRADED_MARK];
+            REQUIRE(len <= sizeof buf);
+            protobuf_c_message_pack(&in.base, buf);
+            size_t n = dd_wire_filter_response_mark_degraded(buf, len, out);
+            CHECK_EQ_INT((int)n, (int)(len + DD_WIRE_DEGRADED_MARK));
+            CHECK(memcmp(out, buf, len) == 0);
+            Dedup__V1__FilterResponse *r = dedup__v1__filter_response__unpack(NULL, n, out);
+            REQUIRE(r);
+            CHECK(r->degraded);
+            CHECK_EQ_INT((int)r->n_kept_ids, (int)in.n_kept_ids);
+            for (size_t i = 0; i < r->n_kept_ids; i++) CHECK_STR(r->kept_ids[i], kept[i]);
+            CHECK_EQ_INT((int)r->n_kept_indexes, (int)in.n_kept_indexes);
+            for (size_t i = 0; i < r->n_kept_indexes; i++)
+                CHECK_EQ_INT((int)r->kept_indexes[i], (int)idx[i]);
+            CHECK_EQ_INT((int)r->removed_played, 5);
+            CHECK_EQ_INT((int)r->removed_duplicate, mode);
+            dedup__v1__filter_response__free_unpacked(r, NULL);
+        }
+    }
+}
+
 int main(void)
 {
     arena = dd_arena_new(0, 0);
@@ -809,6 +851,7 @@ int main(void)
     test_response_id_lengths();
     test_count_field();
     test_bytes_field();
+    test_response_mark_degraded();
     dd_arena_free(arena);
     TEST_MAIN_END();
 }
