@@ -52,8 +52,7 @@ int dd_hostport_resolve(const char *s, const struct addrinfo *hints, struct addr
     uint16_t portnum;
     *res = NULL;
     *gai = 0;
-    if (dd_hostport_parse(s, host, sizeof host, &portnum) != DD_HOSTPORT_OK)
-        return DD_ERR_INVALID;
+    if (dd_hostport_parse(s, host, sizeof host, &portnum) != DD_HOSTPORT_OK) return DD_ERR_INVALID;
     snprintf(port, sizeof port, "%u", (unsigned)portnum);
     struct addrinfo h = *hints;
     h.ai_flags |= AI_NUMERICSERV;

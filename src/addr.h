@@ -14,11 +14,11 @@
 /* What dd_hostport_parse found wrong (0 is fine). */
 enum dd_hostport_rc {
     DD_HOSTPORT_OK = 0,
-    DD_HOSTPORT_NOCOLON = -1,  /* no ':' at all */
-    DD_HOSTPORT_NOHOST = -2,   /* ":port" */
-    DD_HOSTPORT_V6 = -3,       /* a ':' in an unbracketed host, or a bad "[...]" */
-    DD_HOSTPORT_BADPORT = -4,  /* not 1 to 6 decimal digits, or over 65535 */
-    DD_HOSTPORT_TOOLONG = -5,  /* the host does not fit in HOSTLEN bytes */
+    DD_HOSTPORT_NOCOLON = -1, /* no ':' at all */
+    DD_HOSTPORT_NOHOST = -2,  /* ":port" */
+    DD_HOSTPORT_V6 = -3,      /* a ':' in an unbracketed host, or a bad "[...]" */
+    DD_HOSTPORT_BADPORT = -4, /* not 1 to 6 decimal digits, or over 65535 */
+    DD_HOSTPORT_TOOLONG = -5, /* the host does not fit in HOSTLEN bytes */
 };
 
 /* Split "host:port" or "[v6 address]:port". The host is non-empty and,

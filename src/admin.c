@@ -103,8 +103,8 @@ struct dd_admin {
         dd_metrics_collect_fn collect;
         dd_admin_probe_fn probe;
         dd_admin_degraded_fn degraded;
-        dd_admin_degraded_fn why;   /* why not ready */
-        const char *page_path;      /* static; NULL = no page */
+        dd_admin_degraded_fn why; /* why not ready */
+        const char *page_path;    /* static; NULL = no page */
         dd_admin_page_fn page;
     } attached[DD_ADMIN_COMPONENT_COUNT];
 
@@ -144,9 +144,8 @@ struct conn {
     bool cut;         /* the reaper shut it down */
 };
 
-static const char *const component_names[DD_ADMIN_COMPONENT_COUNT] = {"store", "grpc",
-                                                                         "ingest", "cluster",
-                                                                         "redis"};
+static const char *const component_names[DD_ADMIN_COMPONENT_COUNT] = {"store", "grpc", "ingest",
+                                                                      "cluster", "redis"};
 
 /* ---- readiness ------------------------------------------------------- */
 
@@ -192,8 +191,7 @@ bool dd_admin_ready(dd_admin *a, char *why, size_t whylen)
             if (a->attached[c].why && a->attached[c].module)
                 a->attached[c].why(a->attached[c].module, reason, sizeof reason);
             pthread_mutex_unlock(&a->lock);
-            int n = snprintf(why + off, whylen - off, "%s%s", ok ? "not ready: " : ", ",
-                             reason);
+            int n = snprintf(why + off, whylen - off, "%s%s", ok ? "not ready: " : ", ", reason);
             if (n > 0) off += (size_t)n;
         }
         ok = false;
@@ -283,8 +281,7 @@ static void collect_process(dd_prom *p, void *ud)
     bool ready = dd_admin_ready(a, NULL, 0);
     dd_prom_family(p, "dedupd_ready", "1 when /readyz answers 200", DD_PROM_GAUGE);
     dd_prom_sample_u64(p, "dedupd_ready", NULL, 0, ready);
-    dd_prom_family(p, "dedupd_component_ready", "1 when the component is up",
-                   DD_PROM_GAUGE);
+    dd_prom_family(p, "dedupd_component_ready", "1 when the component is up", DD_PROM_GAUGE);
     for (int c = 0; c < DD_ADMIN_COMPONENT_COUNT; c++) {
         if (!a->required[c]) {
             pthread_mutex_lock(&a->lock);
@@ -333,9 +330,15 @@ void dd_admin_detach(dd_admin *a, enum dd_admin_component c)
     if (m && collect) dd_metrics_remove(a->metrics, collect, m);
 }
 
-dd_metrics *dd_admin_metrics(dd_admin *a) { return a->metrics; }
+dd_metrics *dd_admin_metrics(dd_admin *a)
+{
+    return a->metrics;
+}
 
-int dd_admin_port(const dd_admin *a) { return a->port; }
+int dd_admin_port(const dd_admin *a)
+{
+    return a->port;
+}
 
 /* ---- handlers ---------------------------------------------------------- */
 
@@ -344,7 +347,10 @@ struct dd_admin_request {
     const char *method;
 };
 
-const char *dd_admin_method(const dd_admin_request *r) { return r->method; }
+const char *dd_admin_method(const dd_admin_request *r)
+{
+    return r->method;
+}
 
 struct arg_walk {
     const char *key;
@@ -359,8 +365,7 @@ static enum MHD_Result arg_visit(void *cls, enum MHD_ValueKind kind, const char 
 {
     struct arg_walk *w = cls;
     (void)kind;
-    if (!key || key_size != strlen(w->key) || memcmp(key, w->key, key_size) != 0)
-        return MHD_YES;
+    if (!key || key_size != strlen(w->key) || memcmp(key, w->key, key_size) != 0) return MHD_YES;
     if (!value) {
         value = "";
         value_size = 0;
@@ -411,7 +416,7 @@ int dd_admin_set_handler(dd_admin *a, const char *path, dd_admin_handler_fn fn, 
         a->handlers[i].path = fn ? path : NULL;
         a->handlers[i].fn = fn;
         a->handlers[i].ud = ud;
-        a->handlers[i].operator = operator;
+        a->handlers[i].operator= operator;
         rc = DD_OK;
         break;
     }
@@ -437,11 +442,9 @@ static bool client_loopback(struct MHD_Connection *conn)
     return false;
 }
 
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char *body,
-                             size_t len, enum MHD_ResponseMemoryMode mode,
-                             const char *content_type);
-static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status,
-                                  const char *text);
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
+                             enum MHD_ResponseMemoryMode mode, const char *content_type);
+static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status, const char *text);
 
 int dd_admin_token_parse(const char *text, char *out, size_t out_cap, char *err, size_t errlen)
 {
@@ -457,7 +460,8 @@ int dd_admin_token_parse(const char *text, char *out, size_t out_cap, char *err,
         if (b[i] < 0x21 || b[i] > 0x7e)
             return dd_fail(DD_ERR_INVALID, err, errlen,
                            "admin.token_file: the token holds byte 0x%02x at %zu (want one "
-                           "line of printable ASCII without spaces)", (unsigned char)b[i], i);
+                           "line of printable ASCII without spaces)",
+                           (unsigned char)b[i], i);
     memcpy(out, b, n);
     out[n] = '\0';
     return DD_OK;
@@ -476,8 +480,8 @@ static bool token_equal(const dd_admin *a, const char *p, size_t n)
 /* Whether content type CT (NULL: none) is one an HTML form can send. */
 static bool form_type(const char *ct)
 {
-    static const char *const forms[] = {"application/x-www-form-urlencoded",
-                                        "multipart/form-data", "text/plain"};
+    static const char *const forms[] = {"application/x-www-form-urlencoded", "multipart/form-data",
+                                        "text/plain"};
     if (!ct) return false;
     while (*ct == ' ') ct++;
     for (size_t i = 0; i < DD_ARRAY_LEN(forms); i++) {
@@ -488,8 +492,7 @@ static bool form_type(const char *ct)
     return false;
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
-                                   const char *text);
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *text);
 
 /* The operator page checks (admin.h, "An OPERATOR page"): 1 and *RET when
  * the request is refused, else 0. */
@@ -548,7 +551,7 @@ static int run_handler(dd_admin *a, struct MHD_Connection *conn, const char *url
             *ret = reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET, POST and DELETE\n");
             break;
         }
-        if (a->handlers[i].operator && operator_refused(a, conn, m, ret)) break;
+        if (a->handlers[i].operator&& operator_refused(a, conn, m, ret)) break;
         dd_admin_request r = {conn, m};
         unsigned status = MHD_HTTP_OK;
         const char *ctype = "application/json";
@@ -564,9 +567,8 @@ static int run_handler(dd_admin *a, struct MHD_Connection *conn, const char *url
 
 /* ---- HTTP ------------------------------------------------------------ */
 
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char *body,
-                             size_t len, enum MHD_ResponseMemoryMode mode,
-                             const char *content_type)
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
+                             enum MHD_ResponseMemoryMode mode, const char *content_type)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
     if (!r) {
@@ -580,8 +582,7 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, char 
     return ret;
 }
 
-static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status,
-                                  const char *text)
+static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status, const char *text)
 {
     return reply(conn, status, (char *)text, strlen(text), MHD_RESPMEM_MUST_COPY,
                  "text/plain; charset=utf-8");
@@ -589,8 +590,7 @@ static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status,
 
 /* {"error": TEXT} (TEXT has no character JSON must escape but '"'), with
  * the Bearer challenge on a 401. */
-static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
-                                   const char *text)
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *text)
 {
     char body[512];
     size_t o = (size_t)snprintf(body, sizeof body, "{\"error\": \"");
@@ -613,9 +613,8 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
-                              const char *method, const char *version,
-                              const char *upload_data, size_t *upload_data_size,
-                              void **req_cls)
+                              const char *method, const char *version, const char *upload_data,
+                              size_t *upload_data_size, void **req_cls)
 {
     dd_admin *a = cls;
     (void)version;
@@ -671,7 +670,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 /* Bind ADDR ourselves so a failure says why (MHD only says it failed). */
 static int listen_on(const char *addr, int *fd_out, bool *v6, char *err, size_t errlen)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int gai;
@@ -730,8 +730,8 @@ static int start_watchdog(dd_admin *a, char *err, size_t errlen)
 
 /* ---- slow clients ---------------------------------------------------- */
 
-static void notify_connection(void *cls, struct MHD_Connection *connection,
-                              void **socket_context, enum MHD_ConnectionNotificationCode toe)
+static void notify_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
+                              enum MHD_ConnectionNotificationCode toe)
 {
     dd_admin *a = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
@@ -756,8 +756,10 @@ static void notify_connection(void *cls, struct MHD_Connection *connection,
         struct conn *c = *socket_context;
         if (!c) return;
         pthread_mutex_lock(&a->conn_lock);
-        if (c->prev) c->prev->next = c->next;
-        else a->conns = c->next;
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            a->conns = c->next;
         if (c->next) c->next->prev = c->prev;
         pthread_mutex_unlock(&a->conn_lock);
         free(c);
@@ -811,8 +813,8 @@ static void *reaper_main(void *arg)
 
 /* ---- lifecycle ------------------------------------------------------- */
 
-int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_required,
-                 char *err, size_t errlen)
+int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_required, char *err,
+                 size_t errlen)
 {
     *out = NULL;
     dd_admin *a = calloc(1, sizeof *a);
@@ -835,8 +837,8 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
     conn_lock_ok = true;
     if (pthread_rwlock_init(&a->hlock, NULL) != 0) goto err;
     a->hlock_ok = true;
-    a->request_timeout_ns = (int64_t)(conf->request_timeout_ms ? conf->request_timeout_ms : 1)
-                            * 1000000;
+    a->request_timeout_ns =
+        (int64_t)(conf->request_timeout_ms ? conf->request_timeout_ms : 1) * 1000000;
     if (conf->token_file && conf->token_file[0]) {
         char *text = dd_read_file(conf->token_file, err, errlen);
         if (!text) {
@@ -868,30 +870,25 @@ int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_r
         a->httpd = MHD_start_daemon(
             flags, 0, NULL, NULL, handle, a, MHD_OPTION_LISTEN_SOCKET, fd,
             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(conf->threads ? conf->threads : 1),
-            MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned)conf->max_connections,
-            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)conf->max_connections_per_ip,
-            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
-            MHD_OPTION_NOTIFY_CONNECTION, notify_connection, a,
-            MHD_OPTION_NOTIFY_COMPLETED, notify_completed, a,
-            MHD_OPTION_END);
+            MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)conf->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned)conf->max_connections_per_ip, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+            (size_t)32768, MHD_OPTION_NOTIFY_CONNECTION, notify_connection, a,
+            MHD_OPTION_NOTIFY_COMPLETED, notify_completed, a, MHD_OPTION_END);
         if (!a->httpd) {
             close(fd);
-            snprintf(err, errlen, "admin.listen: cannot start the HTTP server on %s",
-                     conf->listen);
+            snprintf(err, errlen, "admin.listen: cannot start the HTTP server on %s", conf->listen);
             rc = DD_ERR_IO;
             goto err_msg;
         }
-        const union MHD_DaemonInfo *info =
-            MHD_get_daemon_info(a->httpd, MHD_DAEMON_INFO_BIND_PORT);
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->httpd, MHD_DAEMON_INFO_BIND_PORT);
         a->port = info ? info->port : 0;
         if (a->port == 0) {
             struct sockaddr_storage ss;
             socklen_t sl = sizeof ss;
             if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-                a->port = ntohs(ss.ss_family == AF_INET6
-                                    ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                    : ((struct sockaddr_in *)&ss)->sin_port);
+                a->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                         : ((struct sockaddr_in *)&ss)->sin_port);
         }
     }
     if (a->httpd && ticker_start(&a->reaper, &a->conn_lock, reaper_main, a) != DD_OK) {

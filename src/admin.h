@@ -47,25 +47,25 @@
 
 /* The admin listener's settings (admin.* in conf/dedupd.conf). */
 struct dd_admin_conf {
-    char *listen;               /* host:port for /metrics, /healthz, /readyz; "" = off */
-    uint32_t drain_ms;          /* on shutdown: /readyz says 503 this long before gRPC stops */
-    uint32_t threads;           /* libmicrohttpd worker threads (a pool when > 1) */
-    uint32_t max_connections;   /* connections at once; more are refused */
+    char *listen;                    /* host:port for /metrics, /healthz, /readyz; "" = off */
+    uint32_t drain_ms;               /* on shutdown: /readyz says 503 this long before gRPC stops */
+    uint32_t threads;                /* libmicrohttpd worker threads (a pool when > 1) */
+    uint32_t max_connections;        /* connections at once; more are refused */
     uint32_t max_connections_per_ip; /* connections at once from one address */
-    uint32_t request_timeout_ms; /* a connection that has not completed a request this
+    uint32_t request_timeout_ms;     /* a connection that has not completed a request this
                                   * long after it opened (or after its last
                                   * request) is closed, however it trickles bytes */
-    char *token_file;           /* file holding the bearer token the operator pages
+    char *token_file;                /* file holding the bearer token the operator pages
                                  * (/why, /trace) want; "" = those pages answer 403 */
 };
 typedef struct dd_admin dd_admin;
 
 enum dd_admin_component {
-    DD_ADMIN_STORE = 0,   /* the history store is open */
-    DD_ADMIN_RPC,         /* the gRPC front end is serving */
-    DD_ADMIN_INGEST,      /* the Kafka consumer has partitions (only when ingest.enabled) */
-    DD_ADMIN_CLUSTER,     /* the node's place in the cluster holds (only once required) */
-    DD_ADMIN_REDIS,       /* Redis answers (recent_watch.h); never required: reported in
+    DD_ADMIN_STORE = 0, /* the history store is open */
+    DD_ADMIN_RPC,       /* the gRPC front end is serving */
+    DD_ADMIN_INGEST,    /* the Kafka consumer has partitions (only when ingest.enabled) */
+    DD_ADMIN_CLUSTER,   /* the node's place in the cluster holds (only once required) */
+    DD_ADMIN_REDIS,     /* Redis answers (recent_watch.h); never required: reported in
                            * dedupd_component_ready while attached, and as "degraded" */
     DD_ADMIN_COMPONENT_COUNT,
 };
@@ -79,8 +79,8 @@ enum dd_admin_component {
  * with a message naming admin.listen in err, DD_ERR_INVALID naming
  * admin.token_file (unreadable, or not a token: dd_admin_token_parse), or
  * DD_ERR_NOMEM; *out is NULL on error. Free with dd_admin_free. */
-int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_required,
-                 char *err, size_t errlen);
+int dd_admin_new(dd_admin **out, const struct dd_admin_conf *conf, bool ingest_required, char *err,
+                 size_t errlen);
 
 /* Stop the listener and the watchdog and free everything. Detach modules
  * first. NULL is a no-op. */

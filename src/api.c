@@ -36,10 +36,23 @@ const char *dd_api_method_path(enum dd_api_method m)
 const char *dd_api_status_name(int code)
 {
     static const char *const names[DD_API_STATUS_COUNT] = {
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
-        "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
     };
     if (code < 0 || code >= DD_API_STATUS_COUNT) return "UNKNOWN_STATUS";
     return names[code];
@@ -54,7 +67,7 @@ int dd_api_check_user_scene(size_t user_len, size_t scene_len, uint32_t max_id_b
                        "user_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, user_len,
                        max_id_bytes);
     if (scene_len > DD_SCENE_MAX)
-        return dd_fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d",
-                       scene_len, DD_SCENE_MAX);
+        return dd_fail(DD_ERR_INVALID, err, errlen, "scene is %zu bytes, longer than %d", scene_len,
+                       DD_SCENE_MAX);
     return DD_OK;
 }

@@ -22,7 +22,7 @@ enum dd_api_method {
     DD_API_CLUSTER_STATUS, /* dedup.v1.Cluster/Status: nodes of a cluster ask each other */
     DD_API_SNAPSHOT_BEGIN, /* dedup.v1.Cluster/SnapshotBegin: a new replica asks a peer */
     DD_API_SNAPSHOT_READ,  /* dedup.v1.Cluster/SnapshotRead: ... and copies its store */
-    DD_API_UNKNOWN,       /* any other method (the server answers UNIMPLEMENTED) */
+    DD_API_UNKNOWN,        /* any other method (the server answers UNIMPLEMENTED) */
     DD_API_METHOD_COUNT,
 };
 

@@ -23,7 +23,7 @@ struct chunk {
 struct dd_arena {
     struct chunk *head;
     size_t initial, retain;
-    size_t used_total;       /* bytes handed out since the last reset */
+    size_t used_total; /* bytes handed out since the last reset */
     size_t chunk_count;
     ProtobufCAllocator pb;
 };
@@ -41,7 +41,10 @@ static struct chunk *chunk_new(size_t size)
     return c;
 }
 
-static void *pb_alloc(void *data, size_t size) { return dd_arena_alloc(data, size); }
+static void *pb_alloc(void *data, size_t size)
+{
+    return dd_arena_alloc(data, size);
+}
 
 static void pb_free(void *data, void *ptr)
 {
@@ -143,8 +146,17 @@ void dd_arena_reset(dd_arena *a)
     a->used_total = 0;
 }
 
-size_t dd_arena_used(const dd_arena *a) { return a->used_total; }
+size_t dd_arena_used(const dd_arena *a)
+{
+    return a->used_total;
+}
 
-size_t dd_arena_chunks(const dd_arena *a) { return a->chunk_count; }
+size_t dd_arena_chunks(const dd_arena *a)
+{
+    return a->chunk_count;
+}
 
-ProtobufCAllocator *dd_arena_allocator(dd_arena *a) { return &a->pb; }
+ProtobufCAllocator *dd_arena_allocator(dd_arena *a)
+{
+    return &a->pb;
+}

@@ -31,13 +31,13 @@
 
 struct dd_assign {
     char *topic;
-    char *group_id;       /* the group offsets are committed under */
+    char *group_id; /* the group offsets are committed under */
     dd_history *h;
     dd_lag *lag;
-    rd_kafka_t *rk;       /* the consumer (dd_assign_set_consumer) */
+    rd_kafka_t *rk; /* the consumer (dd_assign_set_consumer) */
     rd_kafka_topic_t *rkt;
-    bool assign;          /* assign mode (conf->assign) */
-    bool from_beginning;  /* assign: ignore committed offsets (ingest.h) */
+    bool assign;           /* assign mode (conf->assign) */
+    bool from_beginning;   /* assign: ignore committed offsets (ingest.h) */
     bool accept_truncated; /* ingest.accept_truncated_log (ingest.h) */
     uint32_t shards, shard;
     enum dd_partitioner partitioner;
@@ -48,9 +48,9 @@ struct dd_assign {
     bool self_assigned;
     int64_t assign_retry_ns;
     atomic_int_least32_t partitions; /* dd_assign_partition_count */
-    atomic_bool changed;  /* dd_assign_partitions_changed */
-    atomic_bool log_gap;  /* dd_assign_log_gap */
-    char gap_why[200];    /* written once, before log_gap is set */
+    atomic_bool changed;             /* dd_assign_partitions_changed */
+    atomic_bool log_gap;             /* dd_assign_log_gap */
+    char gap_why[200];               /* written once, before log_gap is set */
     atomic_uint_least64_t log_gaps, count_changes, topic_partitions;
     /* The watch thread. */
     pthread_t watch_thr;
@@ -78,32 +78,38 @@ static void check_log_start(dd_assign *a, int32_t partition, int64_t next, bool 
     rd_kafka_resp_err_t e =
         rd_kafka_query_watermark_offsets(a->rk, a->topic, partition, &lo, &hi, 5000);
     if (e) {
-        dd_warn(MOD, "msg=\"cannot read where the log starts; not checked for a gap\" "
-                     "topic=%s partition=%" PRId32 " error=\"%s\"",
+        dd_warn(MOD,
+                "msg=\"cannot read where the log starts; not checked for a gap\" "
+                "topic=%s partition=%" PRId32 " error=\"%s\"",
                 a->topic, partition, rd_kafka_err2str(e));
         return;
     }
     if (next >= lo) return;
     if (a->accept_truncated) {
-        dd_warn(MOD, "msg=\"the log starts after the store's position; accepted "
-                     "(ingest.accept_truncated_log)\" topic=%s partition=%" PRId32
-                     " store_next=%" PRId64 " log_start=%" PRId64 " stored=%s",
+        dd_warn(MOD,
+                "msg=\"the log starts after the store's position; accepted "
+                "(ingest.accept_truncated_log)\" topic=%s partition=%" PRId32 " store_next=%" PRId64
+                " log_start=%" PRId64 " stored=%s",
                 a->topic, partition, next, lo, stored ? "yes" : "no");
         return;
     }
     INC(log_gaps);
     if (stored)
-        dd_error(MOD, "msg=\"the log starts after the store's position: the plays between are "
-                      "gone from the topic and missing from this store; replace the store (a "
-                      "copy from a replica: cluster.bootstrap = peer) or raise the topic's "
-                      "retention\" topic=%s partition=%" PRId32 " store_next=%" PRId64
-                      " log_start=%" PRId64, a->topic, partition, next, lo);
+        dd_error(MOD,
+                 "msg=\"the log starts after the store's position: the plays between are "
+                 "gone from the topic and missing from this store; replace the store (a "
+                 "copy from a replica: cluster.bootstrap = peer) or raise the topic's "
+                 "retention\" topic=%s partition=%" PRId32 " store_next=%" PRId64
+                 " log_start=%" PRId64,
+                 a->topic, partition, next, lo);
     else
-        dd_error(MOD, "msg=\"the store has no position in a partition whose log no longer "
-                      "starts at offset 0: the plays before the log's start are missing from "
-                      "this store; copy a replica's store (cluster.bootstrap = peer), or declare "
-                      "them not needed with ingest.accept_truncated_log = true\" topic=%s "
-                      "partition=%" PRId32 " log_start=%" PRId64, a->topic, partition, lo);
+        dd_error(MOD,
+                 "msg=\"the store has no position in a partition whose log no longer "
+                 "starts at offset 0: the plays before the log's start are missing from "
+                 "this store; copy a replica's store (cluster.bootstrap = peer), or declare "
+                 "them not needed with ingest.accept_truncated_log = true\" topic=%s "
+                 "partition=%" PRId32 " log_start=%" PRId64,
+                 a->topic, partition, lo);
     if (!atomic_load(&a->log_gap)) {
         if (stored)
             snprintf(a->gap_why, sizeof a->gap_why,
@@ -139,8 +145,8 @@ int dd_assign_from_store(dd_assign *a, rd_kafka_topic_partition_list_t *l)
     for (int i = 0; i < l->cnt; i++) {
         int64_t next;
         char err[256];
-        int rc = dd_history_get_offset(a->h, a->topic, l->elems[i].partition, &next, err,
-                                       sizeof err);
+        int rc =
+            dd_history_get_offset(a->h, a->topic, l->elems[i].partition, &next, err, sizeof err);
         if (rc == DD_OK) {
             l->elems[i].offset = next;
             n++;
@@ -152,8 +158,9 @@ int dd_assign_from_store(dd_assign *a, rd_kafka_topic_partition_list_t *l)
             l->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
             check_log_start(a, l->elems[i].partition, 0, false);
         } else if (rc != DD_ERR_NOTFOUND) {
-            dd_error(MOD, "msg=\"cannot read the store's offset; starting from the committed "
-                          "one\" topic=%s partition=%" PRId32 " error=\"%s\"",
+            dd_error(MOD,
+                     "msg=\"cannot read the store's offset; starting from the committed "
+                     "one\" topic=%s partition=%" PRId32 " error=\"%s\"",
                      a->topic, l->elems[i].partition, err);
         }
     }
@@ -182,7 +189,8 @@ void dd_assign_store_start(dd_assign *a, const rd_kafka_topic_partition_list_t *
     if (rd_kafka_offsets_store(a->rk, c) != RD_KAFKA_RESP_ERR_NO_ERROR)
         dd_log_limited(&a->lim_store, 5000, DD_LOG_WARN, MOD,
                        "msg=\"start offsets not stored; lag counted from the log start\" "
-                       "topic=%s", a->topic);
+                       "topic=%s",
+                       a->topic);
     rd_kafka_topic_partition_list_destroy(c);
 }
 
@@ -206,9 +214,11 @@ static void reset_committed(dd_assign *a, const rd_kafka_topic_partition_list_t 
     }
     if (!e) e = rd_kafka_commit(a->rk, c, 0);
     if (e)
-        dd_warn(MOD, "msg=\"new store: cannot reset the group's offsets to the beginning; a "
-                     "restart before the first commit would resume at the old ones\" "
-                     "group=%s error=\"%s\"", a->group_id, rd_kafka_err2str(e));
+        dd_warn(MOD,
+                "msg=\"new store: cannot reset the group's offsets to the beginning; a "
+                "restart before the first commit would resume at the old ones\" "
+                "group=%s error=\"%s\"",
+                a->group_id, rd_kafka_err2str(e));
     else
         dd_info(MOD, "msg=\"new store: the group's offsets reset to the beginning\" group=%s",
                 a->group_id);
@@ -225,8 +235,8 @@ bool dd_assign_poll(dd_assign *a)
     int32_t n = atomic_load(&a->partitions);
     if (n <= 0 || dd_mono_ns() < a->assign_retry_ns) return false;
     a->assign_retry_ns = dd_mono_ns() + (int64_t)WATCH_RETRY_MS * 1000000;
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(
-        (int)(n / (int32_t)a->shards + 1));
+    rd_kafka_topic_partition_list_t *l =
+        rd_kafka_topic_partition_list_new((int)(n / (int32_t)a->shards + 1));
     if (!l) return false;
     char list[256] = "";
     size_t len = 0;
@@ -234,14 +244,15 @@ bool dd_assign_poll(dd_assign *a)
         rd_kafka_topic_partition_list_add(l, a->topic, p)->offset =
             a->from_beginning ? RD_KAFKA_OFFSET_BEGINNING : RD_KAFKA_OFFSET_STORED;
         if (len < sizeof list - 16)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%" PRId32, len ? "," : "",
-                                    p);
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%" PRId32, len ? "," : "", p);
         else if (len < sizeof list - 4)
             len += (size_t)snprintf(list + len, sizeof list - len, "...");
     }
     if (l->cnt == 0) {
-        dd_error(MOD, "msg=\"this shard owns no partition of the topic\" topic=%s partitions=%"
-                 PRId32 " shards=%" PRIu32 " shard=%" PRIu32, a->topic, n, a->shards, a->shard);
+        dd_error(MOD,
+                 "msg=\"this shard owns no partition of the topic\" topic=%s partitions=%" PRId32
+                 " shards=%" PRIu32 " shard=%" PRIu32,
+                 a->topic, n, a->shards, a->shard);
         a->self_assigned = true; /* never ready: the map does not fit the topic */
         rd_kafka_topic_partition_list_destroy(l);
         return false;
@@ -266,9 +277,10 @@ bool dd_assign_poll(dd_assign *a)
         a->self_assigned = true;
         for (int i = 0; i < l->cnt; i++) dd_lag_assign(a->lag, l->elems[i].partition, true);
         dd_assign_store_start(a, l);
-        dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=assign partitions=%s "
-                "topic_partitions=%" PRId32 " group=%s from_store=%d", l->cnt, list, n,
-                a->group_id, stored);
+        dd_info(MOD,
+                "msg=\"partitions assigned\" count=%d protocol=assign partitions=%s "
+                "topic_partitions=%" PRId32 " group=%s from_store=%d",
+                l->cnt, list, n, a->group_id, stored);
         if (a->from_beginning) reset_committed(a, l);
     }
     rd_kafka_topic_partition_list_destroy(l);
@@ -287,8 +299,10 @@ static void note_partition_count(dd_assign *a, int32_t n, int32_t *last)
          * on a mismatch the count is never published, so nothing is
          * assigned (assign mode). */
         if (a->partitions_ok && !a->partitions_ok(a->partitions_ud, n)) {
-            dd_error(MOD, "msg=\"the store's ownership differs from the topic's: not "
-                          "consuming\" topic=%s partitions=%" PRId32, a->topic, n);
+            dd_error(MOD,
+                     "msg=\"the store's ownership differs from the topic's: not "
+                     "consuming\" topic=%s partitions=%" PRId32,
+                     a->topic, n);
             *last = n;
             return;
         }
@@ -302,14 +316,17 @@ static void note_partition_count(dd_assign *a, int32_t n, int32_t *last)
              * that (the cluster must be resized), so keep what is owned
              * and say so until restart. */
             atomic_store(&a->changed, true);
-            dd_error(MOD, "msg=\"the topic's partition count changed: users have moved between "
+            dd_error(MOD,
+                     "msg=\"the topic's partition count changed: users have moved between "
                      "partitions; still consuming the partitions assigned at start\" topic=%s "
-                     "was=%" PRId32 " now=%" PRId32 " assigned_by=%" PRId32, a->topic, *last, n,
-                     atomic_load(&a->partitions));
+                     "was=%" PRId32 " now=%" PRId32 " assigned_by=%" PRId32,
+                     a->topic, *last, n, atomic_load(&a->partitions));
         } else {
             atomic_store(&a->partitions, n);
-            dd_info(MOD, "msg=\"the topic's partition count changed (the group rebalances)\" "
-                    "topic=%s was=%" PRId32 " now=%" PRId32, a->topic, *last, n);
+            dd_info(MOD,
+                    "msg=\"the topic's partition count changed (the group rebalances)\" "
+                    "topic=%s was=%" PRId32 " now=%" PRId32,
+                    a->topic, *last, n);
         }
     }
     *last = n;
@@ -327,7 +344,8 @@ static void *watch_main(void *arg)
         int64_t at = dd_mono_ns() + (int64_t)(last ? WATCH_MS : WATCH_RETRY_MS) * 1000000;
         struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
         pthread_mutex_lock(&a->mu);
-        while (!a->watch_quit && pthread_cond_timedwait(&a->watch_cv, &a->mu, &ts) == 0) {}
+        while (!a->watch_quit && pthread_cond_timedwait(&a->watch_cv, &a->mu, &ts) == 0) {
+        }
     }
     pthread_mutex_unlock(&a->mu);
     return NULL;
@@ -378,8 +396,8 @@ static int group_of(const struct dd_assign_conf *conf, const struct dd_config_li
 }
 
 int dd_assign_new(dd_assign **out, const struct dd_assign_conf *conf,
-                  const struct dd_config_list *kafka, dd_history *history, dd_lag *lag,
-                  char *err, size_t errlen)
+                  const struct dd_config_list *kafka, dd_history *history, dd_lag *lag, char *err,
+                  size_t errlen)
 {
     *out = NULL;
     char *group = NULL;
@@ -451,13 +469,25 @@ void dd_assign_free(dd_assign *a)
     free(a);
 }
 
-const char *dd_assign_group(const dd_assign *a) { return a->group_id; }
+const char *dd_assign_group(const dd_assign *a)
+{
+    return a->group_id;
+}
 
-int32_t dd_assign_count(const dd_assign *a) { return a->assign_count; }
+int32_t dd_assign_count(const dd_assign *a)
+{
+    return a->assign_count;
+}
 
-int32_t dd_assign_partition_count(const dd_assign *a) { return atomic_load(&a->partitions); }
+int32_t dd_assign_partition_count(const dd_assign *a)
+{
+    return atomic_load(&a->partitions);
+}
 
-bool dd_assign_partitions_changed(const dd_assign *a) { return atomic_load(&a->changed); }
+bool dd_assign_partitions_changed(const dd_assign *a)
+{
+    return atomic_load(&a->changed);
+}
 
 void dd_assign_get_stats(const dd_assign *a, struct dd_assign_stats *out)
 {

@@ -37,11 +37,11 @@ typedef struct dd_assign dd_assign;
 /* ingest.h's settings that decide the partitions (struct dd_ingest_conf). */
 struct dd_assign_conf {
     const char *topic;
-    bool assign;                /* self-assign p % shards == shard, no group */
+    bool assign; /* self-assign p % shards == shard, no group */
     uint32_t shards, shard, replica;
-    int partitioner;            /* enum dd_partitioner (partition.h) */
-    bool from_beginning;        /* assign: a new store, start at each log's beginning */
-    bool accept_truncated_log;  /* a missing start of the log is not a gap */
+    int partitioner;           /* enum dd_partitioner (partition.h) */
+    bool from_beginning;       /* assign: a new store, start at each log's beginning */
+    bool accept_truncated_log; /* a missing start of the log is not a gap */
 };
 
 /* Check CONF and derive the group id from KAFKA's group.id (ingest.h:
@@ -50,8 +50,8 @@ struct dd_assign_conf {
  * DD_ERR_INVALID (err names the key) or DD_ERR_NOMEM; *out is NULL on
  * error. Free with dd_assign_free (NULL is a no-op). */
 int dd_assign_new(dd_assign **out, const struct dd_assign_conf *conf,
-                  const struct dd_config_list *kafka, dd_history *history, dd_lag *lag,
-                  char *err, size_t errlen);
+                  const struct dd_config_list *kafka, dd_history *history, dd_lag *lag, char *err,
+                  size_t errlen);
 void dd_assign_free(dd_assign *a);
 
 /* The group id offsets are committed under. Static while A lives. */

@@ -17,10 +17,10 @@
 /* One parsed allow list (rpc.h: rpc.allow_read, rpc.allow_write,
  * rpc.allow_peer). */
 struct allow {
-    const char *key;  /* "rpc.allow_read", static */
-    bool any;         /* "*" */
-    size_t n;         /* identities; 0 and !any = nobody */
-    char **ids;       /* n malloc'd strings, trimmed */
+    const char *key; /* "rpc.allow_read", static */
+    bool any;        /* "*" */
+    size_t n;        /* identities; 0 and !any = nobody */
+    char **ids;      /* n malloc'd strings, trimmed */
 };
 
 struct dd_auth {
@@ -29,7 +29,10 @@ struct dd_auth {
     struct allow peer;  /* the Cluster service, and calls forwarded by a node */
 };
 
-static bool blank(char c) { return c == ' ' || c == '\t'; }
+static bool blank(char c)
+{
+    return c == ' ' || c == '\t';
+}
 
 static void allow_free(struct allow *a)
 {
@@ -43,8 +46,8 @@ static void allow_free(struct allow *a)
  * NULL only check it, allocating nothing; *NAMED tells whether it names
  * identities. Returns 0, DD_ERR_INVALID or DD_ERR_NOMEM, with a message
  * naming KEY; on error *A holds nothing. */
-static int allow_parse(const char *key, const char *list, struct allow *a, bool *named,
-                       char *err, size_t errlen)
+static int allow_parse(const char *key, const char *list, struct allow *a, bool *named, char *err,
+                       size_t errlen)
 {
     const char *p = list;
     while (blank(*p)) p++;
@@ -68,13 +71,15 @@ static int allow_parse(const char *key, const char *list, struct allow *a, bool 
             if (a) allow_free(a);
             return dd_fail(DD_ERR_INVALID, err, errlen,
                            "%s: \"%s\" has an empty entry (a comma-separated list of client "
-                           "identities, \"*\" for any client, \"\" for none)", key, list);
+                           "identities, \"*\" for any client, \"\" for none)",
+                           key, list);
         }
         if (e - b == 1 && *b == '*') {
             if (a) allow_free(a);
             return dd_fail(DD_ERR_INVALID, err, errlen,
                            "%s: \"*\" (any client) must be the whole list, not one entry of "
-                           "\"%s\"", key, list);
+                           "\"%s\"",
+                           key, list);
         }
         *named = true;
         if (a) {
@@ -114,7 +119,8 @@ int dd_auth_conf_check(const struct dd_auth_conf *conf, const char *listen, char
             return dd_fail(DD_ERR_INVALID, err, errlen,
                            "%s: \"%s\" names client identities, which only rpc.tls_client_ca "
                            "(mutual TLS) provides; without it use \"*\" (anyone) or \"\" "
-                           "(no one)", keys[i], lists[i]);
+                           "(no one)",
+                           keys[i], lists[i]);
     }
     if (!mutual && !conf->allow_insecure && !dd_hostport_is_loopback(listen))
         return dd_fail(DD_ERR_INVALID, err, errlen,
@@ -122,8 +128,7 @@ int dd_auth_conf_check(const struct dd_auth_conf *conf, const char *listen, char
                        "authenticated (%s): set rpc.tls_cert, rpc.tls_key and "
                        "rpc.tls_client_ca for mutual TLS, or rpc.allow_insecure = true to "
                        "let any peer call every method",
-                       listen, conf->tls.cert[0] ? "TLS without rpc.tls_client_ca"
-                                                       : "plaintext");
+                       listen, conf->tls.cert[0] ? "TLS without rpc.tls_client_ca" : "plaintext");
     return DD_OK;
 }
 
@@ -181,7 +186,8 @@ grpc_server_credentials *dd_auth_credentials(const struct dd_tls_conf *conf, cha
     grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
     /* The config copies the PEM text; the options take the config, the
      * credentials the options. */
-    grpc_ssl_server_certificate_config *cfg = grpc_ssl_server_certificate_config_create(ca, &pair, 1);
+    grpc_ssl_server_certificate_config *cfg =
+        grpc_ssl_server_certificate_config_create(ca, &pair, 1);
     grpc_ssl_server_credentials_options *opts =
         cfg ? grpc_ssl_server_credentials_create_options_using_config(
                   ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
@@ -290,15 +296,17 @@ grpc_status_code dd_auth_call(const dd_auth *auth, grpc_call *call, enum dd_api_
         }
         const char *who = p && p->value ? p->value : "(no client certificate)";
         if (forwarded)
-            snprintf(msg, msg_cap, "client \"%.200s\" may not forward calls (%s carries %s; "
-                     "not in %s)", who, dd_api_method_name(m), DD_CLUSTER_MD_FROM, a->key);
+            snprintf(msg, msg_cap,
+                     "client \"%.200s\" may not forward calls (%s carries %s; "
+                     "not in %s)",
+                     who, dd_api_method_name(m), DD_CLUSTER_MD_FROM, a->key);
         else
             snprintf(msg, msg_cap, "client \"%.200s\" may not call %s (not in %s)", who,
                      dd_api_method_name(m), a->key);
         dd_log_limited(&denied_log, 10000, DD_LOG_WARN, "rpc",
                        "msg=\"call denied\" method=%s forwarded=%s client=\"%.200s\" "
-                       "setting=%s", dd_api_method_path(m), forwarded ? "true" : "false", who,
-                       a->key);
+                       "setting=%s",
+                       dd_api_method_path(m), forwarded ? "true" : "false", who, a->key);
     }
     if (ctx) grpc_auth_context_release(ctx);
     return ok ? GRPC_STATUS_OK : GRPC_STATUS_PERMISSION_DENIED;

@@ -35,9 +35,9 @@ typedef struct dd_auth dd_auth;
  * the server's credentials here, and in a cluster the client certificate
  * this node calls its peers with (peer.h). Each "" when unset. */
 struct dd_tls_conf {
-    char *cert;                 /* PEM chain; "" = plaintext */
-    char *key;                  /* its PEM key, with cert */
-    char *client_ca;            /* PEM roots clients' certificates must chain to (mutual
+    char *cert;      /* PEM chain; "" = plaintext */
+    char *key;       /* its PEM key, with cert */
+    char *client_ca; /* PEM roots clients' certificates must chain to (mutual
                                  * TLS); "" = no client certificates */
 };
 
@@ -45,10 +45,10 @@ struct dd_tls_conf {
  * call what", documents the keys; struct dd_rpc_conf embeds this). */
 struct dd_auth_conf {
     struct dd_tls_conf tls;
-    char *allow_read;           /* identities that may call Filter */
-    char *allow_write;          /* ... RecordDelivery, RecordPlays and ForgetUser */
-    char *allow_peer;           /* ... the Cluster service and forwarded calls */
-    bool allow_insecure;        /* serve a non-loopback rpc.listen without client
+    char *allow_read;    /* identities that may call Filter */
+    char *allow_write;   /* ... RecordDelivery, RecordPlays and ForgetUser */
+    char *allow_peer;    /* ... the Cluster service and forwarded calls */
+    bool allow_insecure; /* serve a non-loopback rpc.listen without client
                                  * certificates (anyone may call everything) */
 };
 

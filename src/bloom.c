@@ -138,8 +138,7 @@ static int sort_top_bits(uint64_t *h, size_t n, uint64_t *tmp)
     return 0;
 }
 
-void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,
-                          uint32_t *tmp_idx)
+void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h, uint32_t *tmp_idx)
 {
     if (!idx && n >= 64 && sort_top_bits(h, n, tmp_h) == 0) return;
     if (n < 64) {
@@ -186,7 +185,8 @@ void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,
                 idst[pos] = isrc[i];
             }
         } else {
-            for (size_t i = 0; i < n; i++) dst[cnt[(src[i] >> shift) & (SORT_BUCKETS - 1)]++] = src[i];
+            for (size_t i = 0; i < n; i++)
+                dst[cnt[(src[i] >> shift) & (SORT_BUCKETS - 1)]++] = src[i];
         }
         uint64_t *t = src;
         src = dst;
@@ -408,7 +408,8 @@ int dd_bloom_parse(const void *data, size_t len, struct dd_bloom_view *v)
     uint64_t range = (uint64_t)get_u32(p + 8) + 1;
     size_t nbytes = len - GCS_HEADER - TRAILER;
     /* every gap takes at least k + 1 bits */
-    if (count > range || (uint64_t)count * (p[2] + 1u) > (uint64_t)nbytes * 8) return DD_ERR_CORRUPT;
+    if (count > range || (uint64_t)count * (p[2] + 1u) > (uint64_t)nbytes * 8)
+        return DD_ERR_CORRUPT;
     v->range = range;
     v->count = count;
     v->rice_k = p[2];
@@ -611,8 +612,7 @@ static inline __attribute__((always_inline)) void candset_put(void *ctx, uint32_
     if (__builtin_expect(c->nf == CANDSET_CHUNK, 0)) candset_mark(c);
 }
 
-int dd_bloom_probe_candset(const struct dd_bloom_view *v, const struct dd_candset *cs,
-                           uint8_t *hit)
+int dd_bloom_probe_candset(const struct dd_bloom_view *v, const struct dd_candset *cs, uint8_t *hit)
 {
     if (v->range != DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
     if (cs->n == 0) return DD_OK;
@@ -731,12 +731,12 @@ static inline __attribute__((always_inline)) void merge4(const uint64_t *sorted,
     size_t e0 = i1, e1 = i2, e2 = i3, e3 = e;
     size_t j0 = lower_bound_u32(f, c, CAND_FP(i0)), j1 = lower_bound_u32(f, c, CAND_FP(i1));
     size_t j2 = lower_bound_u32(f, c, CAND_FP(i2)), j3 = lower_bound_u32(f, c, CAND_FP(i3));
-#define STEP(q)                                                                                   \
-    do {                                                                                          \
-        uint32_t a = CAND_FP(i##q), b = f[j##q];                                                  \
-        hit[i##q] |= (uint8_t)(a == b);                                                           \
-        i##q += a <= b;                                                                           \
-        j##q += a > b;                                                                            \
+#define STEP(q) \
+    do { \
+        uint32_t a = CAND_FP(i##q), b = f[j##q]; \
+        hit[i##q] |= (uint8_t)(a == b); \
+        i##q += a <= b; \
+        j##q += a > b; \
     } while (0)
     while (i0 < e0 && i1 < e1 && i2 < e2 && i3 < e3) {
         STEP(0);

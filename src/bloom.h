@@ -58,10 +58,10 @@
 /* A parsed, validated filter. Points into the caller's bytes (borrowed):
  * valid while they are. */
 struct dd_bloom_view {
-    uint64_t range;       /* M, 1 .. 2^32 */
-    uint32_t count;       /* distinct fingerprints */
+    uint64_t range; /* M, 1 .. 2^32 */
+    uint32_t count; /* distinct fingerprints */
     uint8_t rice_k;
-    const uint8_t *bits;  /* the gap bitstream */
+    const uint8_t *bits; /* the gap bitstream */
     size_t nbits_bytes;
 };
 
@@ -212,7 +212,6 @@ uint32_t dd_bloom_fps_at(const uint8_t *fps, uint32_t i);
  * else LSD radix), moving IDX[i] along with H[i] when IDX is not NULL. TMP_H and TMP_IDX
  * (when IDX is given) have room for N. Allocates nothing; cannot fail.
  * Prepares dd_bloom_probe_sorted's input; IDX maps hits back to positions. */
-void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h,
-                          uint32_t *tmp_idx);
+void dd_bloom_sort_hashes(uint64_t *h, uint32_t *idx, size_t n, uint64_t *tmp_h, uint32_t *tmp_idx);
 
 #endif

@@ -38,17 +38,17 @@ static const double fwd_bounds[] = {
 
 struct peer {
     uint32_t shard, replica;
-    const char *addr;          /* the map's */
-    char label[32];            /* "s.r" */
-    grpc_channel *ch;          /* NULL for this node */
-    _Atomic int state;         /* enum peer_state, from the last probe */
-    atomic_bool unreachable;   /* the last probe got no answer: no connection, or none
+    const char *addr;         /* the map's */
+    char label[32];           /* "s.r" */
+    grpc_channel *ch;         /* NULL for this node */
+    _Atomic int state;        /* enum peer_state, from the last probe */
+    atomic_bool unreachable;  /* the last probe got no answer: no connection, or none
                                 * within its deadline (a peer that answered with an
                                 * error is down but reachable) */
-    atomic_bool ready;         /* the peer's own readiness */
-    atomic_bool mismatch;      /* it would own other users than our map says */
-    _Atomic int relation;      /* enum dd_cluster_relation of its map, when not a mismatch */
-    atomic_bool nodes_differ;  /* it lists other nodes (a rolling change) */
+    atomic_bool ready;        /* the peer's own readiness */
+    atomic_bool mismatch;     /* it would own other users than our map says */
+    _Atomic int relation;     /* enum dd_cluster_relation of its map, when not a mismatch */
+    atomic_bool nodes_differ; /* it lists other nodes (a rolling change) */
     _Atomic int64_t lag_ms;
     _Atomic int64_t last_ok_ms; /* wall clock of the last answered probe; 0 never */
     _Atomic int32_t partitions;
@@ -57,45 +57,45 @@ struct peer {
     /* The health thread's probe in flight. */
     grpc_call *call;
     struct dd_unary u;
-    char why[160];             /* the health thread's; read under cl->mu */
+    char why[160]; /* the health thread's; read under cl->mu */
 };
 
 /* Calls forwarded to one shard from this node (dd_cluster_forward_begin). */
 struct shard_fwd {
     _Atomic uint32_t inflight;
-    _Atomic uint64_t refused_full;  /* past the cap */
-    _Atomic uint64_t refused_down;  /* every replica down at the last round */
+    _Atomic uint64_t refused_full; /* past the cap */
+    _Atomic uint64_t refused_down; /* every replica down at the last round */
 };
 
 struct dd_cluster {
     struct dd_cluster_map map;
     char hash_hex[17];
-    char split_hex[17];        /* "" when this map splits none */
+    char split_hex[17]; /* "" when this map splits none */
     char nodes_hex[17];
     char self_label[32];
-    struct peer *peers;        /* every node of the map, shard-major */
-    uint32_t *first;           /* [shard]: index of its first replica in peers */
+    struct peer *peers; /* every node of the map, shard-major */
+    uint32_t *first;    /* [shard]: index of its first replica in peers */
     size_t npeers;
     struct dd_cluster_local local;
     int64_t max_lag_ms, interval_ms, forward_timeout_ms;
-    uint32_t fwd_cap;          /* cluster.max_forward_inflight, or its automatic value */
-    uint32_t fwd_total_cap;    /* over all shards: a method's slots but one */
+    uint32_t fwd_cap;       /* cluster.max_forward_inflight, or its automatic value */
+    uint32_t fwd_total_cap; /* over all shards: a method's slots but one */
     _Atomic uint32_t fwd_total;
     struct shard_fwd *fwd;     /* [shard] */
     _Atomic uint32_t rr;       /* round robin over caught-up replicas */
     grpc_completion_queue *cq; /* the health thread's */
     pthread_t thread;
     bool started;
-    pthread_mutex_t mu;        /* stop flag, the whys, mismatch text */
+    pthread_mutex_t mu; /* stop flag, the whys, mismatch text */
     pthread_cond_t cv;
     bool stop;
     _Atomic int64_t foreign_mismatch_until_ms; /* a caller's map differed (check_peer_map) */
     char foreign_why[200];
     struct dd_histogram fwd_latency;
     _Atomic uint64_t map_refusals; /* forwarded calls or probes refused for the map */
-    atomic_bool self_behind;   /* this node's lag, as of the last health round */
-    atomic_bool odd_one_out;   /* its map differs from as many peers as agree (last round) */
-    atomic_bool settled;       /* dd_cluster_settled, as of the last health round */
+    atomic_bool self_behind;       /* this node's lag, as of the last health round */
+    atomic_bool odd_one_out;       /* its map differs from as many peers as agree (last round) */
+    atomic_bool settled;           /* dd_cluster_settled, as of the last health round */
     _Atomic int32_t settled_partitions; /* the partition count it was settled with */
     _Atomic uint64_t unsettled_rounds;
 };
@@ -144,8 +144,9 @@ static void update_self(dd_cluster *cl)
     bool odd = disagree && disagree >= agree;
     bool was = atomic_exchange(&cl->odd_one_out, odd);
     if (odd && !was)
-        dd_error(MOD, "msg=\"this node's cluster map differs from its peers'; refusing calls "
-                      "until they agree\" disagree=%zu agree=%zu",
+        dd_error(MOD,
+                 "msg=\"this node's cluster map differs from its peers'; refusing calls "
+                 "until they agree\" disagree=%zu agree=%zu",
                  disagree, agree);
     else if (!odd && was)
         dd_info(MOD, "msg=\"cluster map agreed again; serving\"");
@@ -165,18 +166,23 @@ static void update_self(dd_cluster *cl)
                 lag, cl->max_lag_ms);
 }
 
-const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl) { return &cl->map; }
-int64_t dd_cluster_forward_timeout_ms(const dd_cluster *cl) { return cl->forward_timeout_ms; }
+const struct dd_cluster_map *dd_cluster_get_map(const dd_cluster *cl)
+{
+    return &cl->map;
+}
+int64_t dd_cluster_forward_timeout_ms(const dd_cluster *cl)
+{
+    return cl->forward_timeout_ms;
+}
 
 static struct peer *peer_at(dd_cluster *cl, uint32_t shard, uint32_t replica)
 {
     return &cl->peers[cl->first[shard] + replica];
 }
 
-int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
-                   const struct dd_cluster_conf *conf, const struct dd_peer_conf *peer,
-                   uint32_t threads, uint32_t prepost, const struct dd_cluster_local *local,
-                   char *err, size_t errlen)
+int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map, const struct dd_cluster_conf *conf,
+                   const struct dd_peer_conf *peer, uint32_t threads, uint32_t prepost,
+                   const struct dd_cluster_local *local, char *err, size_t errlen)
 {
     *out = NULL;
     dd_cluster *cl = calloc(1, sizeof *cl);
@@ -201,12 +207,12 @@ int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
     cl->forward_timeout_ms = conf->forward_timeout_ms ? conf->forward_timeout_ms : 5000;
     atomic_init(&cl->self_behind, true);
     int rc = DD_ERR_NOMEM;
-    cl->fwd_cap = dd_cluster_forward_cap(conf->max_forward_inflight, cl->map.shards, threads,
-                                         prepost);
+    cl->fwd_cap =
+        dd_cluster_forward_cap(conf->max_forward_inflight, cl->map.shards, threads, prepost);
     {
         uint64_t slots = (uint64_t)(threads ? threads : 1) * (prepost ? prepost : 1);
-        cl->fwd_total_cap = slots > 1 ? (uint32_t)(slots - 1 < UINT32_MAX ? slots - 1 : UINT32_MAX)
-                                      : 1;
+        cl->fwd_total_cap =
+            slots > 1 ? (uint32_t)(slots - 1 < UINT32_MAX ? slots - 1 : UINT32_MAX) : 1;
     }
     cl->fwd = calloc(cl->map.shards, sizeof *cl->fwd);
     cl->first = calloc(cl->map.shards, sizeof *cl->first);
@@ -355,8 +361,9 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
                 snprintf(why, sizeof why, "its status cannot be decoded");
             bool was = atomic_exchange(&p->mismatch, true);
             if (!was)
-                dd_error(MOD, "msg=\"peer disagrees about the cluster map\" peer=%s addr=%s "
-                              "reason=\"%s\"",
+                dd_error(MOD,
+                         "msg=\"peer disagrees about the cluster map\" peer=%s addr=%s "
+                         "reason=\"%s\"",
                          p->label, p->addr, why);
             atomic_store(&p->state, PEER_UP);
             atomic_store(&p->ready, false);
@@ -374,12 +381,14 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
             bool was = atomic_exchange(&p->mismatch, differ);
             int rel_was = atomic_exchange(&p->relation, differ ? DD_MAP_SAME : (int)rel);
             if (parts && !was)
-                dd_error(MOD, "msg=\"peer sees another partition count of the plays topic; not "
-                              "used\" peer=%s addr=%s ours=%" PRId32 " theirs=%" PRId32,
+                dd_error(MOD,
+                         "msg=\"peer sees another partition count of the plays topic; not "
+                         "used\" peer=%s addr=%s ours=%" PRId32 " theirs=%" PRId32,
                          p->label, p->addr, ours, st->partition_count);
             else if (differ && !was)
-                dd_error(MOD, "msg=\"peer has another cluster map (shards or partitioner); not "
-                              "used\" peer=%s addr=%s ours=%s theirs=\"%s\"",
+                dd_error(MOD,
+                         "msg=\"peer has another cluster map (shards or partitioner); not "
+                         "used\" peer=%s addr=%s ours=%s theirs=\"%s\"",
                          p->label, p->addr, cl->hash_hex, theirs);
             else if (!differ && was)
                 dd_info(MOD, "msg=\"peer agrees about the cluster map again\" peer=%s", p->label);
@@ -392,8 +401,9 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
             bool nodes = strcmp(st->nodes_hash, cl->nodes_hex) != 0 || st->replica != p->replica;
             bool nodes_was = atomic_exchange(&p->nodes_differ, nodes);
             if (nodes && !nodes_was)
-                dd_warn(MOD, "msg=\"peer lists other nodes than this node (cluster.nodes)\" "
-                             "peer=%s addr=%s its_place=%" PRIu32 ".%" PRIu32,
+                dd_warn(MOD,
+                        "msg=\"peer lists other nodes than this node (cluster.nodes)\" "
+                        "peer=%s addr=%s its_place=%" PRIu32 ".%" PRIu32,
                         p->label, p->addr, st->shard, st->replica);
             if (parts)
                 snprintf(why, sizeof why,
@@ -408,7 +418,8 @@ static void probe_done(dd_cluster *cl, struct peer *p, int ok)
             atomic_store(&p->ready, st->ready);
             atomic_store(&p->last_ok_ms, dd_now_ms());
             int prev = atomic_exchange(&p->state, PEER_UP);
-            if (prev == PEER_DOWN) dd_info(MOD, "msg=\"peer up\" peer=%s addr=%s", p->label, p->addr);
+            if (prev == PEER_DOWN)
+                dd_info(MOD, "msg=\"peer up\" peer=%s addr=%s", p->label, p->addr);
         }
         if (st) dedup__v1__node_status__free_unpacked(st, NULL);
     }
@@ -443,8 +454,8 @@ static void *health_main(void *arg)
                 set_down(p, "cannot start a call");
         }
         while (pending) {
-            grpc_event ev = grpc_completion_queue_next(cl->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                                       NULL);
+            grpc_event ev =
+                grpc_completion_queue_next(cl->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
             if (ev.type != GRPC_OP_COMPLETE) break;
             probe_done(cl, ev.tag, ev.success);
             pending--;
@@ -458,7 +469,8 @@ static void *health_main(void *arg)
         until.tv_sec += left_ns / 1000000000;
         until.tv_nsec += left_ns % 1000000000;
         if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
-        while (!cl->stop && pthread_cond_timedwait(&cl->cv, &cl->mu, &until) == 0) {}
+        while (!cl->stop && pthread_cond_timedwait(&cl->cv, &cl->mu, &until) == 0) {
+        }
         bool stop = cl->stop;
         pthread_mutex_unlock(&cl->mu);
         if (stop) break;
@@ -474,8 +486,9 @@ int dd_cluster_start(dd_cluster *cl, char *err, size_t errlen)
     if (pthread_create(&cl->thread, NULL, health_main, cl) != 0)
         return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot start the cluster health thread");
     cl->started = true;
-    dd_info(MOD, "msg=started shards=%" PRIu32 " shard=%" PRIu32 " replica=%" PRIu32
-                 " nodes=%zu partitioner=%s map=%s",
+    dd_info(MOD,
+            "msg=started shards=%" PRIu32 " shard=%" PRIu32 " replica=%" PRIu32
+            " nodes=%zu partitioner=%s map=%s",
             cl->map.shards, cl->map.shard, cl->map.replica, cl->npeers,
             dd_partitioner_name((enum dd_partitioner)cl->map.partitioner), cl->hash_hex);
     return DD_OK;
@@ -499,7 +512,8 @@ void dd_cluster_free(dd_cluster *cl)
     if (cl->cq) {
         grpc_completion_queue_shutdown(cl->cq);
         while (grpc_completion_queue_next(cl->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
-               GRPC_QUEUE_SHUTDOWN) {}
+               GRPC_QUEUE_SHUTDOWN) {
+        }
         grpc_completion_queue_destroy(cl->cq);
     }
     for (size_t i = 0; cl->peers && i < cl->npeers; i++) {
@@ -549,8 +563,7 @@ static int tier_of(const dd_cluster *cl, struct peer *p)
     if (st == PEER_UNKNOWN) return TIER_UNKNOWN;
     if (st == PEER_DOWN) return TIER_DOWN;
     int64_t lag = atomic_load_explicit(&p->lag_ms, memory_order_relaxed);
-    if (atomic_load_explicit(&p->ready, memory_order_relaxed) && lag >= 0 &&
-        lag <= cl->max_lag_ms)
+    if (atomic_load_explicit(&p->ready, memory_order_relaxed) && lag >= 0 && lag <= cl->max_lag_ms)
         return TIER_GOOD;
     return TIER_BEHIND;
 }
@@ -672,8 +685,8 @@ int dd_cluster_check_peer_map(dd_cluster *cl, const char *hash_hex, const char *
     PEER_TEXT(who, from);
     PEER_TEXT(theirs, hash_hex);
     dd_fail(DD_ERR_STATE, err, errlen,
-            "cluster map mismatch: node \"%s\" has map \"%s\", this node (%s) has %s", who,
-            theirs, cl->self_label, cl->hash_hex);
+            "cluster map mismatch: node \"%s\" has map \"%s\", this node (%s) has %s", who, theirs,
+            cl->self_label, cl->hash_hex);
     pthread_mutex_lock(&cl->mu);
     snprintf(cl->foreign_why, sizeof cl->foreign_why, "%s", err);
     pthread_mutex_unlock(&cl->mu);
@@ -734,13 +747,17 @@ bool dd_cluster_ready(dd_cluster *cl, char *why, size_t whylen)
     int64_t lag = cl->local.lag_ms ? cl->local.lag_ms(cl->local.ud) : -1;
     if (dd_cluster_self_behind(cl)) {
         if (lag >= 0 && lag <= cl->max_lag_ms)
-            dd_set_err(why, whylen, "cluster: catching up (lag %" PRId64 " ms; the next health "
-                                    "round decides)", lag);
+            dd_set_err(why, whylen,
+                       "cluster: catching up (lag %" PRId64 " ms; the next health "
+                       "round decides)",
+                       lag);
         else if (lag < 0)
-            dd_set_err(why, whylen, "cluster: ingest lag not known yet (high watermark not "
-                                    "known, or replaying the log found at assignment)");
+            dd_set_err(why, whylen,
+                       "cluster: ingest lag not known yet (high watermark not "
+                       "known, or replaying the log found at assignment)");
         else
-            dd_set_err(why, whylen, "cluster: ingest %" PRId64 " ms behind (cluster.max_lag_ms=%" PRId64 ")",
+            dd_set_err(why, whylen,
+                       "cluster: ingest %" PRId64 " ms behind (cluster.max_lag_ms=%" PRId64 ")",
                        lag, cl->max_lag_ms);
         return false;
     }
@@ -754,8 +771,8 @@ bool dd_cluster_degraded(dd_cluster *cl, char *why, size_t whylen)
     map_votes(cl, &disagree, &agree, &first);
     if (disagree) {
         pthread_mutex_lock(&cl->mu);
-        dd_set_err(why, whylen, "peer %s (%s) has another cluster map (%s); not used",
-                   first->label, first->addr, first->why);
+        dd_set_err(why, whylen, "peer %s (%s) has another cluster map (%s); not used", first->label,
+                   first->addr, first->why);
         pthread_mutex_unlock(&cl->mu);
         return true;
     }
@@ -822,8 +839,8 @@ static const char *state_name(int st)
     return st == PEER_UP ? "up" : st == PEER_DOWN ? "down" : "unknown";
 }
 
-static const char *const outcome_names[DD_FWD_OUTCOME_COUNT] = {
-    "ok", "unavailable", "deadline", "cancelled", "too_large"};
+static const char *const outcome_names[DD_FWD_OUTCOME_COUNT] = {"ok", "unavailable", "deadline",
+                                                                "cancelled", "too_large"};
 
 const char *dd_cluster_outcome_name(enum dd_cluster_outcome o)
 {
@@ -846,7 +863,8 @@ void dd_cluster_collect(dd_prom *p, void *ud)
         }
     }
     char shard[DD_CLUSTER_MAX_SHARDS][12];
-    for (uint32_t s = 0; s < cl->map.shards; s++) snprintf(shard[s], sizeof shard[s], "%" PRIu32, s);
+    for (uint32_t s = 0; s < cl->map.shards; s++)
+        snprintf(shard[s], sizeof shard[s], "%" PRIu32, s);
     dd_prom_family(p, "dedupd_cluster_forward_inflight",
                    "Calls forwarded to a shard from this node in flight (capped by "
                    "cluster.max_forward_inflight)",
@@ -856,11 +874,12 @@ void dd_cluster_collect(dd_prom *p, void *ud)
         dd_prom_sample_u64(p, "dedupd_cluster_forward_inflight", &l, 1,
                            atomic_load_explicit(&cl->fwd[s].inflight, memory_order_relaxed));
     }
-    dd_prom_family(p, "dedupd_cluster_forward_refused_total",
-                   "Calls for a shard refused at once, by shard and reason: inflight "
-                   "(cluster.max_forward_inflight reached) or down (every replica unreachable at the "
-                   "last health round)",
-                   DD_PROM_COUNTER);
+    dd_prom_family(
+        p, "dedupd_cluster_forward_refused_total",
+        "Calls for a shard refused at once, by shard and reason: inflight "
+        "(cluster.max_forward_inflight reached) or down (every replica unreachable at the "
+        "last health round)",
+        DD_PROM_COUNTER);
     for (uint32_t s = 0; s < cl->map.shards; s++) {
         struct dd_prom_label full[] = {{"shard", shard[s]}, {"reason", "inflight"}};
         dd_prom_sample_u64(p, "dedupd_cluster_forward_refused_total", full, 2,
@@ -907,7 +926,8 @@ void dd_cluster_collect(dd_prom *p, void *ud)
         struct peer *pe = &cl->peers[i];
         if (!pe->ch) continue;
         struct dd_prom_label l = {"peer", pe->label};
-        dd_prom_sample_u64(p, "dedupd_cluster_peer_map_mismatch", &l, 1, atomic_load(&pe->mismatch));
+        dd_prom_sample_u64(p, "dedupd_cluster_peer_map_mismatch", &l, 1,
+                           atomic_load(&pe->mismatch));
     }
     dd_prom_family(p, "dedupd_cluster_peer_oversized_total",
                    "Replies of the peer (status probes and forwarded calls) over this node's "
@@ -930,13 +950,20 @@ void dd_cluster_collect(dd_prom *p, void *ud)
                    DD_PROM_GAUGE);
     char shards[16];
     snprintf(shards, sizeof shards, "%" PRIu32, cl->map.shards);
-    struct dd_prom_label l[] = {{"node", cl->self_label}, {"shards", shards}, {"map", cl->hash_hex}};
+    struct dd_prom_label l[] = {
+        {"node", cl->self_label}, {"shards", shards}, {"map", cl->hash_hex}};
     dd_prom_sample_u64(p, "dedupd_cluster_node_info", l, 3, 1);
 }
 
-size_t dd_cluster_node_count(const dd_cluster *cl) { return cl->npeers; }
+size_t dd_cluster_node_count(const dd_cluster *cl)
+{
+    return cl->npeers;
+}
 
-int64_t dd_cluster_max_lag_ms(const dd_cluster *cl) { return cl->max_lag_ms; }
+int64_t dd_cluster_max_lag_ms(const dd_cluster *cl)
+{
+    return cl->max_lag_ms;
+}
 
 void dd_cluster_node_get(dd_cluster *cl, size_t i, struct dd_cluster_node *out)
 {
@@ -953,8 +980,8 @@ void dd_cluster_node_get(dd_cluster *cl, size_t i, struct dd_cluster_node *out)
     out->ready = atomic_load(&p->ready);
     out->mismatch = atomic_load(&p->mismatch);
     int rel = atomic_load(&p->relation);
-    out->relation = rel >= DD_MAP_SAME && rel <= DD_MAP_OTHER ? (enum dd_cluster_relation)rel
-                                                              : DD_MAP_OTHER;
+    out->relation =
+        rel >= DD_MAP_SAME && rel <= DD_MAP_OTHER ? (enum dd_cluster_relation)rel : DD_MAP_OTHER;
     out->nodes_differ = atomic_load(&p->nodes_differ);
     out->lag_ms = atomic_load(&p->lag_ms);
     out->last_ok_ms = atomic_load(&p->last_ok_ms);

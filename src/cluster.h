@@ -53,9 +53,9 @@ typedef struct dd_cluster dd_cluster;
 /* What the cluster asks of this node's ingest (main wires ingest.h). Each
  * function may be NULL (unknown) and is called from any thread. */
 struct dd_cluster_local {
-    int32_t (*partitions)(void *ud);     /* the topic's partition count, 0 = not known yet */
-    bool (*partitions_changed)(void *ud);/* the count changed while running */
-    int64_t (*lag_ms)(void *ud);         /* this node's ingest lag, -1 = unknown */
+    int32_t (*partitions)(void *ud);      /* the topic's partition count, 0 = not known yet */
+    bool (*partitions_changed)(void *ud); /* the count changed while running */
+    int64_t (*lag_ms)(void *ud);          /* this node's ingest lag, -1 = unknown */
     void *ud;
 };
 
@@ -65,10 +65,9 @@ struct dd_cluster_local {
  * (rpc.threads, rpc.prepost) are a method's call slots, which the calls
  * forwarded at once share (dd_cluster_forward_begin). Returns 0,
  * DD_ERR_INVALID (unreadable TLS file) or DD_ERR_NOMEM. */
-int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map,
-                   const struct dd_cluster_conf *conf, const struct dd_peer_conf *peer,
-                   uint32_t threads, uint32_t prepost, const struct dd_cluster_local *local,
-                   char *err, size_t errlen);
+int dd_cluster_new(dd_cluster **out, struct dd_cluster_map *map, const struct dd_cluster_conf *conf,
+                   const struct dd_peer_conf *peer, uint32_t threads, uint32_t prepost,
+                   const struct dd_cluster_local *local, char *err, size_t errlen);
 int dd_cluster_start(dd_cluster *cl, char *err, size_t errlen);
 void dd_cluster_stop(dd_cluster *cl);
 void dd_cluster_free(dd_cluster *cl);
@@ -118,11 +117,11 @@ bool dd_cluster_self_behind(const dd_cluster *cl);
 
 /* How a forwarded call ended, for /metrics. */
 enum dd_cluster_outcome {
-    DD_FWD_OK = 0,          /* the peer answered (any status but UNAVAILABLE) */
-    DD_FWD_UNAVAILABLE,     /* UNAVAILABLE or no connection: the next replica was tried */
-    DD_FWD_DEADLINE,        /* the caller's deadline passed */
-    DD_FWD_CANCELLED,       /* the caller went away */
-    DD_FWD_TOO_LARGE,       /* the reply was over the receive limit: the next replica
+    DD_FWD_OK = 0,      /* the peer answered (any status but UNAVAILABLE) */
+    DD_FWD_UNAVAILABLE, /* UNAVAILABLE or no connection: the next replica was tried */
+    DD_FWD_DEADLINE,    /* the caller's deadline passed */
+    DD_FWD_CANCELLED,   /* the caller went away */
+    DD_FWD_TOO_LARGE,   /* the reply was over the receive limit: the next replica
                              * was tried (counted in dedupd_cluster_peer_oversized_total too) */
     DD_FWD_OUTCOME_COUNT
 };
@@ -131,7 +130,6 @@ enum dd_cluster_outcome {
 const char *dd_cluster_outcome_name(enum dd_cluster_outcome o);
 void dd_cluster_forwarded(dd_cluster *cl, uint32_t shard, int replica,
                           enum dd_cluster_outcome outcome, int64_t ns);
-
 
 /* A forwarded call or a status probe carries the sender's map hash and
  * the hash of the map it splits ("" none); 0 when they are the same map
@@ -161,7 +159,7 @@ bool dd_cluster_settled(dd_cluster *cl, uint64_t *rounds);
 struct dd_cluster_self {
     uint32_t shard, replica;
     char map_hash[17];
-    char split_hash[17];     /* "" when this map splits none */
+    char split_hash[17]; /* "" when this map splits none */
     char nodes_hash[17];
     bool ready;
     int64_t lag_ms;          /* -1 unknown */
@@ -193,20 +191,20 @@ void dd_cluster_collect(dd_prom *p, void *ud);
 /* One node of the map as this node last saw it. */
 struct dd_cluster_node {
     uint32_t shard, replica;
-    const char *addr;          /* the map's; lives as long as the cluster */
-    const char *label;         /* "s.r"; lives as long as the cluster */
-    bool self;                 /* this node: the fields below are not set */
-    const char *state;         /* "up", "down" or "unknown", from the last probe */
-    bool ready;                /* the peer's own readiness */
-    bool mismatch;             /* it would own other users than our map says */
+    const char *addr;                  /* the map's; lives as long as the cluster */
+    const char *label;                 /* "s.r"; lives as long as the cluster */
+    bool self;                         /* this node: the fields below are not set */
+    const char *state;                 /* "up", "down" or "unknown", from the last probe */
+    bool ready;                        /* the peer's own readiness */
+    bool mismatch;                     /* it would own other users than our map says */
     enum dd_cluster_relation relation; /* of its map, when not a mismatch */
-    bool nodes_differ;         /* it lists other nodes */
-    int64_t lag_ms;            /* as it last reported it; -1 unknown */
-    int64_t last_ok_ms;        /* wall clock of the last answered probe; 0 never */
-    int32_t partitions;        /* the partition count it sees; 0 unknown */
+    bool nodes_differ;                 /* it lists other nodes */
+    int64_t lag_ms;                    /* as it last reported it; -1 unknown */
+    int64_t last_ok_ms;                /* wall clock of the last answered probe; 0 never */
+    int32_t partitions;                /* the partition count it sees; 0 unknown */
     uint64_t forwarded[DD_FWD_OUTCOME_COUNT];
-    uint64_t oversized;        /* replies over a receive limit */
-    char why[160];             /* the last probe's finding, sanitized */
+    uint64_t oversized; /* replies over a receive limit */
+    char why[160];      /* the last probe's finding, sanitized */
 };
 
 /* The number of nodes in the map (this one included); node I of them

@@ -144,8 +144,8 @@ static int parse_nodes(const struct dd_cluster_conf *c, struct dd_cluster_map *m
                 for (uint32_t l = 0; l < m->nreplicas[k]; l++)
                     if ((k != i || l != j) && (k > i || (k == i && l > j)) &&
                         strcmp(m->addr[i][j], m->addr[k][l]) == 0)
-                        return dd_fail(DD_ERR_INVALID, err, errlen,
-                                       "%s: \"%s\" is listed twice", key, m->addr[i][j]);
+                        return dd_fail(DD_ERR_INVALID, err, errlen, "%s: \"%s\" is listed twice",
+                                       key, m->addr[i][j]);
     return DD_OK;
 }
 
@@ -219,8 +219,8 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
     if ((rc = parse_nodes(c, &m, err, errlen)) != DD_OK) goto done;
     if ((rc = parse_place("cluster.shard", c->shard, m.shards, &m.shard, err, errlen)) != DD_OK)
         goto done;
-    if ((rc = parse_place("cluster.replica", c->replica, DD_CLUSTER_MAX_REPLICAS, &m.replica,
-                          err, errlen)) != DD_OK)
+    if ((rc = parse_place("cluster.replica", c->replica, DD_CLUSTER_MAX_REPLICAS, &m.replica, err,
+                          errlen)) != DD_OK)
         goto done;
     if ((m.shard == UINT32_MAX) != (m.replica == UINT32_MAX)) {
         rc = dd_fail(DD_ERR_INVALID, err, errlen,
@@ -244,7 +244,8 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
                          "cluster.split_replicas: with cluster.shard = auto and "
                          "cluster.split_from, give the replicas per shard when the split was "
                          "made (1..%" PRIu32 "): without it, adding replicas would move pods "
-                         "to other shards", r);
+                         "to other shards",
+                         r);
             goto done;
         }
         char name[256];
@@ -263,14 +264,15 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
                                   &m.shard, &m.replica) != DD_OK) {
             rc = dd_fail(DD_ERR_INVALID, err, errlen,
                          "cluster.split_from: %" PRIu32 " must divide cluster.shards (%" PRIu32
-                         ") and be smaller (N -> 2N: split_from = N)", c->split_from, m.shards);
+                         ") and be smaller (N -> 2N: split_from = N)",
+                         c->split_from, m.shards);
             goto done;
         }
     }
     if (m.replica >= m.nreplicas[m.shard]) {
         rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                     "cluster.replica: %" PRIu32 " but shard %" PRIu32 " of cluster.nodes has %" PRIu32
-                     " replica(s)",
+                     "cluster.replica: %" PRIu32 " but shard %" PRIu32
+                     " of cluster.nodes has %" PRIu32 " replica(s)",
                      m.replica, m.shard, m.nreplicas[m.shard]);
         goto done;
     }
@@ -278,7 +280,8 @@ int dd_cluster_conf_check(const struct dd_cluster_conf *c, const char *hostname,
         uint32_t n = list_entry(c->redis, 0, NULL, 0);
         if (n != m.shards) {
             rc = dd_fail(DD_ERR_INVALID, err, errlen,
-                         "cluster.redis: lists %" PRIu32 " Redis addresses, cluster.shards is %" PRIu32,
+                         "cluster.redis: lists %" PRIu32
+                         " Redis addresses, cluster.shards is %" PRIu32,
                          n, m.shards);
             goto done;
         }

@@ -31,32 +31,32 @@
 
 /* The cluster's settings ([cluster] in conf/dedupd.conf). */
 struct dd_cluster_conf {
-    uint32_t shards;            /* N; 1 with one node = a single node, no cluster */
-    char *shard;                /* this node's shard, "0".."N-1", or "auto" (dd_cluster_conf_check) */
-    char *replica;              /* its index in the shard's replicas, or "auto" */
-    char *nodes;                /* "a:1,b:1;c:1,d:1": shards by ';', replicas by ',' */
-    char *partitioner;          /* the producers' partitioner, librdkafka's name */
-    char *redis;                /* "a:6379;b:6379": each shard's Redis, by shard; "" = recent.redis */
-    uint32_t max_lag_ms;        /* a replica further behind is "behind" */
-    uint32_t health_interval_ms; /* how often each peer is probed */
-    uint32_t forward_timeout_ms; /* a forwarded call's deadline when the caller's is later */
+    uint32_t shards;     /* N; 1 with one node = a single node, no cluster */
+    char *shard;         /* this node's shard, "0".."N-1", or "auto" (dd_cluster_conf_check) */
+    char *replica;       /* its index in the shard's replicas, or "auto" */
+    char *nodes;         /* "a:1,b:1;c:1,d:1": shards by ';', replicas by ',' */
+    char *partitioner;   /* the producers' partitioner, librdkafka's name */
+    char *redis;         /* "a:6379;b:6379": each shard's Redis, by shard; "" = recent.redis */
+    uint32_t max_lag_ms; /* a replica further behind is "behind" */
+    uint32_t health_interval_ms;   /* how often each peer is probed */
+    uint32_t forward_timeout_ms;   /* a forwarded call's deadline when the caller's is later */
     uint32_t max_forward_inflight; /* calls forwarded to one shard in flight at once on this
                                     * node; 0 = auto (dd_cluster_forward_cap) */
-    char *tls_ca;               /* PEM roots to verify peers by; "" = rpc.tls_client_ca,
+    char *tls_ca;                  /* PEM roots to verify peers by; "" = rpc.tls_client_ca,
                                  * else rpc.tls_cert itself */
-    char *tls_server_name;      /* name peers' certificates are checked against; "" = the
+    char *tls_server_name;         /* name peers' certificates are checked against; "" = the
                                  * host of the peer's address */
-    char *forget_key_file;      /* the secret forget markers are signed with (marker.h);
+    char *forget_key_file;         /* the secret forget markers are signed with (marker.h);
                                  * required in a cluster; "" = none (a single node then
                                  * applies no marker from the topic) */
-    char *bootstrap;            /* "none", or "peer": an empty store is first copied from a
+    char *bootstrap;               /* "none", or "peer": an empty store is first copied from a
                                  * live replica of this shard (snapshot.h) */
-    uint32_t snapshot_mbps;     /* this node lends its store at most this fast; 0 = no limit */
-    uint32_t snapshot_max_age_s; /* a checkpoint lent for copies is released this long
+    uint32_t snapshot_mbps;        /* this node lends its store at most this fast; 0 = no limit */
+    uint32_t snapshot_max_age_s;   /* a checkpoint lent for copies is released this long
                                   * after it was made, however often it is read */
-    uint32_t split_from;        /* resharding: this map splits one of that many shards
+    uint32_t split_from;           /* resharding: this map splits one of that many shards
                                  * (0 = none); see "Resharding" below */
-    uint32_t split_replicas;    /* auto with split_from: the replicas per shard when the
+    uint32_t split_replicas;       /* auto with split_from: the replicas per shard when the
                                  * split was made (dd_cluster_auto_place); 0 = not set */
 };
 
@@ -68,15 +68,15 @@ struct dd_cluster_conf {
  * dd_cluster_map_free releases it. */
 struct dd_cluster_map {
     uint32_t shards;
-    uint32_t shard, replica;    /* this node */
-    uint32_t *nreplicas;        /* [shard] */
-    char ***addr;               /* [shard][replica], host:port */
-    int partitioner;            /* enum dd_partitioner (partition.h) */
-    uint64_t hash;              /* ownership: of shards and partitioner; nodes that differ
+    uint32_t shard, replica; /* this node */
+    uint32_t *nreplicas;     /* [shard] */
+    char ***addr;            /* [shard][replica], host:port */
+    int partitioner;         /* enum dd_partitioner (partition.h) */
+    uint64_t hash;           /* ownership: of shards and partitioner; nodes that differ
                                  * here refuse each other */
-    uint64_t nodes_hash;        /* of the node list: may differ while replicas are added */
-    uint32_t split_from;        /* cluster.split_from; 0 = none */
-    uint64_t split_hash;        /* the ownership hash of the map it splits; 0 = none */
+    uint64_t nodes_hash;     /* of the node list: may differ while replicas are added */
+    uint32_t split_from;     /* cluster.split_from; 0 = none */
+    uint64_t split_hash;     /* the ownership hash of the map it splits; 0 = none */
 };
 
 /* Whether CONF describes a cluster (more than one shard or replica) rather
@@ -178,10 +178,10 @@ int dd_cluster_forward_cap_check(uint32_t value, uint32_t shards, uint32_t threa
 
 /* How a peer's map relates to ours. */
 enum dd_cluster_relation {
-    DD_MAP_SAME = 0,     /* the same ownership */
-    DD_MAP_OLDER,        /* the map ours splits (cluster.split_from): resharding */
-    DD_MAP_NEWER,        /* a map that splits ours: resharding */
-    DD_MAP_OTHER,        /* a stranger: refused */
+    DD_MAP_SAME = 0, /* the same ownership */
+    DD_MAP_OLDER,    /* the map ours splits (cluster.split_from): resharding */
+    DD_MAP_NEWER,    /* a map that splits ours: resharding */
+    DD_MAP_OTHER,    /* a stranger: refused */
 };
 
 #endif

@@ -28,9 +28,9 @@ char *dd_cluster_describe(dd_cluster *cl)
     json_object_object_add(root, "split_from", json_object_new_int64(map->split_from));
     json_object_object_add(root, "settled", json_object_new_boolean(dd_cluster_settled(cl, NULL)));
     json_object_object_add(root, "nodes_hash", json_object_new_string(self.nodes_hash));
-    json_object_object_add(root, "partitioner",
-                           json_object_new_string(dd_partitioner_name(
-                               (enum dd_partitioner)map->partitioner)));
+    json_object_object_add(
+        root, "partitioner",
+        json_object_new_string(dd_partitioner_name((enum dd_partitioner)map->partitioner)));
     json_object_object_add(root, "partition_count", json_object_new_int64(self.partition_count));
     json_object_object_add(root, "max_lag_ms", json_object_new_int64(dd_cluster_max_lag_ms(cl)));
     json_object *nodes = json_object_new_array();
@@ -55,7 +55,8 @@ char *dd_cluster_describe(dd_cluster *cl)
             json_object_object_add(o, "state", json_object_new_string("self"));
             json_object_object_add(o, "ready", json_object_new_boolean(self.ready));
             json_object_object_add(o, "lag_ms", json_object_new_int64(self.lag_ms));
-            json_object_object_add(o, "behind", json_object_new_boolean(dd_cluster_self_behind(cl)));
+            json_object_object_add(o, "behind",
+                                   json_object_new_boolean(dd_cluster_self_behind(cl)));
             json_object_object_add(o, "why", json_object_new_string(self.why));
         } else {
             json_object_object_add(o, "state", json_object_new_string(p.state));

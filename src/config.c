@@ -50,10 +50,10 @@ enum kind {
 };
 
 struct key {
-    const char *name;  /* "section.key" */
+    const char *name; /* "section.key" */
     enum kind kind;
-    size_t off;        /* of the field in struct dd_config */
-    const char *def;   /* default, parsed like a value from a file */
+    size_t off;      /* of the field in struct dd_config */
+    const char *def; /* default, parsed like a value from a file */
     uint64_t umin, umax;
     int64_t imin, imax;
     double dmin, dmax;
@@ -65,21 +65,40 @@ struct key {
  * match its field fails to compile (no _Generic association matches),
  * instead of writing the wrong width at run time. */
 #define FIELD(field, T) \
-    _Generic(((struct dd_config *)0)->field, T: offsetof(struct dd_config, field))
+    _Generic(((struct dd_config *)0)->field, T : offsetof(struct dd_config, field))
 
-#define ROW_STR(n, f, d) {.name = n, .kind = K_STR, .off = FIELD(f, char *), .def = d}
+#define ROW_STR(n, f, d) \
+    { \
+        .name = n, .kind = K_STR, .off = FIELD(f, char *), .def = d \
+    }
 #define ROW_ADDR(n, f, d, empty) \
-    {.name = n, .kind = K_ADDR, .off = FIELD(f, char *), .def = d, .empty_ok = empty}
-#define ROW_BOOL(n, f, d) {.name = n, .kind = K_BOOL, .off = FIELD(f, bool), .def = d}
+    { \
+        .name = n, .kind = K_ADDR, .off = FIELD(f, char *), .def = d, .empty_ok = empty \
+    }
+#define ROW_BOOL(n, f, d) \
+    { \
+        .name = n, .kind = K_BOOL, .off = FIELD(f, bool), .def = d \
+    }
 #define ROW_U32(n, f, d, lo, hi) \
-    {.name = n, .kind = K_U32, .off = FIELD(f, uint32_t), .def = d, .umin = lo, .umax = hi}
+    { \
+        .name = n, .kind = K_U32, .off = FIELD(f, uint32_t), .def = d, .umin = lo, .umax = hi \
+    }
 #define ROW_U64(n, f, d, lo, hi) \
-    {.name = n, .kind = K_U64, .off = FIELD(f, uint64_t), .def = d, .umin = lo, .umax = hi}
+    { \
+        .name = n, .kind = K_U64, .off = FIELD(f, uint64_t), .def = d, .umin = lo, .umax = hi \
+    }
 #define ROW_I64(n, f, d, lo, hi) \
-    {.name = n, .kind = K_I64, .off = FIELD(f, int64_t), .def = d, .imin = lo, .imax = hi}
+    { \
+        .name = n, .kind = K_I64, .off = FIELD(f, int64_t), .def = d, .imin = lo, .imax = hi \
+    }
 #define ROW_DBL(n, f, d, lo, hi) \
-    {.name = n, .kind = K_DBL, .off = FIELD(f, double), .def = d, .dmin = lo, .dmax = hi}
-#define ROW_ENUM(n, f, d, w) {.name = n, .kind = K_ENUM, .off = FIELD(f, char *), .def = d, .words = w}
+    { \
+        .name = n, .kind = K_DBL, .off = FIELD(f, double), .def = d, .dmin = lo, .dmax = hi \
+    }
+#define ROW_ENUM(n, f, d, w) \
+    { \
+        .name = n, .kind = K_ENUM, .off = FIELD(f, char *), .def = d, .words = w \
+    }
 
 static const char *const format_words[] = {"json", "protobuf", NULL};
 static const char *const level_words[] = {"debug", "info", "warn", "error", NULL};
@@ -94,16 +113,14 @@ static const struct key keys[] = {
     ROW_U32("history.segment_days", history.segment_days, "30", 1, 36500),
     ROW_U32("history.retention_days", history.retention_days, "90", 1, 36500),
     ROW_DBL("history.fp_rate", history.fp_rate, "0.01", 0.0, 1.0),
-    ROW_U32("history.max_successive_merges", history.max_successive_merges, "0", 0,
-            UINT32_MAX),
+    ROW_U32("history.max_successive_merges", history.max_successive_merges, "0", 0, UINT32_MAX),
     ROW_U64("history.block_cache_mb", history.block_cache_mb, "256", 0, UINT64_MAX >> 20),
     ROW_U64("history.index_cache_mb", history.index_cache_mb, "128", 0, UINT64_MAX >> 20),
     ROW_BOOL("history.sync", history.sync, "true"),
     ROW_U64("history.write_mbps", history.write_mbps, "0", 0, 1000000),
     ROW_BOOL("history.compaction_low_cpu", history.compaction_low_cpu, "false"),
     /* at most 10 years, so that now + max_future_ms cannot overflow */
-    ROW_I64("history.max_future_ms", history.max_future_ms, "3600000", 0,
-            3650 * DD_MS_PER_DAY),
+    ROW_I64("history.max_future_ms", history.max_future_ms, "3600000", 0, 3650 * DD_MS_PER_DAY),
     ROW_U64("history.min_free_mb", history.min_free_mb, "256", 0, UINT64_MAX >> 20),
     ROW_STR("history.day_scenes", history.day_scenes, ""),
 
@@ -200,14 +217,12 @@ static const struct key keys[] = {
 /* Pass-through sections: keys are not known here, only stored. */
 struct pass {
     const char *section;
-    size_t off;                   /* of the struct dd_config_list */
-    const char *const *defaults;  /* key, value, key, value, ..., NULL */
+    size_t off;                  /* of the struct dd_config_list */
+    const char *const *defaults; /* key, value, key, value, ..., NULL */
 };
 
 static const char *const kafka_defaults[] = {
-    "bootstrap.servers", "127.0.0.1:9092",
-    "group.id", "dedupd",
-    NULL,
+    "bootstrap.servers", "127.0.0.1:9092", "group.id", "dedupd", NULL,
 };
 
 static const struct pass passes[] = {
@@ -215,8 +230,10 @@ static const struct pass passes[] = {
     {"rocksdb", FIELD(rocksdb, struct dd_config_list), NULL},
 };
 
-
-static void *slot_of(struct dd_config *c, size_t off) { return (char *)c + off; }
+static void *slot_of(struct dd_config *c, size_t off)
+{
+    return (char *)c + off;
+}
 static const void *cslot_of(const struct dd_config *c, size_t off)
 {
     return (const char *)c + off;
@@ -269,12 +286,12 @@ static int parse_u64(const struct key *k, const char *v, uint64_t *out, char *er
     }
     if (errno == ERANGE || x > k->umax) {
         dd_set_err(err, errlen, "%s: \"%s\" is too large (at most %llu)", k->name, v,
-               (unsigned long long)k->umax);
+                   (unsigned long long)k->umax);
         return DD_ERR_INVALID;
     }
     if (x < k->umin) {
         dd_set_err(err, errlen, "%s: \"%s\" is too small (at least %llu)", k->name, v,
-               (unsigned long long)k->umin);
+                   (unsigned long long)k->umin);
         return DD_ERR_INVALID;
     }
     *out = x;
@@ -297,12 +314,12 @@ static int parse_i64(const struct key *k, const char *v, int64_t *out, char *err
     }
     if ((errno == ERANGE && x > 0) || x > k->imax) {
         dd_set_err(err, errlen, "%s: \"%s\" is too large (at most %lld)", k->name, v,
-               (long long)k->imax);
+                   (long long)k->imax);
         return DD_ERR_INVALID;
     }
     if (errno == ERANGE || x < k->imin) {
         dd_set_err(err, errlen, "%s: \"%s\" is too small (at least %lld)", k->name, v,
-               (long long)k->imin);
+                   (long long)k->imin);
         return DD_ERR_INVALID;
     }
     *out = x;
@@ -313,7 +330,7 @@ static int check_dbl(const struct key *k, double x, const char *v, char *err, si
 {
     if (!(x > k->dmin && x < k->dmax)) {
         dd_set_err(err, errlen, "%s: \"%s\" is out of range (must be above %g and below %g)",
-               k->name, v, k->dmin, k->dmax);
+                   k->name, v, k->dmin, k->dmax);
         return DD_ERR_INVALID;
     }
     return DD_OK;
@@ -339,11 +356,17 @@ static int parse_bool(const struct key *k, const char *v, bool *out, char *err, 
     static const char *const yes[] = {"true", "yes", "on", "1"};
     static const char *const no[] = {"false", "no", "off", "0"};
     for (size_t i = 0; i < DD_ARRAY_LEN(yes); i++) {
-        if (strcasecmp(v, yes[i]) == 0) { *out = true; return DD_OK; }
-        if (strcasecmp(v, no[i]) == 0) { *out = false; return DD_OK; }
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return DD_OK;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return DD_OK;
+        }
     }
     dd_set_err(err, errlen, "%s: \"%s\" is not a boolean (true/false, yes/no, on/off, 1/0)",
-           k->name, v);
+               k->name, v);
     return DD_ERR_INVALID;
 }
 
@@ -431,19 +454,15 @@ static int set_key(struct dd_config *c, const struct key *k, const char *v, char
         r = set_str(slot, w);
         break;
     }
-    case K_BOOL:
-        return parse_bool(k, v, slot, err, errlen);
+    case K_BOOL: return parse_bool(k, v, slot, err, errlen);
     case K_U32: {
         uint64_t x;
         if ((r = parse_u64(k, v, &x, err, errlen)) == DD_OK) *(uint32_t *)slot = (uint32_t)x;
         return r;
     }
-    case K_U64:
-        return parse_u64(k, v, slot, err, errlen);
-    case K_I64:
-        return parse_i64(k, v, slot, err, errlen);
-    case K_DBL:
-        return parse_dbl(k, v, slot, err, errlen);
+    case K_U64: return parse_u64(k, v, slot, err, errlen);
+    case K_I64: return parse_i64(k, v, slot, err, errlen);
+    case K_DBL: return parse_dbl(k, v, slot, err, errlen);
     default:
         dd_set_err(err, errlen, "%s: internal error: unknown key type", k->name);
         return DD_ERR_INVALID;
@@ -638,7 +657,7 @@ int dd_config_load_file(struct dd_config *c, const char *path, char *err, size_t
         if (n < 0) {
             if (ferror(f)) {
                 dd_set_err(err, errlen, "%s:%lu: read error: %s", path, lineno + 1,
-                       strerror(errno ? errno : EIO));
+                           strerror(errno ? errno : EIO));
                 rc = errno == ENOMEM ? DD_ERR_NOMEM : DD_ERR_IO;
             }
             break;
@@ -759,8 +778,7 @@ static int check_row(const struct dd_config *c, const struct key *k, char *err, 
         }
         return DD_OK;
     }
-    case K_BOOL:
-        return DD_OK;
+    case K_BOOL: return DD_OK;
     case K_U32:
     case K_U64: {
         uint64_t x = k->kind == K_U32 ? *(const uint32_t *)slot : *(const uint64_t *)slot;
@@ -810,9 +828,8 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
         if (check_row(c, &keys[i], err, errlen) != DD_OK) return DD_ERR_INVALID;
 
     if (c->history.segment_days > c->history.retention_days) {
-        dd_set_err(err, errlen,
-               "history.segment_days: %u is more than history.retention_days (%u)",
-               c->history.segment_days, c->history.retention_days);
+        dd_set_err(err, errlen, "history.segment_days: %u is more than history.retention_days (%u)",
+                   c->history.segment_days, c->history.retention_days);
         return DD_ERR_INVALID;
     }
     if (dd_history_check_day_scenes(c->history.day_scenes, err, errlen) != DD_OK)
@@ -837,16 +854,19 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
     if (dd_recent_conf_check(&c->recent, c->cluster.shards, err, errlen) != DD_OK)
         return DD_ERR_INVALID;
     if (c->recent.sentinels[0] && c->cluster.redis[0]) {
-        dd_set_err(err, errlen, "cluster.redis: set while recent.sentinels is (each shard's "
-                                "master then comes from Sentinel: recent.master_name)");
+        dd_set_err(err, errlen,
+                   "cluster.redis: set while recent.sentinels is (each shard's "
+                   "master then comes from Sentinel: recent.master_name)");
         return DD_ERR_INVALID;
     }
     /* trace.users against rpc.max_id_bytes and trace.max_users: trace.h. */
     if (dd_trace_conf_check(&c->trace, c->rpc.max_id_bytes, err, errlen) != DD_OK)
         return DD_ERR_INVALID;
     if (strcmp(c->trace.path, c->history.path) == 0) {
-        dd_set_err(err, errlen, "trace.path: \"%s\" is also history.path (the trace is a "
-                                "database of its own)", c->trace.path);
+        dd_set_err(err, errlen,
+                   "trace.path: \"%s\" is also history.path (the trace is a "
+                   "database of its own)",
+                   c->trace.path);
         return DD_ERR_INVALID;
     }
     if (dd_cluster_enabled(&c->cluster) && c->rpc.auth.tls.client_ca[0] &&
@@ -862,13 +882,15 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
      * (marker.h); a cluster produces them for ForgetUser, so it needs the
      * key. The file itself is read by main (dedupd -t and at start). */
     if (dd_cluster_enabled(&c->cluster) && !c->cluster.forget_key_file[0]) {
-        dd_set_err(err, errlen, "cluster.forget_key_file: must be set in a cluster (the secret "
-                                "that signs forget markers; the same file on every node)");
+        dd_set_err(err, errlen,
+                   "cluster.forget_key_file: must be set in a cluster (the secret "
+                   "that signs forget markers; the same file on every node)");
         return DD_ERR_INVALID;
     }
     if (dd_cluster_enabled(&c->cluster) && !c->ingest.enabled) {
-        dd_set_err(err, errlen, "cluster.shards: a cluster needs ingest.enabled = true (a node "
-                                "owns its users by the plays topic's partitions)");
+        dd_set_err(err, errlen,
+                   "cluster.shards: a cluster needs ingest.enabled = true (a node "
+                   "owns its users by the plays topic's partitions)");
         return DD_ERR_INVALID;
     }
     if (c->ingest.enabled) {
@@ -877,8 +899,9 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
             return DD_ERR_INVALID;
         }
         if (strcmp(c->ingest.dead_letter_topic, c->ingest.topic) == 0) {
-            dd_set_err(err, errlen, "ingest.dead_letter_topic: must differ from ingest.topic (\"%s\")",
-                   c->ingest.topic);
+            dd_set_err(err, errlen,
+                       "ingest.dead_letter_topic: must differ from ingest.topic (\"%s\")",
+                       c->ingest.topic);
             return DD_ERR_INVALID;
         }
         static const char *const needed[] = {"bootstrap.servers", "group.id"};
@@ -886,7 +909,7 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
             const char *v = dd_config_list_get(&c->kafka, needed[i]);
             if (!v || !v[0]) {
                 dd_set_err(err, errlen, "kafka.%s: must be set while ingest.enabled is true",
-                       needed[i]);
+                           needed[i]);
                 return DD_ERR_INVALID;
             }
         }

@@ -38,8 +38,8 @@
  * header, as memcached's extstore.h does) and is handed only those; this
  * file maps the operator's keys onto them. */
 struct dd_log_conf {
-    char *level;                /* debug, info, warn, error */
-    char *file;                 /* "" = stderr */
+    char *level; /* debug, info, warn, error */
+    char *file;  /* "" = stderr */
 };
 
 struct dd_config {
@@ -52,8 +52,8 @@ struct dd_config {
     struct dd_cluster_conf cluster;
     struct dd_trace_conf trace;
     struct dd_log_conf log;
-    struct dd_config_list kafka;    /* pass-through to librdkafka */
-    struct dd_config_list rocksdb;  /* pass-through to RocksDB options */
+    struct dd_config_list kafka;   /* pass-through to librdkafka */
+    struct dd_config_list rocksdb; /* pass-through to RocksDB options */
 };
 
 /* The settings of a Filter decider and of a writer (rpc.* and recent.size),

@@ -69,7 +69,7 @@ void dd_sleep_ms(int64_t ms);
 /* One key = value of a pass-through section ([kafka], [rocksdb]), in file
  * order; handed to librdkafka / RocksDB as is. Owned by struct dd_config. */
 struct dd_config_kv {
-    char *key;   /* without the section, e.g. "bootstrap.servers" */
+    char *key; /* without the section, e.g. "bootstrap.servers" */
     char *value;
 };
 

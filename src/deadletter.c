@@ -18,7 +18,7 @@
 #define FLUSH_MS 5000
 
 struct dd_deadletter {
-    dd_producer *p;       /* a copies producer (producer.h) */
+    dd_producer *p; /* a copies producer (producer.h) */
     char *topic, *source;
     void (*error)(void *ud, int err, const char *reason); /* the owner's, or NULL */
     void *error_ud;
@@ -60,7 +60,9 @@ int dd_deadletter_new(dd_deadletter **out, const char *topic, const char *source
     }
     d->error = error;
     d->error_ud = ud;
-    struct dd_producer_conf c = {.topic = topic, .timeout_ms = FLUSH_MS, .copies = true,
+    struct dd_producer_conf c = {.topic = topic,
+                                 .timeout_ms = FLUSH_MS,
+                                 .copies = true,
                                  .what = "the dead-letter producer",
                                  .hooks = {.delivered = delivered, .error = on_error, .ud = d}};
     int rc = dd_producer_new(&d->p, &c, kafka, err, errlen);
@@ -72,7 +74,10 @@ int dd_deadletter_new(dd_deadletter **out, const char *topic, const char *source
     return DD_OK;
 }
 
-const char *dd_deadletter_topic(const dd_deadletter *d) { return d->topic; }
+const char *dd_deadletter_topic(const dd_deadletter *d)
+{
+    return d->topic;
+}
 
 void dd_deadletter_send(dd_deadletter *d, const rd_kafka_message_t *m, const char *reason)
 {
@@ -80,8 +85,7 @@ void dd_deadletter_send(dd_deadletter *d, const rd_kafka_message_t *m, const cha
     snprintf(part, sizeof part, "%" PRId32, m->partition);
     snprintf(off, sizeof off, "%" PRId64, m->offset);
     const struct dd_producer_header h[] = {
-        {"dd-reason", reason}, {"dd-topic", d->source}, {"dd-partition", part},
-        {"dd-offset", off}};
+        {"dd-reason", reason}, {"dd-topic", d->source}, {"dd-partition", part}, {"dd-offset", off}};
     if (dd_producer_copy(d->p, m->key, m->key_len, m->payload, m->len, h, DD_ARRAY_LEN(h), err,
                          sizeof err) != DD_OK) {
         atomic_fetch_add_explicit(&d->errors, 1, memory_order_relaxed);
@@ -96,8 +100,7 @@ void dd_deadletter_flush(dd_deadletter *d)
     int left = 0;
     char err[128];
     if (dd_producer_flush(d->p, FLUSH_MS, &left, err, sizeof err) != DD_OK)
-        dd_warn(MOD, "msg=\"dead-letter messages not delivered\" count=%d error=\"%s\"", left,
-                err);
+        dd_warn(MOD, "msg=\"dead-letter messages not delivered\" count=%d error=\"%s\"", left, err);
 }
 
 void dd_deadletter_free(dd_deadletter *d)

@@ -27,28 +27,28 @@
 #include <xxhash.h>
 
 struct dd_filter {
-    dd_history *history;       /* borrowed, shared */
-    dd_recent *recent;         /* borrowed, this thread's */
-    uint64_t *recent_hashes;   /* room for recent_cap */
+    dd_history *history;     /* borrowed, shared */
+    dd_recent *recent;       /* borrowed, this thread's */
+    uint64_t *recent_hashes; /* room for recent_cap */
     size_t recent_cap;
-    struct dd_candset cands;   /* first occurrences, see dd_filter_decide */
+    struct dd_candset cands; /* first occurrences, see dd_filter_decide */
     uint32_t max_candidates;
     uint32_t max_id_bytes;
 };
 
 static struct {
-    _Atomic uint64_t filter_calls, candidates, removed_played, removed_delivered,
-        removed_duplicate, degraded, history_errors;
+    _Atomic uint64_t filter_calls, candidates, removed_played, removed_delivered, removed_duplicate,
+        degraded, history_errors;
 } stats;
 
 /* Lock-free like the counters above (metrics.h). */
 static struct dd_histogram candidates_hist = {.bounds = dd_metrics_count_bounds,
                                               .nbounds = DD_METRICS_COUNT_BOUNDS_LEN};
 
-#define STAT_ADD(field, n) atomic_fetch_add_explicit(&stats.field, (uint64_t)(n), memory_order_relaxed)
+#define STAT_ADD(field, n) \
+    atomic_fetch_add_explicit(&stats.field, (uint64_t)(n), memory_order_relaxed)
 
 static struct dd_log_limit recent_limit, history_limit;
-
 
 int dd_filter_new(dd_filter **out, const struct dd_filter_conf *conf, dd_history *history,
                   dd_recent *recent, char *err, size_t errlen)
@@ -65,8 +65,7 @@ int dd_filter_new(dd_filter **out, const struct dd_filter_conf *conf, dd_history
     f->recent_cap = (size_t)conf->recent_size + 16;
     f->recent_hashes = calloc(f->recent_cap, sizeof *f->recent_hashes);
     if (!f->recent_hashes) goto nomem;
-    if (dd_candset_init(&f->cands, f->max_candidates < 20000 ? f->max_candidates : 20000) !=
-        DD_OK)
+    if (dd_candset_init(&f->cands, f->max_candidates < 20000 ? f->max_candidates : 20000) != DD_OK)
         goto nomem;
     *out = f;
     return DD_OK;
@@ -83,7 +82,10 @@ void dd_filter_free(dd_filter *f)
     free(f);
 }
 
-static bool past(int64_t deadline_ns) { return deadline_ns && dd_mono_ns() >= deadline_ns; }
+static bool past(int64_t deadline_ns)
+{
+    return deadline_ns && dd_mono_ns() >= deadline_ns;
+}
 
 /* dd_hash, inlined into the candidate loop (the same function: the hash
  * is part of the stored format, dd.h). */
@@ -112,12 +114,11 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     if (rc) return rc;
     if (n > f->max_candidates)
         return dd_fail(DD_ERR_LIMIT, err, errlen,
-                    "candidate_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
-                    f->max_candidates);
+                       "candidate_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
+                       f->max_candidates);
     if (q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS &&
         q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
-        return dd_fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode",
-                    (int)q->mode);
+        return dd_fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode", (int)q->mode);
     if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
 
     /* Per-call arrays: O(1) arena allocations, none per candidate. */
@@ -160,7 +161,8 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     const uint32_t gen = cs->gen, mask = cs->mask;
     uint32_t dup = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i + SEEN_AHEAD < n) __builtin_prefetch(&seen[dd_candset_home(cs, h[i + SEEN_AHEAD])], 1);
+        if (i + SEEN_AHEAD < n)
+            __builtin_prefetch(&seen[dd_candset_home(cs, h[i + SEEN_AHEAD])], 1);
         const uint64_t x = h[i];
         for (uint32_t s = dd_candset_home(cs, x);; s = (s + 1) & mask) {
             if (seen[s].gen != gen) {
@@ -187,9 +189,8 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
             goto out;
         }
         char herr[256];
-        int hrc = dd_history_probe_any(f->history, q->scene, q->scene_len, q->user_id,
-                                       q->user_len, q->lookback_days, cs, hit, arena, herr,
-                                       sizeof herr);
+        int hrc = dd_history_probe_any(f->history, q->scene, q->scene_len, q->user_id, q->user_len,
+                                       q->lookback_days, cs, hit, arena, herr, sizeof herr);
         if (hrc == DD_ERR_NOMEM) {
             rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
             goto out;
@@ -199,8 +200,8 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
             dd_log_limited(&history_limit, 10000, DD_LOG_ERROR, "filter",
                            "msg=\"history read failed\" error=\"%s\"", herr);
             /* damage is this user's alone: the caller may ask a replica */
-            rc = dd_fail(hrc == DD_ERR_CORRUPT ? DD_ERR_CORRUPT : DD_ERR_UNAVAILABLE, err,
-                         errlen, "history cannot be read: %s", herr);
+            rc = dd_fail(hrc == DD_ERR_CORRUPT ? DD_ERR_CORRUPT : DD_ERR_UNAVAILABLE, err, errlen,
+                         "history cannot be read: %s", herr);
             goto out;
         }
         /* Stored for every candidate rather than branched on: hits are at
@@ -258,8 +259,7 @@ out:
 }
 
 int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,
-                  Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err,
-                  size_t errlen)
+                  Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err, size_t errlen)
 {
     const size_t n = req->n_candidate_ids;
     struct dd_filter_query q = {
@@ -348,8 +348,8 @@ void dd_filter_collect(dd_prom *p)
     struct dd_filter_stats f;
     dd_filter_get_stats(&f);
     dd_prom_counter(p, "dedupd_filter_calls_total", "Filter calls answered OK", f.filter_calls);
-    dd_prom_counter(p, "dedupd_filter_candidates_total",
-                    "Candidates in Filter calls answered OK", f.candidates);
+    dd_prom_counter(p, "dedupd_filter_candidates_total", "Candidates in Filter calls answered OK",
+                    f.candidates);
     struct dd_histogram_snap ch;
     dd_filter_get_candidates(&ch);
     dd_prom_family(p, "dedupd_filter_candidates", "Candidates per Filter call answered OK",

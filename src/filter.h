@@ -40,9 +40,9 @@
 
 /* A decider's limits: rpc.max_candidates, rpc.max_id_bytes, recent.size. */
 struct dd_filter_conf {
-    uint32_t max_candidates;    /* more candidates: DD_ERR_LIMIT */
-    uint32_t max_id_bytes;      /* a longer user or item id: DD_ERR_INVALID */
-    uint32_t recent_size;       /* deliveries Redis keeps per (scene, user) */
+    uint32_t max_candidates; /* more candidates: DD_ERR_LIMIT */
+    uint32_t max_id_bytes;   /* a longer user or item id: DD_ERR_INVALID */
+    uint32_t recent_size;    /* deliveries Redis keeps per (scene, user) */
 };
 
 typedef struct dd_arena dd_arena;
@@ -101,7 +101,7 @@ struct dd_filter_result {
     const uint8_t *reason; /* n entries: 0 kept, else a Dedup__V1__Reason; in the arena */
     size_t kept;           /* entries with reason 0 */
     uint32_t played, delivered, duplicate;
-    int degraded;          /* answered without Redis */
+    int degraded; /* answered without Redis */
 };
 
 /* Filter Q. DEADLINE_NS is a dd_mono_ns() time after which the call stops
@@ -118,24 +118,22 @@ struct dd_filter_result {
  * the same table and marks every first occurrence with that hash
  * DELIVERED (later ones are DUPLICATE already). */
 int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query *q,
-                     struct dd_filter_result *r, int64_t deadline_ns, char *err,
-                     size_t errlen);
+                     struct dd_filter_result *r, int64_t deadline_ns, char *err, size_t errlen);
 
 /* Filter on a protobuf-c request: dd_filter_decide, with RESP built in
  * ARENA (kept_ids point into REQ). Same deadline and return codes. */
 int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,
-                  Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err,
-                  size_t errlen);
+                  Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err, size_t errlen);
 
 /* Process-wide counters since start (atomic), for metrics. Cannot fail. */
 struct dd_filter_stats {
-    uint64_t filter_calls;       /* Filter calls that returned OK */
-    uint64_t candidates;         /* candidates in those calls */
+    uint64_t filter_calls; /* Filter calls that returned OK */
+    uint64_t candidates;   /* candidates in those calls */
     uint64_t removed_played;
     uint64_t removed_delivered;
     uint64_t removed_duplicate;
-    uint64_t degraded;           /* Filter answers given without Redis */
-    uint64_t history_errors;     /* history reads that failed */
+    uint64_t degraded;       /* Filter answers given without Redis */
+    uint64_t history_errors; /* history reads that failed */
 };
 void dd_filter_get_stats(struct dd_filter_stats *out);
 

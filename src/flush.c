@@ -47,28 +47,28 @@
 
 struct dd_flush {
     dd_history *h;
-    const char *topic;    /* borrowed */
-    dd_lag *lag;          /* borrowed */
-    dd_trace *trace;      /* NULL = none */
-    rd_kafka_t *rk;       /* the consumer (dd_flush_set_consumer) */
-    bool wal;             /* ingest.wal: windows through the WAL */
-    int64_t durable_ns;   /* ingest.durable_interval_ms, in ns */
+    const char *topic;  /* borrowed */
+    dd_lag *lag;        /* borrowed */
+    dd_trace *trace;    /* NULL = none */
+    rd_kafka_t *rk;     /* the consumer (dd_flush_set_consumer) */
+    bool wal;           /* ingest.wal: windows through the WAL */
+    int64_t durable_ns; /* ingest.durable_interval_ms, in ns */
     dd_history_batch *batch;
 
     struct dd_slot slots[2];
-    int active;           /* index of the slot being filled */
+    int active; /* index of the slot being filled */
     pthread_mutex_t mu;
-    pthread_cond_t cv;    /* CLOCK_MONOTONIC */
-    int flush_busy;       /* the flusher holds slots[!active] */
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    int flush_busy;    /* the flusher holds slots[!active] */
     int flush_quit;
-    int stopping;         /* the flusher gives up retrying failed writes */
-    int abandoned;        /* a window was dropped unwritten: store no more
+    int stopping;  /* the flusher gives up retrying failed writes */
+    int abandoned; /* a window was dropped unwritten: store no more
                              offsets (flush thread only) */
     /* wal=false: offsets of windows written but not yet flushed to SST
      * files (flush thread only; since_ns = when the oldest was written). */
     struct dd_slot written;
-    int sync_req;         /* a durability flush is asked for */
-    int syncing;          /* the flusher is running one */
+    int sync_req;             /* a durability flush is asked for */
+    int syncing;              /* the flusher is running one */
     atomic_int lost_position; /* dd_flush_lose_position */
     pthread_t thr;
     bool started;
@@ -77,7 +77,7 @@ struct dd_flush {
         atomic_uint_least64_t duplicates, plays_written, messages_flushed, messages_durable,
             flushes, durable_flushes, write_errors, commit_errors, last_flush_ms, forgets;
     } st;
-    struct dd_histogram flush_hist;  /* window write durations, lock-free */
+    struct dd_histogram flush_hist; /* window write durations, lock-free */
     struct dd_log_limit lim_write, lim_commit, lim_store;
 };
 
@@ -204,15 +204,16 @@ static int make_durable(dd_flush *f)
         INC(write_errors);
         dd_log_limited(&f->lim_write, 5000, DD_LOG_ERROR, MOD,
                        "msg=\"cannot flush written plays to SST files; offsets not committed\" "
-                       "messages=%" PRIu64 " error=\"%s\"", d->messages, err);
+                       "messages=%" PRIu64 " error=\"%s\"",
+                       d->messages, err);
         return rc;
     }
     uint64_t msgs = d->messages;
     ADD(messages_durable, msgs);
     INC(durable_flushes);
     slot_store(f, d);
-    dd_debug(MOD, "msg=durable messages=%" PRIu64 " ms=%" PRId64 " messages_durable=%" PRIu64,
-             msgs, (dd_mono_ns() - t0) / 1000000, LOAD(messages_durable));
+    dd_debug(MOD, "msg=durable messages=%" PRIu64 " ms=%" PRId64 " messages_durable=%" PRIu64, msgs,
+             (dd_mono_ns() - t0) / 1000000, LOAD(messages_durable));
     commit_async(f);
     return DD_OK;
 }
@@ -265,7 +266,8 @@ static int put_offsets(dd_flush *f, const struct dd_slot *s)
         if (rc != DD_OK) {
             dd_log_limited(&f->lim_store, 5000, DD_LOG_ERROR, MOD,
                            "msg=\"cannot record an offset in the store\" topic=%s partition=%zu "
-                           "offset=%" PRId64, f->topic, i, s->next[i]);
+                           "offset=%" PRId64,
+                           f->topic, i, s->next[i]);
             return rc;
         }
     }
@@ -330,12 +332,11 @@ static void write_window(dd_flush *f, struct dd_slot *s)
         pthread_mutex_lock(&f->mu);
         int giving_up = f->stopping;
         pthread_mutex_unlock(&f->mu);
-        dd_log_limited(&f->lim_write, 5000, DD_LOG_ERROR, MOD,
-                       "msg=\"cannot %s%s\" plays=%zu error=\"%s\"",
-                       in_store ? "forget a user's plays (marker)" : "write plays",
-                       giving_up ? "; not committed, they are consumed again at restart"
-                                 : "; retrying",
-                       dd_window_plays(s->w), err);
+        dd_log_limited(
+            &f->lim_write, 5000, DD_LOG_ERROR, MOD, "msg=\"cannot %s%s\" plays=%zu error=\"%s\"",
+            in_store ? "forget a user's plays (marker)" : "write plays",
+            giving_up ? "; not committed, they are consumed again at restart" : "; retrying",
+            dd_window_plays(s->w), err);
         if (giving_up) break;
         dd_sleep_ms(backoff);
         backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
@@ -474,9 +475,15 @@ nomem:
     return DD_ERR_NOMEM;
 }
 
-void dd_flush_set_consumer(dd_flush *f, rd_kafka_t *rk) { f->rk = rk; }
+void dd_flush_set_consumer(dd_flush *f, rd_kafka_t *rk)
+{
+    f->rk = rk;
+}
 
-void dd_flush_set_trace(dd_flush *f, dd_trace *trace) { f->trace = trace; }
+void dd_flush_set_trace(dd_flush *f, dd_trace *trace)
+{
+    f->trace = trace;
+}
 
 int dd_flush_start(dd_flush *f)
 {
@@ -519,9 +526,15 @@ void dd_flush_free(dd_flush *f)
 
 /* ---- the poll thread's side ---------------------------------------------------- */
 
-struct dd_slot *dd_flush_active(dd_flush *f) { return &f->slots[f->active]; }
+struct dd_slot *dd_flush_active(dd_flush *f)
+{
+    return &f->slots[f->active];
+}
 
-void dd_flush_lose_position(dd_flush *f) { atomic_store(&f->lost_position, 1); }
+void dd_flush_lose_position(dd_flush *f)
+{
+    atomic_store(&f->lost_position, 1);
+}
 
 void dd_flush_get_stats(const dd_flush *f, struct dd_flush_stats *out)
 {
@@ -551,8 +564,8 @@ void dd_flush_collect(dd_prom *p, dd_flush *f)
     dd_prom_histogram(p, "dedupd_flush_duration_seconds", NULL, 0, &fh);
     dd_prom_counter(p, "dedupd_ingest_flushes_total", "Windows written", LOAD(flushes));
     dd_prom_counter(p, "dedupd_ingest_durable_flushes_total",
-            "Memtable flushes that made written windows durable (ingest.wal=false)",
-            LOAD(durable_flushes));
+                    "Memtable flushes that made written windows durable (ingest.wal=false)",
+                    LOAD(durable_flushes));
     dd_prom_family(p, "dedupd_ingest_undurable_messages",
                    "Messages written (filterable) but not yet durable: their offsets are "
                    "not committed, a crash now would consume them again",
@@ -560,7 +573,7 @@ void dd_flush_collect(dd_prom *p, dd_flush *f)
     dd_prom_sample_u64(p, "dedupd_ingest_undurable_messages", NULL, 0,
                        flushed >= durable ? flushed - durable : 0);
     dd_prom_counter(p, "dedupd_ingest_write_errors_total", "Window writes that failed (retried)",
-            LOAD(write_errors));
+                    LOAD(write_errors));
     dd_prom_counter(p, "dedupd_ingest_duplicates_total", "Plays already pending in their window",
-            LOAD(duplicates));
+                    LOAD(duplicates));
 }

@@ -39,12 +39,12 @@ typedef struct dd_trace dd_trace;
  * dd_flush_mark for the offsets); the flush thread owns the other. */
 struct dd_slot {
     dd_window *w;
-    int64_t *next;        /* per partition: offset + 1 to store, -1 = none */
-    int64_t *last_ts;     /* per partition: Kafka timestamp of its last message here */
+    int64_t *next;    /* per partition: offset + 1 to store, -1 = none */
+    int64_t *last_ts; /* per partition: Kafka timestamp of its last message here */
     size_t nparts;
-    uint64_t messages;    /* consumed into this slot */
-    int64_t since_ns;     /* monotonic time of its first message */
-    uint64_t dups_seen;   /* window duplicates already added to stats */
+    uint64_t messages;  /* consumed into this slot */
+    int64_t since_ns;   /* monotonic time of its first message */
+    uint64_t dups_seen; /* window duplicates already added to stats */
     /* A forget marker ends the slot: run after its window is written. */
     bool forget;
     char *fscene, *fuser; /* DD_SCENE_MAX and max_user bytes */
@@ -54,13 +54,13 @@ struct dd_slot {
 };
 
 struct dd_flush_conf {
-    dd_history *history;        /* borrowed, must outlive the flusher */
-    const char *topic;          /* ingest.topic; borrowed likewise */
-    dd_lag *lag;                /* told what each written window made visible; borrowed */
-    bool wal;                   /* ingest.wal */
+    dd_history *history;          /* borrowed, must outlive the flusher */
+    const char *topic;            /* ingest.topic; borrowed likewise */
+    dd_lag *lag;                  /* told what each written window made visible; borrowed */
+    bool wal;                     /* ingest.wal */
     uint32_t durable_interval_ms; /* wal=false: durable at least this often */
-    uint64_t window_bytes;      /* each slot's window.max_bytes / 2 */
-    size_t max_user;            /* a forget's user id, at most */
+    uint64_t window_bytes;        /* each slot's window.max_bytes / 2 */
+    size_t max_user;              /* a forget's user id, at most */
 };
 
 /* Create both slots and the write batch. Returns 0 or DD_ERR_NOMEM; *out

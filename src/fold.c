@@ -66,7 +66,8 @@ void dd_fold_note_corrupt(struct dd_fold *fd, const char *what, const char *key,
     dd_key_hex(hex, sizeof hex, key, klen);
     dd_log_limited(&corrupt_log_limit, 10000, DD_LOG_ERROR, MODULE,
                    "msg=\"damaged %s kept: its user's reads fail until it is repaired "
-                   "(ForgetUser, or a copy from a replica)\" key=%s", what, hex);
+                   "(ForgetUser, or a copy from a replica)\" key=%s",
+                   what, hex);
 }
 
 /* ---- values --------------------------------------------------------------- */
@@ -86,7 +87,7 @@ void dd_fold_note_corrupt(struct dd_fold *fd, const char *what, const char *key,
  * folded dead segment) or DD_ERR_CORRUPT. A's bytes are returned in A and
  * ALEN, for re-use by a fold. */
 int dd_fold_parse_value(const char *val, size_t len, struct dd_bloom_view v[2], int *nv,
-                       const char **a, size_t *alen)
+                        const char **a, size_t *alen)
 {
     const uint8_t *p = (const uint8_t *)val;
     *nv = 0;
@@ -159,8 +160,8 @@ static void le32_put(uint8_t *p, uint32_t x)
     p[3] = (uint8_t)(x >> 24);
 }
 
-int dd_fold_parse_damaged(const char *val, size_t len, const char **d, size_t *dlen,
-                          const char **v, size_t *vlen)
+int dd_fold_parse_damaged(const char *val, size_t len, const char **d, size_t *dlen, const char **v,
+                          size_t *vlen)
 {
     const uint8_t *p = (const uint8_t *)val;
     if (len < DAMAGED_HDR || p[0] != DD_FOLD_DAMAGED_TAG || p[1] || p[2] || p[3])
@@ -178,7 +179,8 @@ int dd_fold_parse_damaged(const char *val, size_t len, const char **d, size_t *d
     int nv;
     const char *a;
     size_t alen;
-    if (dd_fold_parse_value(val + DAMAGED_HDR + ld, len - DAMAGED_HDR - ld, vv, &nv, &a, &alen) != 0)
+    if (dd_fold_parse_value(val + DAMAGED_HDR + ld, len - DAMAGED_HDR - ld, vv, &nv, &a, &alen) !=
+        0)
         return DD_ERR_CORRUPT;
     *d = val + DAMAGED_HDR;
     *dlen = ld;
@@ -340,11 +342,11 @@ void dd_fold_free_value(void *st, const char *value, size_t len)
  * full-range filter. */
 struct operand {
     bool is_filter;
-    bool bad;                     /* a filter whose bitstream failed: a damaged piece */
-    const uint8_t *raw;           /* raw: N little-endian u64 */
-    const uint8_t *fps;           /* fingerprint list: N little-endian u32 */
+    bool bad;           /* a filter whose bitstream failed: a damaged piece */
+    const uint8_t *raw; /* raw: N little-endian u64 */
+    const uint8_t *fps; /* fingerprint list: N little-endian u32 */
     uint32_t n;
-    struct dd_bloom_view f;       /* filter */
+    struct dd_bloom_view f; /* filter */
     const char *bytes;
     size_t len;
 };
@@ -369,8 +371,7 @@ static int parse_operand(const char *p, size_t len, struct operand *o)
 /* Append the N hashes to OUT as one operand (fold.h, "Operand"): a
  * fingerprint list up to DD_BLOOM_FPS_MAX items, else a full-range filter
  * (SCRATCH as for dd_bloom_build). 0 or DD_ERR_NOMEM. */
-int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
-                          uint32_t *scratch)
+int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n, uint32_t *scratch)
 {
     if (n <= DD_BLOOM_FPS_MAX) return dd_bloom_fps_encode(out, hashes, n);
     return dd_bloom_build(out, hashes, n, DD_BLOOM_FULL_RANGE, scratch);
@@ -409,8 +410,8 @@ static int load_operands(struct dd_fold *fd, const char *key, size_t klen, const
 /* Append every item of the N operands to V. An operand whose bitstream
  * fails (checksum passed) is counted, skipped and marked bad (a damaged
  * piece). 0 or DD_ERR_NOMEM. */
-static int operands_hashes(struct dd_fold *fd, const char *key, size_t klen,
-                           struct operand *o, int n, struct hvec *v)
+static int operands_hashes(struct dd_fold *fd, const char *key, size_t klen, struct operand *o,
+                           int n, struct hvec *v)
 {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += o[i].n;
@@ -526,8 +527,7 @@ bool dd_fold_foreign(struct dd_fold *f, const char *key, size_t klen)
  * BASE as a damaged piece and folds again without it; OUT is then to be
  * discarded) or DD_ERR_NOMEM. */
 static int fold_into(struct dd_fold *fd, const char *key, size_t klen, uint32_t seg, bool closed,
-                     const char *base, size_t blen, struct operand *op, int nop,
-                     struct dd_buf *out)
+                     const char *base, size_t blen, struct operand *op, int nop, struct dd_buf *out)
 {
     struct dd_buf one = {0};
     struct hvec hv = {0};
@@ -542,13 +542,15 @@ static int fold_into(struct dd_fold *fd, const char *key, size_t klen, uint32_t 
         /* A is final: late items go to the full-range part (fold.h) */
         rc = operands_hashes(fd, key, klen, op, nop, &hv);
         if (rc == 0) rc = drop_known(&bv[0], hv.h, &hv.n);
-        if (rc == 0 && hv.n == 0) rc = buf_copy(out, base, blen);
+        if (rc == 0 && hv.n == 0)
+            rc = buf_copy(out, base, blen);
         else if (rc == 0)
             rc = build_split(out, a_bytes, a_len, nb == 2 ? &bv[1] : NULL, hv.h, hv.n);
     } else if (nb > 0 && !closed) {
         /* Open segment, A at the full range: new items go to B. */
         rc = operands_hashes(fd, key, klen, op, nop, &hv);
-        if (rc == 0 && hv.n == 0) rc = buf_copy(out, base, blen);
+        if (rc == 0 && hv.n == 0)
+            rc = buf_copy(out, base, blen);
         else if (rc == 0)
             rc = merge_into_delta(out, &bv[0], a_bytes, a_len, nb == 2 ? &bv[1] : NULL, &hv);
     } else {
@@ -566,8 +568,8 @@ static int fold_into(struct dd_fold *fd, const char *key, size_t klen, uint32_t 
         } else {
             rc = operands_hashes(fd, key, klen, op, nop, &hv);
             if (rc == 0 && nb == 2) rc = hvec_add_filter(&hv, &bv[1]);
-            if (rc == 0) rc = dd_bloom_union(&one, nb ? &bv[0] : NULL, DD_BLOOM_FULL_RANGE,
-                                             hv.h, hv.n);
+            if (rc == 0)
+                rc = dd_bloom_union(&one, nb ? &bv[0] : NULL, DD_BLOOM_FULL_RANGE, hv.h, hv.n);
             /* with no base, a CORRUPT is impossible: only memory is left */
             if (rc == DD_ERR_CORRUPT && nb == 0) rc = DD_ERR_NOMEM;
             if (rc == 0 && dd_bloom_parse(one.data, one.len, &fv) != 0) rc = DD_ERR_NOMEM;
@@ -597,8 +599,8 @@ static int fold_into(struct dd_fold *fd, const char *key, size_t klen, uint32_t 
  * runs this on every Get of a key with operands) copies A and re-encodes
  * only B. Damage is sorted out first and wrapped around the result. */
 char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *existing,
-                        size_t existing_len, const char *const *ops, const size_t *lens,
-                        int nops, unsigned char *success, size_t *new_len)
+                         size_t existing_len, const char *const *ops, const size_t *lens, int nops,
+                         unsigned char *success, size_t *new_len)
 {
     struct dd_fold *fd = st;
     struct dd_buf out = {0}, body = {0}, dmg = {0};
@@ -690,8 +692,7 @@ nomem:
  * is harmless (RocksDB keeps the operands), so any problem just says "not
  * merged": a damaged operand thus reaches the full merge, which keeps it. */
 char *dd_fold_partial_merge(void *st, const char *key, size_t klen, const char *const *ops,
-                           const size_t *lens, int nops, unsigned char *success,
-                           size_t *new_len)
+                            const size_t *lens, int nops, unsigned char *success, size_t *new_len)
 {
     struct dd_fold *fd = st;
     struct hvec hv = {0};
@@ -725,7 +726,7 @@ char *dd_fold_partial_merge(void *st, const char *key, size_t klen, const char *
 
 struct cfilter {
     struct dd_fold *fold;
-    struct dd_buf buf;   /* *new_value points here until the next call */
+    struct dd_buf buf; /* *new_value points here until the next call */
 };
 
 static const char *cfilter_name(void *st)
@@ -741,9 +742,9 @@ void dd_fold_cfilter_destroy(void *st)
     free(f);
 }
 
-unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
-                                    const char *val, size_t vlen, char **new_value,
-                                    size_t *new_len, unsigned char *changed)
+unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen, const char *val,
+                              size_t vlen, char **new_value, size_t *new_len,
+                              unsigned char *changed)
 {
     struct cfilter *f = st;
     struct dd_fold *fd = f->fold;
@@ -811,8 +812,7 @@ unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
     return 0;
 }
 
-static rocksdb_compactionfilter_t *cfilter_create(void *st,
-                                                  rocksdb_compactionfiltercontext_t *ctx)
+static rocksdb_compactionfilter_t *cfilter_create(void *st, rocksdb_compactionfiltercontext_t *ctx)
 {
     (void)ctx;
     struct cfilter *f = dd_fold_cfilter_new(st);

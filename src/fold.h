@@ -63,19 +63,19 @@ struct dd_fold_owner {
 
 struct dd_fold {
     struct dd_segments seg;
-    double segment_fp;                  /* fp_rate / S: a closed segment's target */
-    double day_fp;                      /* fp_rate / (retention_days + 1): a day segment's */
-    int64_t (*now_ms)(void *ud);        /* NULL: dd_now_ms() */
+    double segment_fp;           /* fp_rate / S: a closed segment's target */
+    double day_fp;               /* fp_rate / (retention_days + 1): a day segment's */
+    int64_t (*now_ms)(void *ud); /* NULL: dd_now_ms() */
     void *clock_ud;
 
-    _Atomic uint64_t corrupt_values;    /* damaged values and operands met */
-    _Atomic uint64_t damaged_merges;    /* full merges that kept damaged bytes (damaged form) */
-    _Atomic uint64_t segments_expired;  /* dropped by the compaction filter */
-    _Atomic uint64_t segments_reduced;  /* re-encoded at their final range */
-    _Atomic uint64_t merges;            /* full merges run */
-    _Atomic uint64_t merged_dead;       /* full merges that emptied a dead segment */
+    _Atomic uint64_t corrupt_values;   /* damaged values and operands met */
+    _Atomic uint64_t damaged_merges;   /* full merges that kept damaged bytes (damaged form) */
+    _Atomic uint64_t segments_expired; /* dropped by the compaction filter */
+    _Atomic uint64_t segments_reduced; /* re-encoded at their final range */
+    _Atomic uint64_t merges;           /* full merges run */
+    _Atomic uint64_t merged_dead;      /* full merges that emptied a dead segment */
     _Atomic(const struct dd_fold_owner *) owner; /* NULL: every user is kept */
-    _Atomic uint64_t segments_foreign;  /* another node's users' segments dropped or emptied */
+    _Atomic uint64_t segments_foreign; /* another node's users' segments dropped or emptied */
 };
 
 /* Initialise F for geometry G (both fields > 0) and FP_RATE in (0, 1),
@@ -118,8 +118,8 @@ int dd_fold_parse_value(const char *val, size_t len, struct dd_bloom_view v[2], 
  * (pointing into VAL, borrowed), or DD_ERR_CORRUPT when VAL is not a well
  * formed damaged form. */
 #define DD_FOLD_DAMAGED_TAG 0xdb
-int dd_fold_parse_damaged(const char *val, size_t len, const char **d, size_t *dlen,
-                          const char **v, size_t *vlen);
+int dd_fold_parse_damaged(const char *val, size_t len, const char **d, size_t *dlen, const char **v,
+                          size_t *vlen);
 
 /* Whether stored value VAL is intact, checked to the last bit (every
  * filter's bitstream decoded: a scan, not a read path): 0, DD_ERR_CORRUPT
@@ -129,8 +129,7 @@ int dd_fold_check_value(const char *val, size_t len);
 /* Append the N hashes (any order, duplicates allowed) to OUT as one
  * operand. SCRATCH is as for dd_bloom_build (NULL: allocated). Returns 0
  * or DD_ERR_NOMEM. */
-int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n,
-                           uint32_t *scratch);
+int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n, uint32_t *scratch);
 
 /* Count a damaged WHAT ("value", "operand") of KEY and log it with the
  * key, at most one line per 10 s. Cannot fail. */
@@ -154,11 +153,10 @@ void dd_fold_reading(bool on);
  * yields an empty value (the compaction filter drops it at the next
  * compaction: RocksDB filters a merge's result only then). */
 char *dd_fold_full_merge(void *st, const char *key, size_t klen, const char *existing,
-                         size_t existing_len, const char *const *ops, const size_t *lens,
-                         int nops, unsigned char *success, size_t *new_len);
+                         size_t existing_len, const char *const *ops, const size_t *lens, int nops,
+                         unsigned char *success, size_t *new_len);
 char *dd_fold_partial_merge(void *st, const char *key, size_t klen, const char *const *ops,
-                            const size_t *lens, int nops, unsigned char *success,
-                            size_t *new_len);
+                            const size_t *lens, int nops, unsigned char *success, size_t *new_len);
 void dd_fold_free_value(void *st, const char *value, size_t len);
 
 /* A compaction filter instance over F (one per compaction: it owns the
@@ -169,8 +167,8 @@ void dd_fold_free_value(void *st, const char *value, size_t len);
  * damaged values and the damaged form included. dd_fold_cfilter_new returns NULL on out of
  * memory; dd_fold_cfilter_destroy frees the instance. */
 void *dd_fold_cfilter_new(struct dd_fold *f);
-unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
-                              const char *val, size_t vlen, char **new_value, size_t *new_len,
+unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen, const char *val,
+                              size_t vlen, char **new_value, size_t *new_len,
                               unsigned char *changed);
 void dd_fold_cfilter_destroy(void *st);
 

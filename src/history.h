@@ -60,19 +60,20 @@ struct dd_config_list;
  * / segment_days) + 1 segments, so a closed segment is sized for
  * fp_rate / S (fold.h). */
 struct dd_history_conf {
-    char *path;                 /* RocksDB directory */
-    uint32_t segment_days;      /* days per time segment */
-    uint32_t retention_days;    /* plays are remembered at least this long */
-    double fp_rate;             /* union false-positive bound over a user's live segments */
+    char *path;                     /* RocksDB directory */
+    uint32_t segment_days;          /* days per time segment */
+    uint32_t retention_days;        /* plays are remembered at least this long */
+    double fp_rate;                 /* union false-positive bound over a user's live segments */
     uint32_t max_successive_merges; /* pending merge operands per key in a memtable */
-    uint64_t block_cache_mb;    /* RocksDB block cache */
-    uint64_t index_cache_mb;    /* decoded closed-segment filters kept between calls (icache.h); 0 = none */
-    bool sync;                  /* fsync the WAL on every write batch */
-    uint64_t write_mbps;        /* flushes' and compactions' disk writes, Mbit/s; 0 = no limit */
-    bool compaction_low_cpu;    /* RocksDB's compaction threads at the lowest CPU priority */
-    int64_t max_future_ms;      /* plays dated further ahead than this are rejected */
-    uint64_t min_free_mb;       /* writes are refused while path's filesystem has less free */
-    char *day_scenes;           /* comma list of scenes kept in day segments (segment.h); NULL or "" = none */
+    uint64_t block_cache_mb;        /* RocksDB block cache */
+    uint64_t
+        index_cache_mb; /* decoded closed-segment filters kept between calls (icache.h); 0 = none */
+    bool sync;          /* fsync the WAL on every write batch */
+    uint64_t write_mbps;     /* flushes' and compactions' disk writes, Mbit/s; 0 = no limit */
+    bool compaction_low_cpu; /* RocksDB's compaction threads at the lowest CPU priority */
+    int64_t max_future_ms;   /* plays dated further ahead than this are rejected */
+    uint64_t min_free_mb;    /* writes are refused while path's filesystem has less free */
+    char *day_scenes; /* comma list of scenes kept in day segments (segment.h); NULL or "" = none */
 };
 
 /* Most scenes history.day_scenes may list. */
@@ -92,8 +93,8 @@ struct dd_history_clock {
  * On error returns DD_ERR_INVALID (bad option) or DD_ERR_IO with a message
  * in err, and *out is NULL. Caller closes with dd_history_close. */
 int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
-                    const struct dd_config_list *rocksdb,
-                    const struct dd_history_clock *clock, char *err, size_t errlen);
+                    const struct dd_config_list *rocksdb, const struct dd_history_clock *clock,
+                    char *err, size_t errlen);
 
 /* A consistent copy of the store in directory DIR (which must not exist),
  * taken while reads and writes go on: the memtables are flushed first (so
@@ -155,9 +156,8 @@ void dd_history_batch_clear(dd_history_batch *b);
  * Ids are bytes (not NUL-terminated): scene <= DD_SCENE_MAX bytes, user <=
  * DD_USER_MAX.
  * Returns 0, DD_ERR_INVALID (lengths) or DD_ERR_NOMEM (b unchanged). */
-int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len,
-                         const char *user, size_t user_len, uint32_t segment,
-                         const uint64_t *hashes, size_t n);
+int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len, const char *user,
+                         size_t user_len, uint32_t segment, const uint64_t *hashes, size_t n);
 /* Add to B the deletion of every segment of (SCENE, USER), as
  * dd_history_forget does, to be written with the rest of the batch.
  * Returns 0 or DD_ERR_INVALID (lengths; an empty user id). */
@@ -256,8 +256,8 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
  * read is damaged (message in err, naming the segment): callers must not
  * treat either as "not seen". */
 int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const char *user,
-                     size_t user_len, uint32_t lookback_days, const uint64_t *sorted,
-                     size_t n, uint8_t *hit, char *err, size_t errlen);
+                     size_t user_len, uint32_t lookback_days, const uint64_t *sorted, size_t n,
+                     uint8_t *hit, char *err, size_t errlen);
 
 /* The same for the candidates in CANDS (candset.h), in any order, as
  * Filter has them: sets HIT[pos] = 1 for each member found; positions
@@ -313,25 +313,26 @@ void dd_history_cancel_compact(dd_history *h);
  * DD_ERR_NOMEM (message in err). */
 typedef int (*dd_history_damaged_fn)(void *ud, const char *scene, size_t scene_len,
                                      const char *user, size_t user_len, uint32_t segment);
-int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud,
-                            uint64_t *values, char *err, size_t errlen);
+int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud, uint64_t *values,
+                            char *err, size_t errlen);
 
 /* Counters since open, for metrics. Cannot fail. */
 struct dd_history_stats {
-    uint64_t corrupt_values;     /* damaged values/operands met (version, checksum, bitstream) */
-    uint64_t damaged_reads;      /* probes refused (DD_ERR_CORRUPT) for a damaged value */
-    uint64_t damaged_merges;     /* full merges that kept damaged bytes (fold.h) */
-    uint64_t segments_expired;   /* dropped by the compaction filter */
-    uint64_t segments_reduced;   /* closed segments re-encoded at their final range */
-    uint64_t segments_foreign;   /* other nodes' users' segments dropped (dd_history_set_owner) */
-    uint64_t merges;             /* full merges run */
-    uint64_t writes;             /* batches written */
+    uint64_t corrupt_values;   /* damaged values/operands met (version, checksum, bitstream) */
+    uint64_t damaged_reads;    /* probes refused (DD_ERR_CORRUPT) for a damaged value */
+    uint64_t damaged_merges;   /* full merges that kept damaged bytes (fold.h) */
+    uint64_t segments_expired; /* dropped by the compaction filter */
+    uint64_t segments_reduced; /* closed segments re-encoded at their final range */
+    uint64_t segments_foreign; /* other nodes' users' segments dropped (dd_history_set_owner) */
+    uint64_t merges;           /* full merges run */
+    uint64_t writes;           /* batches written */
     uint64_t operands_written;
-    uint64_t bytes_written;      /* RocksDB's bytes written, WAL included */
+    uint64_t bytes_written; /* RocksDB's bytes written, WAL included */
     uint64_t wal_bytes;
-    uint64_t flush_bytes;        /* of them: memtable flushes */
-    uint64_t compaction_bytes;   /* of them: compactions */
-    uint64_t compaction_cpu_micros; /* CPU time RocksDB's compactions used (merges and filter included) */
+    uint64_t flush_bytes;      /* of them: memtable flushes */
+    uint64_t compaction_bytes; /* of them: compactions */
+    uint64_t
+        compaction_cpu_micros; /* CPU time RocksDB's compactions used (merges and filter included) */
     uint64_t live_sst_bytes;
     uint64_t pending_compaction_bytes; /* RocksDB's estimate of what compaction must rewrite */
     uint64_t block_cache_hits;
@@ -342,9 +343,9 @@ struct dd_history_stats {
     uint64_t free_bytes;         /* now: free on history.path's filesystem (UINT64_MAX unknown) */
     uint64_t fs_size_bytes;      /* now: that filesystem's size (UINT64_MAX unknown) */
     uint64_t write_errors_no_space; /* writes and flushes refused or failed for lack of space */
-    uint64_t write_errors_other; /* other failed writes and flushes */
-    bool writable;               /* as of the last write (dd_history_writable re-checks) */
-    bool wal_failed;             /* a WAL append failed: writes need a restart */
+    uint64_t write_errors_other;    /* other failed writes and flushes */
+    bool writable;                  /* as of the last write (dd_history_writable re-checks) */
+    bool wal_failed;                /* a WAL append failed: writes need a restart */
 };
 void dd_history_get_stats(dd_history *h, struct dd_history_stats *out);
 

@@ -22,13 +22,13 @@ struct dd_icache_entry {
     XXH128_hash_t key;
     uint64_t range;
     uint32_t count;
-    int refs;                       /* under the shard's lock */
-    bool cached;                    /* in the table (else private: freed on release) */
-    size_t bytes;                   /* what it counts against the budget */
-    struct dd_icache_entry *chain;  /* the bucket's next */
+    int refs;                            /* under the shard's lock */
+    bool cached;                         /* in the table (else private: freed on release) */
+    size_t bytes;                        /* what it counts against the budget */
+    struct dd_icache_entry *chain;       /* the bucket's next */
     struct dd_icache_entry *prev, *next; /* LRU: head = most recent */
     struct dd_bloom_index ix;
-    uint32_t mem[];                 /* the index's memory */
+    uint32_t mem[]; /* the index's memory */
 };
 
 struct shard {
@@ -39,7 +39,7 @@ struct shard {
 };
 
 struct dd_icache {
-    size_t shard_max;               /* budget per shard */
+    size_t shard_max; /* budget per shard */
     struct shard sh[NSHARDS];
     _Atomic uint64_t hits, misses, evictions;
 };
@@ -96,8 +96,14 @@ static size_t bucket_of(const struct shard *s, XXH128_hash_t k)
 
 static void lru_unlink(struct shard *s, struct dd_icache_entry *e)
 {
-    if (e->prev) e->prev->next = e->next; else s->head = e->next;
-    if (e->next) e->next->prev = e->prev; else s->tail = e->prev;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        s->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        s->tail = e->prev;
     e->prev = e->next = NULL;
 }
 
@@ -105,7 +111,10 @@ static void lru_push(struct shard *s, struct dd_icache_entry *e)
 {
     e->prev = NULL;
     e->next = s->head;
-    if (s->head) s->head->prev = e; else s->tail = e;
+    if (s->head)
+        s->head->prev = e;
+    else
+        s->tail = e;
     s->head = e;
 }
 

@@ -46,7 +46,7 @@ void dd_icache_release(dd_icache *c, struct dd_icache_entry *ref);
 
 struct dd_icache_stats {
     uint64_t hits, misses, evictions;
-    uint64_t bytes, entries;    /* now */
+    uint64_t bytes, entries; /* now */
 };
 void dd_icache_get_stats(dd_icache *c, struct dd_icache_stats *out);
 

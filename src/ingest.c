@@ -60,54 +60,53 @@
 struct dd_ingest {
     dd_history *h;
     char *topic;
-    const char *format;   /* static: "json" or "protobuf" */
+    const char *format; /* static: "json" or "protobuf" */
     uint32_t flush_ms;
-    size_t early_plays;   /* a window this full is written as soon as the
+    size_t early_plays; /* a window this full is written as soon as the
                              flusher is idle, before flush_ms */
-    bool wal;             /* ingest.wal: windows through the WAL */
-    int64_t durable_ns;   /* ingest.durable_interval_ms, in ns */
+    bool wal;           /* ingest.wal: windows through the WAL */
+    int64_t durable_ns; /* ingest.durable_interval_ms, in ns */
 
-    rd_kafka_t *rk;       /* consumer */
+    rd_kafka_t *rk;        /* consumer */
     rd_kafka_topic_t *rkt; /* the topic, for metadata requests */
-    dd_deadletter *dlq;   /* deadletter.h, or NULL (no ingest.dead_letter_topic) */
-    dd_assign *as;        /* assign.h: group id, start offsets, assign mode, watch thread */
+    dd_deadletter *dlq;    /* deadletter.h, or NULL (no ingest.dead_letter_topic) */
+    dd_assign *as;         /* assign.h: group id, start offsets, assign mode, watch thread */
 
     /* Assign mode (conf->assign). */
     bool assign;
     uint32_t shards, shard;
     enum dd_partitioner partitioner;
-    size_t max_user;      /* a forget's user id, at most */
+    size_t max_user;                 /* a forget's user id, at most */
     const dd_marker_key *forget_key; /* markers must be signed with it; NULL = none applied */
     dd_playevent_decoder *dec;
-    dd_trace *trace;      /* NULL = no traces (dd_ingest_set_trace) */
+    dd_trace *trace; /* NULL = no traces (dd_ingest_set_trace) */
 
-    dd_flush *fl;         /* flush.h: the two window slots and the flush thread */
+    dd_flush *fl; /* flush.h: the two window slots and the flush thread */
 
     pthread_t poll_thr;
     int started, stopped;
     atomic_int stop;
 
     rd_kafka_message_t *kept; /* a message waiting for room, or NULL */
-    uint32_t kept_epoch;  /* bumped whenever a message is kept */
-    uint32_t *rewound;    /* per partition: kept_epoch when last rewound */
+    uint32_t kept_epoch;      /* bumped whenever a message is kept */
+    uint32_t *rewound;        /* per partition: kept_epoch when last rewound */
     size_t n_rewound;
     int paused;
     rd_kafka_queue_t *cq; /* the consumer queue (messages and events) */
     rd_kafka_message_t *mbatch[POLL_BATCH];
 
     struct {
-        atomic_uint_least64_t messages, plays, bad[DD_INGEST_NBAD], expired, key_mismatch,
-            commits, commit_errors, pauses, rebalances,
-            kafka_errors, assigned;
+        atomic_uint_least64_t messages, plays, bad[DD_INGEST_NBAD], expired, key_mismatch, commits,
+            commit_errors, pauses, rebalances, kafka_errors, assigned;
         atomic_uint_least64_t pending_entries, pending_bytes; /* of the active window */
     } st;
 
-    dd_lag *lag;          /* lag.h: fed by the poll and flush threads */
+    dd_lag *lag; /* lag.h: fed by the poll and flush threads */
     /* The last error librdkafka reported (error_cb), for /readyz while no
      * partition is assigned; under err_mu. */
     pthread_mutex_t err_mu;
     char kafka_err[200];
-    int64_t kafka_err_ns;       /* when; 0 = none yet */
+    int64_t kafka_err_ns; /* when; 0 = none yet */
 
     struct dd_log_limit lim_bad, lim_kafka, lim_commit, lim_store;
 };
@@ -197,13 +196,18 @@ static void lag_assign_list(dd_ingest *in, const rd_kafka_topic_partition_list_t
 static void trace_note(dd_ingest *in, struct dd_slot *s, const rd_kafka_message_t *m,
                        const struct dd_playevent *ev, bool forget, int64_t ts)
 {
-    struct dd_trace_rec r = {
-        .kind = forget ? DD_TRACE_FORGET : DD_TRACE_PLAY, .source = DD_TRACE_SRC_KAFKA,
-        .at_ms = forget ? ts : ev->played_at_ms, .recorded_ms = 0,
-        .scene = ev->scene, .scene_len = ev->scene_len,
-        .item = forget ? "" : ev->item, .item_len = forget ? 0 : ev->item_len,
-        .topic = in->topic, .topic_len = strlen(in->topic) > 255 ? 255 : strlen(in->topic),
-        .partition = m->partition, .offset = m->offset};
+    struct dd_trace_rec r = {.kind = forget ? DD_TRACE_FORGET : DD_TRACE_PLAY,
+                             .source = DD_TRACE_SRC_KAFKA,
+                             .at_ms = forget ? ts : ev->played_at_ms,
+                             .recorded_ms = 0,
+                             .scene = ev->scene,
+                             .scene_len = ev->scene_len,
+                             .item = forget ? "" : ev->item,
+                             .item_len = forget ? 0 : ev->item_len,
+                             .topic = in->topic,
+                             .topic_len = strlen(in->topic) > 255 ? 255 : strlen(in->topic),
+                             .partition = m->partition,
+                             .offset = m->offset};
     if (dd_trace_pending_add(&s->trace, ev->user, ev->user_len, &r) != DD_OK)
         dd_trace_dropped(in->trace, 1);
 }
@@ -268,8 +272,8 @@ static enum add_result add_play(dd_ingest *in, struct dd_slot *s, const struct d
                                 int *bad)
 {
     uint64_t h = dd_hash(ev->item, ev->item_len);
-    int rc = dd_window_add(s->w, ev->scene, ev->scene_len, ev->user, ev->user_len, h,
-                           ev->played_at_ms);
+    int rc =
+        dd_window_add(s->w, ev->scene, ev->scene_len, ev->user, ev->user_len, h, ev->played_at_ms);
     if (rc == DD_ERR_LIMIT && dd_window_entries(s->w) == 0) {
         /* Empty yet full: give memory back from arrays grown for other
          * loads (a clear after a refusal shrinks them), try once more. */
@@ -337,8 +341,7 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
     atomic_store_explicit(&in->st.pending_bytes, dd_window_bytes(s->w), memory_order_relaxed);
     if (dd_flush_mark(in->fl, m->partition, m->offset, ts) != DD_OK)
         dd_log_limited(&in->lim_store, 5000, DD_LOG_ERROR, MOD,
-                       "msg=\"out of memory tracking offsets\" partition=%" PRId32,
-                       m->partition);
+                       "msg=\"out of memory tracking offsets\" partition=%" PRId32, m->partition);
     if (cut) swap(in);
     return DD_OK;
 }
@@ -416,8 +419,9 @@ static void on_message(dd_ingest *in, rd_kafka_message_t *m)
                  * any later offset could skip it, so store none from now
                  * on; a restart consumes it again. */
                 dd_flush_lose_position(in->fl);
-                dd_error(MOD, "msg=\"cannot rewind a partition; no more offsets are stored "
-                              "until restart\" partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
+                dd_error(MOD,
+                         "msg=\"cannot rewind a partition; no more offsets are stored "
+                         "until restart\" partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
                          m->partition, m->offset, e ? rd_kafka_error_string(e) : "out of memory");
             }
             if (e) rd_kafka_error_destroy(e);
@@ -513,8 +517,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     INC(rebalances);
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         int stored = dd_assign_from_store(in->as, parts);
-        dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=%s from_store=%d",
-                parts->cnt, coop ? "cooperative" : "eager", stored);
+        dd_info(MOD, "msg=\"partitions assigned\" count=%d protocol=%s from_store=%d", parts->cnt,
+                coop ? "cooperative" : "eager", stored);
         if (coop)
             error = rd_kafka_incremental_assign(rk, parts);
         else
@@ -613,8 +617,8 @@ static rd_kafka_t *consumer_new(dd_ingest *in, const struct dd_config_list *kafk
     char e[256];
     rd_kafka_conf_t *conf = dd_kafka_conf_new(RD_KAFKA_CONSUMER, kafka, err, errlen);
     if (!conf) return NULL;
-    if (in->assign &&
-        rd_kafka_conf_set(conf, "group.id", dd_assign_group(in->as), e, sizeof e) != RD_KAFKA_CONF_OK) {
+    if (in->assign && rd_kafka_conf_set(conf, "group.id", dd_assign_group(in->as), e, sizeof e) !=
+                          RD_KAFKA_CONF_OK) {
         dd_set_err(err, errlen, "kafka.group.id: %s", e);
         rd_kafka_conf_destroy(conf);
         return NULL;
@@ -681,20 +685,22 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     }
     in->topic = strdup(conf->topic);
     if (!in->topic || dd_lag_new(&in->lag, in->topic, watermark, in) != DD_OK) goto err;
-    struct dd_assign_conf ac = {in->topic, conf->assign, conf->shards, conf->shard, conf->replica,
-                                conf->partitioner, conf->from_beginning,
-                                conf->accept_truncated_log};
+    struct dd_assign_conf ac = {
+        in->topic,     conf->assign,      conf->shards,         conf->shard,
+        conf->replica, conf->partitioner, conf->from_beginning, conf->accept_truncated_log};
     if ((rc = dd_assign_new(&in->as, &ac, kafka, history, in->lag, err, errlen)) != DD_OK)
         goto err_set;
     if ((rc = dd_playevent_decoder_new(&in->dec, (enum dd_playevent_format)fmt,
                                        conf->max_id_bytes)) != DD_OK) {
-        snprintf(err, errlen, rc == DD_ERR_INVALID ? "ingest.max_id_bytes: must be at least 1"
-                                                   : "out of memory");
+        snprintf(err, errlen,
+                 rc == DD_ERR_INVALID ? "ingest.max_id_bytes: must be at least 1"
+                                      : "out of memory");
         goto err_set;
     }
     rc = DD_ERR_NOMEM;
-    struct dd_flush_conf fc = {history, in->topic, in->lag, conf->wal, conf->durable_interval_ms,
-                               per_window, in->max_user};
+    struct dd_flush_conf fc = {
+        history,    in->topic,   in->lag, conf->wal, conf->durable_interval_ms,
+        per_window, in->max_user};
     if (dd_flush_new(&in->fl, &fc) != DD_OK) goto err;
     rc = DD_ERR_INVALID;
     if (!(in->rk = consumer_new(in, kafka, err, errlen))) goto err_set;
@@ -706,8 +712,8 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     dd_assign_set_consumer(in->as, in->rk, in->rkt);
     dd_flush_set_consumer(in->fl, in->rk);
     if (conf->dead_letter_topic[0] &&
-        (rc = dd_deadletter_new(&in->dlq, conf->dead_letter_topic, in->topic, kafka,
-                                error_cb_hook, in, err, errlen)) != DD_OK)
+        (rc = dd_deadletter_new(&in->dlq, conf->dead_letter_topic, in->topic, kafka, error_cb_hook,
+                                in, err, errlen)) != DD_OK)
         goto err_set;
     rc = DD_ERR_INVALID;
     /* Every event (rebalance, errors, stats) through the consumer queue,
@@ -774,15 +780,17 @@ int dd_ingest_start(dd_ingest *in)
         return DD_ERR_NOMEM;
     }
     in->started = 1;
-    dd_info(MOD, "msg=started topic=%s format=%s flush_ms=%u wal=%s durable_interval_ms=%" PRId64
-            " dead_letter_topic=%s mode=%s group=%s", in->topic, in->format, in->flush_ms,
-            in->wal ? "true" : "false", in->durable_ns / 1000000,
-            in->dlq ? dd_deadletter_topic(in->dlq) : "-", in->assign ? "assign" : "group",
-            dd_assign_group(in->as));
+    dd_info(MOD,
+            "msg=started topic=%s format=%s flush_ms=%u wal=%s durable_interval_ms=%" PRId64
+            " dead_letter_topic=%s mode=%s group=%s",
+            in->topic, in->format, in->flush_ms, in->wal ? "true" : "false",
+            in->durable_ns / 1000000, in->dlq ? dd_deadletter_topic(in->dlq) : "-",
+            in->assign ? "assign" : "group", dd_assign_group(in->as));
     if (in->assign)
-        dd_info(MOD, "msg=\"cluster mode: assigning this shard's partitions once the topic is "
-                "found\" shards=%" PRIu32 " shard=%" PRIu32 " partitioner=%s", in->shards,
-                in->shard, dd_partitioner_name(in->partitioner));
+        dd_info(MOD,
+                "msg=\"cluster mode: assigning this shard's partitions once the topic is "
+                "found\" shards=%" PRIu32 " shard=%" PRIu32 " partitioner=%s",
+                in->shards, in->shard, dd_partitioner_name(in->partitioner));
     return DD_OK;
 }
 
@@ -793,23 +801,22 @@ static void log_stats(dd_ingest *in)
     dd_info(MOD,
             "msg=stopped messages=%" PRIu64 " messages_flushed=%" PRIu64
             " messages_durable=%" PRIu64 " durable_flushes=%" PRIu64 " plays=%" PRIu64
-            " plays_written=%" PRIu64
-            " duplicates=%" PRIu64 " expired=%" PRIu64 " bad_undecodable=%" PRIu64
-            " bad_empty_user=%" PRIu64 " bad_empty_item=%" PRIu64 " bad_id_too_long=%" PRIu64
-            " bad_future=%" PRIu64 " bad_wrong_partition=%" PRIu64
+            " plays_written=%" PRIu64 " duplicates=%" PRIu64 " expired=%" PRIu64
+            " bad_undecodable=%" PRIu64 " bad_empty_user=%" PRIu64 " bad_empty_item=%" PRIu64
+            " bad_id_too_long=%" PRIu64 " bad_future=%" PRIu64 " bad_wrong_partition=%" PRIu64
             " bad_unauthenticated_forget=%" PRIu64 " forgets=%" PRIu64
             " partition_count_changes=%" PRIu64 " key_mismatch=%" PRIu64 " flushes=%" PRIu64
             " write_errors=%" PRIu64 " commits=%" PRIu64 " commit_errors=%" PRIu64
             " dead_lettered=%" PRIu64 " dead_letter_errors=%" PRIu64 " pauses=%" PRIu64
             " rebalances=%" PRIu64,
             s.messages, s.messages_flushed, s.messages_durable, s.durable_flushes, s.plays,
-            s.plays_written, s.duplicates, s.expired,
-            s.bad[DD_INGEST_BAD_UNDECODABLE], s.bad[DD_INGEST_BAD_EMPTY_USER],
-            s.bad[DD_INGEST_BAD_EMPTY_ITEM], s.bad[DD_INGEST_BAD_ID_TOO_LONG],
-            s.bad[DD_INGEST_BAD_FUTURE], s.bad[DD_INGEST_BAD_WRONG_PARTITION],
-            s.bad[DD_INGEST_BAD_UNAUTHENTICATED_FORGET], s.forgets,
-            s.partition_count_changes, s.key_mismatch, s.flushes, s.write_errors, s.commits,
-            s.commit_errors, s.dead_lettered, s.dead_letter_errors, s.pauses, s.rebalances);
+            s.plays_written, s.duplicates, s.expired, s.bad[DD_INGEST_BAD_UNDECODABLE],
+            s.bad[DD_INGEST_BAD_EMPTY_USER], s.bad[DD_INGEST_BAD_EMPTY_ITEM],
+            s.bad[DD_INGEST_BAD_ID_TOO_LONG], s.bad[DD_INGEST_BAD_FUTURE],
+            s.bad[DD_INGEST_BAD_WRONG_PARTITION], s.bad[DD_INGEST_BAD_UNAUTHENTICATED_FORGET],
+            s.forgets, s.partition_count_changes, s.key_mismatch, s.flushes, s.write_errors,
+            s.commits, s.commit_errors, s.dead_lettered, s.dead_letter_errors, s.pauses,
+            s.rebalances);
 }
 
 void dd_ingest_stop(dd_ingest *in)
@@ -873,8 +880,7 @@ bool dd_ingest_partitions_changed(const dd_ingest *in)
     return dd_assign_partitions_changed(in->as);
 }
 
-int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset,
-                           int64_t deadline_ns)
+int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset, int64_t deadline_ns)
 {
     return dd_lag_wait_visible(in->lag, partition, offset, deadline_ns);
 }
@@ -949,8 +955,7 @@ void dd_ingest_collect(dd_prom *p, void *ud)
     dd_lag_collect(p, in->lag);
     dd_prom_family(p, "dedupd_ingest_assigned_partitions", "Partitions assigned here",
                    DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_ingest_assigned_partitions", NULL, 0,
-                       s.assigned_partitions);
+    dd_prom_sample_u64(p, "dedupd_ingest_assigned_partitions", NULL, 0, s.assigned_partitions);
     dd_prom_gauge(p, "dedupd_ingest_topic_partitions",
                   "The topic's partition count as last read from the broker (0 = not yet)",
                   s.topic_partitions);
@@ -967,18 +972,19 @@ void dd_ingest_collect(dd_prom *p, void *ud)
     dd_flush_collect(p, in->fl);
     dd_prom_counter(p, "dedupd_ingest_commits_total", "Offset commits that succeeded", s.commits);
     dd_prom_counter(p, "dedupd_ingest_commit_errors_total", "Offset commits that failed",
-            s.commit_errors);
-    dd_prom_counter(p, "dedupd_ingest_dead_lettered_total", "Bad messages copied to the dead-letter topic",
-            s.dead_lettered);
+                    s.commit_errors);
+    dd_prom_counter(p, "dedupd_ingest_dead_lettered_total",
+                    "Bad messages copied to the dead-letter topic", s.dead_lettered);
     dd_prom_counter(p, "dedupd_ingest_dead_letter_errors_total",
-            "Bad messages that could not be copied to the dead-letter topic",
-            s.dead_letter_errors);
+                    "Bad messages that could not be copied to the dead-letter topic",
+                    s.dead_letter_errors);
     dd_prom_counter(p, "dedupd_ingest_pauses_total", "Times consumption paused for the store",
-            s.pauses);
-    dd_prom_counter(p, "dedupd_ingest_rebalances_total", "Partition assignment changes", s.rebalances);
+                    s.pauses);
+    dd_prom_counter(p, "dedupd_ingest_rebalances_total", "Partition assignment changes",
+                    s.rebalances);
     dd_prom_counter(p, "dedupd_ingest_log_gaps_total",
                     "Partitions whose log starts after the store's position: plays missing",
                     s.log_gaps);
     dd_prom_counter(p, "dedupd_ingest_kafka_errors_total", "Errors reported by librdkafka",
-            s.kafka_errors);
+                    s.kafka_errors);
 }

@@ -84,18 +84,18 @@ struct dd_marker_key;
 
 /* The consumer's settings (ingest.* in conf/dedupd.conf). */
 struct dd_ingest_conf {
-    bool enabled;               /* false: run without Kafka (main does not create one) */
+    bool enabled; /* false: run without Kafka (main does not create one) */
     char *topic;
-    char *format;               /* "json" or "protobuf" */
-    char *dead_letter_topic;    /* "" = none */
-    uint32_t max_id_bytes;      /* longer user or item ids are rejected */
-    bool wal;                   /* write plays through RocksDB's WAL */
+    char *format;                 /* "json" or "protobuf" */
+    char *dead_letter_topic;      /* "" = none */
+    uint32_t max_id_bytes;        /* longer user or item ids are rejected */
+    bool wal;                     /* write plays through RocksDB's WAL */
     uint32_t durable_interval_ms; /* wal=false: flush + commit at least this often */
     /* Set by main from [cluster] (cluster.h), not operator keys. */
-    bool assign;          /* self-assign partitions p with p % shards == shard, no group */
+    bool assign; /* self-assign partitions p with p % shards == shard, no group */
     uint32_t shards, shard, replica; /* assign: shards >= 1, shard < shards */
-    int partitioner;      /* assign: enum dd_partitioner (partition.h) the producers use */
-    bool from_beginning;  /* assign: the store is new (dd_history_created): start every
+    int partitioner;           /* assign: enum dd_partitioner (partition.h) the producers use */
+    bool from_beginning;       /* assign: the store is new (dd_history_created): start every
                            * partition at its beginning, not at offsets committed for a
                            * store that was lost (a replaced volume) */
     bool accept_truncated_log; /* ingest.accept_truncated_log: assign mode, a partition
@@ -158,8 +158,7 @@ void dd_ingest_stop(dd_ingest *in);
  * message this node produced (producer.h). Returns 0, DD_ERR_TIMEOUT at
  * DEADLINE_NS (dd_mono_ns clock), or DD_ERR_STATE when PARTITION is not
  * assigned here. Any thread. */
-int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset,
-                           int64_t deadline_ns);
+int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset, int64_t deadline_ns);
 
 /* Stop (if running) and free everything. NULL is a no-op. */
 void dd_ingest_free(dd_ingest *in);
@@ -229,32 +228,32 @@ int64_t dd_ingest_lag_ms(const dd_ingest *in);
 /* Counters since dd_ingest_new, read atomically one by one. Safe from any
  * thread. */
 struct dd_ingest_stats {
-    uint64_t messages;        /* messages consumed (good and bad) */
-    uint64_t plays;           /* plays accepted into a window */
+    uint64_t messages; /* messages consumed (good and bad) */
+    uint64_t plays;    /* plays accepted into a window */
     uint64_t bad[DD_INGEST_NBAD];
-    uint64_t expired;         /* plays older than the retention, dropped */
-    uint64_t key_mismatch;    /* payload user differs from the message key (kept) */
-    uint64_t duplicates;      /* plays already pending in their window */
-    uint64_t plays_written;   /* distinct plays written to the store */
+    uint64_t expired;          /* plays older than the retention, dropped */
+    uint64_t key_mismatch;     /* payload user differs from the message key (kept) */
+    uint64_t duplicates;       /* plays already pending in their window */
+    uint64_t plays_written;    /* distinct plays written to the store */
     uint64_t messages_flushed; /* messages whose window is written (visible) */
     uint64_t messages_durable; /* messages whose plays are durable (offsets stored) */
-    uint64_t flushes;         /* windows written */
-    uint64_t durable_flushes; /* ingest.wal=false: memtable flushes that made windows durable */
-    uint64_t write_errors;    /* failed store writes or durability flushes (retried) */
-    uint64_t commits;         /* successful offset commits */
+    uint64_t flushes;          /* windows written */
+    uint64_t durable_flushes;  /* ingest.wal=false: memtable flushes that made windows durable */
+    uint64_t write_errors;     /* failed store writes or durability flushes (retried) */
+    uint64_t commits;          /* successful offset commits */
     uint64_t commit_errors;
-    uint64_t dead_lettered;   /* bad messages produced to the dead-letter topic */
+    uint64_t dead_lettered; /* bad messages produced to the dead-letter topic */
     uint64_t dead_letter_errors;
-    uint64_t pauses;          /* times consumption paused for the store */
-    uint64_t rebalances;      /* assignment changes (assign or revoke) */
-    uint64_t log_gaps;        /* partitions whose log starts after the store's position */
-    uint64_t kafka_errors;    /* errors reported by librdkafka */
-    uint64_t forgets;         /* forget markers applied (durable writes of dd_history_forget) */
+    uint64_t pauses;       /* times consumption paused for the store */
+    uint64_t rebalances;   /* assignment changes (assign or revoke) */
+    uint64_t log_gaps;     /* partitions whose log starts after the store's position */
+    uint64_t kafka_errors; /* errors reported by librdkafka */
+    uint64_t forgets;      /* forget markers applied (durable writes of dd_history_forget) */
     uint64_t partition_count_changes; /* times the broker reported a new partition count */
-    uint64_t topic_partitions; /* now: the partition count last read, 0 unknown */
-    uint64_t assigned_partitions; /* now */
-    int64_t consumer_lag;     /* sum over assigned partitions; -1 unknown */
-    uint64_t last_flush_ms;   /* duration of the last window write */
+    uint64_t topic_partitions;        /* now: the partition count last read, 0 unknown */
+    uint64_t assigned_partitions;     /* now */
+    int64_t consumer_lag;             /* sum over assigned partitions; -1 unknown */
+    uint64_t last_flush_ms;           /* duration of the last window write */
     uint64_t pending_entries; /* now: (scene, user, segment) entries in the window being filled */
     uint64_t pending_bytes;   /* now: bytes allocated by that window */
 };

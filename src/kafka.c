@@ -26,14 +26,31 @@ static int conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, c
 static bool consumer_only(const char *key)
 {
     static const char *const keys[] = {
-        "group.id", "group.instance.id", "partition.assignment.strategy",
-        "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
-        "enable.auto.commit", "auto.commit.interval.ms", "enable.auto.offset.store",
-        "auto.offset.reset", "isolation.level", "enable.partition.eof", "check.crcs",
-        "queued.min.messages", "queued.max.messages.kbytes", "fetch.wait.max.ms",
-        "fetch.min.bytes", "fetch.max.bytes", "fetch.message.max.bytes",
-        "fetch.error.backoff.ms", "max.partition.fetch.bytes", "coordinator.query.interval.ms",
-        "group.protocol.type", "allow.auto.create.topics", "statistics.interval.ms",
+        "group.id",
+        "group.instance.id",
+        "partition.assignment.strategy",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "enable.auto.commit",
+        "auto.commit.interval.ms",
+        "enable.auto.offset.store",
+        "auto.offset.reset",
+        "isolation.level",
+        "enable.partition.eof",
+        "check.crcs",
+        "queued.min.messages",
+        "queued.max.messages.kbytes",
+        "fetch.wait.max.ms",
+        "fetch.min.bytes",
+        "fetch.max.bytes",
+        "fetch.message.max.bytes",
+        "fetch.error.backoff.ms",
+        "max.partition.fetch.bytes",
+        "coordinator.query.interval.ms",
+        "group.protocol.type",
+        "allow.auto.create.topics",
+        "statistics.interval.ms",
     };
     for (size_t i = 0; i < DD_ARRAY_LEN(keys); i++)
         if (strcmp(key, keys[i]) == 0) return true;
@@ -75,13 +92,15 @@ rd_kafka_conf_t *dd_kafka_conf_new(rd_kafka_type_t type, const struct dd_config_
         const struct dd_config_kv *kv = &kafka->items[i];
         if (!consumer && consumer_only(kv->key)) continue;
         if (consumer && strcmp(kv->key, "enable.auto.offset.store") == 0 && is_true(kv->value)) {
-            dd_set_err(err, errlen, "kafka.enable.auto.offset.store: must be false (offsets are "
-                                    "stored once the plays are written)");
+            dd_set_err(err, errlen,
+                       "kafka.enable.auto.offset.store: must be false (offsets are "
+                       "stored once the plays are written)");
             goto fail;
         }
         if (consumer && strcmp(kv->key, "enable.partition.eof") == 0 && !is_true(kv->value)) {
-            dd_set_err(err, errlen, "kafka.enable.partition.eof: must be true (the ingest lag "
-                                    "needs to know when a partition is caught up)");
+            dd_set_err(err, errlen,
+                       "kafka.enable.partition.eof: must be true (the ingest lag "
+                       "needs to know when a partition is caught up)");
             goto fail;
         }
         if (conf_set(conf, kv->key, kv->value, err, errlen) != DD_OK) goto fail;
@@ -98,8 +117,10 @@ fail:
 void dd_kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     (void)rk;
-    enum dd_log_level l = level <= 3 ? DD_LOG_ERROR : level == 4 ? DD_LOG_WARN
-                        : level <= 6 ? DD_LOG_INFO : DD_LOG_DEBUG;
+    enum dd_log_level l = level <= 3   ? DD_LOG_ERROR
+                          : level == 4 ? DD_LOG_WARN
+                          : level <= 6 ? DD_LOG_INFO
+                                       : DD_LOG_DEBUG;
     dd_log(l, "kafka", "msg=\"%s\" facility=%s", buf, fac);
 }
 
@@ -164,7 +185,8 @@ int64_t dd_kafka_stats_lag(const char *json, size_t len, const char *topic,
         json_object_object_get_ex(topics, topic, &t) &&
         json_object_object_get_ex(t, "partitions", &parts) &&
         json_object_is_type(parts, json_type_object)) {
-        json_object_object_foreach(parts, k, v) {
+        json_object_object_foreach(parts, k, v)
+        {
             if (strcmp(k, "-1") == 0) continue; /* librdkafka's internal UA partition */
             int64_t x = partition_lag(v);
             if (x < 0) continue; /* unknown yet */
@@ -195,7 +217,8 @@ int32_t dd_kafka_partition_count(rd_kafka_t *rk, rd_kafka_topic_t *rkt, int time
     if (!n)
         dd_log_limited(lim, 30000, DD_LOG_WARN, "kafka",
                        "msg=\"cannot read the topic's partition count; retrying\" topic=%s "
-                       "error=\"%s\"", rd_kafka_topic_name(rkt),
+                       "error=\"%s\"",
+                       rd_kafka_topic_name(rkt),
                        rd_kafka_err2str(err ? err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART));
     return n;
 }

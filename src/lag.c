@@ -30,20 +30,20 @@
 #define LAG_SEEN 16
 
 struct plag {
-    int64_t assigned_ms;  /* wall clock of the assignment; 0 = not assigned here */
-    int64_t visible;      /* every message before it is visible; -1 = not known */
-    int64_t first_hi;     /* the high watermark first seen since the assignment; -1 = none */
+    int64_t assigned_ms; /* wall clock of the assignment; 0 = not assigned here */
+    int64_t visible;     /* every message before it is visible; -1 = not known */
+    int64_t first_hi;    /* the high watermark first seen since the assignment; -1 = none */
     /* When this node first saw the log's end past offsets not yet visible:
      * (local wall clock, high watermark), oldest first, each past visible. */
     struct {
         int64_t ms, hi;
     } seen[LAG_SEEN];
     int nseen;
-    int64_t visible_ts;   /* Kafka timestamp of the last message made visible; 0 = none */
+    int64_t visible_ts;    /* Kafka timestamp of the last message made visible; 0 = none */
     int64_t pending_ts[2]; /* per slot: timestamp of its first message of this partition */
-    int64_t eof;          /* end reached while messages were pending; -1 = none */
-    bool caught_up;       /* lag has been seen at 0 since the assignment */
-    int64_t behind_since; /* caught_up: wall clock when the end was first seen past
+    int64_t eof;           /* end reached while messages were pending; -1 = none */
+    bool caught_up;        /* lag has been seen at 0 since the assignment */
+    int64_t behind_since;  /* caught_up: wall clock when the end was first seen past
                            * visible, with nothing pending yet; 0 = not behind */
 };
 
@@ -52,8 +52,8 @@ struct dd_lag {
     dd_lag_watermark_fn watermark;
     void *watermark_ud;
     pthread_mutex_t mu;
-    pthread_cond_t cv;          /* CLOCK_MONOTONIC: a window became visible */
-    struct plag *plag;          /* by partition */
+    pthread_cond_t cv; /* CLOCK_MONOTONIC: a window became visible */
+    struct plag *plag; /* by partition */
     size_t nplag;
     /* The consumer lag per partition from the last statistics. */
     int32_t *cons_part;
@@ -123,8 +123,8 @@ void dd_lag_assign(dd_lag *l, int32_t partition, bool assigned)
     pthread_mutex_lock(&l->mu);
     struct plag *e = plag_at(l, partition);
     if (e)
-        *e = (struct plag){.assigned_ms = assigned ? dd_now_ms() : 0, .visible = -1, .eof = -1,
-                           .first_hi = -1};
+        *e = (struct plag){
+            .assigned_ms = assigned ? dd_now_ms() : 0, .visible = -1, .eof = -1, .first_hi = -1};
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -358,8 +358,8 @@ size_t dd_lag_consumer(dd_lag *l, int32_t *parts, int64_t *lags, size_t cap)
 #define MAX_LAG_PARTITIONS 4096
 
 /* One gauge sample per partition: PARTS[i] = LAGS[i], i < N. */
-static void per_partition(dd_prom *p, const char *name, const int32_t *parts,
-                          const int64_t *lags, size_t n)
+static void per_partition(dd_prom *p, const char *name, const int32_t *parts, const int64_t *lags,
+                          size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         char num[16];
@@ -379,7 +379,8 @@ void dd_lag_collect(dd_prom *p, dd_lag *l)
     if (n > MAX_LAG_PARTITIONS) n = MAX_LAG_PARTITIONS;
     dd_prom_family(p, "dedupd_ingest_consumer_lag",
                    "Messages behind the partition's end, by assigned partition "
-                   "(librdkafka statistics)", DD_PROM_GAUGE);
+                   "(librdkafka statistics)",
+                   DD_PROM_GAUGE);
     per_partition(p, "dedupd_ingest_consumer_lag", parts, lags, n);
     int64_t worst, event_worst;
     n = dd_lag_ms(l, parts, lags, MAX_LAG_PARTITIONS, &worst, &event_worst);
@@ -392,11 +393,13 @@ void dd_lag_collect(dd_prom *p, dd_lag *l)
     per_partition(p, "dedupd_ingest_partition_lag_ms", parts, lags, n);
     dd_prom_family(p, "dedupd_ingest_lag_ms",
                    "The largest partition lag in ms; -1 until partitions are assigned and "
-                   "their high watermarks known", DD_PROM_GAUGE);
+                   "their high watermarks known",
+                   DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_ingest_lag_ms", NULL, 0, (double)worst);
     dd_prom_family(p, "dedupd_ingest_event_lag_ms",
                    "Information only: the largest partition lag measured from the Kafka "
                    "timestamps (producer or broker clock) of messages not yet visible; "
-                   "readiness and forwarding use dedupd_ingest_lag_ms", DD_PROM_GAUGE);
+                   "readiness and forwarding use dedupd_ingest_lag_ms",
+                   DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_ingest_event_lag_ms", NULL, 0, (double)event_worst);
 }

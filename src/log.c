@@ -35,9 +35,15 @@ int dd_log_level_parse(const char *s)
     return -1;
 }
 
-void dd_log_set_level(enum dd_log_level level) { atomic_store(&log_level, (int)level); }
+void dd_log_set_level(enum dd_log_level level)
+{
+    atomic_store(&log_level, (int)level);
+}
 
-int dd_log_enabled(enum dd_log_level level) { return (int)level >= atomic_load(&log_level); }
+int dd_log_enabled(enum dd_log_level level)
+{
+    return (int)level >= atomic_load(&log_level);
+}
 
 static int open_log(const char *path, char *errbuf, size_t errlen)
 {
@@ -83,17 +89,18 @@ int dd_log_reopen(void)
     return rc;
 }
 
-static void vlog(enum dd_log_level level, const char *module, uint64_t suppressed,
-                 const char *fmt, va_list ap)
+static void vlog(enum dd_log_level level, const char *module, uint64_t suppressed, const char *fmt,
+                 va_list ap)
 {
     char line[LINE_MAX_BYTES];
     struct timespec ts;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof line, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s module=%s ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], module);
+    int n =
+        snprintf(line, sizeof line, "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s module=%s ",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 ts.tv_nsec / 1000000, level_names[level], module);
     if (n < 0) return;
     size_t len = (size_t)n;
     if (len < sizeof line) {

@@ -44,15 +44,16 @@ void dd_log(enum dd_log_level level, const char *module, const char *fmt, ...)
  * most one line per interval_ms and appends suppressed=N to it, N being the
  * lines dropped since the last one written. */
 struct dd_log_limit {
-    int64_t last_ns;      /* monotonic time of the last line written */
-    uint64_t suppressed;  /* lines dropped since then */
+    int64_t last_ns;     /* monotonic time of the last line written */
+    uint64_t suppressed; /* lines dropped since then */
 };
-void dd_log_limited(struct dd_log_limit *lim, int64_t interval_ms,
-                    enum dd_log_level level, const char *module,
-                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void dd_log_limited(struct dd_log_limit *lim, int64_t interval_ms, enum dd_log_level level,
+                    const char *module, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 #define dd_debug(mod, ...) \
-    do { if (dd_log_enabled(DD_LOG_DEBUG)) dd_log(DD_LOG_DEBUG, mod, __VA_ARGS__); } while (0)
+    do { \
+        if (dd_log_enabled(DD_LOG_DEBUG)) dd_log(DD_LOG_DEBUG, mod, __VA_ARGS__); \
+    } while (0)
 #define dd_info(mod, ...) dd_log(DD_LOG_INFO, mod, __VA_ARGS__)
 #define dd_warn(mod, ...) dd_log(DD_LOG_WARN, mod, __VA_ARGS__)
 #define dd_error(mod, ...) dd_log(DD_LOG_ERROR, mod, __VA_ARGS__)

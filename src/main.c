@@ -45,16 +45,15 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: dedupd [-c FILE] [-o section.key=value]... [-t] [-p] [--take-over]\n"
-            "  -c FILE      configuration file (INI; see conf/dedupd.conf)\n"
-            "  -o K=V       override one key, e.g. -o history.path=/data (repeatable)\n"
-            "  -t           check the configuration and exit\n"
-            "  -p           print the effective configuration and exit\n"
-            "  --take-over  record this configuration's ownership in the store, replacing\n"
-            "               the one it holds (a store refused as another's; README,\n"
-            "               \"Ownership\"); for this start only\n"
-            "  -h           this help\n");
+    fprintf(f, "usage: dedupd [-c FILE] [-o section.key=value]... [-t] [-p] [--take-over]\n"
+               "  -c FILE      configuration file (INI; see conf/dedupd.conf)\n"
+               "  -o K=V       override one key, e.g. -o history.path=/data (repeatable)\n"
+               "  -t           check the configuration and exit\n"
+               "  -p           print the effective configuration and exit\n"
+               "  --take-over  record this configuration's ownership in the store, replacing\n"
+               "               the one it holds (a store refused as another's; README,\n"
+               "               \"Ownership\"); for this start only\n"
+               "  -h           this help\n");
 }
 
 /* The store as admin's component: the history and its ownership check. */
@@ -98,7 +97,10 @@ static bool owner_refused(void *g, char *why, size_t whylen)
 
 /* Ingest is ready while it has partitions (admin.h's probe), and never
  * while the store misses plays the log no longer holds. */
-static bool ingest_assigned(void *in) { return dd_ingest_assigned(in) && !dd_ingest_log_gap(in, NULL, 0); }
+static bool ingest_assigned(void *in)
+{
+    return dd_ingest_assigned(in) && !dd_ingest_log_gap(in, NULL, 0);
+}
 static bool ingest_why(void *in, char *why, size_t whylen)
 {
     if (dd_ingest_log_gap(in, why, whylen)) return true;
@@ -109,29 +111,49 @@ static bool ingest_why(void *in, char *why, size_t whylen)
 }
 
 /* What the cluster asks of ingest (cluster.h, struct dd_cluster_local). */
-static int32_t ingest_partitions(void *in) { return dd_ingest_partition_count(in); }
-static bool ingest_partitions_changed(void *in) { return dd_ingest_partitions_changed(in); }
-static int64_t ingest_lag_ms(void *in) { return dd_ingest_lag_ms(in); }
+static int32_t ingest_partitions(void *in)
+{
+    return dd_ingest_partition_count(in);
+}
+static bool ingest_partitions_changed(void *in)
+{
+    return dd_ingest_partitions_changed(in);
+}
+static int64_t ingest_lag_ms(void *in)
+{
+    return dd_ingest_lag_ms(in);
+}
 static int ingest_applied(void *in, int32_t partition, int64_t offset, int64_t deadline_ns)
 {
     return dd_ingest_wait_visible(in, partition, offset, deadline_ns);
 }
 
 /* Redis as an optional component (recent_watch.h): up, or degraded. */
-static bool redis_up(void *w) { return dd_recent_watch_up(w, NULL, 0); }
+static bool redis_up(void *w)
+{
+    return dd_recent_watch_up(w, NULL, 0);
+}
 static bool redis_degraded(void *w, char *why, size_t whylen)
 {
     char e[200];
     if (dd_recent_watch_up(w, e, sizeof e)) return false;
-    snprintf(why, whylen, "redis unreachable (recent deliveries unknown; Filter answers "
-                          "degraded): %s", e);
+    snprintf(why, whylen,
+             "redis unreachable (recent deliveries unknown; Filter answers "
+             "degraded): %s",
+             e);
     return true;
 }
 
 /* gRPC health is /readyz (rpc.h, dd_rpc_set_ready), and /readyz's gRPC
  * component is whether it serves: one source of truth. */
-static bool node_ready(void *admin) { return dd_admin_ready(admin, NULL, 0); }
-static bool rpc_serving(void *rpc) { return dd_rpc_serving(rpc); }
+static bool node_ready(void *admin)
+{
+    return dd_admin_ready(admin, NULL, 0);
+}
+static bool rpc_serving(void *rpc)
+{
+    return dd_rpc_serving(rpc);
+}
 
 /* The cluster's readiness, and why not (admin.h's probe and why). */
 static bool cluster_ready(void *cl)
@@ -147,7 +169,10 @@ static bool cluster_degraded(void *cl, char *why, size_t whylen)
 {
     return dd_cluster_degraded(cl, why, whylen);
 }
-static char *cluster_page(void *cl) { return dd_cluster_describe(cl); }
+static char *cluster_page(void *cl)
+{
+    return dd_cluster_describe(cl);
+}
 
 /* A "host:port" setting with the port actually bound (it may have asked
  * for port 0), for the log. The setting passed config validation. */
@@ -217,8 +242,14 @@ int main(int argc, char **argv)
         case 'o': break;
         case 't': check_only = 1; break;
         case 'p': print_only = 1; break;
-        case 'h': usage(stdout); dd_config_free(&cfg); return 0;
-        default: usage(stderr); dd_config_free(&cfg); return 2;
+        case 'h':
+            usage(stdout);
+            dd_config_free(&cfg);
+            return 0;
+        default:
+            usage(stderr);
+            dd_config_free(&cfg);
+            return 2;
         }
     }
     if (optind != argc) {
@@ -264,8 +295,9 @@ int main(int argc, char **argv)
     }
     if (check_only) {
         if (key_world_readable)
-            fprintf(stderr, "dedupd: warning: cluster.forget_key_file: %s is world-readable: "
-                            "any local user can sign forget markers (chmod 600 it)\n",
+            fprintf(stderr,
+                    "dedupd: warning: cluster.forget_key_file: %s is world-readable: "
+                    "any local user can sign forget markers (chmod 600 it)\n",
                     cfg.cluster.forget_key_file);
         printf("configuration ok\n");
         rc = 0;
@@ -279,8 +311,9 @@ int main(int argc, char **argv)
     }
 
     if (key_world_readable)
-        dd_warn("main", "msg=\"cluster.forget_key_file is world-readable: any local user can "
-                        "sign forget markers (chmod 600 it)\" path=\"%s\"",
+        dd_warn("main",
+                "msg=\"cluster.forget_key_file is world-readable: any local user can "
+                "sign forget markers (chmod 600 it)\" path=\"%s\"",
                 cfg.cluster.forget_key_file);
     if (forget_key)
         dd_info("main", "msg=\"forget markers from the topic are applied only when signed "
@@ -358,9 +391,10 @@ int main(int argc, char **argv)
          * or writes (/why, /trace) answer loopback clients with the
          * admin.token_file token only (admin.h, "An OPERATOR page"). */
         if (!dd_hostport_is_loopback(cfg.admin.listen))
-            dd_warn("main", "msg=\"admin listener on a non-loopback address: /metrics, /healthz "
-                            "and /readyz are plaintext and open to any peer (/why and /trace "
-                            "answer loopback clients with the admin token only)\" admin=%s",
+            dd_warn("main",
+                    "msg=\"admin listener on a non-loopback address: /metrics, /healthz "
+                    "and /readyz are plaintext and open to any peer (/why and /trace "
+                    "answer loopback clients with the admin token only)\" admin=%s",
                     cfg.admin.listen);
         if (!cfg.admin.token_file[0])
             dd_info("main", "msg=\"/why and /trace are off (403) until admin.token_file is "
@@ -368,8 +402,10 @@ int main(int argc, char **argv)
     }
 
     if (clustered && dd_snapshot_bootstrap_wanted(cfg.cluster.bootstrap, cfg.history.path)) {
-        dd_info("main", "msg=\"empty store and cluster.bootstrap = peer: copying a replica's "
-                        "store\" path=\"%s\"", cfg.history.path);
+        dd_info("main",
+                "msg=\"empty store and cluster.bootstrap = peer: copying a replica's "
+                "store\" path=\"%s\"",
+                cfg.history.path);
         /* Not ready meanwhile, saying why (admin.h: the store component
          * with the copy's state as its module until the store opens). */
         static struct dd_snapshot_progress progress = DD_SNAPSHOT_PROGRESS_INIT;
@@ -392,8 +428,8 @@ int main(int argc, char **argv)
         if (brc != DD_OK) goto out;
     }
     if (dd_history_open(&history, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) {
-        dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"",
-                 cfg.history.path, err);
+        dd_error("main", "msg=\"cannot open history\" path=\"%s\" error=\"%s\"", cfg.history.path,
+                 err);
         goto out;
     }
     dd_info("main", "msg=\"history open\" path=\"%s\" segment_days=%u retention_days=%u",
@@ -471,8 +507,8 @@ int main(int argc, char **argv)
             goto out;
         }
         dd_admin_set_why(admin, DD_ADMIN_INGEST, ingest_why);
-        if (dd_admin_attach(admin, DD_ADMIN_INGEST, ingest, dd_ingest_collect,
-                            ingest_assigned) != DD_OK) {
+        if (dd_admin_attach(admin, DD_ADMIN_INGEST, ingest, dd_ingest_collect, ingest_assigned) !=
+            DD_OK) {
             dd_error("main", "msg=\"out of memory\"");
             goto out;
         }
@@ -488,8 +524,7 @@ int main(int argc, char **argv)
                                               ingest_lag_ms, ingest};
         struct dd_peer_conf peer = dd_config_peer_conf(&cfg);
         if (dd_cluster_new(&cluster, &map, &cfg.cluster, &peer, cfg.rpc.threads, cfg.rpc.prepost,
-                           &local, err, sizeof err) !=
-                DD_OK ||
+                           &local, err, sizeof err) != DD_OK ||
             dd_cluster_start(cluster, err, sizeof err) != DD_OK) {
             dd_error("main", "msg=\"cannot start the cluster\" error=\"%s\"", err);
             goto out;
@@ -498,8 +533,8 @@ int main(int argc, char **argv)
         dd_admin_set_why(admin, DD_ADMIN_CLUSTER, cluster_why);
         dd_admin_set_degraded(admin, DD_ADMIN_CLUSTER, cluster_degraded);
         dd_admin_set_page(admin, DD_ADMIN_CLUSTER, "/cluster", cluster_page);
-        if (dd_admin_attach(admin, DD_ADMIN_CLUSTER, cluster, dd_cluster_collect,
-                            cluster_ready) != DD_OK) {
+        if (dd_admin_attach(admin, DD_ADMIN_CLUSTER, cluster, dd_cluster_collect, cluster_ready) !=
+            DD_OK) {
             dd_error("main", "msg=\"out of memory\"");
             goto out;
         }
@@ -515,7 +550,8 @@ int main(int argc, char **argv)
 
     /* gRPC last: once it answers, everything behind it is up. */
     if (clustered) {
-        struct dd_producer_conf pc = {.topic = cfg.ingest.topic, .format = cfg.ingest.format,
+        struct dd_producer_conf pc = {.topic = cfg.ingest.topic,
+                                      .format = cfg.ingest.format,
                                       .partitioner = cfg.ingest.partitioner,
                                       .timeout_ms = cfg.cluster.forward_timeout_ms,
                                       .forget_key = forget_key};
@@ -531,9 +567,9 @@ int main(int argc, char **argv)
         }
         producer_metrics = true;
     }
-    if (clustered && dd_snapshot_server_new(&snapshot, history, cfg.cluster.snapshot_mbps,
-                                            cfg.cluster.snapshot_max_age_s, err,
-                                            sizeof err) != DD_OK) {
+    if (clustered &&
+        dd_snapshot_server_new(&snapshot, history, cfg.cluster.snapshot_mbps,
+                               cfg.cluster.snapshot_max_age_s, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot set up snapshots\" error=\"%s\"", err);
         goto out;
     }
@@ -631,8 +667,7 @@ out:
     dd_admin_detach(admin, DD_ADMIN_REDIS);
     dd_recent_watch_free(redis_watch);
     dd_sentinel_free(sentinel); /* after every dd_recent that follows it */
-    if (producer_metrics)
-        dd_metrics_remove(dd_admin_metrics(admin), dd_producer_collect, producer);
+    if (producer_metrics) dd_metrics_remove(dd_admin_metrics(admin), dd_producer_collect, producer);
     dd_producer_free(producer);
     dd_admin_detach(admin, DD_ADMIN_CLUSTER);
     /* Stopped now, freed after the store: compactions ask it who owns a

@@ -23,9 +23,9 @@
 #define LABEL_LEN 16
 
 struct dd_marker_key {
-    EVP_MAC *mac;       /* HMAC, fetched once; shared by every thread's context */
+    EVP_MAC *mac; /* HMAC, fetched once; shared by every thread's context */
     size_t len;
-    uint8_t key[];      /* DD_MARKER_KEY_MIN..DD_MARKER_KEY_MAX bytes */
+    uint8_t key[]; /* DD_MARKER_KEY_MIN..DD_MARKER_KEY_MAX bytes */
 };
 
 int dd_marker_key_new(dd_marker_key **out, const void *key, size_t len, char *err, size_t errlen)
@@ -80,13 +80,15 @@ int dd_marker_key_load(dd_marker_key **out, const char *path, bool *world_readab
         n += (size_t)r;
     }
     if (n > DD_MARKER_KEY_MAX) {
-        rc = dd_fail(DD_ERR_INVALID, err, errlen, "%s: more than %d bytes", path,
-                     DD_MARKER_KEY_MAX);
+        rc =
+            dd_fail(DD_ERR_INVALID, err, errlen, "%s: more than %d bytes", path, DD_MARKER_KEY_MAX);
         goto done;
     }
     if (n < DD_MARKER_KEY_MIN) {
-        rc = dd_fail(DD_ERR_INVALID, err, errlen, "%s: %zu bytes; at least %d are needed (e.g. "
-                     "openssl rand -hex 32)", path, n, DD_MARKER_KEY_MIN);
+        rc = dd_fail(DD_ERR_INVALID, err, errlen,
+                     "%s: %zu bytes; at least %d are needed (e.g. "
+                     "openssl rand -hex 32)",
+                     path, n, DD_MARKER_KEY_MIN);
         goto done;
     }
     rc = dd_marker_key_new(out, buf, n, err, errlen);
@@ -148,8 +150,8 @@ static int compute(const dd_marker_key *k, const char *user, size_t user_len, co
              (user_len == 0 || EVP_MAC_update(ctx, (const uint8_t *)user, user_len)) &&
              EVP_MAC_update(ctx, slen, 4) &&
              (scene_len == 0 || EVP_MAC_update(ctx, (const uint8_t *)scene, scene_len)) &&
-             EVP_MAC_update(ctx, at, 8) &&
-             EVP_MAC_final(ctx, mac, &outl, DD_MARKER_MAC_BYTES) && outl == DD_MARKER_MAC_BYTES;
+             EVP_MAC_update(ctx, at, 8) && EVP_MAC_final(ctx, mac, &outl, DD_MARKER_MAC_BYTES) &&
+             outl == DD_MARKER_MAC_BYTES;
     EVP_MAC_CTX_free(ctx);
     return ok ? DD_OK : DD_ERR_NOMEM;
 }

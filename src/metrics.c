@@ -19,7 +19,7 @@
 
 const double dd_metrics_latency_bounds[DD_METRICS_LATENCY_BOUNDS_LEN] = {
     0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005,
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10,
+    0.01,    0.025,  0.05,    0.1,    0.25,    0.5,   1,      2.5,    10,
 };
 const double dd_metrics_flush_bounds[DD_METRICS_FLUSH_BOUNDS_LEN] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60,
@@ -58,8 +58,10 @@ void dd_histogram_observe(struct dd_histogram *h, double v)
     } else {
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            if (v <= h->bounds[mid]) hi = mid;
-            else lo = mid + 1;
+            if (v <= h->bounds[mid])
+                hi = mid;
+            else
+                lo = mid + 1;
         }
     }
     atomic_fetch_add_explicit(&h->buckets[lo], 1, memory_order_relaxed);
@@ -70,8 +72,7 @@ void dd_histogram_observe(struct dd_histogram *h, double v)
         memcpy(&s, &old, sizeof s);
         s += v;
         memcpy(&upd, &s, sizeof upd);
-    } while (!atomic_compare_exchange_weak_explicit(&h->sum_bits, &old, upd,
-                                                    memory_order_relaxed,
+    } while (!atomic_compare_exchange_weak_explicit(&h->sum_bits, &old, upd, memory_order_relaxed,
                                                     memory_order_relaxed));
 }
 
@@ -139,7 +140,10 @@ void dd_prom_free(dd_prom *p)
     free(p);
 }
 
-int dd_prom_err(const dd_prom *p) { return p->err; }
+int dd_prom_err(const dd_prom *p)
+{
+    return p->err;
+}
 
 const char *dd_prom_data(const dd_prom *p, size_t *len)
 {
@@ -196,7 +200,10 @@ static void put(dd_prom *p, const char *s, size_t n)
     p->buf[p->len] = '\0';
 }
 
-static void puts_(dd_prom *p, const char *s) { put(p, s, strlen(s)); }
+static void puts_(dd_prom *p, const char *s)
+{
+    put(p, s, strlen(s));
+}
 
 static void put_u64(dd_prom *p, uint64_t v)
 {
@@ -212,9 +219,12 @@ static void put_escaped(dd_prom *p, const char *s, bool quote)
     const char *run = s;
     for (; *s; s++) {
         const char *rep = NULL;
-        if (*s == '\\') rep = "\\\\";
-        else if (*s == '\n') rep = "\\n";
-        else if (quote && *s == '"') rep = "\\\"";
+        if (*s == '\\')
+            rep = "\\\\";
+        else if (*s == '\n')
+            rep = "\\n";
+        else if (quote && *s == '"')
+            rep = "\\\"";
         if (!rep) continue;
         put(p, run, (size_t)(s - run));
         puts_(p, rep);
@@ -335,8 +345,8 @@ struct dd_metrics {
     pthread_mutex_t lock;
     struct collector *cs;
     size_t n, cap;
-    int64_t start_ms;   /* wall clock at creation */
-    int64_t start_ns;   /* monotonic, for uptime */
+    int64_t start_ms; /* wall clock at creation */
+    int64_t start_ns; /* monotonic, for uptime */
 };
 
 int dd_metrics_new(dd_metrics **out)
@@ -409,8 +419,7 @@ int dd_metrics_render(dd_metrics *m, dd_prom *p)
     dd_prom_family(p, "dedupd_start_time_seconds", "Start time of the process since the epoch",
                    DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_start_time_seconds", NULL, 0, (double)m->start_ms / 1e3);
-    dd_prom_family(p, "dedupd_uptime_seconds", "Seconds since the process started",
-                   DD_PROM_GAUGE);
+    dd_prom_family(p, "dedupd_uptime_seconds", "Seconds since the process started", DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_uptime_seconds", NULL, 0,
                        (double)(dd_mono_ns() - m->start_ns) / 1e9);
     for (size_t i = 0; i < m->n; i++) m->cs[i].fn(p, m->cs[i].ud);

@@ -35,10 +35,10 @@
  * implied). Embed it anywhere; initialise with dd_histogram_init. Bucket
  * counts are per bucket (not cumulative); the renderer accumulates. */
 struct dd_histogram {
-    const double *bounds;       /* borrowed, static storage: nbounds ascending bounds */
+    const double *bounds; /* borrowed, static storage: nbounds ascending bounds */
     size_t nbounds;
     _Atomic uint64_t buckets[DD_HISTOGRAM_MAX_BOUNDS + 1]; /* last one: above every bound */
-    _Atomic uint64_t sum_bits;  /* the double sum of observations, as its bits */
+    _Atomic uint64_t sum_bits; /* the double sum of observations, as its bits */
 };
 
 /* A consistent-enough copy of a histogram for rendering or arithmetic.
@@ -52,11 +52,11 @@ struct dd_histogram_snap {
 };
 
 /* Bucket sets used by dedupd (static; pass with their _LEN). */
-extern const double dd_metrics_latency_bounds[];   /* seconds, 50 us .. 10 s */
+extern const double dd_metrics_latency_bounds[]; /* seconds, 50 us .. 10 s */
 #define DD_METRICS_LATENCY_BOUNDS_LEN 18
-extern const double dd_metrics_flush_bounds[];     /* seconds, 1 ms .. 60 s */
+extern const double dd_metrics_flush_bounds[]; /* seconds, 1 ms .. 60 s */
 #define DD_METRICS_FLUSH_BOUNDS_LEN 14
-extern const double dd_metrics_count_bounds[];     /* candidates per call, 1 .. 100,000 */
+extern const double dd_metrics_count_bounds[]; /* candidates per call, 1 .. 100,000 */
 #define DD_METRICS_COUNT_BOUNDS_LEN 12
 
 /* Zero H and give it BOUNDS (borrowed, must outlive H, strictly ascending,
@@ -88,8 +88,8 @@ enum dd_prom_type {
 };
 
 struct dd_prom_label {
-    const char *name;   /* [a-zA-Z_][a-zA-Z0-9_]* */
-    const char *value;  /* any UTF-8; escaped on output */
+    const char *name;  /* [a-zA-Z_][a-zA-Z0-9_]* */
+    const char *value; /* any UTF-8; escaped on output */
 };
 
 /* A growable text buffer. NULL on out of memory. dd_prom_free(NULL) is a

@@ -92,8 +92,7 @@ size_t dd_owner_encode(const struct dd_owner *o, uint8_t *buf)
     return (size_t)(p - buf) + 8;
 }
 
-int dd_owner_decode(const uint8_t *buf, size_t len, struct dd_owner *o, char *err,
-                    size_t errlen)
+int dd_owner_decode(const uint8_t *buf, size_t len, struct dd_owner *o, char *err, size_t errlen)
 {
     /* magic, version and topic length first: they say how long the rest is */
     if (len < 6 || memcmp(buf, magic, 4) != 0)
@@ -135,8 +134,10 @@ void dd_owner_format(const struct dd_owner *o, char *out, size_t outlen)
     const char *pn = o->partitioner >= 0 && o->partitioner < DD_PARTITIONER_COUNT
                          ? dd_partitioner_name((enum dd_partitioner)o->partitioner)
                          : "?";
-    snprintf(out, outlen, "shards=%" PRIu32 " shard=%" PRIu32 "%s topic=%s partitions=%s "
-             "partitioner=%s", o->shards, o->shard, split, o->topic, parts, pn);
+    snprintf(out, outlen,
+             "shards=%" PRIu32 " shard=%" PRIu32 "%s topic=%s partitions=%s "
+             "partitioner=%s",
+             o->shards, o->shard, split, o->topic, parts, pn);
 }
 
 enum dd_owner_relation dd_owner_relate(const struct dd_owner *s, const struct dd_owner *w)
@@ -157,11 +158,11 @@ enum dd_owner_relation dd_owner_relate(const struct dd_owner *s, const struct dd
 struct dd_owner_guard {
     dd_history *h;
     struct dd_owner want;
-    struct dd_owner stored;          /* what the store holds now (after any write here) */
+    struct dd_owner stored; /* what the store holds now (after any write here) */
     enum dd_owner_relation rel;
-    pthread_mutex_t lock;            /* partitions and swept: one writer at a time */
+    pthread_mutex_t lock; /* partitions and swept: one writer at a time */
     atomic_bool refused;
-    char why[640];                   /* written once, before refused is set */
+    char why[640]; /* written once, before refused is set */
 };
 
 static int put_record(dd_owner_guard *g, const struct dd_owner *o, char *err, size_t errlen)
@@ -183,10 +184,13 @@ static void refuse(dd_owner_guard *g, const char *stored_text)
     dd_owner_format(&g->want, want, sizeof want);
     snprintf(g->why, sizeof g->why,
              "ownership mismatch: the store is %s; configured: %s; not serving from it "
-             "(dedupd --take-over)", stored_text, want);
-    dd_error(MOD, "msg=\"the store belongs to another ownership: not serving from it; check the "
-                  "volume, or take it over with dedupd --take-over (README, Ownership)\" "
-                  "store=\"%s\" configured=\"%s\"", stored_text, want);
+             "(dedupd --take-over)",
+             stored_text, want);
+    dd_error(MOD,
+             "msg=\"the store belongs to another ownership: not serving from it; check the "
+             "volume, or take it over with dedupd --take-over (README, Ownership)\" "
+             "store=\"%s\" configured=\"%s\"",
+             stored_text, want);
     atomic_store(&g->refused, true);
 }
 
@@ -216,15 +220,17 @@ int dd_owner_guard_new(dd_owner_guard **out, dd_history *h, const struct dd_owne
             if (n != 8 && dd_owner_decode(v, n, &s, rerr, sizeof rerr) == DD_OK)
                 dd_owner_format(&s, text, sizeof text);
             else
-                snprintf(text, sizeof text, "%s", n == 8 ? "a record of the previous release"
-                                                         : rerr);
+                snprintf(text, sizeof text, "%s",
+                         n == 8 ? "a record of the previous release" : rerr);
         } else {
             snprintf(text, sizeof text, "no record");
         }
         if ((rc = put_record(g, want, err, errlen)) != DD_OK) goto fail;
         dd_owner_format(want, rerr, sizeof rerr);
-        dd_warn(MOD, "msg=\"store taken over (dedupd --take-over): its ownership record "
-                     "replaced\" was=\"%s\" now=\"%s\"", text, rerr);
+        dd_warn(MOD,
+                "msg=\"store taken over (dedupd --take-over): its ownership record "
+                "replaced\" was=\"%s\" now=\"%s\"",
+                text, rerr);
         g->rel = DD_OWNER_SAME;
         *out = g;
         return DD_OK;
@@ -235,8 +241,10 @@ int dd_owner_guard_new(dd_owner_guard **out, dd_history *h, const struct dd_owne
         if ((rc = put_record(g, want, err, errlen)) != DD_OK) goto fail;
         if (!created) {
             dd_owner_format(want, text, sizeof text);
-            dd_info(MOD, "msg=\"store without an ownership record (written by the previous "
-                         "release): adopted\" ownership=\"%s\"", text);
+            dd_info(MOD,
+                    "msg=\"store without an ownership record (written by the previous "
+                    "release): adopted\" ownership=\"%s\"",
+                    text);
         }
         g->rel = DD_OWNER_SAME;
     } else if (rc == DD_OK && n == 8) {
@@ -244,8 +252,10 @@ int dd_owner_guard_new(dd_owner_guard **out, dd_history *h, const struct dd_owne
         if (legacy_id && id == legacy_id) {
             if ((rc = put_record(g, want, err, errlen)) != DD_OK) goto fail;
             dd_owner_format(want, text, sizeof text);
-            dd_info(MOD, "msg=\"store with the previous release's ownership id: adopted\" "
-                         "ownership=\"%s\"", text);
+            dd_info(MOD,
+                    "msg=\"store with the previous release's ownership id: adopted\" "
+                    "ownership=\"%s\"",
+                    text);
             g->rel = DD_OWNER_SAME;
         } else if (legacy_parent && id == legacy_parent) {
             /* a copy of the split's parent: the sweep records ours */
@@ -255,8 +265,9 @@ int dd_owner_guard_new(dd_owner_guard **out, dd_history *h, const struct dd_owne
             g->stored.split_from = 0;
             g->rel = DD_OWNER_PARENT;
         } else {
-            snprintf(text, sizeof text, "the previous release's ownership id %016" PRIx64
-                     " (another shard or map)", id);
+            snprintf(text, sizeof text,
+                     "the previous release's ownership id %016" PRIx64 " (another shard or map)",
+                     id);
             g->rel = DD_OWNER_OTHER;
             refuse(g, text);
         }
@@ -299,7 +310,10 @@ bool dd_owner_guard_refused(const dd_owner_guard *g, char *why, size_t whylen)
     return true;
 }
 
-enum dd_owner_relation dd_owner_guard_relation(const dd_owner_guard *g) { return g->rel; }
+enum dd_owner_relation dd_owner_guard_relation(const dd_owner_guard *g)
+{
+    return g->rel;
+}
 
 bool dd_owner_guard_partitions(void *ud, int32_t n)
 {
@@ -318,8 +332,10 @@ bool dd_owner_guard_partitions(void *ud, int32_t n)
         if (g->rel == DD_OWNER_SAME && g->stored.partitions == 0) {
             char err[256];
             if (put_record(g, &g->want, err, sizeof err) != DD_OK)
-                dd_warn(MOD, "msg=\"cannot record the topic's partition count in the store's "
-                             "ownership; tried again at the next start\" error=\"%s\"", err);
+                dd_warn(MOD,
+                        "msg=\"cannot record the topic's partition count in the store's "
+                        "ownership; tried again at the next start\" error=\"%s\"",
+                        err);
         }
     }
     pthread_mutex_unlock(&g->lock);

@@ -80,8 +80,7 @@ size_t dd_owner_encode(const struct dd_owner *o, uint8_t *buf);
  * shards outside 1..1024, shard >= shards, split_from that does not
  * divide shards), or DD_ERR_INVALID (a version this release does not
  * know), with a message in err; *O is then unchanged. */
-int dd_owner_decode(const uint8_t *buf, size_t len, struct dd_owner *o, char *err,
-                    size_t errlen);
+int dd_owner_decode(const uint8_t *buf, size_t len, struct dd_owner *o, char *err, size_t errlen);
 
 /* O as "shards=N shard=S[ split_from=M] topic=T partitions=P partitioner=X"
  * ("partitions=?" when not known). Cannot fail (cut to OUTLEN). */
@@ -89,12 +88,11 @@ void dd_owner_format(const struct dd_owner *o, char *out, size_t outlen);
 
 /* How a stored ownership relates to the configured one. */
 enum dd_owner_relation {
-    DD_OWNER_SAME = 0,   /* the same (a count 0 on either side matches any) */
-    DD_OWNER_PARENT,     /* STORED is the parent of WANT's split (sweep.h) */
-    DD_OWNER_OTHER,      /* anything else: refused */
+    DD_OWNER_SAME = 0, /* the same (a count 0 on either side matches any) */
+    DD_OWNER_PARENT,   /* STORED is the parent of WANT's split (sweep.h) */
+    DD_OWNER_OTHER,    /* anything else: refused */
 };
-enum dd_owner_relation dd_owner_relate(const struct dd_owner *stored,
-                                       const struct dd_owner *want);
+enum dd_owner_relation dd_owner_relate(const struct dd_owner *stored, const struct dd_owner *want);
 
 /* ---- the guard ----------------------------------------------------------- */
 

@@ -42,8 +42,8 @@ static uint32_t murmur2(const unsigned char *p, size_t len)
     const uint32_t m = 0x5bd1e995;
     uint32_t h = UINT32_C(0x9747b28c) ^ (uint32_t)len;
     for (; len >= 4; p += 4, len -= 4) {
-        uint32_t k = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                     (uint32_t)p[3] << 24;
+        uint32_t k =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
         k *= m;
         k ^= k >> 24;
         k *= m;

@@ -55,12 +55,13 @@
  * so nothing can be routed by it), under librdkafka's names. The first is
  * dedupd's default; librdkafka's own default is consistent_random. */
 enum dd_partitioner {
-    DD_PARTITIONER_MURMUR2_RANDOM = 0,   /* "murmur2_random": the Java client's default; default here */
-    DD_PARTITIONER_CONSISTENT_RANDOM,    /* "consistent_random": librdkafka's default (CRC32) */
-    DD_PARTITIONER_MURMUR2,              /* "murmur2" */
-    DD_PARTITIONER_CONSISTENT,           /* "consistent" */
-    DD_PARTITIONER_FNV1A,                /* "fnv1a" */
-    DD_PARTITIONER_FNV1A_RANDOM,         /* "fnv1a_random" */
+    DD_PARTITIONER_MURMUR2_RANDOM =
+        0, /* "murmur2_random": the Java client's default; default here */
+    DD_PARTITIONER_CONSISTENT_RANDOM, /* "consistent_random": librdkafka's default (CRC32) */
+    DD_PARTITIONER_MURMUR2,           /* "murmur2" */
+    DD_PARTITIONER_CONSISTENT,        /* "consistent" */
+    DD_PARTITIONER_FNV1A,             /* "fnv1a" */
+    DD_PARTITIONER_FNV1A_RANDOM,      /* "fnv1a_random" */
     DD_PARTITIONER_COUNT
 };
 

@@ -99,8 +99,7 @@ static inline size_t dd_pb_scan_field(const uint8_t *p, size_t rem, struct dd_pb
         f->val_len = hdr + v;
         break;
     }
-    default:
-        return 0; /* groups and the reserved types */
+    default: return 0; /* groups and the reserved types */
     }
     return used + f->val_len;
 }

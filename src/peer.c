@@ -85,7 +85,10 @@ size_t dd_cluster_chunk_reply_max(void)
     return 1 + varint_len(DD_SNAPSHOT_CHUNK_MAX) + DD_SNAPSHOT_CHUNK_MAX + (1 + 5);
 }
 
-static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
+static int clamp_int(size_t v)
+{
+    return v > INT_MAX ? INT_MAX : (int)v;
+}
 
 /* The memory grpc may hold for one peer channel's connection (its read
  * buffers, and a reply being received): grpc reads a whole message before
@@ -135,12 +138,12 @@ static size_t channel_args(const struct dd_peer_conf *conf, bool copy, char *sc,
      * to 2 minutes); we retry on the next replica ourselves, so grpc's own
      * retries are off. */
     size_t nargs = 0;
-#define INT_ARG(k, v)                                                                    \
-    do {                                                                                 \
-        args[nargs].type = GRPC_ARG_INTEGER;                                             \
-        args[nargs].key = (char *)(k);                                                   \
-        args[nargs].value.integer = (v);                                                 \
-        nargs++;                                                                         \
+#define INT_ARG(k, v) \
+    do { \
+        args[nargs].type = GRPC_ARG_INTEGER; \
+        args[nargs].key = (char *)(k); \
+        args[nargs].value.integer = (v); \
+        nargs++; \
     } while (0)
     INT_ARG(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     INT_ARG(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
@@ -149,8 +152,9 @@ static size_t channel_args(const struct dd_peer_conf *conf, bool copy, char *sc,
     /* The limits below are ours: no service config from DNS replaces them. */
     INT_ARG(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
     INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-            clamp_int(copy ? dd_cluster_manifest_reply_max()
-                           : dd_cluster_filter_reply_max(conf->max_candidates, conf->max_id_bytes)));
+            clamp_int(copy
+                          ? dd_cluster_manifest_reply_max()
+                          : dd_cluster_filter_reply_max(conf->max_candidates, conf->max_id_bytes)));
 #undef INT_ARG
     args[nargs].type = GRPC_ARG_STRING;
     args[nargs].key = (char *)GRPC_ARG_SERVICE_CONFIG;
@@ -183,9 +187,9 @@ grpc_channel *dd_peer_channel_create(const struct dd_peer_conf *conf,
     /* A quota of its own: one peer's pressure cancels only its calls. */
     grpc_resource_quota *quota = grpc_resource_quota_create(NULL);
     grpc_resource_quota_resize(
-        quota, peer_quota_bytes(copy ? dd_cluster_manifest_reply_max()
-                                     : dd_cluster_filter_reply_max(conf->max_candidates,
-                                                                   conf->max_id_bytes)));
+        quota, peer_quota_bytes(
+                   copy ? dd_cluster_manifest_reply_max()
+                        : dd_cluster_filter_reply_max(conf->max_candidates, conf->max_id_bytes)));
     grpc_arg args[10];
     size_t nargs = channel_args(conf, copy, sc, quota, args);
     grpc_channel_args chargs = {.num_args = nargs, .args = args};
@@ -206,8 +210,8 @@ grpc_channel *dd_peer_channel_new(const struct dd_peer_conf *conf, const char *a
 }
 
 /* Whether DETAILS starts with the literal PREFIX. */
-#define SLICE_STARTS(details, prefix)                                                    \
-    (GRPC_SLICE_LENGTH(details) >= sizeof(prefix) - 1 &&                                 \
+#define SLICE_STARTS(details, prefix) \
+    (GRPC_SLICE_LENGTH(details) >= sizeof(prefix) - 1 && \
      memcmp(GRPC_SLICE_START_PTR(details), prefix, sizeof(prefix) - 1) == 0)
 
 bool dd_cluster_reply_too_large(grpc_status_code status, grpc_slice details)

@@ -33,8 +33,8 @@
 struct dd_playevent_decoder {
     enum dd_playevent_format format;
     uint32_t max_id_bytes;
-    struct dd_buf sbuf;        /* JSON: the last message's strings */
-    dd_arena *arena;           /* protobuf messages, or yajl's memory */
+    struct dd_buf sbuf;              /* JSON: the last message's strings */
+    dd_arena *arena;                 /* protobuf messages, or yajl's memory */
     char user_num[24], item_num[24]; /* integer ids as text */
 };
 
@@ -86,7 +86,13 @@ void dd_playevent_decoder_free(dd_playevent_decoder *d)
 /* JSON fields we read, each spelling its own slot. */
 enum jfield {
     JF_NONE = -1,
-    JF_USER, JF_USER_CC, JF_ITEM, JF_ITEM_CC, JF_TIME, JF_TIME_CC, JF_SCENE,
+    JF_USER,
+    JF_USER_CC,
+    JF_ITEM,
+    JF_ITEM_CC,
+    JF_TIME,
+    JF_TIME_CC,
+    JF_SCENE,
     JF_COUNT
 };
 static const char *const jfield_names[JF_COUNT] = {
@@ -106,8 +112,8 @@ struct jval {
 /* The SAX state of one decode. */
 struct jctx {
     dd_playevent_decoder *d;
-    int depth;              /* open maps and arrays; 1 = inside the top object */
-    enum jfield field;      /* the top-level key whose value comes next */
+    int depth;         /* open maps and arrays; 1 = inside the top object */
+    enum jfield field; /* the top-level key whose value comes next */
     bool nomem;
     struct jval v[JF_COUNT];
 };
@@ -201,8 +207,14 @@ static int j_open(struct jctx *c, bool map)
     return ++c->depth <= JSON_MAX_DEPTH;
 }
 
-static int j_start_map(void *ctx) { return j_open(ctx, true); }
-static int j_start_array(void *ctx) { return j_open(ctx, false); }
+static int j_start_map(void *ctx)
+{
+    return j_open(ctx, true);
+}
+static int j_start_array(void *ctx)
+{
+    return j_open(ctx, false);
+}
 
 static int j_close(void *ctx)
 {
@@ -315,15 +327,15 @@ static int decode_json(dd_playevent_decoder *d, const void *payload, size_t len,
     yajl_alloc_funcs af = {j_malloc, j_realloc, j_free, d->arena};
     yajl_handle y = yajl_alloc(&jcallbacks, &af, &c);
     if (!y) return DD_PLAYEVENT_UNDECODABLE;
-    int ok = yajl_parse(y, payload, len) == yajl_status_ok &&
-             yajl_complete_parse(y) == yajl_status_ok;
+    int ok =
+        yajl_parse(y, payload, len) == yajl_status_ok && yajl_complete_parse(y) == yajl_status_ok;
     yajl_free(y);
     if (!ok || c.nomem) return DD_PLAYEVENT_UNDECODABLE;
 
-    if (json_id(&c, jfield_of(&c, JF_USER, JF_USER_CC), d->user_num, &ev->user,
-                &ev->user_len) != 0 ||
-        json_id(&c, jfield_of(&c, JF_ITEM, JF_ITEM_CC), d->item_num, &ev->item,
-                &ev->item_len) != 0 ||
+    if (json_id(&c, jfield_of(&c, JF_USER, JF_USER_CC), d->user_num, &ev->user, &ev->user_len) !=
+            0 ||
+        json_id(&c, jfield_of(&c, JF_ITEM, JF_ITEM_CC), d->item_num, &ev->item, &ev->item_len) !=
+            0 ||
         json_time(&c, jfield_of(&c, JF_TIME, JF_TIME_CC), &ev->played_at_ms) != 0)
         return DD_PLAYEVENT_UNDECODABLE;
     const struct jval *sc = jfield_of(&c, JF_SCENE, JF_NONE);
@@ -392,9 +404,8 @@ static int decode(dd_playevent_decoder *d, const void *payload, size_t len, cons
     return DD_PLAYEVENT_OK;
 }
 
-int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len,
-                        const void *key, size_t key_len, int64_t msg_ts_ms,
-                        struct dd_playevent *ev)
+int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len, const void *key,
+                        size_t key_len, int64_t msg_ts_ms, struct dd_playevent *ev)
 {
     return decode(d, payload, len, key, key_len, msg_ts_ms, false, ev);
 }
@@ -409,7 +420,10 @@ int dd_playevent_decode_forget(dd_playevent_decoder *d, const void *payload, siz
 
 /* Room for N more bytes in B, or the encoding fails (B's length restored
  * by the caller). */
-#define NEED(b, n) do { if (dd_buf_reserve((b), (n)) != 0) goto nomem; } while (0)
+#define NEED(b, n) \
+    do { \
+        if (dd_buf_reserve((b), (n)) != 0) goto nomem; \
+    } while (0)
 
 static void put_bytes(struct dd_buf *b, const void *p, size_t n)
 {
@@ -479,8 +493,8 @@ nomem:
 }
 
 int dd_playevent_encode(struct dd_buf *out, enum dd_playevent_format format, const char *user,
-                        size_t user_len, const char *item, size_t item_len,
-                        int64_t played_at_ms, const char *scene, size_t scene_len)
+                        size_t user_len, const char *item, size_t item_len, int64_t played_at_ms,
+                        const char *scene, size_t scene_len)
 {
     if (played_at_ms < 0) return DD_ERR_INVALID;
     size_t len0 = out->len;

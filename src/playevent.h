@@ -89,9 +89,8 @@ void dd_playevent_decoder_free(dd_playevent_decoder *d);
  * the message has none) and timestamp MSG_TS_MS into EV. Returns a
  * dd_playevent_status; EV is filled only on DD_PLAYEVENT_OK. Never
  * crashes on any input. Memory of the previous event is reused. */
-int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len,
-                        const void *key, size_t key_len, int64_t msg_ts_ms,
-                        struct dd_playevent *ev);
+int dd_playevent_decode(dd_playevent_decoder *d, const void *payload, size_t len, const void *key,
+                        size_t key_len, int64_t msg_ts_ms, struct dd_playevent *ev);
 
 /* The same for the payload of a forget marker (ingest.h): the same rules,
  * except that the item id must be empty (DD_PLAYEVENT_UNDECODABLE
@@ -107,7 +106,7 @@ int dd_playevent_decode_forget(dd_playevent_decoder *d, const void *payload, siz
  * unchanged) or DD_ERR_INVALID (a negative time, an unknown format). */
 struct dd_buf;
 int dd_playevent_encode(struct dd_buf *out, enum dd_playevent_format format, const char *user,
-                        size_t user_len, const char *item, size_t item_len,
-                        int64_t played_at_ms, const char *scene, size_t scene_len);
+                        size_t user_len, const char *item, size_t item_len, int64_t played_at_ms,
+                        const char *scene, size_t scene_len);
 
 #endif

@@ -15,7 +15,12 @@
 #define OP_HEADER "dedupd-op"
 
 static const char *const bad_names[DD_INGEST_NBAD] = {
-    "undecodable", "empty_user", "empty_item", "id_too_long", "future", "wrong_partition",
+    "undecodable",
+    "empty_user",
+    "empty_item",
+    "id_too_long",
+    "future",
+    "wrong_partition",
     "unauthenticated_forget",
 };
 
@@ -40,8 +45,7 @@ static enum op message_op(const rd_kafka_message_t *m)
 
 /* Whether forget marker M (decoded into EV) is signed with the key
  * (marker.h): its dedupd-mac header over EV's user, scene and time. */
-static enum dd_marker_check marker_check(const dd_marker_key *key,
-                                         const rd_kafka_message_t *m,
+static enum dd_marker_check marker_check(const dd_marker_key *key, const rd_kafka_message_t *m,
                                          const struct dd_playevent *ev)
 {
     rd_kafka_headers_t *hdrs;
@@ -52,8 +56,8 @@ static enum dd_marker_check marker_check(const dd_marker_key *key,
         mac = NULL;
     else if (!mac)
         mac = ""; /* a header without a value: present, malformed */
-    return dd_marker_verify(key, ev->user, ev->user_len, ev->scene, ev->scene_len,
-                            ev->played_at_ms, mac, n);
+    return dd_marker_verify(key, ev->user, ev->user_len, ev->scene, ev->scene_len, ev->played_at_ms,
+                            mac, n);
 }
 
 static int bad_reason(int status)
@@ -72,11 +76,10 @@ int dd_playmsg_read(dd_playevent_decoder *dec, const rd_kafka_message_t *m, int6
                     enum dd_playmsg_op *op, char *why, size_t whylen)
 {
     enum op o = message_op(m);
-    int st = o == OP_PLAY ? dd_playevent_decode(dec, m->payload, m->len, m->key,
-                                                m->key_len, ts, ev)
-           : o == OP_FORGET ? dd_playevent_decode_forget(dec, m->payload, m->len, m->key,
-                                                         m->key_len, ev)
-           : DD_PLAYEVENT_UNDECODABLE;
+    int st = o == OP_PLAY ? dd_playevent_decode(dec, m->payload, m->len, m->key, m->key_len, ts, ev)
+             : o == OP_FORGET
+                 ? dd_playevent_decode_forget(dec, m->payload, m->len, m->key, m->key_len, ev)
+                 : DD_PLAYEVENT_UNDECODABLE;
     int bad = bad_reason(st);
     int32_t want = -1;
     enum dd_marker_check mc = DD_MARKER_VALID;
@@ -85,8 +88,8 @@ int dd_playmsg_read(dd_playevent_decoder *dec, const rd_kafka_message_t *m, int6
     if (bad < 0 && c->assign) {
         /* A cluster node owns users by the producers' partitioner: a play
          * elsewhere would be stored where no call for its user comes. */
-        want = dd_partition_of((enum dd_partitioner)c->partitioner, ev->user, ev->user_len,
-                               c->count);
+        want =
+            dd_partition_of((enum dd_partitioner)c->partitioner, ev->user, ev->user_len, c->count);
         if (want != m->partition) bad = DD_INGEST_BAD_WRONG_PARTITION;
     }
     why[0] = '\0';

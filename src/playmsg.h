@@ -24,8 +24,8 @@ enum dd_ingest_bad {
     DD_INGEST_BAD_UNDECODABLE = 0, /* not JSON / PlayEvent, wrong types, negative time */
     DD_INGEST_BAD_EMPTY_USER = 1,  /* no user id in payload nor key */
     DD_INGEST_BAD_EMPTY_ITEM = 2,
-    DD_INGEST_BAD_ID_TOO_LONG = 3, /* over ingest.max_id_bytes (scene: also 255) */
-    DD_INGEST_BAD_FUTURE = 4,      /* later than now + history.max_future_ms */
+    DD_INGEST_BAD_ID_TOO_LONG = 3,     /* over ingest.max_id_bytes (scene: also 255) */
+    DD_INGEST_BAD_FUTURE = 4,          /* later than now + history.max_future_ms */
     DD_INGEST_BAD_WRONG_PARTITION = 5, /* assign mode: the user belongs to another partition */
     DD_INGEST_BAD_UNAUTHENTICATED_FORGET = 6, /* a forget marker without a valid MAC, or
                                           * any marker when no key is set (marker.h) */
@@ -44,9 +44,9 @@ enum dd_playmsg_op {
 /* What a message is checked against. */
 struct dd_playmsg_check {
     const dd_marker_key *forget_key; /* markers must be signed with it; NULL = none valid */
-    bool assign;                /* assign mode: check the user's partition */
-    int partitioner;            /* enum dd_partitioner (partition.h) the producers use */
-    int32_t count;              /* the partition count the partitions were assigned by */
+    bool assign;                     /* assign mode: check the user's partition */
+    int partitioner;                 /* enum dd_partitioner (partition.h) the producers use */
+    int32_t count;                   /* the partition count the partitions were assigned by */
 };
 
 /* Read M (Kafka timestamp TS, > 0: a play without a time gets it) with

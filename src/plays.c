@@ -60,10 +60,10 @@ void dd_plays_collect(dd_prom *p, void *ud)
                    "Plays written to the history store (ingest: distinct per window)",
                    DD_PROM_COUNTER);
     dd_prom_sample_u64(p, "dedupd_plays_written_total", &rpc, 1, r.plays);
-    if (have_ingest) dd_prom_sample_u64(p, "dedupd_plays_written_total", &kafka, 1,
-                                        in.plays_written);
-    dd_prom_family(p, "dedupd_plays_expired_total",
-                   "Plays dropped as older than the retention", DD_PROM_COUNTER);
+    if (have_ingest)
+        dd_prom_sample_u64(p, "dedupd_plays_written_total", &kafka, 1, in.plays_written);
+    dd_prom_family(p, "dedupd_plays_expired_total", "Plays dropped as older than the retention",
+                   DD_PROM_COUNTER);
     dd_prom_sample_u64(p, "dedupd_plays_expired_total", &rpc, 1, r.plays_expired);
     if (have_ingest) dd_prom_sample_u64(p, "dedupd_plays_expired_total", &kafka, 1, in.expired);
 }

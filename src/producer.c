@@ -37,10 +37,10 @@
 /* One call's messages in flight (see producer.h, "Waiting"). Under p->mu. */
 struct waiter {
     int refs;
-    size_t pending;             /* messages queued and not yet reported */
+    size_t pending; /* messages queued and not yet reported */
     size_t failed;
     rd_kafka_resp_err_t first_err;
-    int64_t last_offset;        /* the highest offset acknowledged; -1 none */
+    int64_t last_offset; /* the highest offset acknowledged; -1 none */
 };
 
 struct dd_producer {
@@ -50,15 +50,15 @@ struct dd_producer {
     enum dd_partitioner partitioner;
     int64_t timeout_ns;
     const dd_marker_key *forget_key; /* NULL: markers unsigned */
-    bool copies;                /* producer.h, "Copies" */
+    bool copies;                     /* producer.h, "Copies" */
     struct dd_producer_hooks hooks;
     dd_producer_applied_fn applied; /* NULL: forget returns once acknowledged */
     void *applied_ud;
 
     pthread_mutex_t mu;
-    pthread_cond_t cv;          /* CLOCK_MONOTONIC: reports, partition count, quit */
-    int32_t partitions;         /* 0 = not known */
-    bool refresh;               /* read the partition count again */
+    pthread_cond_t cv;  /* CLOCK_MONOTONIC: reports, partition count, quit */
+    int32_t partitions; /* 0 = not known */
+    bool refresh;       /* read the partition count again */
     bool quit;
     pthread_t thr;
 
@@ -90,8 +90,10 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     dd_producer *p = opaque;
     struct waiter *w = m->_private;
     if (p->copies) {
-        if (m->err) INC(failed);
-        else INC(delivered);
+        if (m->err)
+            INC(failed);
+        else
+            INC(delivered);
         if (p->hooks.delivered)
             p->hooks.delivered(p->hooks.ud, m->err ? rd_kafka_err2str(m->err) : NULL);
         return;
@@ -140,8 +142,7 @@ static void *poll_main(void *arg)
     int64_t next_read = 0;
     pthread_mutex_lock(&p->mu);
     while (!p->quit) {
-        bool read = !p->copies && (p->refresh || p->partitions == 0) &&
-                    dd_mono_ns() >= next_read;
+        bool read = !p->copies && (p->refresh || p->partitions == 0) && dd_mono_ns() >= next_read;
         pthread_mutex_unlock(&p->mu);
         if (read) {
             int32_t n = dd_kafka_partition_count(p->rk, p->rkt, METADATA_MS, &p->lim_meta);
@@ -149,8 +150,9 @@ static void *poll_main(void *arg)
             pthread_mutex_lock(&p->mu);
             if (n > 0) {
                 if (n != p->partitions)
-                    dd_info(MOD, "msg=\"partition count\" topic=%s partitions=%" PRId32 " was=%"
-                            PRId32, rd_kafka_topic_name(p->rkt), n, p->partitions);
+                    dd_info(MOD,
+                            "msg=\"partition count\" topic=%s partitions=%" PRId32 " was=%" PRId32,
+                            rd_kafka_topic_name(p->rkt), n, p->partitions);
                 p->partitions = n;
                 p->refresh = false;
                 pthread_cond_broadcast(&p->cv);
@@ -180,8 +182,8 @@ static bool wait_until(dd_producer *p, int64_t deadline)
  * dedupd-mac header (marker.h), NULL for a play; "" sends the marker
  * unsigned (no key). */
 static rd_kafka_resp_err_t send_one(dd_producer *p, struct waiter *w, int32_t partition,
-                                    const char *user, const struct dd_buf *payload,
-                                    const char *mac, int64_t deadline)
+                                    const char *user, const struct dd_buf *payload, const char *mac,
+                                    int64_t deadline)
 {
     size_t ulen = strlen(user);
     for (;;) {
@@ -195,12 +197,11 @@ static rd_kafka_resp_err_t send_one(dd_producer *p, struct waiter *w, int32_t pa
                                   RD_KAFKA_V_HEADER(DD_MARKER_HEADER, mac, DD_MARKER_MAC_HEX),
                                   RD_KAFKA_V_OPAQUE(w), RD_KAFKA_V_END);
         else if (mac)
-            e = rd_kafka_producev(p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
-                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                  RD_KAFKA_V_KEY(user, ulen),
-                                  RD_KAFKA_V_VALUE(payload->data, payload->len),
-                                  RD_KAFKA_V_HEADER("dedupd-op", "forget", 6),
-                                  RD_KAFKA_V_OPAQUE(w), RD_KAFKA_V_END);
+            e = rd_kafka_producev(
+                p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(user, ulen),
+                RD_KAFKA_V_VALUE(payload->data, payload->len),
+                RD_KAFKA_V_HEADER("dedupd-op", "forget", 6), RD_KAFKA_V_OPAQUE(w), RD_KAFKA_V_END);
         else
             e = rd_kafka_producev(p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
                                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -217,15 +218,15 @@ static rd_kafka_resp_err_t send_one(dd_producer *p, struct waiter *w, int32_t pa
 }
 
 /* Produce N plays (FORGET false) or one marker (true) for USER in SCENE. */
-static int produce(dd_producer *p, const char *user, const char *scene,
-                   const char *const *items, const int64_t *at, size_t n, bool forget,
-                   int64_t deadline, int32_t *partition_out, int64_t *offset_out, char *err,
-                   size_t errlen)
+static int produce(dd_producer *p, const char *user, const char *scene, const char *const *items,
+                   const int64_t *at, size_t n, bool forget, int64_t deadline,
+                   int32_t *partition_out, int64_t *offset_out, char *err, size_t errlen)
 {
     if (n == 0) return DD_OK;
     if (!deadline) deadline = dd_mono_ns() + p->timeout_ns;
     pthread_mutex_lock(&p->mu);
-    while (p->partitions == 0 && wait_until(p, deadline)) {}
+    while (p->partitions == 0 && wait_until(p, deadline)) {
+    }
     int32_t count = p->partitions;
     pthread_mutex_unlock(&p->mu);
     if (count == 0) {
@@ -279,27 +280,34 @@ static int produce(dd_producer *p, const char *user, const char *scene,
     }
     dd_buf_free(&b);
     pthread_mutex_lock(&p->mu);
-    while (rc == DD_OK && w->pending && !w->failed && wait_until(p, deadline)) {}
+    while (rc == DD_OK && w->pending && !w->failed && wait_until(p, deadline)) {
+    }
     if (rc == DD_OK && w->failed)
-        rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "%zu of %zu messages to %s not delivered: "
-                     "%s", w->failed, n, rd_kafka_topic_name(p->rkt),
-                     rd_kafka_err2str(w->first_err));
+        rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                     "%zu of %zu messages to %s not delivered: "
+                     "%s",
+                     w->failed, n, rd_kafka_topic_name(p->rkt), rd_kafka_err2str(w->first_err));
     else if (rc == DD_OK && w->pending)
-        rc = dd_fail(DD_ERR_TIMEOUT, err, errlen, "%zu of %zu messages to %s not acknowledged "
-                     "by the deadline", w->pending, n, rd_kafka_topic_name(p->rkt));
+        rc = dd_fail(DD_ERR_TIMEOUT, err, errlen,
+                     "%zu of %zu messages to %s not acknowledged "
+                     "by the deadline",
+                     w->pending, n, rd_kafka_topic_name(p->rkt));
     if (partition_out) *partition_out = partition;
     if (offset_out) *offset_out = w->last_offset;
     waiter_unref(w);
     pthread_mutex_unlock(&p->mu);
-    if (rc == DD_OK) INC(ok);
-    else if (rc == DD_ERR_TIMEOUT) INC(timeout);
-    else INC(unavailable);
+    if (rc == DD_OK)
+        INC(ok);
+    else if (rc == DD_ERR_TIMEOUT)
+        INC(timeout);
+    else
+        INC(unavailable);
     return rc;
 }
 
-int dd_producer_plays(dd_producer *p, const char *user, const char *scene,
-                      const char *const *items, const int64_t *played_at_ms, size_t n,
-                      int64_t deadline_ns, char *err, size_t errlen)
+int dd_producer_plays(dd_producer *p, const char *user, const char *scene, const char *const *items,
+                      const int64_t *played_at_ms, size_t n, int64_t deadline_ns, char *err,
+                      size_t errlen)
 {
     return produce(p, user, scene, items, played_at_ms, n, false, deadline_ns, NULL, NULL, err,
                    errlen);
@@ -311,32 +319,33 @@ int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int6
     if (!deadline_ns) deadline_ns = dd_mono_ns() + p->timeout_ns;
     int32_t partition = -1;
     int64_t offset = -1;
-    int rc = produce(p, user, scene, NULL, NULL, 1, true, deadline_ns, &partition, &offset, err,
-                     errlen);
+    int rc =
+        produce(p, user, scene, NULL, NULL, 1, true, deadline_ns, &partition, &offset, err, errlen);
     if (rc != DD_OK || !p->applied) return rc;
     rc = p->applied(p->applied_ud, partition, offset, deadline_ns);
     if (rc == DD_ERR_TIMEOUT)
-        return dd_fail(DD_ERR_TIMEOUT, err, errlen, "the forget marker (partition %" PRId32
-                       " offset %" PRId64 ") was not applied here by the deadline",
+        return dd_fail(DD_ERR_TIMEOUT, err, errlen,
+                       "the forget marker (partition %" PRId32 " offset %" PRId64
+                       ") was not applied here by the deadline",
                        partition, offset);
     if (rc != DD_OK)
-        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "the forget marker (partition %" PRId32
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                       "the forget marker (partition %" PRId32
                        ") cannot be applied here: this node does not consume that partition",
                        partition);
     return DD_OK;
 }
 
-int dd_producer_copy(dd_producer *p, const void *key, size_t key_len, const void *value,
-                     size_t len, const struct dd_producer_header *h, size_t n, char *err,
-                     size_t errlen)
+int dd_producer_copy(dd_producer *p, const void *key, size_t key_len, const void *value, size_t len,
+                     const struct dd_producer_header *h, size_t n, char *err, size_t errlen)
 {
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(n);
     if (!hdrs) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     for (size_t i = 0; i < n; i++) rd_kafka_header_add(hdrs, h[i].name, -1, h[i].value, -1);
-    rd_kafka_resp_err_t e = rd_kafka_producev(
-        p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_KEY(key, key_len),
-        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_END);
+    rd_kafka_resp_err_t e =
+        rd_kafka_producev(p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                          RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_KEY(key, key_len),
+                          RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_END);
     if (e) {
         rd_kafka_headers_destroy(hdrs); /* owned by librdkafka only once queued */
         return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "%s", rd_kafka_err2str(e));
@@ -377,8 +386,10 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
     *out = NULL;
     int fmt = conf->copies ? DD_PLAYEVENT_JSON : dd_playevent_format_parse(conf->format);
     if (fmt < 0)
-        return dd_fail(DD_ERR_INVALID, err, errlen, "ingest.format: \"%s\" is not json or "
-                       "protobuf", conf->format);
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                       "ingest.format: \"%s\" is not json or "
+                       "protobuf",
+                       conf->format);
     if (!conf->topic[0]) return dd_fail(DD_ERR_INVALID, err, errlen, "ingest.topic: empty");
     if (!conf->copies && !dd_partitioner_name((enum dd_partitioner)conf->partitioner))
         return dd_fail(DD_ERR_INVALID, err, errlen, "cluster.partitioner: unknown (%d)",
@@ -446,8 +457,7 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
     }
     if (!p->copies)
         dd_info(MOD, "msg=started topic=%s format=%s partitioner=%s timeout_ms=%" PRIu32,
-                conf->topic, conf->format, dd_partitioner_name(p->partitioner),
-                conf->timeout_ms);
+                conf->topic, conf->format, dd_partitioner_name(p->partitioner), conf->timeout_ms);
     *out = p;
     return DD_OK;
 fail:

@@ -68,17 +68,17 @@ struct dd_producer_hooks {
 };
 
 struct dd_producer_conf {
-    const char *topic;          /* the plays topic (ingest.topic); copies: their topic */
-    const char *format;         /* "json" or "protobuf" (ingest.format); copies: unused */
-    int partitioner;            /* enum dd_partitioner (partition.h) the play producers use;
+    const char *topic;   /* the plays topic (ingest.topic); copies: their topic */
+    const char *format;  /* "json" or "protobuf" (ingest.format); copies: unused */
+    int partitioner;     /* enum dd_partitioner (partition.h) the play producers use;
                                  * copies: unused */
-    uint32_t timeout_ms;        /* a call's deadline when it gives none; >= 1. Copies: how
+    uint32_t timeout_ms; /* a call's deadline when it gives none; >= 1. Copies: how
                                  * long dd_producer_free waits for queued ones */
     const struct dd_marker_key *forget_key; /* signs forget markers (marker.h); NULL =
                                  * markers go unsigned (and are not applied). Borrowed:
                                  * must outlive the producer */
-    bool copies;                /* a copies producer ("Copies" above) */
-    const char *what;           /* names it in errors ("the dead-letter producer"); NULL =
+    bool copies;                            /* a copies producer ("Copies" above) */
+    const char *what;               /* names it in errors ("the dead-letter producer"); NULL =
                                  * "the producer" */
     struct dd_producer_hooks hooks; /* copies: where reports go; NULL functions = none */
 };
@@ -102,9 +102,9 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
  * DD_ERR_INVALID (a negative time) or DD_ERR_NOMEM. After an error some
  * of the plays may still be delivered: producing them again is harmless
  * (plays are idempotent). N = 0 returns 0 at once. */
-int dd_producer_plays(dd_producer *p, const char *user, const char *scene,
-                      const char *const *items, const int64_t *played_at_ms, size_t n,
-                      int64_t deadline_ns, char *err, size_t errlen);
+int dd_producer_plays(dd_producer *p, const char *user, const char *scene, const char *const *items,
+                      const int64_t *played_at_ms, size_t n, int64_t deadline_ns, char *err,
+                      size_t errlen);
 
 /* Produce a forget marker for (SCENE, USER) into USER's partition; the
  * same returns as dd_producer_plays. With an applied hook
@@ -133,9 +133,8 @@ struct dd_producer_header {
  * conf's topic. Returns at once: 0 (queued; its delivery report goes to
  * hooks.delivered), DD_ERR_UNAVAILABLE (not queued: librdkafka's reason
  * in err) or DD_ERR_NOMEM. Any thread. */
-int dd_producer_copy(dd_producer *p, const void *key, size_t key_len, const void *value,
-                     size_t len, const struct dd_producer_header *h, size_t n, char *err,
-                     size_t errlen);
+int dd_producer_copy(dd_producer *p, const void *key, size_t key_len, const void *value, size_t len,
+                     const struct dd_producer_header *h, size_t n, char *err, size_t errlen);
 
 /* Wait up to TIMEOUT_MS for every queued message to be delivered or
  * failed. Returns 0, or DD_ERR_TIMEOUT with *LEFT (may be NULL) how many

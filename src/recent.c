@@ -65,20 +65,20 @@ struct dd_recent {
                                       * "" while Sentinel has named no master */
     int port;
     int is_unix;
-    char *password;       /* "" = no AUTH */
+    char *password; /* "" = no AUTH */
     uint32_t size;
     uint32_t ttl_s;
     uint32_t timeout_ms;
 
-    redisContext *c;      /* NULL while disconnected */
-    int used;             /* c has completed at least one call */
-    int pending;          /* a fetch's reply is due on c (fetch_begin sent it) */
-    size_t pending_keylen;/* its key (in key) and cap, for a retry */
+    redisContext *c;       /* NULL while disconnected */
+    int used;              /* c has completed at least one call */
+    int pending;           /* a fetch's reply is due on c (fetch_begin sent it) */
+    size_t pending_keylen; /* its key (in key) and cap, for a retry */
     size_t pending_cap;
-    int64_t retry_at_ns;  /* monotonic; no connect attempt before this */
-    uint32_t backoff_ms;  /* next backoff to apply after a failure */
-    dd_sentinel *sentinel;/* borrowed; NULL = the fixed recent.redis */
-    uint64_t gen;         /* the sentinel generation host/port came from */
+    int64_t retry_at_ns;   /* monotonic; no connect attempt before this */
+    uint32_t backoff_ms;   /* next backoff to apply after a failure */
+    dd_sentinel *sentinel; /* borrowed; NULL = the fixed recent.redis */
+    uint64_t gen;          /* the sentinel generation host/port came from */
 
     /* Reused across calls so the hot paths do not allocate. */
     char *key;
@@ -145,8 +145,7 @@ int dd_recent_conf_check(const struct dd_recent_conf *conf, uint32_t shards, cha
     return DD_OK;
 }
 
-int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err,
-                  size_t errlen)
+int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err, size_t errlen)
 {
     int rc = DD_ERR_NOMEM;
     dd_recent *r;
@@ -341,16 +340,17 @@ static int check_role(dd_recent *r)
     if (!rep) return conn_failed(r, errno, "ROLE");
     /* An error (ROLE refused by an ACL, or unknown) cannot tell: trust
      * Sentinel's word then. */
-    int master = rep->type == REDIS_REPLY_ERROR ||
-                 (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
-                  rep->element[0]->type == REDIS_REPLY_STRING &&
-                  strcmp(rep->element[0]->str, "master") == 0);
+    int master =
+        rep->type == REDIS_REPLY_ERROR || (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
+                                           rep->element[0]->type == REDIS_REPLY_STRING &&
+                                           strcmp(rep->element[0]->str, "master") == 0);
     char role[64];
     snprintf(role, sizeof role, "ROLE is %s",
              rep->type == REDIS_REPLY_ARRAY && rep->elements > 0 &&
                      rep->element[0]->type == REDIS_REPLY_STRING
                  ? rep->element[0]->str
-                 : rep->type == REDIS_REPLY_ERROR ? rep->str : "not an array");
+             : rep->type == REDIS_REPLY_ERROR ? rep->str
+                                              : "not an array");
     freeReplyObject(rep);
     return master ? DD_OK : not_master(r, "connect", role);
 }
@@ -407,7 +407,7 @@ static void settle(dd_recent *r)
     if (!r->pending) return;
     r->pending = 0;
     if (r->pending_cap == 0) return; /* nothing was sent */
-    struct dd_recent_reply k = {0}; /* room for nothing: the reply is only read */
+    struct dd_recent_reply k = {0};  /* room for nothing: the reply is only read */
     if (r->c && dd_recent_reply_read(r->c, &k) == REDIS_OK) return;
     close_now(r);
 }
@@ -790,8 +790,8 @@ void dd_recent_fetch_cancel(dd_recent *r)
 /* One command on the live connection, once more on a fresh one when the
  * old one was found closed while idle. Returns 0 with the reply in *REP
  * (the caller frees it), or an error as conn_failed (WHAT names the call). */
-static int command(dd_recent *r, int argc, const char **argv, const size_t *lens,
-                   const char *what, redisReply **rep)
+static int command(dd_recent *r, int argc, const char **argv, const size_t *lens, const char *what,
+                   redisReply **rep)
 {
     for (int attempt = 0;; attempt++) {
         int rc = ensure(r);
@@ -890,8 +890,7 @@ void dd_recent_collect(dd_prom *p)
     dd_prom_family(p, "dedupd_recent_errors_total", "Redis errors, by kind", DD_PROM_COUNTER);
     static const struct dd_prom_label timeout = {"kind", "timeout"},
                                       connection = {"kind", "connection"},
-                                      reply = {"kind", "reply"},
-                                      readonly = {"kind", "readonly"};
+                                      reply = {"kind", "reply"}, readonly = {"kind", "readonly"};
     dd_prom_sample_u64(p, "dedupd_recent_errors_total", &timeout, 1, r.timeouts);
     dd_prom_sample_u64(p, "dedupd_recent_errors_total", &connection, 1, r.connection_errors);
     dd_prom_sample_u64(p, "dedupd_recent_errors_total", &reply, 1, r.reply_errors);

@@ -36,16 +36,16 @@ typedef struct dd_sentinel dd_sentinel;
 
 /* The Redis client's settings (recent.* in conf/dedupd.conf). */
 struct dd_recent_conf {
-    char *redis;                /* host:port; not used with sentinels */
-    char *password;             /* the master's AUTH; "" = no AUTH */
-    char *sentinels;            /* "host:port,host:port": the master from Sentinel; "" = redis */
-    char *master_name;          /* the master's name in Sentinel: one, or one per shard by ';'
+    char *redis;             /* host:port; not used with sentinels */
+    char *password;          /* the master's AUTH; "" = no AUTH */
+    char *sentinels;         /* "host:port,host:port": the master from Sentinel; "" = redis */
+    char *master_name;       /* the master's name in Sentinel: one, or one per shard by ';'
                                  * (main.c keeps this node's shard's) */
-    char *sentinel_password;    /* Sentinel's AUTH; "" = no AUTH */
-    uint32_t size;              /* deliveries kept per (scene, user) */
-    uint32_t ttl_s;             /* expiry of an idle user's set */
-    uint32_t timeout_ms;        /* per Redis call, per Sentinel call */
-    dd_sentinel *sentinel;      /* not a key: the watcher for sentinels (borrowed, main.c's);
+    char *sentinel_password; /* Sentinel's AUTH; "" = no AUTH */
+    uint32_t size;           /* deliveries kept per (scene, user) */
+    uint32_t ttl_s;          /* expiry of an idle user's set */
+    uint32_t timeout_ms;     /* per Redis call, per Sentinel call */
+    dd_sentinel *sentinel;   /* not a key: the watcher for sentinels (borrowed, main.c's);
                                  * NULL = connect to redis */
 };
 
@@ -61,8 +61,7 @@ typedef struct dd_recent dd_recent;
  * outlive the client). Does not connect yet.
  * Returns 0, DD_ERR_INVALID (bad recent.redis address, message in err) or
  * DD_ERR_NOMEM; *out is NULL on error. Free with dd_recent_free. */
-int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err,
-                  size_t errlen);
+int dd_recent_new(dd_recent **out, const struct dd_recent_conf *conf, char *err, size_t errlen);
 void dd_recent_free(dd_recent *r); /* NULL is a no-op */
 
 /* Record N delivered ids (ITEMS[i] of LENS[i] bytes) for (SCENE, USER) at
@@ -121,7 +120,7 @@ struct dd_recent_stats {
     uint64_t timeouts;
     uint64_t connection_errors;
     uint64_t reply_errors;
-    uint64_t readonly;          /* -READONLY, or ROLE not master: not the master any more */
+    uint64_t readonly; /* -READONLY, or ROLE not master: not the master any more */
     uint64_t reconnects;
 };
 void dd_recent_get_stats(struct dd_recent_stats *out);

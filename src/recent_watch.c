@@ -14,13 +14,13 @@
 #include <time.h>
 
 struct dd_recent_watch {
-    dd_recent *r;               /* used by the thread only (and by new before it) */
+    dd_recent *r; /* used by the thread only (and by new before it) */
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cond;        /* CLOCK_MONOTONIC; signalled to stop */
+    pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled to stop */
     bool stop;
-    bool up;                    /* the last PING's outcome, under mu */
-    char why[200];              /* its error, under mu */
+    bool up;       /* the last PING's outcome, under mu */
+    char why[200]; /* its error, under mu */
 };
 
 /* PING once and store the outcome. */

@@ -22,11 +22,11 @@
 #include <string.h>
 
 struct dd_record {
-    dd_history *history;       /* borrowed, shared */
-    dd_recent *recent;         /* borrowed, this thread's */
-    dd_producer *producer;     /* borrowed, shared; NULL = single node */
-    dd_trace *trace;           /* borrowed, shared; NULL = no traces */
-    dd_history_batch *batch;   /* reused by RecordPlays */
+    dd_history *history;     /* borrowed, shared */
+    dd_recent *recent;       /* borrowed, this thread's */
+    dd_producer *producer;   /* borrowed, shared; NULL = single node */
+    dd_trace *trace;         /* borrowed, shared; NULL = no traces */
+    dd_history_batch *batch; /* reused by RecordPlays */
     uint32_t max_candidates;
     uint32_t max_id_bytes;
     int64_t max_future_ms;
@@ -36,7 +36,8 @@ static struct {
     _Atomic uint64_t history_errors, deliveries, plays, plays_expired;
 } stats;
 
-#define STAT_ADD(field, n) atomic_fetch_add_explicit(&stats.field, (uint64_t)(n), memory_order_relaxed)
+#define STAT_ADD(field, n) \
+    atomic_fetch_add_explicit(&stats.field, (uint64_t)(n), memory_order_relaxed)
 
 static struct dd_log_limit history_limit, produce_limit;
 
@@ -61,7 +62,10 @@ nomem:
     return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory creating a writer");
 }
 
-void dd_record_set_trace(dd_record *r, dd_trace *trace) { r->trace = trace; }
+void dd_record_set_trace(dd_record *r, dd_trace *trace)
+{
+    r->trace = trace;
+}
 
 void dd_record_free(dd_record *r)
 {
@@ -73,9 +77,8 @@ void dd_record_free(dd_record *r)
 /* What every write request is checked for first: the user_id and scene
  * rules (api.h) on protobuf-c's C strings, and at most rpc.max_candidates
  * entries in its repeated FIELD (N of them). */
-static int check_request(const dd_record *r, const char *user, size_t *user_len,
-                         const char *scene, size_t *scene_len, const char *field, size_t n,
-                         char *err, size_t errlen)
+static int check_request(const dd_record *r, const char *user, size_t *user_len, const char *scene,
+                         size_t *scene_len, const char *field, size_t n, char *err, size_t errlen)
 {
     *user_len = strlen(user);
     *scene_len = strlen(scene);
@@ -88,21 +91,20 @@ static int check_request(const dd_record *r, const char *user, size_t *user_len,
     return DD_OK;
 }
 
-int dd_record_delivery(dd_record *w, dd_arena *arena,
-                       const Dedup__V1__RecordDeliveryRequest *req,
+int dd_record_delivery(dd_record *w, dd_arena *arena, const Dedup__V1__RecordDeliveryRequest *req,
                        Dedup__V1__RecordDeliveryResponse *resp, char *err, size_t errlen)
 {
     size_t user_len, scene_len;
     const size_t n = req->n_item_ids;
 
     dedup__v1__record_delivery_response__init(resp);
-    int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "item_ids", n,
-                           err, errlen);
+    int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "item_ids", n, err,
+                           errlen);
     if (rc) return rc;
     if (n == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids is empty");
     if (req->delivered_at_ms < 0)
         return dd_fail(DD_ERR_INVALID, err, errlen, "delivered_at_ms is negative (%" PRId64 ")",
-                    (int64_t)req->delivered_at_ms);
+                       (int64_t)req->delivered_at_ms);
     if (req->delivered_at_ms) {
         /* Refused, not clamped: a delivery dated ahead sorts above every
          * genuine one and pushes them out of the last recent.size, and a
@@ -123,8 +125,8 @@ int dd_record_delivery(dd_record *w, dd_arena *arena,
         if (lens[i] == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "item_ids[%zu] is empty", i);
         if (lens[i] > w->max_id_bytes)
             return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "item_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, i,
-                        lens[i], w->max_id_bytes);
+                           "item_ids[%zu] is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32, i,
+                           lens[i], w->max_id_bytes);
     }
     uint32_t size_after = 0;
     rc = dd_recent_record(w->recent, req->scene, scene_len, req->user_id, user_len,
@@ -132,8 +134,8 @@ int dd_record_delivery(dd_record *w, dd_arena *arena,
                           &size_after);
     if (rc != DD_OK)
         return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
-                    dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
-                                                   : dd_strerror(rc));
+                       dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
+                                                      : dd_strerror(rc));
     resp->recent_size = size_after;
     STAT_ADD(deliveries, n);
     if (dd_trace_wanted(w->trace, req->user_id, user_len)) {
@@ -145,10 +147,15 @@ int dd_record_delivery(dd_record *w, dd_arena *arena,
             return DD_OK;
         }
         for (size_t i = 0; i < n; i++)
-            recs[i] = (struct dd_trace_rec){
-                .kind = DD_TRACE_DELIVERY, .source = DD_TRACE_SRC_RECORD_DELIVERY, .at_ms = at,
-                .scene = req->scene, .scene_len = scene_len, .item = req->item_ids[i],
-                .item_len = lens[i], .partition = -1, .offset = -1};
+            recs[i] = (struct dd_trace_rec){.kind = DD_TRACE_DELIVERY,
+                                            .source = DD_TRACE_SRC_RECORD_DELIVERY,
+                                            .at_ms = at,
+                                            .scene = req->scene,
+                                            .scene_len = scene_len,
+                                            .item = req->item_ids[i],
+                                            .item_len = lens[i],
+                                            .partition = -1,
+                                            .offset = -1};
         dd_trace_record(w->trace, req->user_id, user_len, recs, n);
     }
     return DD_OK;
@@ -163,7 +170,8 @@ static int produce_failed(char *err, size_t errlen, const char *done, const char
                    "msg=\"write not produced for the other replicas\" error=\"%s\"", why);
     return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
                    "%s, but not sent to the shard's other replicas (%s); the call is safe to "
-                   "retry", done, why);
+                   "retry",
+                   done, why);
 }
 
 struct seg_hash {
@@ -185,8 +193,8 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
     const size_t n = req->n_plays;
 
     dedup__v1__record_plays_response__init(resp);
-    int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "plays", n, err,
-                           errlen);
+    int rc =
+        check_request(w, req->user_id, &user_len, req->scene, &scene_len, "plays", n, err, errlen);
     if (rc) return rc;
     if (n == 0) return DD_OK;
 
@@ -210,12 +218,12 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
         if (l == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "plays[%zu].item_id is empty", i);
         if (l > w->max_id_bytes)
             return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "plays[%zu].item_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
-                        i, l, w->max_id_bytes);
+                           "plays[%zu].item_id is %zu bytes, longer than rpc.max_id_bytes=%" PRIu32,
+                           i, l, w->max_id_bytes);
         if (p->played_at_ms < 0)
             return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "plays[%zu].played_at_ms is negative (%" PRId64 ")", i,
-                        (int64_t)p->played_at_ms);
+                           "plays[%zu].played_at_ms is negative (%" PRId64 ")", i,
+                           (int64_t)p->played_at_ms);
         int64_t at = p->played_at_ms ? p->played_at_ms : now;
         uint32_t seg = 0;
         switch (dd_history_place(w->history, req->scene, scene_len, at, &seg)) {
@@ -227,20 +235,23 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
                 ats[m] = at;
             }
             if (trecs)
-                trecs[m] = (struct dd_trace_rec){
-                    .kind = DD_TRACE_PLAY, .source = DD_TRACE_SRC_RECORD_PLAYS, .at_ms = at,
-                    .scene = req->scene, .scene_len = scene_len, .item = p->item_id,
-                    .item_len = l, .partition = -1, .offset = -1};
+                trecs[m] = (struct dd_trace_rec){.kind = DD_TRACE_PLAY,
+                                                 .source = DD_TRACE_SRC_RECORD_PLAYS,
+                                                 .at_ms = at,
+                                                 .scene = req->scene,
+                                                 .scene_len = scene_len,
+                                                 .item = p->item_id,
+                                                 .item_len = l,
+                                                 .partition = -1,
+                                                 .offset = -1};
             m++;
             break;
-        case DD_HISTORY_PLACE_EXPIRED:
-            expired++;
-            break;
+        case DD_HISTORY_PLACE_EXPIRED: expired++; break;
         case DD_HISTORY_PLACE_FUTURE:
             return dd_fail(DD_ERR_INVALID, err, errlen,
-                        "plays[%zu].played_at_ms is %" PRId64
-                        " ms in the future, more than history.max_future_ms=%" PRId64,
-                        i, at - now, w->max_future_ms);
+                           "plays[%zu].played_at_ms is %" PRId64
+                           " ms in the future, more than history.max_future_ms=%" PRId64,
+                           i, at - now, w->max_future_ms);
         }
     }
 
@@ -261,7 +272,7 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
             if (rc != DD_OK) {
                 dd_history_batch_clear(w->batch);
                 return dd_fail(rc == DD_ERR_NOMEM ? DD_ERR_NOMEM : DD_ERR_INVALID, err, errlen,
-                            "cannot batch plays: %s", dd_strerror(rc));
+                               "cannot batch plays: %s", dd_strerror(rc));
             }
             i = j;
         }
@@ -294,9 +305,13 @@ static void trace_forget(dd_record *w, const char *user, size_t user_len, const 
                          size_t scene_len)
 {
     if (!dd_trace_wanted(w->trace, user, user_len)) return;
-    struct dd_trace_rec r = {.kind = DD_TRACE_FORGET, .source = DD_TRACE_SRC_FORGET_USER,
-                             .at_ms = dd_history_now_ms(w->history), .scene = scene,
-                             .scene_len = scene_len, .partition = -1, .offset = -1};
+    struct dd_trace_rec r = {.kind = DD_TRACE_FORGET,
+                             .source = DD_TRACE_SRC_FORGET_USER,
+                             .at_ms = dd_history_now_ms(w->history),
+                             .scene = scene,
+                             .scene_len = scene_len,
+                             .partition = -1,
+                             .offset = -1};
     dd_trace_record(w->trace, user, user_len, &r, 1);
 }
 
@@ -306,8 +321,7 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
     size_t user_len, scene_len;
 
     dedup__v1__forget_user_response__init(resp);
-    int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "", 0, err,
-                           errlen);
+    int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "", 0, err, errlen);
     if (rc) return rc;
     if (w->producer) {
         /* A cluster: deliveries in the shard's Redis here; plays through
@@ -337,9 +351,9 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
     rc = dd_recent_forget(w->recent, req->scene, scene_len, req->user_id, user_len);
     if (rc != DD_OK)
         return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
-                    "plays forgotten, but recent deliveries unavailable: %s",
-                    dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
-                                                   : dd_strerror(rc));
+                       "plays forgotten, but recent deliveries unavailable: %s",
+                       dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
+                                                      : dd_strerror(rc));
     trace_forget(w, req->user_id, user_len, req->scene, scene_len);
     return DD_OK;
 }

@@ -41,8 +41,8 @@
 /* A writer's limits: rpc.max_candidates (items per request) and
  * rpc.max_id_bytes. */
 struct dd_record_conf {
-    uint32_t max_items;         /* more items in one request: DD_ERR_LIMIT */
-    uint32_t max_id_bytes;      /* a longer user or item id: DD_ERR_INVALID */
+    uint32_t max_items;    /* more items in one request: DD_ERR_LIMIT */
+    uint32_t max_id_bytes; /* a longer user or item id: DD_ERR_INVALID */
 };
 
 typedef struct dd_arena dd_arena;
@@ -84,8 +84,7 @@ void dd_record_set_trace(dd_record *r, dd_trace *trace);
  * history.max_future_ms ahead of the history's clock (it would push
  * genuine deliveries out of the last recent.size). Scratch lives in
  * ARENA. */
-int dd_record_delivery(dd_record *r, dd_arena *arena,
-                       const Dedup__V1__RecordDeliveryRequest *req,
+int dd_record_delivery(dd_record *r, dd_arena *arena, const Dedup__V1__RecordDeliveryRequest *req,
                        Dedup__V1__RecordDeliveryResponse *resp, char *err, size_t errlen);
 
 /* RecordPlays: every play is validated first (a bad one rejects the whole
@@ -112,10 +111,10 @@ int dd_record_forget(dd_record *r, const Dedup__V1__ForgetUserRequest *req,
 
 /* Process-wide counters since start (atomic), for metrics. Cannot fail. */
 struct dd_record_stats {
-    uint64_t history_errors;     /* history writes that failed */
-    uint64_t deliveries;         /* item ids recorded by RecordDelivery */
-    uint64_t plays;              /* plays written by RecordPlays */
-    uint64_t plays_expired;      /* plays skipped as older than the retention */
+    uint64_t history_errors; /* history writes that failed */
+    uint64_t deliveries;     /* item ids recorded by RecordDelivery */
+    uint64_t plays;          /* plays written by RecordPlays */
+    uint64_t plays_expired;  /* plays skipped as older than the retention */
 };
 void dd_record_get_stats(struct dd_record_stats *out);
 

@@ -95,7 +95,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-
 enum slot_state { SLOT_IDLE = 0, SLOT_REQUESTED, SLOT_FORWARDING, SLOT_SENDING };
 
 /* What a completion queue event's tag points to: a slot (its request was
@@ -106,7 +105,7 @@ struct worker;
 
 /* One pre-posted call. Its address is the tag of its own events. */
 struct slot {
-    enum tag_kind kind;         /* TAG_SLOT; first, so a tag's kind can be read */
+    enum tag_kind kind; /* TAG_SLOT; first, so a tag's kind can be read */
     struct worker *w;
     enum dd_api_method method;
     enum slot_state state;
@@ -115,7 +114,7 @@ struct slot {
     grpc_metadata_array md;
     grpc_call_details details; /* DD_API_UNKNOWN only */
     grpc_byte_buffer *payload;
-    grpc_slice req;           /* a reference to PAYLOAD's one slice while read in place */
+    grpc_slice req; /* a reference to PAYLOAD's one slice while read in place */
     grpc_byte_buffer *reply;
     grpc_status_code status;
     int cancelled;
@@ -135,7 +134,7 @@ struct slot {
  * the number of connections; the oldest mark makes room for a new one. */
 #define STALL_MARKS 64
 struct stall_mark {
-    uint64_t peer;              /* 0 = free */
+    uint64_t peer; /* 0 = free */
     int64_t until_ns;
 };
 
@@ -151,17 +150,16 @@ struct worker {
     dd_arena *arena;
     struct slot *slots;
     size_t nslots;
-    size_t outstanding; /* slots with an op pending on cq (REQUESTED or SENDING) */
-    size_t sending;     /* of them SENDING */
-    int64_t next_sweep_ns; /* when sweep_sends looks at the SENDING slots next */
+    size_t outstanding;                  /* slots with an op pending on cq (REQUESTED or SENDING) */
+    size_t sending;                      /* of them SENDING */
+    int64_t next_sweep_ns;               /* when sweep_sends looks at the SENDING slots next */
     size_t stalled[DD_API_METHOD_COUNT]; /* SENDING slots whose reply is stalled, by method */
     struct stall_mark marks[STALL_MARKS]; /* connections with a stalled reply lately */
-    int cq_shut;        /* grpc_completion_queue_shutdown called on cq */
-    char msg[512];      /* the status message of the call in hand */
+    int cq_shut;                          /* grpc_completion_queue_shutdown called on cq */
+    char msg[512];                        /* the status message of the call in hand */
     struct dd_serve serve; /* answers calls here (serve.h): arena, filter, record, msg */
-    bool damaged;       /* the last Filter dispatched met a damaged history (filter.h) */
+    bool damaged;          /* the last Filter dispatched met a damaged history (filter.h) */
 };
-
 
 struct dd_rpc {
     grpc_server *server;
@@ -170,38 +168,37 @@ struct dd_rpc {
     struct worker *workers;
     unsigned nworkers;
     unsigned prepost;
-    uint32_t max_candidates; /* rpc.max_candidates: Filter ids decoded at most */
+    uint32_t max_candidates;           /* rpc.max_candidates: Filter ids decoded at most */
     struct dd_filter_conf filter_conf; /* every worker's decider's limits */
     struct dd_record_conf record_conf; /* every worker's writer's limits */
     uint32_t grace_ms;
-    int64_t spin_ns;          /* rpc.spin_us */
-    int64_t send_timeout_ns;  /* rpc.send_timeout_ms */
-    int64_t sweep_ns;         /* how often a worker looks for replies past it */
-    int64_t stall_ns;         /* a reply pending this long is stalled (sweep_sends) */
-    size_t stall_cap;         /* stalled replies a worker keeps per method: prepost / 2 */
-    unsigned spin_max;        /* workers that may spin at once: usable CPUs - 1 */
+    int64_t spin_ns;         /* rpc.spin_us */
+    int64_t send_timeout_ns; /* rpc.send_timeout_ms */
+    int64_t sweep_ns;        /* how often a worker looks for replies past it */
+    int64_t stall_ns;        /* a reply pending this long is stalled (sweep_sends) */
+    size_t stall_cap;        /* stalled replies a worker keeps per method: prepost / 2 */
+    unsigned spin_max;       /* workers that may spin at once: usable CPUs - 1 */
     _Atomic unsigned spinning;
     int port;
     char *listen;
-    const char *tls_mode;     /* "off", "server" or "mutual", for the log */
-    bool open_to_all;         /* not loopback and no client certificates */
-    dd_auth *auth;            /* who may call what; read-only once built */
-    dd_cluster *cluster;      /* NULL: a single node, every call is served here */
-    dd_forwarder *forwarder;  /* with a cluster: calls for other shards (forward.h) */
+    const char *tls_mode;         /* "off", "server" or "mutual", for the log */
+    bool open_to_all;             /* not loopback and no client certificates */
+    dd_auth *auth;                /* who may call what; read-only once built */
+    dd_cluster *cluster;          /* NULL: a single node, every call is served here */
+    dd_forwarder *forwarder;      /* with a cluster: calls for other shards (forward.h) */
     dd_snapshot_server *snapshot; /* lends this store to new replicas; NULL: none */
     struct dd_producer *producer;
     int started, shut_down;
     atomic_bool serving;
-    bool (*ready)(void *ud);    /* dd_rpc_set_ready: the node's readiness, or NULL */
+    bool (*ready)(void *ud); /* dd_rpc_set_ready: the node's readiness, or NULL */
     void *ready_ud;
     bool (*refused)(void *ud, char *why, size_t whylen); /* dd_rpc_set_refusal */
     void *refused_ud;
-    atomic_bool stopping;     /* do not re-post slots */
-    atomic_bool drain;        /* server shutdown done: workers may close their queues */
+    atomic_bool stopping; /* do not re-post slots */
+    atomic_bool drain;    /* server shutdown done: workers may close their queues */
     _Atomic uint64_t in_flight;
     struct dd_rpcstats stats;
 };
-
 
 /* ---- settings ----------------------------------------------------------- */
 
@@ -244,12 +241,17 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
     if (rc != DD_OK) return rc;
     rc = dd_filter_new(&w->filter, &rpc->filter_conf, history, w->recent, err, errlen);
     if (rc != DD_OK) return rc;
-    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, rpc->producer, err, errlen);
+    rc = dd_record_new(&w->record, &rpc->record_conf, history, w->recent, rpc->producer, err,
+                       errlen);
     if (rc != DD_OK) return rc;
     w->arena = dd_arena_new(0, 0);
-    w->serve = (struct dd_serve){.arena = w->arena, .filter = w->filter, .record = w->record,
-                                 .cluster = rpc->cluster, .max_candidates = rpc->max_candidates,
-                                 .msg = w->msg, .msglen = sizeof w->msg};
+    w->serve = (struct dd_serve){.arena = w->arena,
+                                 .filter = w->filter,
+                                 .record = w->record,
+                                 .cluster = rpc->cluster,
+                                 .max_candidates = rpc->max_candidates,
+                                 .msg = w->msg,
+                                 .msglen = sizeof w->msg};
     w->nslots = (size_t)rpc->prepost * DD_API_METHOD_COUNT;
     w->slots = calloc(w->nslots, sizeof *w->slots);
     if (!w->arena || !w->slots) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
@@ -298,8 +300,8 @@ static unsigned usable_cpus(void)
 static void bind_error(const char *listen, char *why, size_t whylen)
 {
     why[0] = '\0';
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *res = NULL;
     int gai;
     if (dd_hostport_resolve(listen, &hints, &res, &gai) != DD_OK) return;
@@ -310,9 +312,9 @@ static void bind_error(const char *listen, char *why, size_t whylen)
     freeaddrinfo(res);
 }
 
-int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
-               const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
-               struct dd_producer *producer, char *err, size_t errlen)
+int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf, const struct dd_recent_conf *recent,
+               dd_history *history, dd_cluster *cluster, struct dd_producer *producer, char *err,
+               size_t errlen)
 {
     *out = NULL;
     grpc_init();
@@ -331,8 +333,8 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     rc = DD_ERR_NOMEM;
     rpc->nworkers = conf->threads ? conf->threads : 1;
     rpc->prepost = conf->prepost ? conf->prepost : 1;
-    rpc->filter_conf = (struct dd_filter_conf){conf->max_candidates, conf->max_id_bytes,
-                                               recent->size};
+    rpc->filter_conf =
+        (struct dd_filter_conf){conf->max_candidates, conf->max_id_bytes, recent->size};
     rpc->record_conf = (struct dd_record_conf){conf->max_candidates, conf->max_id_bytes};
     rpc->grace_ms = conf->shutdown_grace_ms;
     rpc->spin_ns = (int64_t)conf->spin_us * 1000;
@@ -381,12 +383,12 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
      * client can hold (rpc.h's conf, rpc.c's DESIGN). */
     grpc_arg args[11];
     size_t nargs = 0;
-#define INT_ARG(k, v)                                                                    \
-    do {                                                                                 \
-        args[nargs].type = GRPC_ARG_INTEGER;                                             \
-        args[nargs].key = (char *)(k);                                                   \
-        args[nargs].value.integer = (v) > INT_MAX ? INT_MAX : (int)(v);                  \
-        nargs++;                                                                         \
+#define INT_ARG(k, v) \
+    do { \
+        args[nargs].type = GRPC_ARG_INTEGER; \
+        args[nargs].key = (char *)(k); \
+        args[nargs].value.integer = (v) > INT_MAX ? INT_MAX : (int)(v); \
+        nargs++; \
     } while (0)
     INT_ARG(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, conf->max_message_bytes);
     INT_ARG(GRPC_ARG_MAX_CONCURRENT_STREAMS, conf->max_streams_per_connection);
@@ -412,7 +414,7 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
      * size. */
     INT_ARG(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
             strcmp(conf->compression, "on") == 0 ? (1u << GRPC_COMPRESS_ALGORITHMS_COUNT) - 1
-                                                  : 1u << GRPC_COMPRESS_NONE);
+                                                 : 1u << GRPC_COMPRESS_NONE);
 #undef INT_ARG
     /* The resource quota bounds the memory grpc's transport accounts to
      * it over all connections (read buffers, frames not yet handed on):
@@ -447,11 +449,10 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
     }
 
     /* Shutdown notification only: never polled for I/O. */
-    grpc_completion_queue_attributes attr = {.version = 1,
-                                             .cq_completion_type = GRPC_CQ_NEXT,
-                                             .cq_polling_type = GRPC_CQ_NON_POLLING};
-    rpc->shutdown_cq = grpc_completion_queue_create(
-        grpc_completion_queue_factory_lookup(&attr), &attr, NULL);
+    grpc_completion_queue_attributes attr = {
+        .version = 1, .cq_completion_type = GRPC_CQ_NEXT, .cq_polling_type = GRPC_CQ_NON_POLLING};
+    rpc->shutdown_cq =
+        grpc_completion_queue_create(grpc_completion_queue_factory_lookup(&attr), &attr, NULL);
     if (!rpc->shutdown_cq) {
         dd_fail(rc, err, errlen, "cannot create a completion queue");
         goto err;
@@ -491,7 +492,10 @@ err:
     return rc;
 }
 
-int dd_rpc_port(const dd_rpc *rpc) { return rpc->port; }
+int dd_rpc_port(const dd_rpc *rpc)
+{
+    return rpc->port;
+}
 
 void dd_rpc_set_trace(dd_rpc *rpc, dd_trace *trace)
 {
@@ -499,9 +503,15 @@ void dd_rpc_set_trace(dd_rpc *rpc, dd_trace *trace)
         if (rpc->workers[i].record) dd_record_set_trace(rpc->workers[i].record, trace);
 }
 
-void dd_rpc_set_serving(dd_rpc *rpc, bool serving) { atomic_store(&rpc->serving, serving); }
+void dd_rpc_set_serving(dd_rpc *rpc, bool serving)
+{
+    atomic_store(&rpc->serving, serving);
+}
 
-bool dd_rpc_serving(const dd_rpc *rpc) { return atomic_load(&rpc->serving); }
+bool dd_rpc_serving(const dd_rpc *rpc)
+{
+    return atomic_load(&rpc->serving);
+}
 
 void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud)
 {
@@ -509,8 +519,7 @@ void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud)
     rpc->ready_ud = ud;
 }
 
-void dd_rpc_set_refusal(dd_rpc *rpc, bool (*refused)(void *ud, char *why, size_t whylen),
-                        void *ud)
+void dd_rpc_set_refusal(dd_rpc *rpc, bool (*refused)(void *ud, char *why, size_t whylen), void *ud)
 {
     rpc->refused = refused;
     rpc->refused_ud = ud;
@@ -529,12 +538,12 @@ static int post(struct slot *s)
     s->cancelled = 0;
     s->state = SLOT_REQUESTED;
     if (s->method == DD_API_UNKNOWN)
-        e = grpc_server_request_call(rpc->server, &s->call, &s->details, &s->md, s->w->cq,
-                                     s->w->cq, s);
+        e = grpc_server_request_call(rpc->server, &s->call, &s->details, &s->md, s->w->cq, s->w->cq,
+                                     s);
     else
-        e = grpc_server_request_registered_call(rpc->server, rpc->registered[s->method],
-                                                &s->call, &s->deadline, &s->md, &s->payload,
-                                                s->w->cq, s->w->cq, s);
+        e = grpc_server_request_registered_call(rpc->server, rpc->registered[s->method], &s->call,
+                                                &s->deadline, &s->md, &s->payload, s->w->cq,
+                                                s->w->cq, s);
     if (e != GRPC_CALL_OK) {
         s->state = SLOT_IDLE;
         dd_error("rpc", "msg=\"cannot pre-post a call\" method=%s error=\"%s\"",
@@ -544,7 +553,6 @@ static int post(struct slot *s)
     s->w->outstanding++;
     return DD_OK;
 }
-
 
 /* SnapshotBegin and SnapshotRead (snapshot.h): a replica of this node's
  * shard, with the same map, copies this store. */
@@ -563,8 +571,8 @@ static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, co
             dedup__v1__snapshot_begin_request__unpack(al, len, data);
         if (!req) return dd_serve_bad_message(&w->serve, "dedup.v1.SnapshotBeginRequest");
         enum dd_cluster_relation rel;
-        if (dd_cluster_check_peer_map(rpc->cluster, req->map_hash, req->split_hash, req->from,
-                                      &rel, w->msg, sizeof w->msg) != DD_OK)
+        if (dd_cluster_check_peer_map(rpc->cluster, req->map_hash, req->split_hash, req->from, &rel,
+                                      w->msg, sizeof w->msg) != DD_OK)
             return GRPC_STATUS_FAILED_PRECONDITION;
         /* The lending rule is snapshot.h's. */
         if (dd_snapshot_may_lend(dd_cluster_get_map(rpc->cluster), rel, req->shard,
@@ -572,8 +580,8 @@ static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, co
             return GRPC_STATUS_FAILED_PRECONDITION;
         struct dd_snapshot_manifest man;
         rc = dd_snapshot_begin(rpc->snapshot, &man, w->msg, sizeof w->msg);
-        if (rc != DD_OK) return rc == DD_ERR_NOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED
-                                                   : GRPC_STATUS_UNAVAILABLE;
+        if (rc != DD_OK)
+            return rc == DD_ERR_NOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_UNAVAILABLE;
         Dedup__V1__SnapshotManifest resp = DEDUP__V1__SNAPSHOT_MANIFEST__INIT;
         Dedup__V1__SnapshotFile *fs = dd_arena_alloc(w->arena, (man.n + 1) * sizeof *fs);
         Dedup__V1__SnapshotFile **fp = dd_arena_alloc(w->arena, (man.n + 1) * sizeof *fp);
@@ -600,7 +608,7 @@ static grpc_status_code snapshot_call(struct worker *w, enum dd_api_method m, co
     Dedup__V1__SnapshotReadRequest *req = dedup__v1__snapshot_read_request__unpack(al, len, data);
     if (!req) return dd_serve_bad_message(&w->serve, "dedup.v1.SnapshotReadRequest");
     size_t max = req->max_bytes && req->max_bytes < DD_SNAPSHOT_CHUNK_MAX ? req->max_bytes
-                                                                           : DD_SNAPSHOT_CHUNK_MAX;
+                                                                          : DD_SNAPSHOT_CHUNK_MAX;
     uint8_t *buf = dd_arena_alloc(w->arena, max);
     if (!buf) {
         snprintf(w->msg, sizeof w->msg, "out of memory for the chunk");
@@ -732,9 +740,13 @@ static void respond(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
 /* S's call as forward.h takes it: its tries complete on W's queue. */
 static struct dd_forward_call forward_call(struct worker *w, struct slot *s)
 {
-    return (struct dd_forward_call){.call = s->call, .method = s->method, .md = &s->md,
-                                    .payload = s->payload, .deadline_ns = s->deadline_ns,
-                                    .cq = w->cq, .tag = &s->fwd_tag};
+    return (struct dd_forward_call){.call = s->call,
+                                    .method = s->method,
+                                    .md = &s->md,
+                                    .payload = s->payload,
+                                    .deadline_ns = s->deadline_ns,
+                                    .cq = w->cq,
+                                    .tag = &s->fwd_tag};
 }
 
 /* Answer a forwarded call: its payload is not needed any more. */
@@ -755,15 +767,9 @@ static void forward_done(struct worker *w, struct slot *s, int ok)
     w->outstanding--;
     grpc_byte_buffer *reply = NULL;
     switch (dd_forward_done(&s->fwd, ok, &s->status, &reply, w->msg, sizeof w->msg)) {
-    case DD_FORWARD_PENDING:
-        w->outstanding++;
-        return;
-    case DD_FORWARD_HERE_DEGRADED:
-        serve_here(w, s, NULL, 0, true);
-        return;
-    case DD_FORWARD_ANSWER:
-        respond_forwarded(w, s, reply);
-        return;
+    case DD_FORWARD_PENDING: w->outstanding++; return;
+    case DD_FORWARD_HERE_DEGRADED: serve_here(w, s, NULL, 0, true); return;
+    case DD_FORWARD_ANSWER: respond_forwarded(w, s, reply); return;
     }
 }
 
@@ -789,9 +795,9 @@ static void serve_here(struct worker *w, struct slot *s, const uint8_t *data, si
 {
     grpc_byte_buffer *reply = NULL;
     w->damaged = false;
-    s->status = data ? GRPC_STATUS_OK
-                     : dd_serve_request(w->arena, s->payload, &s->req, &data, &len, w->msg,
-                                        sizeof w->msg);
+    s->status =
+        data ? GRPC_STATUS_OK
+             : dd_serve_request(w->arena, s->payload, &s->req, &data, &len, w->msg, sizeof w->msg);
     if (s->status == GRPC_STATUS_OK)
         s->status = dispatch(w, s->method, data, len, s->deadline_ns, degraded, &reply);
     if (s->status == GRPC_STATUS_UNAVAILABLE && damaged_elsewhere(w, s)) return;
@@ -893,10 +899,10 @@ static void handle(struct worker *w, struct slot *s)
         snprintf(w->msg, sizeof w->msg, "unknown method %.300s", name ? name : "?");
         gpr_free(name);
         s->status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if ((s->status = dd_auth_call(
-                    w->rpc->auth, s->call, s->method,
-                    dd_auth_forwarded(s->method, dd_forward_has_header(&s->md)), w->msg,
-                    sizeof w->msg)) != GRPC_STATUS_OK) {
+    } else if ((s->status =
+                    dd_auth_call(w->rpc->auth, s->call, s->method,
+                                 dd_auth_forwarded(s->method, dd_forward_has_header(&s->md)),
+                                 w->msg, sizeof w->msg)) != GRPC_STATUS_OK) {
         /* message set by authorize; the payload is never looked at */
     } else if (s->method != DD_API_HEALTH_CHECK && rpc->refused &&
                rpc->refused(rpc->refused_ud, w->msg, sizeof w->msg)) {
@@ -922,10 +928,10 @@ static void handle(struct worker *w, struct slot *s)
         s->status =
             dd_serve_request(w->arena, s->payload, &s->req, &data, &len, w->msg, sizeof w->msg);
         struct dd_forward_call c = forward_call(w, s);
-        enum dd_route routed = s->status == GRPC_STATUS_OK
-                                   ? dd_forward_route(&s->fwd, &c, data, len, &s->status,
-                                                      w->msg, sizeof w->msg)
-                                   : DD_ROUTE_ERROR;
+        enum dd_route routed =
+            s->status == GRPC_STATUS_OK
+                ? dd_forward_route(&s->fwd, &c, data, len, &s->status, w->msg, sizeof w->msg)
+                : DD_ROUTE_ERROR;
         if (routed == DD_ROUTE_FORWARDED) {
             /* The payload goes to the peer as it came; nothing of the
              * arena is kept while the peer answers. */
@@ -1078,7 +1084,8 @@ void dd_rpc_set_snapshot(dd_rpc *rpc, dd_snapshot_server *s)
 
 int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
 {
-    if (rpc->started) return dd_fail(DD_ERR_STATE, err, errlen, "the RPC server is already started");
+    if (rpc->started)
+        return dd_fail(DD_ERR_STATE, err, errlen, "the RPC server is already started");
     rpc->started = 1;
     grpc_server_start(rpc->server);
     for (unsigned i = 0; i < rpc->nworkers; i++) {
@@ -1086,7 +1093,7 @@ int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
         for (size_t j = 0; j < w->nslots; j++) {
             if (post(&w->slots[j]) != DD_OK) {
                 dd_fail(DD_ERR_IO, err, errlen, "cannot pre-post %s calls",
-                     dd_api_method_path(w->slots[j].method));
+                        dd_api_method_path(w->slots[j].method));
                 goto err;
             }
         }
@@ -1100,8 +1107,8 @@ int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
     dd_info("rpc",
             "msg=started listen=\"%s\" port=%d tls=%s threads=%u prepost=%u spin_us=%" PRId64
             " spin_max=%u",
-            rpc->listen, rpc->port, rpc->tls_mode, rpc->nworkers, rpc->prepost,
-            rpc->spin_ns / 1000, rpc->spin_ns ? rpc->spin_max : 0);
+            rpc->listen, rpc->port, rpc->tls_mode, rpc->nworkers, rpc->prepost, rpc->spin_ns / 1000,
+            rpc->spin_ns ? rpc->spin_max : 0);
     /* Only rpc.allow_insecure lets dd_rpc_conf_check pass this. */
     if (rpc->open_to_all)
         dd_warn("rpc",
@@ -1130,8 +1137,9 @@ void dd_rpc_shutdown(dd_rpc *rpc)
     rpc->shut_down = 1;
     atomic_store(&rpc->serving, false);
     atomic_store(&rpc->stopping, true);
-    dd_info("rpc", "msg=\"shutting down\" health=NOT_SERVING in_flight=%" PRIu64
-            " grace_ms=%" PRIu32, atomic_load(&rpc->in_flight), rpc->grace_ms);
+    dd_info("rpc",
+            "msg=\"shutting down\" health=NOT_SERVING in_flight=%" PRIu64 " grace_ms=%" PRIu32,
+            atomic_load(&rpc->in_flight), rpc->grace_ms);
 
     int shutdown_tag;
     grpc_server_shutdown_and_notify(rpc->server, rpc->shutdown_cq, &shutdown_tag);
@@ -1142,8 +1150,8 @@ void dd_rpc_shutdown(dd_rpc *rpc)
         dd_warn("rpc", "msg=\"grace period over; cancelling calls\" in_flight=%" PRIu64,
                 atomic_load(&rpc->in_flight));
         grpc_server_cancel_all_calls(rpc->server);
-        ev = grpc_completion_queue_next(rpc->shutdown_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                        NULL);
+        ev =
+            grpc_completion_queue_next(rpc->shutdown_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     }
 
     /* Workers finish the calls they hold, then shut their queues down
@@ -1193,8 +1201,8 @@ void dd_rpc_free(dd_rpc *rpc)
                     grpc_completion_queue_shutdown(w->cq);
                     grpc_event e;
                     do {
-                        e = grpc_completion_queue_next(w->cq,
-                                                       gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+                        e = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                                       NULL);
                     } while (e.type != GRPC_QUEUE_SHUTDOWN);
                 }
                 grpc_completion_queue_destroy(w->cq);

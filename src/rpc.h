@@ -48,16 +48,16 @@ struct dd_rpc_conf {
     uint32_t spin_us;           /* a worker polls without blocking this long after a call */
     /* Hostile or broken clients (docs/design.md, "The front end",
      * "Hostile clients"; rpc.c's DESIGN, "Limits"). */
-    uint32_t send_timeout_ms;   /* a reply not delivered this long after it is ready:
+    uint32_t send_timeout_ms;            /* a reply not delivered this long after it is ready:
                                  * the call is cancelled and its slot re-posted */
     uint32_t max_streams_per_connection; /* HTTP/2 concurrent streams per connection */
-    uint32_t max_buffer_mb;     /* grpc resource quota: all connections' buffers */
-    uint32_t max_connection_idle_ms;  /* GOAWAY a connection with no call this long; 0 = never */
-    uint32_t max_connection_age_ms;   /* GOAWAY a connection this old; 0 = never */
+    uint32_t max_buffer_mb;              /* grpc resource quota: all connections' buffers */
+    uint32_t max_connection_idle_ms;     /* GOAWAY a connection with no call this long; 0 = never */
+    uint32_t max_connection_age_ms;      /* GOAWAY a connection this old; 0 = never */
     uint32_t max_connection_age_grace_ms; /* calls then get this long before it closes */
-    uint32_t keepalive_min_ms;  /* client pings closer than this (no data) are strikes;
+    uint32_t keepalive_min_ms;            /* client pings closer than this (no data) are strikes;
                                  * after 2 the connection is closed; 0 = grpc's default */
-    char *compression;          /* "off": compressed requests get UNIMPLEMENTED; "on" */
+    char *compression;                    /* "off": compressed requests get UNIMPLEMENTED; "on" */
 };
 typedef struct dd_history dd_history;
 typedef struct dd_rpc dd_rpc;
@@ -152,9 +152,9 @@ int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen
  * Nothing is served until dd_rpc_start. Free with dd_rpc_free. */
 typedef struct dd_cluster dd_cluster;
 struct dd_producer;
-int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf,
-               const struct dd_recent_conf *recent, dd_history *history, dd_cluster *cluster,
-               struct dd_producer *producer, char *err, size_t errlen);
+int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf, const struct dd_recent_conf *recent,
+               dd_history *history, dd_cluster *cluster, struct dd_producer *producer, char *err,
+               size_t errlen);
 
 /* The snapshot server (snapshot.h, borrowed; outlives RPC) that answers
  * SnapshotBegin and SnapshotRead; without one they are UNIMPLEMENTED.
@@ -200,8 +200,7 @@ void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud);
  * owner.h). REFUSED is called by every worker for every call, so it must
  * be quick and thread-safe; UD must outlive the server. Call before
  * dd_rpc_start. Cannot fail. */
-void dd_rpc_set_refusal(dd_rpc *rpc, bool (*refused)(void *ud, char *why, size_t whylen),
-                        void *ud);
+void dd_rpc_set_refusal(dd_rpc *rpc, bool (*refused)(void *ud, char *why, size_t whylen), void *ud);
 
 /* Health NOT_SERVING, stop accepting calls, let calls in flight finish for
  * up to rpc.shutdown_grace_ms, cancel the rest, stop the workers and

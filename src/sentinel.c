@@ -61,45 +61,45 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define REFRESH_MS 5000       /* ask again this often while all is well */
-#define ASK_GAP_MS 100        /* at most one ask per this, however often suspected */
-#define RETRY_MIN_MS 100      /* after every Sentinel failed: first wait */
-#define RETRY_MAX_MS 2000     /* and the longest */
-#define READ_MAX 8192         /* bytes buffered for one unfinished reply */
-#define SR_ELEMS 3            /* the most elements of an accepted reply */
+#define REFRESH_MS 5000   /* ask again this often while all is well */
+#define ASK_GAP_MS 100    /* at most one ask per this, however often suspected */
+#define RETRY_MIN_MS 100  /* after every Sentinel failed: first wait */
+#define RETRY_MAX_MS 2000 /* and the longest */
+#define READ_MAX 8192     /* bytes buffered for one unfinished reply */
+#define SR_ELEMS 3        /* the most elements of an accepted reply */
 
 /* One reply as the functions below leave it. */
 struct sreply {
-    int type;                         /* top-level REDIS_REPLY_*, 0 before it */
-    int elements;                     /* its elements when an array */
-    int bad;                          /* a string too long to keep */
-    int kind[SR_ELEMS];               /* elements' REDIS_REPLY_* */
-    size_t len[SR_ELEMS];             /* string lengths; [0] also a top-level string's */
+    int type;             /* top-level REDIS_REPLY_*, 0 before it */
+    int elements;         /* its elements when an array */
+    int bad;              /* a string too long to keep */
+    int kind[SR_ELEMS];   /* elements' REDIS_REPLY_* */
+    size_t len[SR_ELEMS]; /* string lengths; [0] also a top-level string's */
     char str[SR_ELEMS][DD_SENTINEL_STR_MAX];
 };
 
 struct dd_sentinel {
     struct dd_sentinel_addr sentinels[DD_SENTINEL_MAX];
     size_t nsentinels;
-    size_t prefer;                    /* the Sentinel asked first (the last that answered) */
+    size_t prefer; /* the Sentinel asked first (the last that answered) */
     char name[DD_SENTINEL_NAME_MAX];
-    char *password;                   /* "" = no AUTH */
+    char *password; /* "" = no AUTH */
     uint32_t timeout_ms;
 
-    pthread_mutex_t mu;               /* guards master */
+    pthread_mutex_t mu; /* guards master */
     struct dd_sentinel_addr master;
-    _Atomic uint64_t gen;             /* 0 = none known; changes with master */
-    uint64_t next_gen;                /* the watch thread's */
+    _Atomic uint64_t gen; /* 0 = none known; changes with master */
+    uint64_t next_gen;    /* the watch thread's */
 
-    atomic_int suspected;             /* a worker asked for an ask */
+    atomic_int suspected; /* a worker asked for an ask */
     atomic_int stop;
-    int wakefd;                       /* eventfd; -1 before start */
+    int wakefd; /* eventfd; -1 before start */
     pthread_t thread;
     int started;
 
-    redisContext *sub;                /* subscribed to +switch-master; NULL while not */
+    redisContext *sub; /* subscribed to +switch-master; NULL while not */
     size_t sub_idx;
-    struct sreply sub_reply;          /* the sub's reader writes here */
+    struct sreply sub_reply; /* the sub's reader writes here */
 };
 
 static atomic_uint_fast64_t st_changes, st_asks, st_unreachable, st_bad, st_events;
@@ -188,8 +188,8 @@ static redisReplyObjectFunctions sr_functions = {
 
 static int host_char_ok(unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '-' || c == '_' || c == ':' || c == '%';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '-' || c == '_' || c == ':' || c == '%';
 }
 
 /* HOST and PORT as texts from a Sentinel into OUT, if they are an address
@@ -262,8 +262,7 @@ static int master_from(const struct sreply *k, struct dd_sentinel_addr *out, cha
             k->kind[1] != REDIS_REPLY_STRING)
             break;
         return addr_from(k->str[0], k->len[0], k->str[1], k->len[1], out, why, whylen);
-    default:
-        break;
+    default: break;
     }
     dd_set_err(why, whylen, "unexpected reply (type %d)", k->type);
     return DD_SENTINEL_BAD;
@@ -349,14 +348,15 @@ int dd_sentinel_parse_master(const void *buf, size_t len, struct dd_sentinel_add
     int rc = parse_bytes(buf, len, &k, &u, why, whylen);
     if (rc != DD_SENTINEL_OTHER) return rc;
     rc = master_from(&k, out, why, whylen);
-    if (rc == DD_SENTINEL_BAD) memset(out, 0, sizeof *out);
-    else *used = u;
+    if (rc == DD_SENTINEL_BAD)
+        memset(out, 0, sizeof *out);
+    else
+        *used = u;
     return rc;
 }
 
 int dd_sentinel_parse_event(const void *buf, size_t len, const char *name,
-                            struct dd_sentinel_addr *out, size_t *used, char *why,
-                            size_t whylen)
+                            struct dd_sentinel_addr *out, size_t *used, char *why, size_t whylen)
 {
     struct sreply k;
     size_t u;
@@ -365,8 +365,10 @@ int dd_sentinel_parse_event(const void *buf, size_t len, const char *name,
     int rc = parse_bytes(buf, len, &k, &u, why, whylen);
     if (rc != DD_SENTINEL_OTHER) return rc;
     rc = event_from(&k, name, out, why, whylen);
-    if (rc == DD_SENTINEL_BAD) memset(out, 0, sizeof *out);
-    else *used = u;
+    if (rc == DD_SENTINEL_BAD)
+        memset(out, 0, sizeof *out);
+    else
+        *used = u;
     return rc;
 }
 
@@ -403,14 +405,14 @@ static size_t entry(const char *list, char sep, size_t i, const char **b, const 
     }
 }
 
-int dd_sentinel_parse_list(const char *list, struct dd_sentinel_addr *out, size_t cap,
-                           size_t *n, char *err, size_t errlen)
+int dd_sentinel_parse_list(const char *list, struct dd_sentinel_addr *out, size_t cap, size_t *n,
+                           char *err, size_t errlen)
 {
     *n = 0;
     size_t count = entry(list, ',', 0, NULL, NULL);
     if (count > cap || count > DD_SENTINEL_MAX)
-        return dd_fail(DD_ERR_INVALID, err, errlen,
-                       "recent.sentinels: %zu addresses, at most %d", count, DD_SENTINEL_MAX);
+        return dd_fail(DD_ERR_INVALID, err, errlen, "recent.sentinels: %zu addresses, at most %d",
+                       count, DD_SENTINEL_MAX);
     for (size_t i = 0; i < count; i++) {
         const char *b, *e;
         entry(list, ',', i, &b, &e);
@@ -421,8 +423,8 @@ int dd_sentinel_parse_list(const char *list, struct dd_sentinel_addr *out, size_
         if (ok) {
             memcpy(a, b, len);
             a[len] = '\0';
-            ok = dd_hostport_parse(a, out[i].host, sizeof out[i].host, &port) ==
-                     DD_HOSTPORT_OK && port != 0;
+            ok = dd_hostport_parse(a, out[i].host, sizeof out[i].host, &port) == DD_HOSTPORT_OK &&
+                 port != 0;
         }
         if (!ok)
             return dd_fail(DD_ERR_INVALID, err, errlen,
@@ -455,8 +457,7 @@ int dd_sentinel_shard_name(const char *names, uint32_t shards, uint32_t shard, c
                        "recent.master_name: \"%.*s\" (shard %" PRIu32
                        ") is not a master name (1 to %d printable bytes, no spaces)",
                        (int)(len > 64 ? 64 : len), b, shard, DD_SENTINEL_NAME_MAX - 1);
-    if (len >= outlen)
-        return dd_fail(DD_ERR_INVALID, err, errlen, "recent.master_name: too long");
+    if (len >= outlen) return dd_fail(DD_ERR_INVALID, err, errlen, "recent.master_name: too long");
     memcpy(out, b, len);
     out[len] = '\0';
     return DD_OK;
@@ -473,13 +474,12 @@ int dd_sentinel_new(dd_sentinel **out, const struct dd_sentinel_conf *conf, char
     size_t nl = strlen(conf->master_name);
     if (!dd_sentinel_name_ok(conf->master_name, nl))
         return dd_fail(DD_ERR_INVALID, err, errlen,
-                       "recent.master_name: \"%.64s\" is not one master name",
-                       conf->master_name);
+                       "recent.master_name: \"%.64s\" is not one master name", conf->master_name);
     dd_sentinel *s = calloc(1, sizeof *s);
     if (!s) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     s->wakefd = -1;
-    int rc = dd_sentinel_parse_list(conf->sentinels, s->sentinels, DD_SENTINEL_MAX,
-                                    &s->nsentinels, err, errlen);
+    int rc = dd_sentinel_parse_list(conf->sentinels, s->sentinels, DD_SENTINEL_MAX, &s->nsentinels,
+                                    err, errlen);
     if (rc != DD_OK) {
         free(s);
         return rc;
@@ -545,8 +545,9 @@ static void publish(dd_sentinel *s, const struct dd_sentinel_addr *m, const char
     if (g) {
         count(&st_changes);
         dd_hostport_format(b, sizeof b, old.host, old.port);
-        dd_warn("sentinel", "msg=\"redis master changed\" master_name=%s master=%s previous=%s via=%s",
-                s->name, a, b, via);
+        dd_warn("sentinel",
+                "msg=\"redis master changed\" master_name=%s master=%s previous=%s via=%s", s->name,
+                a, b, via);
     } else {
         dd_info("sentinel", "msg=\"redis master found\" master_name=%s master=%s via=%s", s->name,
                 a, via);
@@ -629,8 +630,8 @@ static int conn_open(dd_sentinel *s, const struct dd_sentinel_addr *a, struct sr
         const char *argv[2] = {"AUTH", s->password};
         size_t lens[2] = {4, strlen(s->password)};
         int rc = conn_send(c, 2, argv, lens, why, whylen);
-        if (rc == C_OK) rc = conn_read(c, dd_mono_ns() + (int64_t)s->timeout_ms * 1000000, why,
-                                       whylen);
+        if (rc == C_OK)
+            rc = conn_read(c, dd_mono_ns() + (int64_t)s->timeout_ms * 1000000, why, whylen);
         if (rc == C_OK && k->type != REDIS_REPLY_STATUS) {
             dd_set_err(why, whylen, "AUTH: %.200s",
                        k->type == REDIS_REPLY_ERROR ? k->str[0] : "unexpected reply");
@@ -653,8 +654,8 @@ static void sentinel_failed(dd_sentinel *s, const struct dd_sentinel_addr *a, in
     count(rc == C_BAD ? &st_bad : &st_unreachable);
     dd_hostport_format(at, sizeof at, a->host, a->port);
     dd_log_limited(&lim_ask, 10000, DD_LOG_WARN, "sentinel",
-                   "msg=\"sentinel failed\" sentinel=%s master_name=%s call=%s error=\"%s\"",
-                   at, s->name, what, why);
+                   "msg=\"sentinel failed\" sentinel=%s master_name=%s call=%s error=\"%s\"", at,
+                   s->name, what, why);
 }
 
 /* Ask the Sentinel A for the master. */
@@ -669,8 +670,7 @@ static int ask_one(dd_sentinel *s, const struct dd_sentinel_addr *a, struct dd_s
     size_t lens[3] = {8, 23, strlen(s->name)};
     count(&st_asks);
     rc = conn_send(c, 3, argv, lens, why, whylen);
-    if (rc == C_OK)
-        rc = conn_read(c, dd_mono_ns() + (int64_t)s->timeout_ms * 1000000, why, whylen);
+    if (rc == C_OK) rc = conn_read(c, dd_mono_ns() + (int64_t)s->timeout_ms * 1000000, why, whylen);
     if (rc == C_OK && master_from(&k, m, why, whylen) != DD_SENTINEL_ADDR) rc = C_BAD;
     redisFree(c);
     return rc;
@@ -714,11 +714,10 @@ static int subscribe(dd_sentinel *s)
             size_t lens[2] = {9, 14};
             rc = conn_send(c, 2, argv, lens, why, sizeof why);
             if (rc == C_OK)
-                rc = conn_read(c, dd_mono_ns() + (int64_t)s->timeout_ms * 1000000, why,
-                               sizeof why);
+                rc = conn_read(c, dd_mono_ns() + (int64_t)s->timeout_ms * 1000000, why, sizeof why);
             struct dd_sentinel_addr m;
-            if (rc == C_OK && event_from(&s->sub_reply, s->name, &m, why, sizeof why) !=
-                                  DD_SENTINEL_OTHER) {
+            if (rc == C_OK &&
+                event_from(&s->sub_reply, s->name, &m, why, sizeof why) != DD_SENTINEL_OTHER) {
                 if (!why[0]) dd_set_err(why, sizeof why, "not subscribed");
                 rc = C_BAD;
             }
@@ -808,8 +807,8 @@ static void *watch_main(void *arg)
             int ok = ask_all(s) == 0;
             last_ask = dd_mono_ns();
             next_ask = last_ask + (ok ? REFRESH_MS : ask_retry) * ms;
-            ask_retry = ok ? RETRY_MIN_MS
-                           : (ask_retry * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : ask_retry * 2);
+            ask_retry =
+                ok ? RETRY_MIN_MS : (ask_retry * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : ask_retry * 2);
             now = last_ask;
         }
         int64_t until = next_ask;
@@ -897,11 +896,10 @@ void dd_sentinel_collect(dd_prom *p)
                     "SENTINEL get-master-addr-by-name calls", st.asks);
     dd_prom_counter(p, "dedupd_recent_sentinel_events_total",
                     "+switch-master messages for this node's master", st.events);
-    dd_prom_family(p, "dedupd_recent_sentinel_errors_total",
-                   "Sentinel calls that failed, by kind", DD_PROM_COUNTER);
+    dd_prom_family(p, "dedupd_recent_sentinel_errors_total", "Sentinel calls that failed, by kind",
+                   DD_PROM_COUNTER);
     static const struct dd_prom_label unreachable = {"kind", "unreachable"},
                                       reply = {"kind", "reply"};
-    dd_prom_sample_u64(p, "dedupd_recent_sentinel_errors_total", &unreachable, 1,
-                       st.unreachable);
+    dd_prom_sample_u64(p, "dedupd_recent_sentinel_errors_total", &unreachable, 1, st.unreachable);
     dd_prom_sample_u64(p, "dedupd_recent_sentinel_errors_total", &reply, 1, st.bad_replies);
 }

@@ -28,24 +28,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DD_SENTINEL_MAX 16        /* Sentinels in recent.sentinels */
-#define DD_SENTINEL_HOST_MAX 256  /* a host name or address, with its NUL */
-#define DD_SENTINEL_NAME_MAX 128  /* a master name, with its NUL */
-#define DD_SENTINEL_STR_MAX 1024  /* the longest string accepted in a reply */
+#define DD_SENTINEL_MAX 16       /* Sentinels in recent.sentinels */
+#define DD_SENTINEL_HOST_MAX 256 /* a host name or address, with its NUL */
+#define DD_SENTINEL_NAME_MAX 128 /* a master name, with its NUL */
+#define DD_SENTINEL_STR_MAX 1024 /* the longest string accepted in a reply */
 
 /* A Sentinel's or a master's address. */
 struct dd_sentinel_addr {
     char host[DD_SENTINEL_HOST_MAX];
-    uint16_t port;                /* never 0 once parsed */
+    uint16_t port; /* never 0 once parsed */
 };
 
 /* The watcher's settings (recent.sentinels and friends; strings borrowed
  * for the duration of dd_sentinel_new only). */
 struct dd_sentinel_conf {
-    const char *sentinels;        /* "host:port,host:port", asked in this order */
-    const char *master_name;      /* one master name */
-    const char *password;         /* Sentinel AUTH; "" = none */
-    uint32_t timeout_ms;          /* per connect and per reply */
+    const char *sentinels;   /* "host:port,host:port", asked in this order */
+    const char *master_name; /* one master name */
+    const char *password;    /* Sentinel AUTH; "" = none */
+    uint32_t timeout_ms;     /* per connect and per reply */
 };
 
 typedef struct dd_sentinel dd_sentinel;
@@ -88,8 +88,8 @@ void dd_sentinel_suspect(dd_sentinel *s);
  * one, at most CAP and DD_SENTINEL_MAX, ports 1..65535, no address twice)
  * into OUT, *N entries. Returns 0 or DD_ERR_INVALID with a message naming
  * recent.sentinels in ERR. */
-int dd_sentinel_parse_list(const char *list, struct dd_sentinel_addr *out, size_t cap,
-                           size_t *n, char *err, size_t errlen);
+int dd_sentinel_parse_list(const char *list, struct dd_sentinel_addr *out, size_t cap, size_t *n,
+                           char *err, size_t errlen);
 
 /* Whether NAME (LEN bytes) can be a master name here: 1 to
  * DD_SENTINEL_NAME_MAX - 1 bytes of printable ASCII without spaces (a
@@ -106,10 +106,10 @@ int dd_sentinel_shard_name(const char *names, uint32_t shards, uint32_t shard, c
 
 /* What a reply from a Sentinel said. */
 enum dd_sentinel_reply {
-    DD_SENTINEL_ADDR = 0,         /* an address (the master's, or the new one of NAME's switch) */
-    DD_SENTINEL_OTHER = 1,        /* a well-formed reply or message that names no address for us */
-    DD_SENTINEL_PARTIAL = 2,      /* the bytes end before the reply does */
-    DD_SENTINEL_BAD = 3,          /* protocol error, wrong shape, error reply, bad address */
+    DD_SENTINEL_ADDR = 0,    /* an address (the master's, or the new one of NAME's switch) */
+    DD_SENTINEL_OTHER = 1,   /* a well-formed reply or message that names no address for us */
+    DD_SENTINEL_PARTIAL = 2, /* the bytes end before the reply does */
+    DD_SENTINEL_BAD = 3,     /* protocol error, wrong shape, error reply, bad address */
 };
 
 /* Parse the reply to SENTINEL get-master-addr-by-name at BUF (LEN bytes):
@@ -126,18 +126,17 @@ int dd_sentinel_parse_master(const void *buf, size_t len, struct dd_sentinel_add
  * DD_SENTINEL_OTHER for the subscription's confirmation or another
  * master's switch; else PARTIAL or BAD as above. */
 int dd_sentinel_parse_event(const void *buf, size_t len, const char *name,
-                            struct dd_sentinel_addr *out, size_t *used, char *why,
-                            size_t whylen);
+                            struct dd_sentinel_addr *out, size_t *used, char *why, size_t whylen);
 
 /* Counters since start (atomic, process-wide). */
 struct dd_sentinel_stats {
-    uint64_t master_changes;      /* the published address changed */
-    uint64_t asks;                /* get-master-addr-by-name asked */
-    uint64_t unreachable;         /* a Sentinel not reached in time, or its connection lost */
-    uint64_t bad_replies;         /* error, unknown master, malformed or hostile replies */
-    uint64_t events;              /* +switch-master messages for our master */
-    int master_known;             /* some watcher knows a master (0/1) */
-    int configured;               /* some dd_sentinel exists */
+    uint64_t master_changes; /* the published address changed */
+    uint64_t asks;           /* get-master-addr-by-name asked */
+    uint64_t unreachable;    /* a Sentinel not reached in time, or its connection lost */
+    uint64_t bad_replies;    /* error, unknown master, malformed or hostile replies */
+    uint64_t events;         /* +switch-master messages for our master */
+    int master_known;        /* some watcher knows a master (0/1) */
+    int configured;          /* some dd_sentinel exists */
 };
 void dd_sentinel_get_stats(struct dd_sentinel_stats *out);
 

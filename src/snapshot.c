@@ -105,21 +105,21 @@ enum { ST_NONE, ST_MAKING, ST_READY, ST_RELEASING, ST_FAILED };
 
 struct dd_snapshot_server {
     dd_history *h;
-    char *root;                 /* <history.path>.snapshot */
+    char *root; /* <history.path>.snapshot */
     pthread_mutex_t mu;
-    pthread_cond_t cond;        /* on CLOCK_MONOTONIC: wakes the lending thread */
-    bool stop;                  /* the server is being freed */
+    pthread_cond_t cond; /* on CLOCK_MONOTONIC: wakes the lending thread */
+    bool stop;           /* the server is being freed */
     int state;
-    bool joinable;              /* thread started and not joined */
+    bool joinable; /* thread started and not joined */
     pthread_t thread;
-    char id[48];                /* current checkpoint (ST_READY) or the one being made */
+    char id[48]; /* current checkpoint (ST_READY) or the one being made */
     struct dd_snapshot_file *files;
     size_t n;
     char fail[256];
     int64_t last_used_ns;
-    int64_t made_ns;            /* when the lent checkpoint became ready */
-    int64_t max_age_ns;         /* cluster.snapshot_max_age_s */
-    double rate;                /* bytes per second, 0 = no limit */
+    int64_t made_ns;    /* when the lent checkpoint became ready */
+    int64_t max_age_ns; /* cluster.snapshot_max_age_s */
+    double rate;        /* bytes per second, 0 = no limit */
     double tokens;
     int64_t tokens_ns;
     _Atomic uint64_t bytes, throttled;
@@ -241,8 +241,10 @@ static void *make_main(void *arg)
     while (rc == DD_OK && d && (e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
         if (!dd_snapshot_name_ok(e->d_name) || n >= DD_SNAPSHOT_FILES_MAX) {
-            rc = dd_fail(DD_ERR_IO, err, sizeof err, "checkpoint file %.64s: name too long or "
-                         "too many files", e->d_name);
+            rc = dd_fail(DD_ERR_IO, err, sizeof err,
+                         "checkpoint file %.64s: name too long or "
+                         "too many files",
+                         e->d_name);
             break;
         }
         if (n == cap) {
@@ -273,7 +275,8 @@ static void *make_main(void *arg)
         s->n = n;
         s->state = ST_READY;
         s->made_ns = s->last_used_ns = dd_mono_ns();
-        dd_info(MOD, "msg=\"checkpoint ready to lend\" id=%s files=%zu bytes=%" PRIu64 " ms=%" PRId64,
+        dd_info(MOD,
+                "msg=\"checkpoint ready to lend\" id=%s files=%zu bytes=%" PRIu64 " ms=%" PRId64,
                 s->id, n, total, (dd_mono_ns() - t0) / 1000000);
         lend(s, dir);
         return NULL;
@@ -357,8 +360,10 @@ int dd_snapshot_read(dd_snapshot_server *s, const char *id, const char *name, ui
     }
     if (dd_mono_ns() - s->made_ns >= s->max_age_ns) {
         pthread_mutex_unlock(&s->mu);
-        return dd_fail(DD_ERR_NOTFOUND, err, errlen, "checkpoint %.60s is past "
-                       "cluster.snapshot_max_age_s and released", id);
+        return dd_fail(DD_ERR_NOTFOUND, err, errlen,
+                       "checkpoint %.60s is past "
+                       "cluster.snapshot_max_age_s and released",
+                       id);
     }
     struct dd_snapshot_file key;
     snprintf(key.name, sizeof key.name, "%s", name);
@@ -369,8 +374,9 @@ int dd_snapshot_read(dd_snapshot_server *s, const char *id, const char *name, ui
     }
     if (offset > f->size) {
         pthread_mutex_unlock(&s->mu);
-        return dd_fail(DD_ERR_INVALID, err, errlen, "offset %" PRIu64 " past the end of %s (%" PRIu64
-                       " bytes)", offset, name, f->size);
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                       "offset %" PRIu64 " past the end of %s (%" PRIu64 " bytes)", offset, name,
+                       f->size);
     }
     int64_t now = dd_mono_ns();
     s->last_used_ns = now;
@@ -405,7 +411,8 @@ int dd_snapshot_read(dd_snapshot_server *s, const char *id, const char *name, ui
     }
     int e = errno;
     close(fd);
-    if (got < want) return dd_fail(DD_ERR_IO, err, errlen, "%s: short read (%s)", path, strerror(e));
+    if (got < want)
+        return dd_fail(DD_ERR_IO, err, errlen, "%s: short read (%s)", path, strerror(e));
     *n = got;
     atomic_fetch_add_explicit(&s->bytes, got, memory_order_relaxed);
     return DD_OK;
@@ -420,9 +427,9 @@ void dd_snapshot_server_counts(dd_snapshot_server *s, uint64_t *bytes, uint64_t 
 int dd_snapshot_may_lend(const struct dd_cluster_map *map, enum dd_cluster_relation rel,
                          uint32_t shard, uint32_t asker_shard, char *err, size_t errlen)
 {
-    bool lend = shard == map->shard &&
-                ((rel == DD_MAP_SAME && asker_shard == map->shard) ||
-                 (rel == DD_MAP_NEWER && asker_shard % map->shards == map->shard));
+    bool lend =
+        shard == map->shard && ((rel == DD_MAP_SAME && asker_shard == map->shard) ||
+                                (rel == DD_MAP_NEWER && asker_shard % map->shards == map->shard));
     if (lend) return DD_OK;
     return dd_fail(DD_ERR_STATE, err, errlen,
                    "this node (shard %" PRIu32 " of %" PRIu32 ") does not hold every user of "
@@ -444,9 +451,9 @@ static int unary(const struct dd_snapshot_source *src, const char *method, const
     if (!cq) return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a completion queue");
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                          gpr_time_from_millis(src->timeout_ms, GPR_TIMESPAN));
-    grpc_call *call = grpc_channel_create_call(src->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                               grpc_slice_from_static_string(method), NULL,
-                                               deadline, NULL);
+    grpc_call *call =
+        grpc_channel_create_call(src->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                 grpc_slice_from_static_string(method), NULL, deadline, NULL);
     struct dd_unary u;
     dd_unary_init(&u);
     grpc_slice sl = grpc_slice_from_copied_buffer((const char *)req, len);
@@ -454,8 +461,7 @@ static int unary(const struct dd_snapshot_source *src, const char *method, const
     grpc_slice_unref(sl);
     u.flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY;
     int rc = DD_OK;
-    enum dd_unary_end end = call ? dd_unary_call(call, cq, &u, deadline, NULL)
-                                 : DD_UNARY_UNSTARTED;
+    enum dd_unary_end end = call ? dd_unary_call(call, cq, &u, deadline, NULL) : DD_UNARY_UNSTARTED;
     grpc_slice all = grpc_empty_slice();
     if (end == DD_UNARY_UNSTARTED) {
         rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "cannot start a call to %s", src->peer);
@@ -467,9 +473,8 @@ static int unary(const struct dd_snapshot_source *src, const char *method, const
         char d[160];
         dd_sanitize(d, sizeof d, (const char *)GRPC_SLICE_START_PTR(u.details),
                     GRPC_SLICE_LENGTH(u.details));
-        rc = dd_fail(u.status == GRPC_STATUS_NOT_FOUND ? DD_ERR_NOTFOUND : DD_ERR_UNAVAILABLE,
-                     err, errlen, "%s from %s: status %d: %s", method, src->peer,
-                     (int)u.status, d);
+        rc = dd_fail(u.status == GRPC_STATUS_NOT_FOUND ? DD_ERR_NOTFOUND : DD_ERR_UNAVAILABLE, err,
+                     errlen, "%s from %s: status %d: %s", method, src->peer, (int)u.status, d);
     } else if (u.recv && !dd_unary_reply(&u, &all)) {
         rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "unreadable answer from %s", src->peer);
     } else if (u.recv) {
@@ -520,8 +525,9 @@ static int get_manifest(const struct dd_snapshot_source *src, struct dd_snapshot
         if (rc != DD_OK) return rc == DD_ERR_NOTFOUND ? DD_ERR_UNAVAILABLE : rc;
         Dedup__V1__SnapshotManifest *pm = dedup__v1__snapshot_manifest__unpack(NULL, rlen, resp);
         free(resp);
-        if (!pm) return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "undecodable manifest from %s",
-                                src->peer);
+        if (!pm)
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "undecodable manifest from %s",
+                           src->peer);
         if (!pm->ready) {
             dedup__v1__snapshot_manifest__free_unpacked(pm, NULL);
             dd_sleep_ms(250);
@@ -587,8 +593,7 @@ static int write_copy_manifest(const char *inc, const char *id, char *err, size_
 /* Copy file F of checkpoint ID into DIR/F, from where an earlier copy
  * stopped; check its checksum. Adds the bytes fetched to *FETCHED. */
 static int fetch_file(const struct dd_snapshot_source *src, const char *id, const char *dir,
-                      const struct dd_snapshot_file *f, uint64_t *fetched, char *err,
-                      size_t errlen)
+                      const struct dd_snapshot_file *f, uint64_t *fetched, char *err, size_t errlen)
 {
     char path[4096 + DD_SNAPSHOT_NAME_MAX + 2];
     snprintf(path, sizeof path, "%s/%s", dir, f->name);
@@ -597,8 +602,10 @@ static int fetch_file(const struct dd_snapshot_source *src, const char *id, cons
     struct stat st;
     uint64_t off = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
     if (off > f->size) {
-        if (ftruncate(fd, 0) != 0) off = f->size + 1;
-        else off = 0;
+        if (ftruncate(fd, 0) != 0)
+            off = f->size + 1;
+        else
+            off = 0;
     }
     Dedup__V1__SnapshotReadRequest req = DEDUP__V1__SNAPSHOT_READ_REQUEST__INIT;
     req.id = (char *)id;
@@ -632,8 +639,9 @@ static int fetch_file(const struct dd_snapshot_source *src, const char *id, cons
             uint32_t wait = c->retry_after_ms;
             dedup__v1__snapshot_chunk__free_unpacked(c, NULL);
             if (wait == 0) {
-                rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "%s ended %s at %" PRIu64
-                             " of %" PRIu64 " bytes", src->peer, f->name, off, f->size);
+                rc = dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                             "%s ended %s at %" PRIu64 " of %" PRIu64 " bytes", src->peer, f->name,
+                             off, f->size);
                 break;
             }
             dd_sleep_ms(wait > 5000 ? 5000 : wait);
@@ -641,8 +649,8 @@ static int fetch_file(const struct dd_snapshot_source *src, const char *id, cons
         }
         if (c->data.len > f->size - off) {
             dedup__v1__snapshot_chunk__free_unpacked(c, NULL);
-            rc = dd_fail(DD_ERR_CORRUPT, err, errlen, "%s sent more of %s than its size",
-                         src->peer, f->name);
+            rc = dd_fail(DD_ERR_CORRUPT, err, errlen, "%s sent more of %s than its size", src->peer,
+                         f->name);
             break;
         }
         size_t done = 0;
@@ -669,8 +677,10 @@ static int fetch_file(const struct dd_snapshot_source *src, const char *id, cons
     rc = hash_file(path, &h, &size, err, errlen);
     if (rc == DD_OK && (h != f->xxh3 || size != f->size)) {
         unlink(path);
-        rc = dd_fail(DD_ERR_CORRUPT, err, errlen, "%s: checksum or size differs from %s's; "
-                     "removed, to be fetched again", f->name, src->peer);
+        rc = dd_fail(DD_ERR_CORRUPT, err, errlen,
+                     "%s: checksum or size differs from %s's; "
+                     "removed, to be fetched again",
+                     f->name, src->peer);
     }
     return rc;
 }
@@ -725,9 +735,10 @@ int dd_snapshot_fetch(const struct dd_snapshot_source *src, const char *history_
         goto out;
     }
     double s = (double)(dd_mono_ns() - t0) / 1e9;
-    dd_info(MOD, "msg=\"snapshot installed\" peer=%s id=%s bytes=%" PRIu64 " fetched=%" PRIu64
-            " seconds=%.1f mb_per_s=%.1f", src->peer, m.id, total, fetched, s,
-            s > 0 ? (double)fetched / 1e6 / s : 0.0);
+    dd_info(MOD,
+            "msg=\"snapshot installed\" peer=%s id=%s bytes=%" PRIu64 " fetched=%" PRIu64
+            " seconds=%.1f mb_per_s=%.1f",
+            src->peer, m.id, total, fetched, s, s > 0 ? (double)fetched / 1e6 / s : 0.0);
 out:
     dd_snapshot_manifest_free(&m);
     return rc;
@@ -805,8 +816,10 @@ int dd_snapshot_bootstrap(const struct dd_snapshot_bootstrap *b, char *err, size
             for (int tries = 0; tries < 3; tries++) {
                 rc = dd_snapshot_fetch(&src, b->history_path, err, errlen);
                 if (rc != DD_ERR_CORRUPT) break;
-                dd_warn(MOD, "msg=\"snapshot file damaged in transit; fetching it again\" "
-                             "peer=%s error=\"%s\"", addr, err);
+                dd_warn(MOD,
+                        "msg=\"snapshot file damaged in transit; fetching it again\" "
+                        "peer=%s error=\"%s\"",
+                        addr, err);
             }
             grpc_channel_destroy(ch);
             static struct dd_log_limit lim;
@@ -819,7 +832,8 @@ int dd_snapshot_bootstrap(const struct dd_snapshot_bootstrap *b, char *err, size
                 }
                 dd_log_limited(&lim, 10000, DD_LOG_WARN, MOD,
                                "msg=\"cannot copy the store from a peer\" peer=%s round=%d "
-                               "error=\"%s\"", addr, round + 1, err);
+                               "error=\"%s\"",
+                               addr, round + 1, err);
             }
         }
     }
@@ -830,8 +844,9 @@ int dd_snapshot_bootstrap(const struct dd_snapshot_bootstrap *b, char *err, size
         return rc;
     }
     if (rc != DD_OK)
-        dd_error(MOD, "msg=\"cluster.bootstrap = peer: no replica of shard %" PRIu32
-                      "%s could give its store; stopping\" error=\"%s\"", map->shard,
-                 nshards > 1 ? " or of its parent shard" : "", err);
+        dd_error(MOD,
+                 "msg=\"cluster.bootstrap = peer: no replica of shard %" PRIu32
+                 "%s could give its store; stopping\" error=\"%s\"",
+                 map->shard, nshards > 1 ? " or of its parent shard" : "", err);
     return rc;
 }

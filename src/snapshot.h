@@ -134,15 +134,15 @@ int dd_snapshot_may_lend(const struct dd_cluster_map *map, enum dd_cluster_relat
 
 /* Where to copy from: a channel to the peer, what to tell it. */
 struct dd_snapshot_source {
-    grpc_channel *ch;          /* borrowed */
-    const char *peer;          /* its address, for logs */
-    const char *map_hash;      /* this node's map hash */
-    const char *split_hash;    /* the hash of the map this node's splits; "" none */
-    const char *from;          /* this node's place "s.r" */
-    uint32_t shard;            /* whose store: dd_cluster_source_shard */
-    uint32_t asker_shard;      /* this node's own shard */
-    int64_t timeout_ms;        /* per call */
-    bool (*stop)(void *ud);    /* asked between calls: true ends the copy (may be NULL) */
+    grpc_channel *ch;       /* borrowed */
+    const char *peer;       /* its address, for logs */
+    const char *map_hash;   /* this node's map hash */
+    const char *split_hash; /* the hash of the map this node's splits; "" none */
+    const char *from;       /* this node's place "s.r" */
+    uint32_t shard;         /* whose store: dd_cluster_source_shard */
+    uint32_t asker_shard;   /* this node's own shard */
+    int64_t timeout_ms;     /* per call */
+    bool (*stop)(void *ud); /* asked between calls: true ends the copy (may be NULL) */
     void *stop_ud;
 };
 
@@ -180,7 +180,10 @@ struct dd_snapshot_progress {
     pthread_mutex_t lock;
     char why[300];
 };
-#define DD_SNAPSHOT_PROGRESS_INIT {PTHREAD_MUTEX_INITIALIZER, "store: copying from a peer"}
+#define DD_SNAPSHOT_PROGRESS_INIT \
+    { \
+        PTHREAD_MUTEX_INITIALIZER, "store: copying from a peer" \
+    }
 /* admin.h's probe and why for UD (a struct dd_snapshot_progress *): never
  * done (the store component is detached once the copy ends), and the last
  * peer's refusal or error. */
@@ -196,7 +199,7 @@ struct dd_snapshot_bootstrap {
      * NULL with a message in ERR. The bootstrap destroys it. */
     grpc_channel *(*channel)(void *ud, const char *addr, char *err, size_t errlen);
     void *channel_ud;
-    bool (*stop)(void *ud);           /* asked between calls: true ends the copy (may be NULL) */
+    bool (*stop)(void *ud); /* asked between calls: true ends the copy (may be NULL) */
     void *stop_ud;
     struct dd_snapshot_progress *progress; /* may be NULL */
 };

@@ -27,7 +27,7 @@
 struct dd_sweep {
     dd_history *h;
     dd_cluster *cl;
-    dd_owner_guard *owner;     /* records this node's ownership once swept */
+    dd_owner_guard *owner; /* records this node's ownership once swept */
     pthread_t thread;
     atomic_bool stop;
 };
@@ -77,29 +77,30 @@ static void *sweep_main(void *arg)
         rc = dd_owner_guard_swept(s->owner, self.partition_count, err, sizeof err);
         if (rc == DD_ERR_STATE) break; /* refused meanwhile (the partition count): kept as is */
         if (rc != DD_OK) {
-            dd_warn(MOD, "msg=\"cannot record the store's ownership; trying again later\" "
-                         "error=\"%s\"", err);
+            dd_warn(MOD,
+                    "msg=\"cannot record the store's ownership; trying again later\" "
+                    "error=\"%s\"",
+                    err);
             if (!nap(s, SWEEP_RETRY_MS)) break;
             continue;
         }
         dd_history_get_stats(s->h, &st1);
-        dd_info(MOD, "msg=\"store holds only this shard's users now\" segments_dropped=%" PRIu64
-                     " seconds=%.1f",
-                st1.segments_foreign - st0.segments_foreign,
-                (double)(dd_mono_ns() - t0) / 1e9);
+        dd_info(MOD,
+                "msg=\"store holds only this shard's users now\" segments_dropped=%" PRIu64
+                " seconds=%.1f",
+                st1.segments_foreign - st0.segments_foreign, (double)(dd_mono_ns() - t0) / 1e9);
         break;
     }
     return NULL;
 }
 
-int dd_sweep_start(dd_sweep **out, dd_history *h, dd_cluster *cl, dd_owner_guard *owner,
-                   char *err, size_t errlen)
+int dd_sweep_start(dd_sweep **out, dd_history *h, dd_cluster *cl, dd_owner_guard *owner, char *err,
+                   size_t errlen)
 {
     *out = NULL;
     /* Only a copy of the split's parent holds other shards' users; a store
      * of any other ownership is refused (owner.h), never swept. */
-    if (dd_owner_guard_refused(owner, NULL, 0) ||
-        dd_owner_guard_relation(owner) != DD_OWNER_PARENT)
+    if (dd_owner_guard_refused(owner, NULL, 0) || dd_owner_guard_relation(owner) != DD_OWNER_PARENT)
         return DD_OK;
     dd_sweep *s = calloc(1, sizeof *s);
     if (!s) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");

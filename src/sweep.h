@@ -39,8 +39,8 @@ typedef struct dd_owner_guard dd_owner_guard;
  * (*OUT is then a running sweep; NULL when none is needed). All three are
  * borrowed until dd_sweep_stop. Returns 0, or DD_ERR_NOMEM with a message
  * in err. */
-int dd_sweep_start(dd_sweep **out, dd_history *h, dd_cluster *cl, dd_owner_guard *owner,
-                   char *err, size_t errlen);
+int dd_sweep_start(dd_sweep **out, dd_history *h, dd_cluster *cl, dd_owner_guard *owner, char *err,
+                   size_t errlen);
 
 /* Stop the sweep (a compaction in progress is cancelled: see
  * dd_history_cancel_compact, after which H compacts no more manually),

@@ -70,12 +70,16 @@ static int text_check_slow(const uint8_t *p, size_t len, size_t i)
             more = 1;
         } else if (c >= 0xe0 && c <= 0xef) {
             more = 2;
-            if (c == 0xe0) lo = 0xa0;
-            else if (c == 0xed) hi = 0x9f;
+            if (c == 0xe0)
+                lo = 0xa0;
+            else if (c == 0xed)
+                hi = 0x9f;
         } else if (c >= 0xf0 && c <= 0xf4) {
             more = 3;
-            if (c == 0xf0) lo = 0x90;
-            else if (c == 0xf4) hi = 0x8f;
+            if (c == 0xf0)
+                lo = 0x90;
+            else if (c == 0xf4)
+                hi = 0x8f;
         } else {
             return DD_TEXT_BAD_UTF8;
         }
@@ -99,8 +103,7 @@ int dd_text_check(const uint8_t *p, size_t len)
         if (i < len && odd_bytes64(load64(p + len - 8))) return text_check_slow(p, len, i);
         return DD_TEXT_OK;
     }
-    if (len >= 4 && !(odd_bytes32(load32(p)) | odd_bytes32(load32(p + len - 4))))
-        return DD_TEXT_OK;
+    if (len >= 4 && !(odd_bytes32(load32(p)) | odd_bytes32(load32(p + len - 4)))) return DD_TEXT_OK;
     return text_check_slow(p, len, 0);
 }
 
@@ -166,16 +169,16 @@ static int pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *dat
             }
         } else if (fd->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
             strncat(name, ".", sizeof name - strlen(name) - 1);
-            int rc = pb_text_check(fd->descriptor, f.payload, f.payload_len, utf8, name,
-                                   depth + 1, why, why_cap);
+            int rc = pb_text_check(fd->descriptor, f.payload, f.payload_len, utf8, name, depth + 1,
+                                   why, why_cap);
             if (rc) return rc;
         }
     }
     return DD_OK;
 }
 
-int dd_text_pb_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
-                     int utf8, char *why, size_t why_cap)
+int dd_text_pb_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, int utf8,
+                     char *why, size_t why_cap)
 {
     return pb_text_check(d, data, len, utf8, "", 0, why, why_cap);
 }

@@ -48,7 +48,7 @@ bool dd_text_plain(const uint8_t *p, size_t len);
  * ("item_ids[3] holds a NUL byte"); else 0 (malformed bytes too: the
  * unpack rejects them). Fields are framed as protobuf-c frames them
  * (pbfield.h). */
-int dd_text_pb_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
-                     int utf8, char *why, size_t why_cap);
+int dd_text_pb_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, int utf8,
+                     char *why, size_t why_cap);
 
 #endif

@@ -26,21 +26,24 @@
 
 #define MOD "trace"
 #define META_VERSION 1
-#define KEY_TAIL 12                 /* u64 time | u32 seq */
+#define KEY_TAIL 12 /* u64 time | u32 seq */
 #define META_U 'u'
 #define META_X 'x'
-#define META_U_LEN (1 + 1 + 8 + 4)  /* version | flags | since | checksum */
+#define META_U_LEN (1 + 1 + 8 + 4) /* version | flags | since | checksum */
 #define SPACE_CHECK_NS INT64_C(1000000000)
 /* At most this many traced users are loaded, whatever the store holds. */
 #define LOAD_MAX_USERS 1000000u
 
-static uint32_t checksum(const void *p, size_t n) { return (uint32_t)XXH3_64bits(p, n); }
+static uint32_t checksum(const void *p, size_t n)
+{
+    return (uint32_t)XXH3_64bits(p, n);
+}
 
 /* ---- the set ---------------------------------------------------------------- */
 
 struct slot {
     uint64_t h;
-    const char *user;     /* into the set's bytes; NULL = empty slot */
+    const char *user; /* into the set's bytes; NULL = empty slot */
     uint32_t len;
     uint32_t idx;
 };
@@ -113,7 +116,10 @@ bool dd_trace_set_has(const dd_trace_set *s, const char *user, size_t len, size_
     return true;
 }
 
-size_t dd_trace_set_size(const dd_trace_set *s) { return s ? s->n : 0; }
+size_t dd_trace_set_size(const dd_trace_set *s)
+{
+    return s ? s->n : 0;
+}
 
 /* ---- configuration ------------------------------------------------------------ */
 
@@ -187,30 +193,30 @@ struct tuser {
     size_t len;
     int64_t since_ms;
     bool from_config;
-    bool counted;         /* count is known */
-    uint32_t count;       /* its records in the store (expired ones included) */
+    bool counted;   /* count is known */
+    uint32_t count; /* its records in the store (expired ones included) */
 };
 
 struct dd_trace {
     /* The published set (NULL: nobody traced) and its readers. */
     _Atomic(dd_trace_set *) set;
-    atomic_uint epoch;                  /* readers count in readers[epoch & 1] */
+    atomic_uint epoch; /* readers count in readers[epoch & 1] */
     atomic_uint_fast64_t readers[2];
 
-    pthread_mutex_t mu;           /* writers: records, the user list */
-    struct tuser *users;          /* the set's entries, by index */
+    pthread_mutex_t mu;  /* writers: records, the user list */
+    struct tuser *users; /* the set's entries, by index */
     size_t nusers, cap;
-    dd_trace_set *config;         /* trace.users */
+    dd_trace_set *config; /* trace.users */
 
     rocksdb_t *db;
     rocksdb_options_t *opts;
     rocksdb_readoptions_t *ropts;
-    rocksdb_writeoptions_t *wopts_meta;   /* WAL, fsync */
-    rocksdb_writeoptions_t *wopts_rec;    /* no WAL */
+    rocksdb_writeoptions_t *wopts_meta; /* WAL, fsync */
+    rocksdb_writeoptions_t *wopts_rec;  /* no WAL */
     rocksdb_flushoptions_t *fopts;
     rocksdb_compactionfilter_t *cfilter;
-    rocksdb_writebatch_t *wb;             /* under mu */
-    uint8_t *kbuf, *vbuf;                 /* under mu */
+    rocksdb_writebatch_t *wb; /* under mu */
+    uint8_t *kbuf, *vbuf;     /* under mu */
 
     struct dd_trace_clock clock;
     int64_t retention_ms;
@@ -235,8 +241,14 @@ static int64_t now_ms(const dd_trace *t)
     return t->clock.now_ms ? t->clock.now_ms(t->clock.ud) : dd_now_ms();
 }
 
-int64_t dd_trace_now_ms(const dd_trace *t) { return now_ms(t); }
-int64_t dd_trace_retention_ms(const dd_trace *t) { return t->retention_ms; }
+int64_t dd_trace_now_ms(const dd_trace *t)
+{
+    return now_ms(t);
+}
+int64_t dd_trace_retention_ms(const dd_trace *t)
+{
+    return t->retention_ms;
+}
 
 static bool expired(const dd_trace *t, int64_t at_ms, int64_t now)
 {
@@ -245,9 +257,8 @@ static bool expired(const dd_trace *t, int64_t at_ms, int64_t now)
 
 /* The compaction filter: drop records past the retention. Meta keys and
  * anything that is not a record key are kept. */
-static unsigned char cfilter_fn(void *st, int level, const char *key, size_t klen,
-                                const char *val, size_t vlen, char **nv, size_t *nvlen,
-                                unsigned char *changed)
+static unsigned char cfilter_fn(void *st, int level, const char *key, size_t klen, const char *val,
+                                size_t vlen, char **nv, size_t *nvlen, unsigned char *changed)
 {
     (void)level;
     (void)val;
@@ -270,7 +281,10 @@ static const char *cfilter_name(void *st)
     return "dedupd.trace.expire.v1";
 }
 
-static void cfilter_destroy(void *st) { (void)st; }
+static void cfilter_destroy(void *st)
+{
+    (void)st;
+}
 
 /* Whether writes must wait for room (checked at most once a second). */
 static bool space_low(dd_trace *t)
@@ -446,8 +460,8 @@ static int write_batch(dd_trace *t, rocksdb_writeoptions_t *wo, char *err, size_
 /* Visit USER's record keys oldest first; FN(ud, key, klen, val, vlen)
  * returning non-zero stops. At most LIMIT keys. */
 typedef int (*raw_fn)(void *ud, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl);
-static int scan_raw(dd_trace *t, const char *user, size_t len, size_t limit, raw_fn fn,
-                    void *ud, char *err, size_t errlen)
+static int scan_raw(dd_trace *t, const char *user, size_t len, size_t limit, raw_fn fn, void *ud,
+                    char *err, size_t errlen)
 {
     uint8_t *lo = malloc(2 + len), *hi = malloc(2 + len + KEY_TAIL + 1);
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
@@ -484,7 +498,7 @@ out:
 
 struct count_ctx {
     size_t n;
-    size_t del;            /* delete this many first (0 = count only) */
+    size_t del; /* delete this many first (0 = count only) */
     rocksdb_writebatch_t *wb;
 };
 
@@ -583,8 +597,8 @@ static int commit_records(dd_trace *t, long idx, const uint64_t counts[DD_TRACE_
     return DD_OK;
 }
 
-int dd_trace_record(dd_trace *t, const char *user, size_t user_len,
-                    const struct dd_trace_rec *recs, size_t n)
+int dd_trace_record(dd_trace *t, const char *user, size_t user_len, const struct dd_trace_rec *recs,
+                    size_t n)
 {
     if (!t || n == 0) return DD_OK;
     int rc = DD_OK;
@@ -700,8 +714,7 @@ static void drop_user(dd_trace *t, size_t idx)
     t->users[idx] = t->users[--t->nusers];
 }
 
-int dd_trace_add(dd_trace *t, const char *user, size_t len, bool *added, char *err,
-                 size_t errlen)
+int dd_trace_add(dd_trace *t, const char *user, size_t len, bool *added, char *err, size_t errlen)
 {
     if (added) *added = false;
     if (len == 0) return dd_fail(DD_ERR_INVALID, err, errlen, "user_id is empty");
@@ -714,8 +727,8 @@ int dd_trace_add(dd_trace *t, const char *user, size_t len, bool *added, char *e
     if (user_index(t, user, len) >= 0) goto out;
     if (t->nusers >= t->max_users) {
         rc = dd_fail(DD_ERR_LIMIT, err, errlen,
-                     "%zu users are traced already, trace.max_users=%" PRIu32
-                     " (remove one first)", t->nusers, t->max_users);
+                     "%zu users are traced already, trace.max_users=%" PRIu32 " (remove one first)",
+                     t->nusers, t->max_users);
         goto out;
     }
     if (space_low(t)) {
@@ -760,8 +773,9 @@ out:
 static void batch_remove(dd_trace *t, const char *user, size_t len, bool mark)
 {
     rocksdb_writebatch_delete(t->wb, (const char *)t->kbuf, meta_key(t, META_U, user, len));
-    if (mark) rocksdb_writebatch_put(t->wb, (const char *)t->kbuf,
-                                     meta_key(t, META_X, user, len), "\1", 1);
+    if (mark)
+        rocksdb_writebatch_put(t->wb, (const char *)t->kbuf, meta_key(t, META_X, user, len), "\1",
+                               1);
     uint8_t *lo = t->kbuf, *hi = t->vbuf; /* both are large enough */
     size_t lol = range_lo(lo, user, len);
     size_t hil = range_hi(hi, user, len);
@@ -963,7 +977,8 @@ static int reconcile(dd_trace *t, struct load_ctx *lc, const struct config_ids *
         /* A duplicate in trace.users: the first one added it. */
         bool dup = false;
         for (size_t j = 0; j < i && !dup; j++)
-            dup = cfg->lens[j] == cfg->lens[i] && memcmp(cfg->ids[j], cfg->ids[i], cfg->lens[i]) == 0;
+            dup =
+                cfg->lens[j] == cfg->lens[i] && memcmp(cfg->ids[j], cfg->ids[i], cfg->lens[i]) == 0;
         if (dup) continue;
         if ((rc = push_user(t, cfg->ids[i], cfg->lens[i], now, true)) != DD_OK) break;
         uint8_t v[META_U_LEN];
@@ -980,7 +995,8 @@ static int reconcile(dd_trace *t, struct load_ctx *lc, const struct config_ids *
     dd_trace_set_free(have);
     dd_trace_set_free(x);
     if (rc != DD_OK) return dd_fail(rc, err, errlen, "out of memory");
-    if (rocksdb_writebatch_count(t->wb) && (rc = write_batch(t, t->wopts_meta, err, errlen)) != DD_OK)
+    if (rocksdb_writebatch_count(t->wb) &&
+        (rc = write_batch(t, t->wopts_meta, err, errlen)) != DD_OK)
         return rc;
     if (added || dropped)
         dd_info(MOD, "msg=\"trace.users applied\" added=%zu dropped=%zu", added, dropped);
@@ -1046,12 +1062,16 @@ int dd_trace_open(dd_trace **out, const struct dd_trace_conf *conf,
 
     if ((rc = load_meta(t, &lc, err, errlen)) != DD_OK) goto fail;
     if (lc.skipped)
-        dd_warn(MOD, "msg=\"more traced users in the store than can be loaded; the rest ignored\" "
-                     "ignored=%zu", lc.skipped);
+        dd_warn(MOD,
+                "msg=\"more traced users in the store than can be loaded; the rest ignored\" "
+                "ignored=%zu",
+                lc.skipped);
     if ((rc = reconcile(t, &lc, &cfg, err, errlen)) != DD_OK) goto fail;
     if (t->nusers > t->max_users)
-        dd_warn(MOD, "msg=\"more users traced than trace.max_users; none can be added until "
-                     "some are removed\" users=%zu max_users=%" PRIu32, t->nusers, t->max_users);
+        dd_warn(MOD,
+                "msg=\"more users traced than trace.max_users; none can be added until "
+                "some are removed\" users=%zu max_users=%" PRIu32,
+                t->nusers, t->max_users);
     dd_trace_set *s = build_set(t->users, t->nusers, SIZE_MAX);
     if (!s) goto nomem;
     publish(t, s);
@@ -1060,9 +1080,10 @@ int dd_trace_open(dd_trace **out, const struct dd_trace_conf *conf,
     free(lc.xlen);
     free(cfg.ids);
     free(cfg.lens);
-    dd_info(MOD, "msg=\"trace open\" path=\"%s\" users=%zu retention_days=%" PRIu32
-                 " max_records=%" PRIu32, conf->path, t->nusers, conf->retention_days,
-            conf->max_records);
+    dd_info(MOD,
+            "msg=\"trace open\" path=\"%s\" users=%zu retention_days=%" PRIu32
+            " max_records=%" PRIu32,
+            conf->path, t->nusers, conf->retention_days, conf->max_records);
     *out = t;
     return DD_OK;
 nomem:
@@ -1088,8 +1109,10 @@ void dd_trace_close(dd_trace *t)
         char *e = NULL;
         rocksdb_flush(t->db, t->fopts, &e);
         if (e) {
-            dd_warn(MOD, "msg=\"cannot flush the trace store at close; the last records are "
-                         "lost\" error=\"%s\"", e);
+            dd_warn(MOD,
+                    "msg=\"cannot flush the trace store at close; the last records are "
+                    "lost\" error=\"%s\"",
+                    e);
             rocksdb_free(e);
         }
         rocksdb_close(t->db);
@@ -1157,7 +1180,8 @@ void dd_trace_collect(dd_prom *p, void *ud)
     }
     dd_prom_family(p, "dedupd_trace_errors_total",
                    "Trace records not written (write), not kept for writing (dropped), or "
-                   "read back corrupt (corrupt)", DD_PROM_COUNTER);
+                   "read back corrupt (corrupt)",
+                   DD_PROM_COUNTER);
     static const struct dd_prom_label lw = {"kind", "write"}, ld = {"kind", "dropped"},
                                       lc = {"kind", "corrupt"};
     dd_prom_sample_u64(p, "dedupd_trace_errors_total", &lw, 1, s.errors_write);

@@ -72,14 +72,14 @@
 
 /* The trace's settings (trace.* in conf/dedupd.conf). */
 struct dd_trace_conf {
-    char *path;                 /* RocksDB directory of the trace store */
-    char *users;                /* comma-separated user ids traced from the start */
-    uint32_t retention_days;    /* records older than this (by their time) are dropped */
-    uint32_t max_records;       /* per user; the oldest go first */
-    uint32_t max_users;         /* dd_trace_add beyond it: DD_ERR_LIMIT */
+    char *path;              /* RocksDB directory of the trace store */
+    char *users;             /* comma-separated user ids traced from the start */
+    uint32_t retention_days; /* records older than this (by their time) are dropped */
+    uint32_t max_records;    /* per user; the oldest go first */
+    uint32_t max_users;      /* dd_trace_add beyond it: DD_ERR_LIMIT */
     /* Set by main, not operator keys. */
-    uint64_t min_free_mb;       /* history.min_free_mb: no write below this free */
-    uint32_t max_id_bytes;      /* rpc.max_id_bytes: the longest user id */
+    uint64_t min_free_mb;  /* history.min_free_mb: no write below this free */
+    uint32_t max_id_bytes; /* rpc.max_id_bytes: the longest user id */
 };
 
 /* Check CONF alone (dd_config_validate calls it): each id in trace.users
@@ -138,8 +138,8 @@ bool dd_trace_wanted(dd_trace *t, const char *user, size_t len);
  * RocksDB (DD_ERR_IO), DD_ERR_NOMEM. Every error is counted
  * (dedupd_trace_errors_total) and logged at most every 10 s, so callers
  * may ignore the code: a trace never fails the operation it describes. */
-int dd_trace_record(dd_trace *t, const char *user, size_t user_len,
-                    const struct dd_trace_rec *recs, size_t n);
+int dd_trace_record(dd_trace *t, const char *user, size_t user_len, const struct dd_trace_rec *recs,
+                    size_t n);
 
 /* Record every entry of P (tracerec.h: records kept until the write they
  * describe is done, as ingest keeps a window's) with dd_trace_record, in
@@ -156,8 +156,7 @@ void dd_trace_dropped(dd_trace *t, uint64_t n);
  * returns 0. Returns 0, DD_ERR_INVALID (empty or longer than
  * rpc.max_id_bytes), DD_ERR_LIMIT (trace.max_users reached, or no space),
  * DD_ERR_IO or DD_ERR_NOMEM, with a message in err. */
-int dd_trace_add(dd_trace *t, const char *user, size_t len, bool *added, char *err,
-                 size_t errlen);
+int dd_trace_add(dd_trace *t, const char *user, size_t len, bool *added, char *err, size_t errlen);
 
 /* Stop tracing USER (persisted, also for a trace.users entry) and delete
  * its records. Returns 0, DD_ERR_NOTFOUND (not traced), DD_ERR_LIMIT (no
@@ -167,8 +166,8 @@ int dd_trace_remove(dd_trace *t, const char *user, size_t len, char *err, size_t
 /* What is known of a traced user. */
 struct dd_trace_user {
     bool traced;
-    bool from_config;           /* in trace.users (else added at run time) */
-    int64_t since_ms;           /* when its tracing began */
+    bool from_config; /* in trace.users (else added at run time) */
+    int64_t since_ms; /* when its tracing began */
 };
 /* Fill *OUT for USER (traced = false when it is not). Cannot fail. */
 void dd_trace_get_user(dd_trace *t, const char *user, size_t len, struct dd_trace_user *out);
@@ -200,12 +199,12 @@ int dd_trace_compact(dd_trace *t, char *err, size_t errlen);
 
 /* Counters since open. Cannot fail. */
 struct dd_trace_stats {
-    uint64_t users;                      /* now */
-    uint64_t records[DD_TRACE_NKINDS];   /* written, by kind - 1 */
-    uint64_t errors_write;               /* failed writes (RocksDB, space, memory) */
-    uint64_t errors_dropped;             /* records a caller could not keep */
-    uint64_t errors_corrupt;             /* stored records that failed to decode */
-    uint64_t trimmed;                    /* records deleted for trace.max_records */
+    uint64_t users;                    /* now */
+    uint64_t records[DD_TRACE_NKINDS]; /* written, by kind - 1 */
+    uint64_t errors_write;             /* failed writes (RocksDB, space, memory) */
+    uint64_t errors_dropped;           /* records a caller could not keep */
+    uint64_t errors_corrupt;           /* stored records that failed to decode */
+    uint64_t trimmed;                  /* records deleted for trace.max_records */
 };
 void dd_trace_get_stats(dd_trace *t, struct dd_trace_stats *out);
 

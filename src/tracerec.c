@@ -13,10 +13,13 @@
 #include <xxhash.h>
 
 #define REC_VERSION 1
-#define REC_HEAD 35                 /* fixed part before the strings */
-#define KEY_TAIL 12                 /* u64 time | u32 seq */
+#define REC_HEAD 35 /* fixed part before the strings */
+#define KEY_TAIL 12 /* u64 time | u32 seq */
 
-static uint32_t checksum(const void *p, size_t n) { return (uint32_t)XXH3_64bits(p, n); }
+static uint32_t checksum(const void *p, size_t n)
+{
+    return (uint32_t)XXH3_64bits(p, n);
+}
 
 /* ---- names ----------------------------------------------------------------- */
 
@@ -169,6 +172,12 @@ bool dd_trace_pending_next(const struct dd_trace_pending *p, size_t *pos, const 
     return true;
 }
 
-void dd_trace_pending_clear(struct dd_trace_pending *p) { p->b.len = 0; }
+void dd_trace_pending_clear(struct dd_trace_pending *p)
+{
+    p->b.len = 0;
+}
 
-void dd_trace_pending_free(struct dd_trace_pending *p) { dd_buf_free(&p->b); }
+void dd_trace_pending_free(struct dd_trace_pending *p)
+{
+    dd_buf_free(&p->b);
+}

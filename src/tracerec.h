@@ -25,7 +25,7 @@ enum dd_trace_kind {
 #define DD_TRACE_NKINDS 3
 
 enum dd_trace_source {
-    DD_TRACE_SRC_KAFKA = 1,           /* topic, partition, offset */
+    DD_TRACE_SRC_KAFKA = 1, /* topic, partition, offset */
     DD_TRACE_SRC_RECORD_PLAYS = 2,
     DD_TRACE_SRC_RECORD_DELIVERY = 3,
     DD_TRACE_SRC_FORGET_USER = 4,
@@ -38,19 +38,19 @@ const char *dd_trace_source_name(int source);
 
 /* One record. Strings are (pointer, length), borrowed. */
 struct dd_trace_rec {
-    int kind;                   /* enum dd_trace_kind */
-    int source;                 /* enum dd_trace_source */
-    int64_t at_ms;              /* the event's time: played, delivered, forgotten */
-    int64_t recorded_ms;        /* when dedupd wrote it (0 on write: now) */
-    const char *scene;          /* <= 255 bytes */
+    int kind;            /* enum dd_trace_kind */
+    int source;          /* enum dd_trace_source */
+    int64_t at_ms;       /* the event's time: played, delivered, forgotten */
+    int64_t recorded_ms; /* when dedupd wrote it (0 on write: now) */
+    const char *scene;   /* <= 255 bytes */
     size_t scene_len;
-    const char *item;           /* empty for a forget; <= 65535 bytes */
+    const char *item; /* empty for a forget; <= 65535 bytes */
     size_t item_len;
-    const char *topic;          /* Kafka only; <= 255 bytes */
+    const char *topic; /* Kafka only; <= 255 bytes */
     size_t topic_len;
-    int32_t partition;          /* Kafka only, else -1 */
-    int64_t offset;             /* Kafka only, else -1 */
-    uint32_t seq;               /* read back from the key (dd_trace_scan) */
+    int32_t partition; /* Kafka only, else -1 */
+    int64_t offset;    /* Kafka only, else -1 */
+    uint32_t seq;      /* read back from the key (dd_trace_scan) */
 };
 
 /* The largest encoded record. */

@@ -26,7 +26,7 @@
 struct dd_unary {
     const grpc_metadata *md;
     size_t nmd;
-    uint32_t flags;             /* GRPC_INITIAL_METADATA_* of the send (wait for ready) */
+    uint32_t flags; /* GRPC_INITIAL_METADATA_* of the send (wait for ready) */
     grpc_byte_buffer *send;
     grpc_metadata_array md_in, trailers;
     grpc_byte_buffer *recv;

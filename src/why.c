@@ -32,15 +32,14 @@ struct dd_why {
     dd_history *history;
     dd_trace *trace;
     dd_cluster *cluster;
-    pthread_mutex_t mu;          /* one request at a time: */
+    pthread_mutex_t mu; /* one request at a time: */
     dd_recent *recent;
     dd_filter *filter;
     dd_arena *arena;
 };
 
 int dd_why_new(dd_why **out, const struct dd_why_conf *conf, const struct dd_recent_conf *recent,
-               dd_history *history, dd_trace *trace, dd_cluster *cluster, char *err,
-               size_t errlen)
+               dd_history *history, dd_trace *trace, dd_cluster *cluster, char *err, size_t errlen)
 {
     *out = NULL;
     dd_why *w = calloc(1, sizeof *w);
@@ -86,8 +85,8 @@ void dd_why_iso8601(int64_t ms, char *out, size_t outlen)
         snprintf(out, outlen, "?");
         return;
     }
-    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
 }
 
 static void source_text(const struct dd_trace_rec *r, char *out, size_t outlen)
@@ -114,11 +113,15 @@ void dd_why_explain(const struct dd_why_user *u, const struct dd_why_item *it,
         return;
     case DEDUP__V1__REASON__REASON_DELIVERED:
         out->verdict = "delivered";
-        if (it->delivered_ms > 0) out->time_ms = it->delivered_ms;
-        else if (it->delivery) out->time_ms = it->delivery->at_ms;
+        if (it->delivered_ms > 0)
+            out->time_ms = it->delivered_ms;
+        else if (it->delivery)
+            out->time_ms = it->delivery->at_ms;
         snprintf(out->source, sizeof out->source, "RecordDelivery");
-        snprintf(out->detail, sizeof out->detail, "delivered recently (among the last deliveries "
-                 "kept in Redis)%s", it->history ? "; the filter says played too" : "");
+        snprintf(out->detail, sizeof out->detail,
+                 "delivered recently (among the last deliveries "
+                 "kept in Redis)%s",
+                 it->history ? "; the filter says played too" : "");
         return;
     case DEDUP__V1__REASON__REASON_PLAYED:
         out->verdict = "played";
@@ -151,7 +154,8 @@ void dd_why_explain(const struct dd_why_user *u, const struct dd_why_item *it,
                 snprintf(out->detail, sizeof out->detail,
                          "no traced play of it: played before tracing began (since %s), or "
                          "dated before %s (trace.retention_days=%" PRId64 "), or a false "
-                         "positive of the filter", t1, t2, u->trace_retention_ms / DD_MS_PER_DAY);
+                         "positive of the filter",
+                         t1, t2, u->trace_retention_ms / DD_MS_PER_DAY);
             }
         }
         return;
@@ -325,7 +329,10 @@ char *dd_why_trace_page(void *ud, const dd_admin_request *r, unsigned *status,
         int rc = dd_trace_add(w->trace, user, len, &added, err, sizeof err);
         if (rc != DD_OK) {
             json_object_put(o);
-            return error_page(status, rc == DD_ERR_INVALID ? 400 : rc == DD_ERR_LIMIT ? 409 : 503,
+            return error_page(status,
+                              rc == DD_ERR_INVALID ? 400
+                              : rc == DD_ERR_LIMIT ? 409
+                                                   : 503,
                               "%s", err);
         }
         struct dd_trace_user info;
@@ -376,7 +383,7 @@ static void add_item(void *ud, const char *v, size_t len)
 struct lookup {
     const struct dd_filter_id *ids;
     const uint64_t *h;
-    int32_t *slot;   /* index into ids, -1 empty */
+    int32_t *slot; /* index into ids, -1 empty */
     size_t mask;
 };
 
@@ -440,8 +447,7 @@ static int scan_one(void *ud, const struct dd_trace_rec *r)
     struct scan_state *s = ud;
     if (r->scene_len != s->scene_len || memcmp(r->scene, s->scene, s->scene_len) != 0) return 0;
     if (!s->pass2) {
-        if (r->kind == DD_TRACE_FORGET &&
-            (!s->have_forget || after_forget(s, r))) {
+        if (r->kind == DD_TRACE_FORGET && (!s->have_forget || after_forget(s, r))) {
             s->have_forget = true;
             s->forget_rec_ms = r->recorded_ms;
             s->forget_seq = r->seq;
@@ -453,8 +459,9 @@ static int scan_one(void *ud, const struct dd_trace_rec *r)
     long k = lookup_find(s->lk, r->item, r->item_len);
     if (k < 0) return 0;
     struct found *f = &s->f[k];
-    struct dd_trace_rec **slot =
-        r->kind == DD_TRACE_DELIVERY ? &f->delivery : after_forget(s, r) ? &f->play : &f->forgotten;
+    struct dd_trace_rec **slot = r->kind == DD_TRACE_DELIVERY ? &f->delivery
+                                 : after_forget(s, r)         ? &f->play
+                                                              : &f->forgotten;
     /* Oldest first: a later record of the same item replaces. */
     if (!*slot || r->at_ms >= (*slot)->at_ms) {
         struct dd_trace_rec *c = keep(s, r);
@@ -509,7 +516,8 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
                           err);
 
     /* The history alone, for every item (a delivered one may be played too). */
-    uint64_t *h = dd_arena_alloc(w->arena, n * sizeof *h), *sh = dd_arena_alloc(w->arena, n * sizeof *sh);
+    uint64_t *h = dd_arena_alloc(w->arena, n * sizeof *h),
+             *sh = dd_arena_alloc(w->arena, n * sizeof *sh);
     uint64_t *tmp = dd_arena_alloc(w->arena, n * sizeof *tmp);
     uint32_t *idx = dd_arena_alloc(w->arena, n * sizeof *idx);
     uint32_t *tidx = dd_arena_alloc(w->arena, n * sizeof *tidx);
@@ -555,14 +563,14 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
     uint64_t *rh = dd_arena_alloc(w->arena, (rcap ? rcap : 1) * sizeof *rh);
     int64_t *rt = dd_arena_alloc(w->arena, (rcap ? rcap : 1) * sizeof *rt);
     if (!rh || !rt) return NULL;
-    bool redis_ok = dd_recent_fetch_times(w->recent, scene, slen, user, ulen, rh, rt, rcap, &rn) ==
-                    DD_OK;
+    bool redis_ok =
+        dd_recent_fetch_times(w->recent, scene, slen, user, ulen, rh, rt, rcap, &rn) == DD_OK;
 
     /* The trace. */
     struct dd_trace_user info = {0};
     dd_trace_get_user(w->trace, user, ulen, &info);
-    struct scan_state ss = {.scene = scene, .scene_len = slen, .arena = w->arena, .lk = &lk,
-                            .f = fd};
+    struct scan_state ss = {
+        .scene = scene, .scene_len = slen, .arena = w->arena, .lk = &lk, .f = fd};
     if (info.traced) {
         rc = dd_trace_scan(w->trace, user, ulen, scan_one, &ss, err, sizeof err);
         ss.pass2 = true;
@@ -593,8 +601,8 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
                             (int64_t)w->conf.history_days * DD_MS_PER_DAY};
     for (size_t i = 0; i < n; i++) {
         struct found *f = &fd[first[i]];
-        struct dd_why_item it = {res.reason[i], first[i], hit[i] != 0, 0, f->play, f->forgotten,
-                                 ss.forget_at_ms, f->delivery};
+        struct dd_why_item it = {res.reason[i], first[i],     hit[i] != 0,     0,
+                                 f->play,       f->forgotten, ss.forget_at_ms, f->delivery};
         bool in_recent = false;
         for (size_t j = 0; j < rn; j++)
             if (rh[j] == h[i]) {
@@ -605,7 +613,8 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
         dd_why_explain(&u, &it, &v);
         json_object *o = json_object_new_object();
         if (!o) continue;
-        json_object_object_add(o, "item", json_object_new_string_len(its.ids[i].p, (int)its.ids[i].len));
+        json_object_object_add(o, "item",
+                               json_object_new_string_len(its.ids[i].p, (int)its.ids[i].len));
         json_object_object_add(o, "index", json_object_new_int64((int64_t)i));
         json_object_object_add(o, "verdict", json_object_new_string(v.verdict));
         json_object_object_add(o, "detail", json_object_new_string(v.detail));
@@ -619,8 +628,7 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
     return json_take(root);
 }
 
-char *dd_why_page(void *ud, const dd_admin_request *r, unsigned *status,
-                  const char **content_type)
+char *dd_why_page(void *ud, const dd_admin_request *r, unsigned *status, const char **content_type)
 {
     dd_why *w = ud;
     (void)content_type;

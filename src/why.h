@@ -53,8 +53,8 @@ typedef struct dd_cluster dd_cluster;
 
 /* What the answers need of the configuration. */
 struct dd_why_conf {
-    struct dd_filter_conf filter;  /* rpc.max_candidates, rpc.max_id_bytes, recent.size */
-    uint32_t history_days;         /* retention_days + segment_days + 1: the oldest day
+    struct dd_filter_conf filter; /* rpc.max_candidates, rpc.max_id_bytes, recent.size */
+    uint32_t history_days;        /* retention_days + segment_days + 1: the oldest day
                                     * the history may still answer for */
     uint32_t trace_retention_days;
 };
@@ -64,8 +64,7 @@ struct dd_why_conf {
  * connection of its own, lazy). Returns 0, DD_ERR_INVALID (bad Redis
  * address) or DD_ERR_NOMEM with a message in err; *out NULL on error. */
 int dd_why_new(dd_why **out, const struct dd_why_conf *conf, const struct dd_recent_conf *recent,
-               dd_history *history, dd_trace *trace, dd_cluster *cluster, char *err,
-               size_t errlen);
+               dd_history *history, dd_trace *trace, dd_cluster *cluster, char *err, size_t errlen);
 void dd_why_free(dd_why *w); /* NULL is a no-op */
 
 /* The admin handlers (admin.h, dd_admin_handler_fn; UD = the dd_why):
@@ -81,8 +80,7 @@ void dd_why_free(dd_why *w); /* NULL is a no-op */
  * 405 (method), 409 (trace.max_users), 421 (another shard's user), 503
  * (history, Redis for a traced add, or no space). Times are UTC ISO-8601
  * with milliseconds ("2024-10-04T12:00:00.000Z"). */
-char *dd_why_page(void *ud, const dd_admin_request *r, unsigned *status,
-                  const char **content_type);
+char *dd_why_page(void *ud, const dd_admin_request *r, unsigned *status, const char **content_type);
 char *dd_why_trace_page(void *ud, const dd_admin_request *r, unsigned *status,
                         const char **content_type);
 
@@ -91,29 +89,29 @@ char *dd_why_trace_page(void *ud, const dd_admin_request *r, unsigned *status,
 /* What is known of the user. */
 struct dd_why_user {
     bool traced;
-    int64_t since_ms;              /* when its trace began */
+    int64_t since_ms; /* when its trace began */
     int64_t now_ms;
     int64_t trace_retention_ms;
-    int64_t history_ms;            /* how far back the history may answer */
+    int64_t history_ms; /* how far back the history may answer */
 };
 
 /* What is known of one item. Trace records are borrowed. */
 struct dd_why_item {
-    uint8_t reason;                /* Filter's: 0 kept, else a Dedup__V1__Reason */
-    uint32_t first_index;          /* DUPLICATE: the first candidate with this id */
-    bool history;                  /* the history probe says played */
-    int64_t delivered_ms;          /* Redis' time of its delivery; 0 = not there */
+    uint8_t reason;                       /* Filter's: 0 kept, else a Dedup__V1__Reason */
+    uint32_t first_index;                 /* DUPLICATE: the first candidate with this id */
+    bool history;                         /* the history probe says played */
+    int64_t delivered_ms;                 /* Redis' time of its delivery; 0 = not there */
     const struct dd_trace_rec *play;      /* latest traced play not forgotten */
     const struct dd_trace_rec *forgotten; /* latest traced play a forget undid */
-    int64_t forget_ms;             /* that forget's time */
+    int64_t forget_ms;                    /* that forget's time */
     const struct dd_trace_rec *delivery;  /* latest traced delivery */
 };
 
 struct dd_why_verdict {
-    const char *verdict;           /* "kept", "duplicate", "delivered", "played" (static) */
+    const char *verdict; /* "kept", "duplicate", "delivered", "played" (static) */
     char detail[400];
-    int64_t time_ms;               /* -1: none known */
-    char source[320];              /* "" when none: "kafka plays/3@1234", "RecordPlays", ... */
+    int64_t time_ms;  /* -1: none known */
+    char source[320]; /* "" when none: "kafka plays/3@1234", "RecordPlays", ... */
 };
 
 /* The verdict on IT for user U. Cannot fail. */

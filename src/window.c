@@ -17,10 +17,10 @@
 
 struct entry {
     uint64_t keyhash;
-    uint32_t key_off;   /* arena: scene bytes then user bytes */
+    uint32_t key_off; /* arena: scene bytes then user bytes */
     uint32_t segment;
-    uint32_t head;      /* newest play, NONE when empty */
-    uint32_t count;     /* plays in the chain */
+    uint32_t head;  /* newest play, NONE when empty */
+    uint32_t count; /* plays in the chain */
     uint16_t user_len;
     uint8_t scene_len;
 };
@@ -31,20 +31,20 @@ struct dd_window {
 
     struct entry *entries;
     size_t n_entries, cap_entries;
-    uint32_t *slots;         /* entry index + 1; 0 = empty */
-    size_t cap_slots;        /* power of two, >= 2 * cap_entries */
+    uint32_t *slots;  /* entry index + 1; 0 = empty */
+    size_t cap_slots; /* power of two, >= 2 * cap_entries */
     uint64_t *play_hash;
     uint32_t *play_prev;
     size_t n_plays, cap_plays;
     char *arena;
     size_t arena_len, arena_cap;
 
-    uint64_t *scratch;       /* flush: one entry's hashes */
+    uint64_t *scratch; /* flush: one entry's hashes */
     size_t scratch_cap;
-    uint32_t *order;         /* flush: entry indexes in store key order */
+    uint32_t *order; /* flush: entry indexes in store key order */
     size_t order_cap;
 
-    int hit_limit;           /* a DD_ERR_LIMIT since the last clear */
+    int hit_limit; /* a DD_ERR_LIMIT since the last clear */
     struct dd_window_stats st;
 };
 
@@ -58,8 +58,8 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-static uint64_t key_hash(const char *scene, size_t scene_len, const char *user,
-                         size_t user_len, uint32_t segment)
+static uint64_t key_hash(const char *scene, size_t scene_len, const char *user, size_t user_len,
+                         uint32_t segment)
 {
     uint64_t k = dd_hash(user, user_len);
     if (scene_len) k ^= mix64(dd_hash(scene, scene_len) + scene_len);
@@ -148,8 +148,8 @@ static int grow_entries(dd_window *w)
 {
     size_t ncap = w->cap_entries * 2, nslots = w->cap_slots * 2;
     if (ncap >= NONE / 2) return DD_ERR_LIMIT;
-    uint64_t old = (uint64_t)w->cap_entries * sizeof(struct entry) +
-                   (uint64_t)w->cap_slots * sizeof(uint32_t);
+    uint64_t old =
+        (uint64_t)w->cap_entries * sizeof(struct entry) + (uint64_t)w->cap_slots * sizeof(uint32_t);
     uint64_t new = (uint64_t)ncap * sizeof(struct entry) + (uint64_t)nslots * sizeof(uint32_t);
     if (!fits(w, old, new)) return DD_ERR_LIMIT;
     uint32_t *s = calloc(nslots, sizeof *s);
@@ -227,7 +227,8 @@ int dd_window_add(dd_window *w, const char *scene, size_t scene_len, const char 
         if (w->n_entries == w->cap_entries) {
             if ((rc = grow_entries(w)) != DD_OK) return limit(w, rc);
             mask = w->cap_slots - 1;
-            for (s = (size_t)kh & mask; w->slots[s]; s = (s + 1) & mask) {}
+            for (s = (size_t)kh & mask; w->slots[s]; s = (s + 1) & mask) {
+            }
         }
         e = &w->entries[w->n_entries];
         e->keyhash = kh;
@@ -348,8 +349,8 @@ static int cmp_key(const void *a, const void *b, void *arg)
     return (x->segment > y->segment) - (x->segment < y->segment);
 }
 
-int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *written,
-                    char *err, size_t errlen)
+int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *written, char *err,
+                    size_t errlen)
 {
     if (written) *written = 0;
     if (w->n_entries == 0) {
@@ -388,7 +389,8 @@ int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *
             w->scratch_cap = ncap;
         }
         size_t n = 0;
-        for (uint32_t p = e->head; p != NONE; p = w->play_prev[p]) w->scratch[n++] = w->play_hash[p];
+        for (uint32_t p = e->head; p != NONE; p = w->play_prev[p])
+            w->scratch[n++] = w->play_hash[p];
         size_t u = sort_unique(w->scratch, n);
         const char *key = w->arena + e->key_off;
         int rc = dd_history_batch_add(b, key, e->scene_len, key + e->scene_len, e->user_len,
@@ -412,9 +414,15 @@ int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *
     return DD_OK;
 }
 
-size_t dd_window_plays(const dd_window *w) { return w->n_plays; }
+size_t dd_window_plays(const dd_window *w)
+{
+    return w->n_plays;
+}
 
-size_t dd_window_entries(const dd_window *w) { return w->n_entries; }
+size_t dd_window_entries(const dd_window *w)
+{
+    return w->n_entries;
+}
 
 uint64_t dd_window_bytes(const dd_window *w)
 {
@@ -422,4 +430,7 @@ uint64_t dd_window_bytes(const dd_window *w)
            (uint64_t)w->order_cap * sizeof(uint32_t);
 }
 
-void dd_window_get_stats(const dd_window *w, struct dd_window_stats *out) { *out = w->st; }
+void dd_window_get_stats(const dd_window *w, struct dd_window_stats *out)
+{
+    *out = w->st;
+}

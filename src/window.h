@@ -36,8 +36,8 @@
 
 /* When ingest writes a window (window.* in conf/dedupd.conf). */
 struct dd_window_conf {
-    uint32_t flush_ms;          /* flush pending plays at least this often */
-    uint64_t max_bytes;         /* flush early when pending memory passes this */
+    uint32_t flush_ms;  /* flush pending plays at least this often */
+    uint64_t max_bytes; /* flush early when pending memory passes this */
 };
 
 typedef struct dd_window dd_window;
@@ -83,8 +83,8 @@ int dd_window_add(dd_window *w, const char *scene, size_t scene_len, const char 
  * pending is lost: the window is unchanged and the flush may be retried
  * (with the caller's part added again). An empty window writes only what
  * the caller put in B (nothing if B is empty) and returns 0. */
-int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *written,
-                    char *err, size_t errlen);
+int dd_window_flush(dd_window *w, dd_history *h, dd_history_batch *b, uint64_t *written, char *err,
+                    size_t errlen);
 
 /* Empty the window without writing (e.g. after a lost partition
  * assignment); memory is kept, except that after the window has hit its

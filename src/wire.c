@@ -55,8 +55,7 @@ static inline uint64_t load64(const uint8_t *p)
  * crowd the candidate loop's. */
 static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem,
                                                     struct dd_filter_query *q,
-                                                    struct dd_filter_id *ids, size_t cap,
-                                                    size_t *n)
+                                                    struct dd_filter_id *ids, size_t cap, size_t *n)
 {
     struct dd_pb_field f = {0};
     size_t used = dd_pb_scan_field(p, rem, &f);
@@ -96,8 +95,7 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
         q->explain = b;
         break;
     }
-    default:
-        break; /* unknown: skipped */
+    default: break; /* unknown: skipped */
     }
     return used;
 }
@@ -148,8 +146,10 @@ static const uint8_t *sync_point(const uint8_t *from, const uint8_t *safe)
         const uint8_t *y = x;
         int ok = 1;
         for (int k = 0; ok && k < 4 && y < safe; k++) {
-            if (y[0] != CAND_KEY || y[1] >= 0x80) ok = 0;
-            else y += 2 + y[1];
+            if (y[0] != CAND_KEY || y[1] >= 0x80)
+                ok = 0;
+            else
+                y += 2 + y[1];
         }
         if (ok) return x;
     }
@@ -234,9 +234,8 @@ static int check_query_text(const struct dd_filter_query *q, char *why, size_t w
     return DD_OK;
 }
 
-int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena,
-                                  size_t max_ids, struct dd_filter_query *q, char *why,
-                                  size_t why_cap)
+int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena, size_t max_ids,
+                                  struct dd_filter_query *q, char *why, size_t why_cap)
 {
     memset(q, 0, sizeof *q);
     q->user_id = "";
@@ -431,8 +430,8 @@ size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
 static inline size_t put_varint28(uint8_t *p, uint32_t v)
 {
     uint32_t w = (v & 0x7f) | ((v << 1) & 0x7f00) | ((v << 2) & 0x7f0000) | ((v << 3) & 0x7f000000);
-    size_t len = 1 + (size_t)(v >= (1u << 7)) + (size_t)(v >= (1u << 14)) +
-                 (size_t)(v >= (1u << 21));
+    size_t len =
+        1 + (size_t)(v >= (1u << 7)) + (size_t)(v >= (1u << 14)) + (size_t)(v >= (1u << 21));
     w |= UINT32_C(0x808080) >> (8 * (4 - len)); /* continuation bits but on the last */
     w = htole32(w);
     memcpy(p, &w, 4);
@@ -463,8 +462,10 @@ static uint8_t *write_kept_ids(const struct dd_filter_query *q, const struct dd_
         if (reason[i]) continue;
         size_t l = ids[i].len;
         *p++ = K_KEPT_IDS;
-        if (l < 0x80) *p++ = (uint8_t)l;
-        else p = put_varint(p, l);
+        if (l < 0x80)
+            *p++ = (uint8_t)l;
+        else
+            p = put_varint(p, l);
         copy_id(p, (const uint8_t *)ids[i].p, l);
         p += l;
     }

@@ -69,9 +69,8 @@ typedef struct dd_arena dd_arena;
  * DD_ERR_INVALID (not a valid FilterRequest, or a string that is not
  * UTF-8 or holds a NUL: WHY, when not NULL, gets a message of at most
  * WHY_CAP bytes naming it; Q is unspecified) or DD_ERR_NOMEM. */
-int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena,
-                                  size_t max_ids, struct dd_filter_query *q, char *why,
-                                  size_t why_cap);
+int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena, size_t max_ids,
+                                  struct dd_filter_query *q, char *why, size_t why_cap);
 
 /* The text rule on the other RPCs' requests, which protobuf-c unpacks:
  * dd_text_pb_check (text.h), under the name rpc.c calls. */

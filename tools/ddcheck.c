@@ -66,8 +66,10 @@ static void put_id(const char *p, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)p[i];
-        if (c < 0x20 || c >= 0x7f || c == '\\') printf("\\x%02x", c);
-        else putchar(c);
+        if (c < 0x20 || c >= 0x7f || c == '\\')
+            printf("\\x%02x", c);
+        else
+            putchar(c);
     }
 }
 
@@ -106,11 +108,18 @@ int main(int argc, char **argv)
         switch (opt) {
         case 'c': conf_path = optarg; break;
         case 'D': damaged_mode = 1; break;
-        case 'o': case 'l': break;
+        case 'o':
+        case 'l': break;
         case 'v': verbose = 1; break;
         case 'V': verbose = 2; break;
-        case 'h': usage(stdout); dd_config_free(&cfg); return 0;
-        default: usage(stderr); dd_config_free(&cfg); return 2;
+        case 'h':
+            usage(stdout);
+            dd_config_free(&cfg);
+            return 0;
+        default:
+            usage(stderr);
+            dd_config_free(&cfg);
+            return 2;
         }
     }
     if (conf_path && dd_config_load_file(&cfg, conf_path, err, sizeof err) != DD_OK) {
@@ -205,7 +214,8 @@ int main(int argc, char **argv)
     /* Room for the largest group. */
     size_t maxg = 0;
     for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && cmp_play(&plays[i], &plays[j]) == 0; j++) {}
+        for (j = i + 1; j < n && cmp_play(&plays[i], &plays[j]) == 0; j++) {
+        }
         if (j - i > maxg) maxg = j - i;
     }
     hashes = malloc((maxg + 1) * sizeof *hashes);
@@ -219,7 +229,8 @@ int main(int argc, char **argv)
     }
     size_t seen = 0, shown = 0;
     for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && cmp_play(&plays[i], &plays[j]) == 0; j++) {}
+        for (j = i + 1; j < n && cmp_play(&plays[i], &plays[j]) == 0; j++) {
+        }
         size_t g = j - i;
         for (size_t k = 0; k < g; k++) {
             hashes[k] = plays[i + k].item;

@@ -36,10 +36,10 @@
 
 struct opts {
     const char *addr;
-    const char *admin;        /* why, trace: the admin listener */
+    const char *admin;            /* why, trace: the admin listener */
     const char *admin_token_file; /* why, trace: --admin-token-file, else the
                                    * environment's DEDUPCTL_ADMIN_TOKEN_FILE */
-    struct dd_client_tls tls; /* all NULL: plaintext */
+    struct dd_client_tls tls;     /* all NULL: plaintext */
     const char *scene;
     int timeout_ms;
     uint32_t lookback_days;
@@ -268,8 +268,12 @@ static int cmd_health(dd_client *c, const struct opts *o, int argc, char **argv)
     const char *name;
     switch (st) {
     case GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING: name = "SERVING"; break;
-    case GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING: name = "NOT_SERVING"; break;
-    case GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN: name = "SERVICE_UNKNOWN"; break;
+    case GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING:
+        name = "NOT_SERVING";
+        break;
+    case GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN:
+        name = "SERVICE_UNKNOWN";
+        break;
     default: name = "UNKNOWN"; break;
     }
     printf("%s\n", name);
@@ -352,8 +356,8 @@ static int run(const struct opts *o, int nargs, char **args)
     char token[520];
     const char *tok = NULL;
     if (strcmp(cmd, "why") == 0 || strcmp(cmd, "trace") == 0) {
-        const char *tf = o->admin_token_file ? o->admin_token_file
-                                             : getenv("DEDUPCTL_ADMIN_TOKEN_FILE");
+        const char *tf =
+            o->admin_token_file ? o->admin_token_file : getenv("DEDUPCTL_ADMIN_TOKEN_FILE");
         if (tf && tf[0]) {
             char err[400];
             if (read_token(tf, token, sizeof token, err, sizeof err) != DD_OK) {
@@ -409,12 +413,24 @@ static int run(const struct opts *o, int nargs, char **args)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.addr = "127.0.0.1:50051", .admin = "127.0.0.1:9464", .scene = "", .timeout_ms = 0, .lookback_days = 0,
+    struct opts o = {.addr = "127.0.0.1:50051",
+                     .admin = "127.0.0.1:9464",
+                     .scene = "",
+                     .timeout_ms = 0,
+                     .lookback_days = 0,
                      .explain = true};
     int opt;
     uint32_t v;
-    enum { OPT_TLS_CA = 256, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME, OPT_EXPLAIN,
-           OPT_NO_EXPLAIN, OPT_ADMIN, OPT_ADMIN_TOKEN_FILE };
+    enum {
+        OPT_TLS_CA = 256,
+        OPT_TLS_CERT,
+        OPT_TLS_KEY,
+        OPT_TLS_NAME,
+        OPT_EXPLAIN,
+        OPT_NO_EXPLAIN,
+        OPT_ADMIN,
+        OPT_ADMIN_TOKEN_FILE
+    };
     static const struct option longopts[] = {
         {"addr", required_argument, NULL, 'a'},
         {"admin", required_argument, NULL, OPT_ADMIN},
@@ -454,8 +470,10 @@ int main(int argc, char **argv)
         case 's': o.scene = optarg; break;
         case 't':
             if (parse_u32(optarg, INT_MAX, &v) != 0 || v == 0) {
-                fprintf(stderr, "dedupctl: --timeout: want a positive number of milliseconds, "
-                                "not '%s'\n", optarg);
+                fprintf(stderr,
+                        "dedupctl: --timeout: want a positive number of milliseconds, "
+                        "not '%s'\n",
+                        optarg);
                 free(args);
                 return EXIT_USAGE;
             }
@@ -463,8 +481,7 @@ int main(int argc, char **argv)
             break;
         case 'l':
             if (parse_u32(optarg, UINT32_MAX, &v) != 0) {
-                fprintf(stderr, "dedupctl: --lookback: want a number of days, not '%s'\n",
-                        optarg);
+                fprintf(stderr, "dedupctl: --lookback: want a number of days, not '%s'\n", optarg);
                 free(args);
                 return EXIT_USAGE;
             }

@@ -121,10 +121,10 @@ int dedupctl_cluster(const char *addr, int timeout_ms, FILE *out, char *err, siz
         size_t m = json_object_array_length(fwd);
         for (size_t i = 0; i < m; i++) {
             json_object *o = json_object_array_get_idx(fwd, i), *d;
-            bool degraded = json_object_object_get_ex(o, "degraded", &d) &&
-                            json_object_get_boolean(d);
-            fprintf(out, "%s shard %s -> %s%s", i ? ";" : "", str_of(o, "shard"),
-                    str_of(o, "to"), degraded ? " (behind: answers degraded)" : "");
+            bool degraded =
+                json_object_object_get_ex(o, "degraded", &d) && json_object_get_boolean(d);
+            fprintf(out, "%s shard %s -> %s%s", i ? ";" : "", str_of(o, "shard"), str_of(o, "to"),
+                    degraded ? " (behind: answers degraded)" : "");
         }
         fputc('\n', out);
     }

@@ -74,8 +74,9 @@ static void print_lag(FILE *out, const dd_promtext *t)
         size_t f = 0;
         double assigned = dd_promtext_sum(t, "dedupd_ingest_assigned_partitions", NULL, NULL, &f);
         if (f && assigned > 0)
-            fprintf(out, "%-22s - (%.0f partitions assigned, no lag in librdkafka's statistics "
-                         "yet: they come every kafka.statistics.interval.ms)\n",
+            fprintf(out,
+                    "%-22s - (%.0f partitions assigned, no lag in librdkafka's statistics "
+                    "yet: they come every kafka.statistics.interval.ms)\n",
                     label, assigned);
         else if (f)
             fprintf(out, "%-22s - (no partition assigned)\n", label);
@@ -99,17 +100,19 @@ int dedupctl_stats(const char *addr, int interval_ms, FILE *out, char *err, size
     double secs = (double)(dd_mono_ns() - t0) / 1e9;
     if (secs <= 0) secs = 1e-9;
 
-    static const char *const methods[] = {"Filter", "RecordDelivery", "RecordPlays",
-                                          "ForgetUser"};
+    static const char *const methods[] = {"Filter", "RecordDelivery", "RecordPlays", "ForgetUser"};
     const char *req = "dedupd_rpc_requests_total";
-    double all = (dd_promtext_sum(b, req, NULL, NULL, NULL) -
-                  dd_promtext_sum(a, req, NULL, NULL, NULL)) / secs;
+    double all =
+        (dd_promtext_sum(b, req, NULL, NULL, NULL) - dd_promtext_sum(a, req, NULL, NULL, NULL)) /
+        secs;
     double ok = (dd_promtext_sum(b, req, "code", "OK", NULL) -
-                 dd_promtext_sum(a, req, "code", "OK", NULL)) / secs;
+                 dd_promtext_sum(a, req, "code", "OK", NULL)) /
+                secs;
     fprintf(out, "%-22s %.1f\n", "requests/s", all);
     for (size_t i = 0; i < DD_ARRAY_LEN(methods); i++) {
         double r = (dd_promtext_sum(b, req, "method", methods[i], NULL) -
-                    dd_promtext_sum(a, req, "method", methods[i], NULL)) / secs;
+                    dd_promtext_sum(a, req, "method", methods[i], NULL)) /
+                   secs;
         fprintf(out, "  %-20s %.1f\n", methods[i], r);
     }
     fprintf(out, "%-22s %.1f\n", "errors/s (not OK)", all - ok);
@@ -162,8 +165,7 @@ int dedupctl_stats(const char *addr, int interval_ms, FILE *out, char *err, size
     size_t blen;
     int status;
     char e2[200];
-    if (dd_http_get(addr, "/readyz", 5000, &status, &body, &blen, e2, sizeof e2) ==
-        DD_OK) {
+    if (dd_http_get(addr, "/readyz", 5000, &status, &body, &blen, e2, sizeof e2) == DD_OK) {
         while (blen && (body[blen - 1] == '\n' || body[blen - 1] == '\r')) body[--blen] = '\0';
         fprintf(out, "%-22s %s (%s)\n", "ready", status == 200 ? "yes" : "no", body);
         free(body);

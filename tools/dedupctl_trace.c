@@ -69,9 +69,8 @@ static int ask(const char *addr, int timeout_ms, const char *method, const char 
     char *body;
     size_t len;
     char headers[DD_HTTP_HEADERS_MAX + 1];
-    int hn = snprintf(headers, sizeof headers, "%s%s%s%s",
-                      token ? "Authorization: Bearer " : "", token ? token : "",
-                      token ? "\r\n" : "",
+    int hn = snprintf(headers, sizeof headers, "%s%s%s%s", token ? "Authorization: Bearer " : "",
+                      token ? token : "", token ? "\r\n" : "",
                       strcmp(method, "GET") != 0 ? "Content-Type: application/json\r\n" : "");
     if (hn < 0 || (size_t)hn >= sizeof headers)
         return dd_fail(DD_ERR_INVALID, err, errlen, "the admin token is too long");
@@ -81,10 +80,11 @@ static int ask(const char *addr, int timeout_ms, const char *method, const char 
     json_object *o = json_tokener_parse(body);
     json_object *e;
     if (status != 200) {
-        const char *msg = o && json_object_object_get_ex(o, "error", &e) ? json_object_get_string(e)
-                                                                        : body;
-        rc = dd_fail(status >= 500 ? DD_ERR_UNAVAILABLE : status == 404 ? DD_ERR_NOTFOUND
-                                                                        : DD_ERR_INVALID,
+        const char *msg =
+            o && json_object_object_get_ex(o, "error", &e) ? json_object_get_string(e) : body;
+        rc = dd_fail(status >= 500   ? DD_ERR_UNAVAILABLE
+                     : status == 404 ? DD_ERR_NOTFOUND
+                                     : DD_ERR_INVALID,
                      err, errlen, "%s (HTTP %d)", msg, status);
         if (status == 404 && !o)
             dd_set_err(err, errlen, "%s has no %.*s (an older dedupd?)", addr,
@@ -107,8 +107,8 @@ static const char *str_of(json_object *o, const char *key, const char *dflt)
 }
 
 int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char *user,
-                 const char *scene, uint32_t lookback_days, char *const *items, size_t n,
-                 FILE *out, char *err, size_t errlen)
+                 const char *scene, uint32_t lookback_days, char *const *items, size_t n, FILE *out,
+                 char *err, size_t errlen)
 {
     struct path p = {0};
     put(&p, "/why", 4);
@@ -129,12 +129,15 @@ int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char
     if (traced)
         fprintf(out, "user %s: traced since %s\n", user, str_of(root, "since", "?"));
     else
-        fprintf(out, "user %s: no trace is kept for this user (the filter's and Redis' verdicts "
-                     "only)\n", user);
+        fprintf(out,
+                "user %s: no trace is kept for this user (the filter's and Redis' verdicts "
+                "only)\n",
+                user);
     json_object *dg;
     if (json_object_object_get_ex(root, "degraded", &dg) && json_object_get_boolean(dg))
         fprintf(out, "warning: Redis did not answer: deliveries are not known\n");
-    if (!json_object_object_get_ex(root, "items", &arr) || !json_object_is_type(arr, json_type_array)) {
+    if (!json_object_object_get_ex(root, "items", &arr) ||
+        !json_object_is_type(arr, json_type_array)) {
         json_object_put(root);
         return dd_fail(DD_ERR_INVALID, err, errlen, "%s/why: no item list", addr);
     }
@@ -155,8 +158,10 @@ int dedupctl_trace(const char *addr, const char *token, int timeout_ms, const ch
     struct path p = {0};
     put(&p, "/trace", 6);
     const char *method = "GET";
-    if (strcmp(action, "add") == 0) method = "POST";
-    else if (strcmp(action, "remove") == 0) method = "DELETE";
+    if (strcmp(action, "add") == 0)
+        method = "POST";
+    else if (strcmp(action, "remove") == 0)
+        method = "DELETE";
     if (user) arg(&p, "user", user);
     json_object *root;
     int rc = ask(addr, timeout_ms, method, token, &p, &root, err, errlen);
@@ -173,8 +178,8 @@ int dedupctl_trace(const char *addr, const char *token, int timeout_ms, const ch
         fprintf(out, "%zu traced user%s\n", m, m == 1 ? "" : "s");
         for (size_t i = 0; i < m; i++) {
             json_object *u = json_object_array_get_idx(arr, i), *fc;
-            bool from_config = json_object_object_get_ex(u, "from_config", &fc) &&
-                               json_object_get_boolean(fc);
+            bool from_config =
+                json_object_object_get_ex(u, "from_config", &fc) && json_object_get_boolean(fc);
             fprintf(out, "%-24s since %s  (%s)\n", str_of(u, "user", "?"), str_of(u, "since", "?"),
                     from_config ? "trace.users" : "added at run time");
         }

@@ -23,8 +23,8 @@
  * message in ERR: the server's {"error"} text (DD_ERR_INVALID for 4xx,
  * DD_ERR_UNAVAILABLE for 5xx), or as dd_http_request. */
 int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char *user,
-                 const char *scene, uint32_t lookback_days, char *const *items, size_t n,
-                 FILE *out, char *err, size_t errlen);
+                 const char *scene, uint32_t lookback_days, char *const *items, size_t n, FILE *out,
+                 char *err, size_t errlen);
 
 /* `trace add USER`, `trace remove USER`, `trace list`: ACTION is "add",
  * "remove" or "list" (USER NULL). Prints one line per traced user for

@@ -100,12 +100,9 @@ static int write_bootstrap(const char *path, const char *addr)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"topic", required_argument, NULL, 't'},
-        {"bootstrap-file", required_argument, NULL, 'f'},
-        {"brokers", required_argument, NULL, 'b'},
-        {"unavailable", required_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"topic", required_argument, NULL, 't'},   {"bootstrap-file", required_argument, NULL, 'f'},
+        {"brokers", required_argument, NULL, 'b'}, {"unavailable", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     struct topic_spec topics[MAX_TOPICS];
     int ntopics = 0, nbrokers = 1, opt;
@@ -183,8 +180,8 @@ int main(int argc, char **argv)
     }
     int rc = 1;
     for (int i = 0; i < ntopics; i++) {
-        rd_kafka_resp_err_t e = rd_kafka_mock_topic_create(mc, topics[i].name,
-                                                           topics[i].partitions, 1);
+        rd_kafka_resp_err_t e =
+            rd_kafka_mock_topic_create(mc, topics[i].name, topics[i].partitions, 1);
         if (e) {
             fprintf(stderr, "devbroker: topic %s: %s\n", topics[i].name, rd_kafka_err2str(e));
             goto out;
@@ -197,8 +194,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "devbroker: --unavailable %s: not a --topic\n", unavailable[i]);
             goto out;
         }
-        rd_kafka_mock_topic_set_error(mc, unavailable[i],
-                                      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+        rd_kafka_mock_topic_set_error(mc, unavailable[i], RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
     }
     const char *addr = rd_kafka_mock_cluster_bootstraps(mc);
     if (bootstrap_file && write_bootstrap(bootstrap_file, addr) != 0) {
@@ -227,8 +223,8 @@ int main(int argc, char **argv)
             for (int b = 1; b <= nbrokers && !e; b++)
                 e = down ? rd_kafka_mock_broker_set_down(mc, b)
                          : rd_kafka_mock_broker_set_up(mc, b);
-            fprintf(stderr, "devbroker: brokers %s%s%s\n", down ? "down" : "up",
-                    e ? ": " : "", e ? rd_kafka_err2str(e) : "");
+            fprintf(stderr, "devbroker: brokers %s%s%s\n", down ? "down" : "up", e ? ": " : "",
+                    e ? rd_kafka_err2str(e) : "");
             continue;
         }
         break;

@@ -39,7 +39,7 @@
 
 struct arena_block {
     struct arena_block *next;
-    size_t cap;   /* usable bytes after the header */
+    size_t cap; /* usable bytes after the header */
     size_t used;
 };
 #define ARENA_HDR ((sizeof(struct arena_block) + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1))
@@ -63,14 +63,20 @@ static struct arena_block *block_new(size_t cap)
 static void *arena_alloc(void *data, size_t size)
 {
     struct arena *a = data;
-    if (size > SIZE_MAX - ARENA_ALIGN) { a->failed = 1; return NULL; }
+    if (size > SIZE_MAX - ARENA_ALIGN) {
+        a->failed = 1;
+        return NULL;
+    }
     size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     struct arena_block *b = a->head;
     if (!b || b->cap - b->used < size) {
         size_t cap = b ? b->cap * 2 : ARENA_MIN_BLOCK;
         if (cap < size) cap = size;
         struct arena_block *nb = block_new(cap);
-        if (!nb) { a->failed = 1; return NULL; }
+        if (!nb) {
+            a->failed = 1;
+            return NULL;
+        }
         nb->next = b;
         a->head = b = nb;
     }
@@ -103,7 +109,10 @@ static void arena_reset(struct arena *a)
 {
     a->failed = 0;
     if (!a->head) return;
-    if (!a->head->next) { a->head->used = 0; return; }
+    if (!a->head->next) {
+        a->head->used = 0;
+        return;
+    }
     size_t total = 0;
     for (struct arena_block *b = a->head; b; b = b->next) total += b->cap;
     arena_destroy(a);
@@ -119,11 +128,14 @@ struct dd_client {
     int timeout_ms;
     struct arena arena;
     ProtobufCAllocator alloc;
-    int status;        /* grpc_status_code of the last call */
+    int status; /* grpc_status_code of the last call */
     char errstr[256];
 };
 
-static bool set(const char *s) { return s && s[0]; }
+static bool set(const char *s)
+{
+    return s && s[0];
+}
 
 /* Channel credentials for TLS (NULL: plaintext). NULL on error, with the
  * message in err and *rc set. */
@@ -164,8 +176,8 @@ int dd_client_new(dd_client **out, const char *addr, char *err, size_t errlen)
     return dd_client_new_tls(out, addr, NULL, err, errlen);
 }
 
-int dd_client_new_tls(dd_client **out, const char *addr, const struct dd_client_tls *tls,
-                      char *err, size_t errlen)
+int dd_client_new_tls(dd_client **out, const char *addr, const struct dd_client_tls *tls, char *err,
+                      size_t errlen)
 {
     *out = NULL;
     if (!addr || !*addr) {
@@ -304,8 +316,8 @@ static int call_unary(dd_client *c, enum dd_api_method m, const ProtobufCMessage
 
     gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
     gpr_timespec deadline = gpr_time_add(now, gpr_time_from_millis(c->timeout_ms, GPR_TIMESPAN));
-    grpc_call *call = grpc_channel_create_registered_call(
-        c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, c->methods[m], deadline, NULL);
+    grpc_call *call = grpc_channel_create_registered_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS,
+                                                          c->cq, c->methods[m], deadline, NULL);
     if (!call) {
         grpc_byte_buffer_destroy(send_buf);
         return local_fail(c, GRPC_STATUS_INTERNAL, DD_ERR_NOMEM, "cannot create call");
@@ -340,7 +352,8 @@ static int call_unary(dd_client *c, enum dd_api_method m, const ProtobufCMessage
         goto out;
     }
     if (!u.recv) {
-        rc = local_fail(c, GRPC_STATUS_INTERNAL, DD_ERR_CORRUPT, "OK status but no response message");
+        rc = local_fail(c, GRPC_STATUS_INTERNAL, DD_ERR_CORRUPT,
+                        "OK status but no response message");
         goto out;
     }
     grpc_slice in;

@@ -62,8 +62,8 @@ struct dd_client_tls {
  * read now: DD_ERR_INVALID (unreadable file, ca missing, cert without key)
  * with a message naming the file. A failed handshake shows up on the first
  * call as UNAVAILABLE. */
-int dd_client_new_tls(dd_client **out, const char *addr, const struct dd_client_tls *tls,
-                      char *err, size_t errlen);
+int dd_client_new_tls(dd_client **out, const char *addr, const struct dd_client_tls *tls, char *err,
+                      size_t errlen);
 
 /* Close the channel and free everything, including the last response.
  * NULL is a no-op. */

@@ -44,13 +44,12 @@ int dd_http_get(const char *addr, const char *path, int timeout_ms, int *status,
 int dd_http_request(const char *addr, const char *method, const char *path, int timeout_ms,
                     int *status, char **body, size_t *len, char *err, size_t errlen)
 {
-    return dd_http_request_h(addr, method, path, NULL, timeout_ms, status, body, len, err,
-                             errlen);
+    return dd_http_request_h(addr, method, path, NULL, timeout_ms, status, body, len, err, errlen);
 }
 
-int dd_http_request_h(const char *addr, const char *method, const char *path,
-                      const char *headers, int timeout_ms, int *status, char **body, size_t *len,
-                      char *err, size_t errlen)
+int dd_http_request_h(const char *addr, const char *method, const char *path, const char *headers,
+                      int timeout_ms, int *status, char **body, size_t *len, char *err,
+                      size_t errlen)
 {
     if (!headers) headers = "";
     *body = NULL;
@@ -69,8 +68,7 @@ int dd_http_request_h(const char *addr, const char *method, const char *path,
     int fd = -1, rc = DD_ERR_UNAVAILABLE;
     char *buf = NULL;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
         if (fd < 0) continue;
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
         if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) == DD_OK) {

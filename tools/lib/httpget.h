@@ -29,8 +29,8 @@ int dd_http_request(const char *addr, const char *method, const char *path, int 
 /* The same with the header lines HEADERS (each "Name: value\r\n"; NULL or
  * "" = none; at most DD_HTTP_HEADERS_MAX bytes) added to the request. */
 #define DD_HTTP_HEADERS_MAX 2048
-int dd_http_request_h(const char *addr, const char *method, const char *path,
-                      const char *headers, int timeout_ms, int *status, char **body, size_t *len,
-                      char *err, size_t errlen);
+int dd_http_request_h(const char *addr, const char *method, const char *path, const char *headers,
+                      int timeout_ms, int *status, char **body, size_t *len, char *err,
+                      size_t errlen);
 
 #endif

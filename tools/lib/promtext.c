@@ -30,7 +30,7 @@ struct dd_promtext {
 
 /* The histogram series being checked. */
 struct hist_state {
-    char *key;          /* labels other than le, rendered; NULL: none open */
+    char *key; /* labels other than le, rendered; NULL: none open */
     double last_le;
     double last_count;
     double inf_count;
@@ -42,7 +42,7 @@ struct parser {
     size_t line;
     char *err;
     size_t errlen;
-    struct family *cur;  /* family whose samples may follow */
+    struct family *cur; /* family whose samples may follow */
     struct hist_state h;
 };
 
@@ -76,8 +76,14 @@ static char *dupn(const char *s, size_t n)
     return d;
 }
 
-static bool name_start(int c) { return isalpha(c) || c == '_' || c == ':'; }
-static bool name_char(int c) { return isalnum(c) || c == '_' || c == ':'; }
+static bool name_start(int c)
+{
+    return isalpha(c) || c == '_' || c == ':';
+}
+static bool name_char(int c)
+{
+    return isalnum(c) || c == '_' || c == ':';
+}
 
 /* Length of the metric (or, with LABEL, label) name at S; 0 if none. */
 static size_t name_len(const char *s, const char *end, bool label)
@@ -102,11 +108,12 @@ static int close_hist(struct parser *ps)
     struct hist_state *h = &ps->h;
     if (!h->key) return DD_OK;
     int rc = DD_OK;
-    if (!h->seen_inf) rc = perr(ps, "histogram %s{%s} has no le=\"+Inf\" bucket",
-                                ps->cur->name, h->key);
-    else if (!h->seen_sum) rc = perr(ps, "histogram %s{%s} has no _sum", ps->cur->name, h->key);
-    else if (!h->seen_count) rc = perr(ps, "histogram %s{%s} has no _count", ps->cur->name,
-                                       h->key);
+    if (!h->seen_inf)
+        rc = perr(ps, "histogram %s{%s} has no le=\"+Inf\" bucket", ps->cur->name, h->key);
+    else if (!h->seen_sum)
+        rc = perr(ps, "histogram %s{%s} has no _sum", ps->cur->name, h->key);
+    else if (!h->seen_count)
+        rc = perr(ps, "histogram %s{%s} has no _count", ps->cur->name, h->key);
     free(h->key);
     memset(h, 0, sizeof *h);
     return rc;
@@ -219,8 +226,10 @@ static int parse_labels(struct parser *ps, const char **sp, const char *end,
                 continue;
             }
             q++;
-            if (*q == 'n') val[k++] = '\n';
-            else if (*q == '\\' || *q == '"') val[k++] = *q;
+            if (*q == 'n')
+                val[k++] = '\n';
+            else if (*q == '\\' || *q == '"')
+                val[k++] = *q;
             else {
                 free(val);
                 return perr(ps, "bad escape \\%c in label value", *q);
@@ -275,8 +284,8 @@ static char *series_key(const struct dd_promtext_sample *smp)
     *w = '\0';
     for (size_t i = 0; i < smp->nlabels; i++) {
         if (strcmp(smp->labels[i].name, "le") == 0) continue;
-        w += sprintf(w, "%s%s=\"%s\"", w == k ? "" : ",", smp->labels[i].name,
-                     smp->labels[i].value);
+        w +=
+            sprintf(w, "%s%s=\"%s\"", w == k ? "" : ",", smp->labels[i].name, smp->labels[i].value);
     }
     return k;
 }
@@ -344,7 +353,8 @@ static int check_hist(struct parser *ps, struct dd_promtext_sample *smp, const c
             if (h->seen_sum) rc = perr(ps, "second %s in one series", smp->name);
             h->seen_sum = true;
         } else {
-            if (h->seen_count) rc = perr(ps, "second %s in one series", smp->name);
+            if (h->seen_count)
+                rc = perr(ps, "second %s in one series", smp->name);
             else if (smp->value != h->inf_count)
                 rc = perr(ps, "%s = %g but the +Inf bucket is %g", smp->name, smp->value,
                           h->inf_count);
@@ -365,17 +375,20 @@ static int sample(struct parser *ps, const char *s, const char *end)
     if (!f || !f->type) return perr(ps, "sample %.*s has no # TYPE before it", (int)n, s);
     size_t base = n;
     if (strcmp(f->type, "histogram") == 0) {
-        if (has_suffix(s, n, "_bucket", &base)) suffix = "_bucket";
-        else if (has_suffix(s, n, "_sum", &base)) suffix = "_sum";
-        else if (has_suffix(s, n, "_count", &base)) suffix = "_count";
-        if (!suffix) return perr(ps, "histogram sample %.*s is not _bucket, _sum or _count",
-                                 (int)n, s);
+        if (has_suffix(s, n, "_bucket", &base))
+            suffix = "_bucket";
+        else if (has_suffix(s, n, "_sum", &base))
+            suffix = "_sum";
+        else if (has_suffix(s, n, "_count", &base))
+            suffix = "_count";
+        if (!suffix)
+            return perr(ps, "histogram sample %.*s is not _bucket, _sum or _count", (int)n, s);
     } else if (strcmp(f->type, "summary") == 0) {
         if (!has_suffix(s, n, "_sum", &base) && !has_suffix(s, n, "_count", &base)) base = n;
     }
     if (strlen(f->name) != base || memcmp(f->name, s, base) != 0)
-        return perr(ps, "sample %.*s is not of family %s (no # TYPE, or not contiguous)",
-                    (int)n, s, f->name);
+        return perr(ps, "sample %.*s is not of family %s (no # TYPE, or not contiguous)", (int)n, s,
+                    f->name);
     dd_promtext *t = ps->t;
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 256;
@@ -432,8 +445,7 @@ bad:
     return rc;
 }
 
-int dd_promtext_parse(const char *text, size_t len, dd_promtext **out, char *err,
-                      size_t errlen)
+int dd_promtext_parse(const char *text, size_t len, dd_promtext **out, char *err, size_t errlen)
 {
     *out = NULL;
     struct parser ps = {.err = err, .errlen = errlen};
@@ -449,9 +461,12 @@ int dd_promtext_parse(const char *text, size_t len, dd_promtext **out, char *err
         while (s < le && (*s == ' ' || *s == '\t')) s++;
         const char *e = le;
         if (e > s && e[-1] == '\r') e--;
-        if (s == e) rc = DD_OK;
-        else if (*s == '#') rc = comment(&ps, s, e);
-        else rc = sample(&ps, s, e);
+        if (s == e)
+            rc = DD_OK;
+        else if (*s == '#')
+            rc = comment(&ps, s, e);
+        else
+            rc = sample(&ps, s, e);
         p = nl ? nl + 1 : end;
     }
     if (rc == DD_OK && ps.cur) rc = close_hist(&ps);
@@ -477,7 +492,10 @@ void dd_promtext_free(dd_promtext *t)
     free(t);
 }
 
-size_t dd_promtext_count(const dd_promtext *t) { return t->n; }
+size_t dd_promtext_count(const dd_promtext *t)
+{
+    return t->n;
+}
 
 const struct dd_promtext_sample *dd_promtext_sample(const dd_promtext *t, size_t i)
 {
@@ -499,8 +517,8 @@ static bool matches(const struct dd_promtext_sample *smp, const char *name, cons
     return v && value && strcmp(v, value) == 0;
 }
 
-double dd_promtext_sum(const dd_promtext *t, const char *name, const char *label,
-                       const char *value, size_t *found)
+double dd_promtext_sum(const dd_promtext *t, const char *name, const char *label, const char *value,
+                       size_t *found)
 {
     double sum = 0;
     size_t k = 0;

@@ -17,13 +17,13 @@ typedef struct dd_promtext dd_promtext;
 
 struct dd_promtext_label {
     char *name;
-    char *value;  /* unescaped */
+    char *value; /* unescaped */
 };
 
 struct dd_promtext_sample {
-    char *name;                        /* as written, e.g. x_bucket */
-    const char *family;                /* the family it belongs to, e.g. x */
-    struct dd_promtext_label *labels;  /* le included for buckets */
+    char *name;                       /* as written, e.g. x_bucket */
+    const char *family;               /* the family it belongs to, e.g. x */
+    struct dd_promtext_label *labels; /* le included for buckets */
     size_t nlabels;
     double value;
 };
@@ -36,8 +36,7 @@ struct dd_promtext_sample {
  * to the +Inf bucket; names and label names are well formed; values parse.
  * Returns 0 with *OUT set (free with dd_promtext_free), DD_ERR_INVALID
  * with "line N: why" in ERR, or DD_ERR_NOMEM; *OUT is NULL on error. */
-int dd_promtext_parse(const char *text, size_t len, dd_promtext **out, char *err,
-                      size_t errlen);
+int dd_promtext_parse(const char *text, size_t len, dd_promtext **out, char *err, size_t errlen);
 void dd_promtext_free(dd_promtext *t); /* NULL is a no-op */
 
 /* Samples in input order. Borrowed from T. */
@@ -51,8 +50,8 @@ const char *dd_promtext_type(const dd_promtext *t, const char *name);
 /* Sum of the samples named NAME whose label LABEL equals VALUE (LABEL NULL:
  * every sample named NAME). *FOUND (if not NULL) = how many matched.
  * 0 when none did. */
-double dd_promtext_sum(const dd_promtext *t, const char *name, const char *label,
-                       const char *value, size_t *found);
+double dd_promtext_sum(const dd_promtext *t, const char *name, const char *label, const char *value,
+                       size_t *found);
 
 /* Largest sample named NAME (any labels), and in *LABEL_VALUE (if not NULL)
  * the value of its label LABEL (borrowed; NULL if absent). NaN if none. */
