@@ -46,6 +46,14 @@ wait_ready() { # admin_port pid
     done
 }
 
+wait_peers_ready() { # admin_port: until its /cluster shows every peer ready
+    i=0
+    while ! /usr/bin/python3 -c "import json,urllib.request,sys; c=json.load(urllib.request.urlopen('http://127.0.0.1:$1/cluster',timeout=1)); sys.exit(not all(n.get('ready') for n in c['nodes'] if not n.get('self')))" 2>/dev/null; do
+        i=$((i + 1)); [ $i -lt 600 ] || { echo "run_forward: :$1 never saw its peers ready" >&2; DD_KEEP_TMP=1; exit 1; }
+        sleep 0.1
+    done
+}
+
 "$devbroker" --bootstrap-file "$dir/bootstrap" --topic plays:8 >"$dir/broker.log" 2>&1 &
 pids="$pids $!"
 i=0
@@ -75,6 +83,10 @@ start_node 0 "$a_port" "$a_admin"; a_pid=$started; pids="$pids $a_pid"
 start_node 1 "$b_port" "$b_admin"; b_pid=$started; pids="$pids $b_pid"
 wait_ready "$a_admin" "$a_pid"
 wait_ready "$b_admin" "$b_pid"
+# Each node judges its peers by their last Status (a health round, 1 s):
+# until B has seen A ready, B marks what it forwards degraded.
+wait_peers_ready "$a_admin"
+wait_peers_ready "$b_admin"
 
 # A heavy user whose partition (murmur2_random, 8 partitions) is shard 0's.
 user=$(for n in 0 1 2 3 4 5 6 7 8 9; do echo "loadgen-heavy-$n"; done |
