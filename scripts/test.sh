@@ -6,7 +6,7 @@
 # the unit suite, the ingest tests of suite 'sanitize' and suite
 # 'fleet_safety' again under AddressSanitizer + UndefinedBehaviorSanitizer,
 # then the libFuzzer targets
-# (suite 'fuzz', clang-14, build-fuzz), each for DD_FUZZ_SECONDS (default 60),
+# (suite 'fuzz', clang-14, build-fuzz), each for DD_FUZZ_SECONDS (default 30),
 # two at a time: each is one test result, and a finding fails it.
 # Ends with one line "N passed, N failed[, N skipped]" counted from meson's
 # testlog.json files, and exits non-zero if any test failed.

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # run.sh TARGET SEED_DIR [DICT] - fuzz TARGET for DD_FUZZ_SECONDS (default
-# 60) from the seed corpus SEED_DIR, which is copied first (the committed
+# 30) from the seed corpus SEED_DIR, which is copied first (the committed
 # corpus is never written to). Inputs libFuzzer finds are kept in
 # DD_FUZZ_WORK (default: fuzz-work/<target> beside the binary), a crashing
 # one as crash-*/leak-*/timeout-* there. Exits with libFuzzer's status: 0
@@ -15,7 +15,7 @@ mkdir -p "$work/corpus"
 cp -n "$seeds"/* "$work/corpus/" 2>/dev/null || true
 # A finding exits 1, not libFuzzer's default 77, which meson reads as a
 # skipped test.
-args=(-max_total_time="${DD_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 -timeout=10
+args=(-max_total_time="${DD_FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -timeout=10
       -max_len=8192 -print_final_stats=1 -artifact_prefix="$work/"
       -error_exitcode=1 -timeout_exitcode=1)
 [ -n "$dict" ] && args+=(-dict="$dict")
