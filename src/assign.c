@@ -421,13 +421,7 @@ int dd_assign_new(dd_assign **out, const struct dd_assign_conf *conf,
     atomic_init(&a->partitions, 0);
     atomic_init(&a->changed, false);
     atomic_init(&a->log_gap, false);
-    int locks = 0;
-    if (pthread_mutex_init(&a->mu, NULL) == 0) {
-        locks++;
-        if (dd_sys_cond_init_monotonic(&a->watch_cv) == DD_OK) locks++;
-    }
-    if (locks < 2) {
-        if (locks) pthread_mutex_destroy(&a->mu);
+    if (dd_sys_lock_init(&a->mu, &a->watch_cv) != DD_OK) {
         free(a->topic);
         free(a->group_id);
         free(a);

@@ -449,13 +449,7 @@ int dd_flush_new(dd_flush **out, const struct dd_flush_conf *conf)
     f->durable_ns = (int64_t)conf->durable_interval_ms * 1000000;
     atomic_init(&f->lost_position, 0);
     dd_histogram_init(&f->flush_hist, dd_metrics_flush_bounds, DD_METRICS_FLUSH_BOUNDS_LEN);
-    int locks = 0;
-    if (pthread_mutex_init(&f->mu, NULL) == 0) {
-        locks++;
-        if (dd_sys_cond_init_monotonic(&f->cv) == DD_OK) locks++;
-    }
-    if (locks < 2) {
-        if (locks) pthread_mutex_destroy(&f->mu);
+    if (dd_sys_lock_init(&f->mu, &f->cv) != DD_OK) {
         free(f);
         return DD_ERR_NOMEM;
     }

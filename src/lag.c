@@ -74,13 +74,7 @@ int dd_lag_new(dd_lag **out, const char *topic, dd_lag_watermark_fn fn, void *ud
     l->watermark = fn;
     l->watermark_ud = ud;
     atomic_init(&l->cons_total, -1);
-    int locks = 0;
-    if (pthread_mutex_init(&l->mu, NULL) == 0) {
-        locks++;
-        if (dd_sys_cond_init_monotonic(&l->cv) == DD_OK) locks++;
-    }
-    if (locks < 2) {
-        if (locks) pthread_mutex_destroy(&l->mu);
+    if (dd_sys_lock_init(&l->mu, &l->cv) != DD_OK) {
         free(l->topic);
         free(l);
         return DD_ERR_NOMEM;

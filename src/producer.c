@@ -404,13 +404,7 @@ int dd_producer_new(dd_producer **out, const struct dd_producer_conf *conf,
     p->forget_key = conf->forget_key;
     p->copies = conf->copies;
     p->hooks = conf->hooks;
-    int locks = 0;
-    if (pthread_mutex_init(&p->mu, NULL) == 0) {
-        locks++;
-        if (dd_sys_cond_init_monotonic(&p->cv) == DD_OK) locks++;
-    }
-    if (locks < 2) {
-        if (locks) pthread_mutex_destroy(&p->mu);
+    if (dd_sys_lock_init(&p->mu, &p->cv) != DD_OK) {
         free(p);
         return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     }

@@ -73,16 +73,17 @@ int dd_recent_watch_new(dd_recent_watch **out, const struct dd_recent_conf *conf
         free(w);
         return rc;
     }
-    bool mu_ok = false, cond_ok = dd_sys_cond_init_monotonic(&w->cond) == DD_OK;
-    mu_ok = cond_ok && pthread_mutex_init(&w->mu, NULL) == 0;
-    if (!mu_ok) goto err;
+    bool locks = dd_sys_lock_init(&w->mu, &w->cond) == DD_OK;
+    if (!locks) goto err;
     check(w);
     if (pthread_create(&w->thread, NULL, watch_main, w) != 0) goto err;
     *out = w;
     return DD_OK;
 err:
-    if (mu_ok) pthread_mutex_destroy(&w->mu);
-    if (cond_ok) pthread_cond_destroy(&w->cond);
+    if (locks) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cond);
+    }
     dd_recent_free(w->r);
     free(w);
     return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot start the Redis watch thread");

@@ -143,9 +143,7 @@ int dd_snapshot_server_new(dd_snapshot_server **out, dd_history *h, uint32_t mbp
     s->tokens = s->rate;
     s->tokens_ns = dd_mono_ns();
     s->max_age_ns = (int64_t)(max_age_s ? max_age_s : 1) * 1000000000;
-    bool cond_ok = dd_sys_cond_init_monotonic(&s->cond) == DD_OK;
-    if (!cond_ok || pthread_mutex_init(&s->mu, NULL) != 0) {
-        if (cond_ok) pthread_cond_destroy(&s->cond);
+    if (dd_sys_lock_init(&s->mu, &s->cond) != DD_OK) {
         free(s->root);
         free(s);
         return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot create a condition variable");

@@ -20,6 +20,16 @@ int dd_sys_cond_init_monotonic(pthread_cond_t *cv)
     return rc;
 }
 
+int dd_sys_lock_init(pthread_mutex_t *mu, pthread_cond_t *cv)
+{
+    if (pthread_mutex_init(mu, NULL) != 0) return DD_ERR_NOMEM;
+    if (dd_sys_cond_init_monotonic(cv) != DD_OK) {
+        pthread_mutex_destroy(mu);
+        return DD_ERR_NOMEM;
+    }
+    return DD_OK;
+}
+
 uint64_t dd_sys_free_bytes(const char *path, uint64_t *size)
 {
     struct statvfs v;

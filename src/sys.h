@@ -2,7 +2,8 @@
  *
  * sys.h - operating system calls that several modules make the same way,
  * written once: a condition variable whose timed waits run on the
- * monotonic clock, and the free space of a path's filesystem.
+ * monotonic clock (alone or with its mutex), and the free space of a
+ * path's filesystem.
  *
  * No allocation; safe from any thread. It knows nothing of what the
  * callers wait for or store.
@@ -19,6 +20,12 @@
  * Returns DD_OK, or DD_ERR_NOMEM when the attributes or the variable
  * cannot be created (CV is then not initialised). */
 int dd_sys_cond_init_monotonic(pthread_cond_t *cv);
+
+/* Initialise MU (default attributes) and CV (dd_sys_cond_init_monotonic),
+ * the pair a thread and its waker share: both or neither. The caller owns
+ * both and destroys them. Returns DD_OK, or DD_ERR_NOMEM with neither
+ * initialised. */
+int dd_sys_lock_init(pthread_mutex_t *mu, pthread_cond_t *cv);
 
 /* Bytes free to an unprivileged writer on the filesystem holding PATH;
  * UINT64_MAX when statvfs fails (callers then refuse nothing for it). The

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * sys.h: the monotonic condition variable times out on dd_mono_ns's
- * clock; free bytes of a real path are known and of a missing one are
+ * sys.h: the monotonic condition variable, alone and with its mutex,
+ * times out on dd_mono_ns's clock; free bytes of a real path are known and of a missing one are
  * UINT64_MAX (which refuses nothing).
  */
 #include "testlib.h"
@@ -33,6 +33,26 @@ static void test_cond_monotonic(void)
     pthread_cond_destroy(&cv);
 }
 
+/* The pair: the mutex works and the variable waits on the monotonic
+ * clock, as above. */
+static void test_lock_init(void)
+{
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    CHECK_EQ_INT(dd_sys_lock_init(&mu, &cv), DD_OK);
+    int64_t at = dd_mono_ns() + 20 * 1000000;
+    struct timespec ts = {.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+    CHECK_EQ_INT(pthread_mutex_lock(&mu), 0);
+    int rc;
+    while ((rc = pthread_cond_timedwait(&cv, &mu, &ts)) == 0) {
+    }
+    CHECK_EQ_INT(pthread_mutex_unlock(&mu), 0);
+    CHECK_EQ_INT(rc, ETIMEDOUT);
+    CHECK(dd_mono_ns() >= at);
+    pthread_cond_destroy(&cv);
+    pthread_mutex_destroy(&mu);
+}
+
 static void test_free_bytes(void)
 {
     uint64_t size = 0;
@@ -49,6 +69,7 @@ static void test_free_bytes(void)
 int main(void)
 {
     test_cond_monotonic();
+    test_lock_init();
     test_free_bytes();
     TEST_MAIN_END();
 }
