@@ -203,7 +203,7 @@ def part_hostile_peer(node, fake, admin, stub):
     pid = node.proc.pid
     # Under AddressSanitizer the node runs with a 16 MB quarantine
     # (asan_env()), and every block has redzones and shadow: twice the
-    # bound (seen: 3-73 MB), still half of one 256 MB reply held whole.
+    # bound, still half of one 256 MB reply held whole.
     with open("/proc/%d/maps" % pid) as f:
         asan = "libasan" in f.read()
     growth_max = 2 * RSS_GROWTH_MAX_KB if asan else RSS_GROWTH_MAX_KB
@@ -407,9 +407,9 @@ def part_future_clock(broker, redis, fake):
 
 def asan_env():
     """This environment, with AddressSanitizer's quarantine of freed memory
-    cut from 256 MB to 16 MB: with the default, the chunks of the refused
-    256 MB replies, freed, raised the peak by ~190 MB (and the bound of part
-    1 measured the quarantine, not dedupd). Harmless without ASan."""
+    cut from 256 MB to 16 MB: with the default, the freed chunks of the
+    refused 256 MB replies wait there, and the bound of part 1 would measure
+    the quarantine, not dedupd. Harmless without ASan."""
     env = dict(os.environ)
     opts = env.get("ASAN_OPTIONS", "")
     env["ASAN_OPTIONS"] = (opts + ":" if opts else "") + "quarantine_size_mb=16"
