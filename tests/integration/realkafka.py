@@ -32,6 +32,16 @@ TOOLS = {
 }
 
 
+def new_cluster_id():
+    """A random KRaft cluster id: 16 bytes in url-safe base64, drawn again
+    while it starts with '-', which kafka-storage's parser would take for an
+    option (as Kafka's own Uuid.randomUuid() does)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 def classpath():
     """The class path of the pinned Kafka, resolving it with Maven the first
     time (a failure there fails the test, naming Maven's error)."""
@@ -64,7 +74,7 @@ class KafkaCluster:
         self.n = nodes
         self.heap_mb = heap_mb
         self.dir = harness.tmpdir("dedupd-kafka-")
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = new_cluster_id()
         self.ports = [(harness.free_port(), harness.free_port()) for _ in range(nodes)]
         self.procs = [None] * nodes
         _clusters.append(self)
