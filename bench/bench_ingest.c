@@ -152,8 +152,38 @@ struct latency {
     uint64_t rate, seconds, user_base;
     struct sample *s;
     atomic_size_t n;   /* samples published by the producer */
+    atomic_uint_fast64_t produced; /* messages handed to the producer */
     atomic_int done;
 };
+
+/* Where produce-to-filterable time is spent: every 100 ms the main loop
+ * counts the messages between each stage and the next (a backlog B at rate
+ * R is B / R seconds of delay, by Little's law). Producer: handed to
+ * librdkafka but not yet acknowledged by the broker (rd_kafka_outq_len);
+ * fetch: acknowledged but not yet consumed by ingest; window: consumed but
+ * not yet written to the store (filterable). */
+struct stage_backlog {
+    uint64_t n;             /* samples */
+    double sum[3], max[3];  /* producer, fetch, window */
+};
+
+static void stage_sample(struct stage_backlog *b, const struct latency *L, dd_ingest *in,
+                         const struct dd_ingest_stats *base)
+{
+    struct dd_ingest_stats st;
+    dd_ingest_get_stats(in, &st);
+    double produced = (double)atomic_load(&L->produced);
+    double unacked = (double)rd_kafka_outq_len(L->producer);
+    double consumed = (double)(st.messages - base->messages);
+    double written = (double)(st.plays_written - base->plays_written);
+    double v[3] = {unacked, produced - unacked - consumed, consumed - written};
+    for (int i = 0; i < 3; i++) {
+        if (v[i] < 0) v[i] = 0;
+        b->sum[i] += v[i];
+        if (v[i] > b->max[i]) b->max[i] = v[i];
+    }
+    b->n++;
+}
 
 static void *latency_producer(void *arg)
 {
@@ -166,6 +196,7 @@ static void *latency_producer(void *arg)
         int len = play_json(buf, sizeof buf, L->user_base + i, i, 0, key, sizeof key, &keylen);
         int64_t now = dd_mono_ns();
         produce(L->producer, buf, len, key, keylen);
+        atomic_store(&L->produced, i + 1);
         if (i % SAMPLE_EVERY == 0) {
             size_t k = atomic_load(&L->n);
             if (k < MAX_SAMPLES) {
@@ -423,7 +454,12 @@ int main(int argc, char **argv)
     L.s = calloc(MAX_SAMPLES, sizeof *L.s);
     if (!L.s) die("samples", "out of memory");
     atomic_init(&L.n, 0);
+    atomic_init(&L.produced, 0);
     atomic_init(&L.done, 0);
+    struct dd_ingest_stats base;
+    dd_ingest_get_stats(in, &base);
+    struct stage_backlog stages = {0};
+    int64_t next_stage_ns = dd_mono_ns();
     pthread_t thr;
     if (pthread_create(&thr, NULL, latency_producer, &L) != 0) die("thread", "cannot start");
     size_t next_unseen = 0, seen = 0;
@@ -442,6 +478,10 @@ int main(int argc, char **argv)
             }
         }
         while (next_unseen < n && L.s[next_unseen].seen_ns) next_unseen++;
+        if (!atomic_load(&L.done) && dd_mono_ns() >= next_stage_ns) {
+            stage_sample(&stages, &L, in, &base);
+            next_stage_ns += INT64_C(100000000);
+        }
         if (atomic_load(&L.done)) {
             if (!deadline) deadline = dd_mono_ns() + INT64_C(30000000000);
             if (next_unseen == atomic_load(&L.n) || dd_mono_ns() > deadline) break;
@@ -465,6 +505,19 @@ int main(int argc, char **argv)
         printf("latency produce->filterable at %" PRIu64 " plays/s: p50 %.0f ms, p99 %.0f ms "
                "(goal <= 3000), max %.0f ms over %zu samples\n",
                rate, lat[m / 2] / 1e6, lat[(m * 99) / 100] / 1e6, lat[m - 1] / 1e6, m);
+    if (stages.n) {
+        static const char *const names[3] = {"producer (unacknowledged)",
+                                             "fetch (acknowledged, not consumed)",
+                                             "window (consumed, not filterable)"};
+        printf("where the delay sits while producing (%" PRIu64 " samples, every 100 ms; "
+               "messages behind, and as seconds at %" PRIu64 " plays/s):\n",
+               stages.n, rate);
+        for (int i = 0; i < 3; i++)
+            printf("  %-36s mean %9.0f (%.2f s)  max %9.0f (%.2f s)\n", names[i],
+                   stages.sum[i] / (double)stages.n,
+                   stages.sum[i] / (double)stages.n / (double)rate, stages.max[i],
+                   stages.max[i] / (double)rate);
+    }
 
     dd_ingest_free(in);
     if (traced) trace_cost(&cfg, h, dir, traced, plays);
