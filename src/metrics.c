@@ -4,6 +4,7 @@
  * format 0.0.4 writer, and the registry of scrape-time collectors.
  */
 #include "metrics.h"
+#include "buildinfo.h"
 #include "dd.h"
 
 #include <math.h>
@@ -12,10 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef DD_VERSION_STRING
-#define DD_VERSION_STRING "unknown" /* set by src/meson.build from the project version */
-#endif
 
 const double dd_metrics_latency_bounds[DD_METRICS_LATENCY_BOUNDS_LEN] = {
     0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.0025, 0.005,
@@ -413,9 +410,14 @@ int dd_metrics_render(dd_metrics *m, dd_prom *p)
 {
     dd_prom_reset(p);
     pthread_mutex_lock(&m->lock);
-    static const struct dd_prom_label build[] = {{"version", DD_VERSION_STRING}};
-    dd_prom_family(p, "dedupd_build_info", "dedupd version (always 1)", DD_PROM_GAUGE);
-    dd_prom_sample_u64(p, "dedupd_build_info", build, 1, 1);
+    /* The labels are what --version prints (buildinfo.h). */
+    struct dd_buildinfo_item it[DD_BUILDINFO_MAX];
+    struct dd_prom_label build[DD_BUILDINFO_MAX];
+    size_t nb = dd_buildinfo(it);
+    for (size_t i = 0; i < nb; i++) build[i] = (struct dd_prom_label){it[i].name, it[i].value};
+    dd_prom_family(p, "dedupd_build_info",
+                   "dedupd version, git revision and library versions (always 1)", DD_PROM_GAUGE);
+    dd_prom_sample_u64(p, "dedupd_build_info", build, nb, 1);
     dd_prom_family(p, "dedupd_start_time_seconds", "Start time of the process since the epoch",
                    DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_start_time_seconds", NULL, 0, (double)m->start_ms / 1e3);
