@@ -40,6 +40,7 @@
  * state, the rate limiter and the stop flags; nothing slow runs under it
  * except the copy of counters.
  */
+#include "buildinfo.h"
 #include "client.h"
 #include "dd.h"
 #include "log.h"
@@ -106,10 +107,13 @@ struct opts {
     uint64_t seed;
 };
 
+#define USAGE_LINE "usage: dedupd-migrate --plays PATTERN [options]\n"
+
+/* --help: every option (man/gen_man.py makes dedupd-migrate(1) from it). */
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: dedupd-migrate --plays PATTERN [options]\n"
+        USAGE_LINE
         "source (the legacy Redis):\n"
         "  --source HOST:PORT        legacy Redis (default 127.0.0.1:6379)\n"
         "  --source-password PW      AUTH password\n"
@@ -140,7 +144,8 @@ static void usage(FILE *f)
         "  --parallel N              worker threads, each with its own connections (default 8)\n"
         "  --scan-count N            SCAN COUNT hint (default 1000)\n"
         "  --zscan-count N           ZSCAN COUNT hint (default 1000)\n"
-        "  --total N                 users expected, for the ETA (default: DBSIZE)\n"
+        "  --total N                 keys expected, for the percentage and ETA (default:\n"
+        "                            counted by a SCAN of the matching keys first)\n"
         "  --progress-s S            log interval when stderr is not a terminal (default 5)\n"
         "  --retry-s S               give up on an unreachable server after S (default 30)\n"
         "  --dry-run                 read and count, write nothing\n"
@@ -150,8 +155,17 @@ static void usage(FILE *f)
         "  --verify-chunk N          candidates per Filter call (default 1000)\n"
         "  --verify-print N          misses printed at most (default 100)\n"
         "  --seed N                  seed of the random sample\n"
+        "  -h, --help                this help\n"
+        "  --version                 version, git revision and library versions\n"
         "exit codes: 0 ok; 1 failed (fatal error, failed users or verify misses);\n"
         "            2 usage; 3 interrupted (checkpoint written: rerun with --resume)\n");
+}
+
+/* A mistake on the command line: the usage line and where the rest is. */
+static int usage_error(void)
+{
+    fputs(USAGE_LINE "Try 'dedupd-migrate --help' for more information.\n", stderr);
+    return EXIT_USAGE;
 }
 
 enum {
@@ -160,6 +174,7 @@ enum {
     O_PARALLEL, O_BATCH, O_SCAN_COUNT, O_ZSCAN_COUNT, O_TOTAL, O_VERIFY, O_VERIFY_ONLY,
     O_VERIFY_CHUNK, O_VERIFY_PRINT, O_DRY_RUN, O_TIMEOUT, O_RETRY, O_PROGRESS, O_CKPT_INTERVAL,
     O_MAX_FUTURE, O_MAX_ID, O_SEED, O_HELP, O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME,
+    O_VERSION,
 };
 
 static const struct option long_opts[] = {
@@ -199,6 +214,7 @@ static const struct option long_opts[] = {
     {"max-id-bytes", required_argument, NULL, O_MAX_ID},
     {"seed", required_argument, NULL, O_SEED},
     {"help", no_argument, NULL, O_HELP},
+    {"version", no_argument, NULL, O_VERSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -291,6 +307,7 @@ static int parse_opts(struct opts *o, int argc, char **argv)
         case O_SEED: UINT_OPT("seed", 0, UINT64_MAX, o->seed); seeded = true; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
+        case O_VERSION: dd_buildinfo_print(stdout, "dedupd-migrate"); exit(0);
         default: return -1;
         }
     }
@@ -373,7 +390,8 @@ struct run {
     struct mig_stats base;    /* cp.stats when this run started */
     int64_t base_elapsed_ms;
     int64_t start_ns;
-    uint64_t total;           /* for the ETA; 0 = unknown */
+    uint64_t total;           /* keys of every phase, for the percentage and ETA; 0 = unknown */
+    const char *total_from;   /* "count" (SCANned first), "given" (--total) or "none" */
     bool tty;
 
     /* verify */
@@ -901,6 +919,7 @@ static void *worker_main(void *arg)
 
         pthread_mutex_lock(&R->mu);
         if (rc == U_ABORT) continue; /* the page never retires; a resume redoes it */
+        st.keys = 1;
         mig_stats_add(&p->st, &st);
         if (++p->done == p->nkeys) pthread_cond_signal(&R->cv_main);
     }
@@ -968,38 +987,61 @@ static void fmt_eta(char *buf, size_t n, double s)
 {
     if (s < 0 || s > 1e8) snprintf(buf, n, "?");
     else if (s >= 3600) snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-    else snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else if (s >= 60) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(buf, n, "%ds", (int)(s + 0.5));
 }
 
-static void progress(struct run *R)
+/* The progress line: keys done of the total (counted first, or --total),
+ * ETA from this run's own pace. Keys added to the source during the run
+ * can make the done count pass the total: the total then follows it
+ * ("corrected"). FINAL: the run's last line; a complete run's total is
+ * what was done (keys deleted meanwhile never come), so it ends at 100 %. */
+static void progress(struct run *R, bool final)
 {
     pthread_mutex_lock(&R->mu);
     struct mig_stats s = live_stats(R);
+    bool complete = R->cp.done;
     pthread_mutex_unlock(&R->mu);
     double secs = (double)run_elapsed_ms(R) / 1000.0;
     if (secs <= 0) secs = 1e-3;
     double ups = (double)(s.users - R->base.users) / secs;
     double eps = (double)(s.entries - R->base.entries) / secs;
+    double kps = (double)(s.keys - R->base.keys) / secs;
+    const char *from = R->total_from;
+    uint64_t total = R->total;
+    if (total && s.keys > total) {
+        total = s.keys;
+        from = "corrected";
+    }
+    if (final && complete && total != s.keys) {
+        total = s.keys;
+        from = "corrected";
+    }
     char eta[32] = "?";
-    char pct[32] = "";
-    if (R->total) {
-        double left = R->total > s.users ? (double)(R->total - s.users) : 0;
-        if (ups > 0) fmt_eta(eta, sizeof eta, left / ups);
-        snprintf(pct, sizeof pct, "/%" PRIu64, R->total);
+    char pct[32] = "?";
+    if (total) {
+        double left = (double)(total - s.keys);
+        if (left == 0) snprintf(eta, sizeof eta, "0s");
+        else if (kps > 0) fmt_eta(eta, sizeof eta, left / kps);
+        snprintf(pct, sizeof pct, "%.1f", 100.0 * (double)s.keys / (double)total);
     }
     uint64_t bad = mig_stats_bad_total(&s);
     uint64_t retries = atomic_load(&R->retries);
     if (R->tty) {
-        fprintf(stderr, "\r users %" PRIu64 "%s  entries %" PRIu64 "  %.0f users/s  %.0f entries/s"
-                        "  errors %" PRIu64 "  bad %" PRIu64 "  retries %" PRIu64 "  ETA %s   ",
-                s.users, pct, s.entries, ups, eps, s.failed_users, bad, retries, eta);
+        char of[64] = "";
+        if (total) snprintf(of, sizeof of, "/%" PRIu64 " (%s %%)", total, pct);
+        fprintf(stderr, "\r keys %" PRIu64 "%s  users %" PRIu64 "  entries %" PRIu64
+                        "  %.0f users/s  %.0f entries/s  errors %" PRIu64 "  bad %" PRIu64
+                        "  retries %" PRIu64 "  ETA %s   ",
+                s.keys, of, s.users, s.entries, ups, eps, s.failed_users, bad, retries, eta);
         fflush(stderr);
     } else {
-        dd_info(MOD, "msg=\"progress\" users=%" PRIu64 " total=%" PRIu64 " entries=%" PRIu64
-                     " expired=%" PRIu64 " deliveries=%" PRIu64 " users_per_s=%.0f entries_per_s=%.0f"
-                     " errors=%" PRIu64 " bad=%" PRIu64 " retries=%" PRIu64 " eta=%s",
-                s.users, R->total, s.entries, s.expired, s.deliveries, ups, eps, s.failed_users,
-                bad, retries, eta);
+        dd_info(MOD, "msg=\"progress\" keys=%" PRIu64 " total=%" PRIu64 " pct=%s total_from=%s"
+                     " users=%" PRIu64 " entries=%" PRIu64 " expired=%" PRIu64
+                     " deliveries=%" PRIu64 " users_per_s=%.0f entries_per_s=%.0f errors=%" PRIu64
+                     " bad=%" PRIu64 " retries=%" PRIu64 " eta=%s",
+                s.keys, total, pct, from, s.users, s.entries, s.expired, s.deliveries, ups, eps,
+                s.failed_users, bad, retries, eta);
     }
 }
 
@@ -1012,6 +1054,46 @@ static bool scan_reply_ok(const redisReply *r)
     for (size_t i = 0; i < a->elements; i++)
         if (a->element[i]->type != REDIS_REPLY_STRING) return false;
     return true;
+}
+
+/* Keys matching MATCH, by a full SCAN; UINT64_MAX when it fails (fatal
+ * set) or a stop is asked for. */
+static uint64_t scan_count(struct run *R, struct source *src, const char *match)
+{
+    uint64_t n = 0;
+    char cursor[MIG_CURSOR_MAX] = "0";
+    do {
+        if (stopping(R)) return UINT64_MAX;
+        redisReply *r = source_cmd(R, src, "SCAN %s MATCH %b COUNT %d", cursor, match,
+                                   strlen(match), R->o->scan_count);
+        if (!r) return UINT64_MAX;
+        if (!scan_reply_ok(r)) {
+            set_fatal(R, "SCAN: unexpected reply%s%s", r->type == REDIS_REPLY_ERROR ? ": " : "",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "");
+            freeReplyObject(r);
+            return UINT64_MAX;
+        }
+        memcpy(cursor, r->element[0]->str, r->element[0]->len + 1);
+        n += r->element[1]->elements;
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return n;
+}
+
+/* R->total from a first SCAN pass over each phase's keys. 0, or -1 (the
+ * total stays unknown; a fatal error stops the run). */
+static int count_keys(struct run *R, struct source *src)
+{
+    int64_t t0 = dd_mono_ns();
+    uint64_t plays = scan_count(R, src, R->plays.match), dlv = 0;
+    if (plays == UINT64_MAX) return -1;
+    if (R->has_deliveries && (dlv = scan_count(R, src, R->deliveries.match)) == UINT64_MAX)
+        return -1;
+    R->total = plays + dlv;
+    dd_info(MOD, "msg=\"counted keys\" keys=%" PRIu64 " plays_keys=%" PRIu64
+                 " delivery_keys=%" PRIu64 " time_s=%.1f",
+            R->total, plays, dlv, (double)(dd_mono_ns() - t0) / 1e9);
+    return 0;
 }
 
 static void run_migration(struct run *R, struct source *src, struct worker *ws)
@@ -1082,7 +1164,7 @@ static void run_migration(struct run *R, struct source *src, struct worker *ws)
         if (now - last_prog >= prog_every || now - last_ckpt >= (int64_t)o->checkpoint_s * 1000000000) {
             pthread_mutex_unlock(&R->mu);
             if (now - last_prog >= prog_every) {
-                progress(R);
+                progress(R, false);
                 last_prog = now;
             }
             if (now - last_ckpt >= (int64_t)o->checkpoint_s * 1000000000) {
@@ -1109,7 +1191,7 @@ static void run_migration(struct run *R, struct source *src, struct worker *ws)
         R->count--;
     }
     pthread_mutex_unlock(&R->mu);
-    progress(R);
+    progress(R, true);
     if (R->tty) fputc('\n', stderr);
     save_checkpoint(R);
 }
@@ -1347,9 +1429,17 @@ static void summary(const struct run *R, const struct mig_stats *s, bool migrate
     for (int i = 0; i < MIG_BAD_COUNT; i++)
         printf("  bad.%-20s %" PRIu64 "\n", mig_bad_name(i), s->bad[i]);
     printf("  %-24s %" PRIu64 "\n", "retries", (uint64_t)atomic_load(&R->retries));
+    /* time_s and entries_per_s are the migration's, over every run;
+     * run_* this run's own: a resume that found the work done sent
+     * nothing and says "-", not a rate of 0. */
     printf("  %-24s %.1f\n", "time_s", all_s);
     printf("  %-24s %.1f\n", "run_time_s", run_s);
-    printf("  %-24s %.0f\n", "entries_per_s", run_s > 0 ? (double)run_entries / run_s : 0.0);
+    printf("  %-24s %" PRIu64 "\n", "run_entries", run_entries);
+    printf("  %-24s %.0f\n", "entries_per_s", all_s > 0 ? (double)s->entries / all_s : 0.0);
+    if (run_entries > 0 && run_s > 0)
+        printf("  %-24s %.0f\n", "run_entries_per_s", (double)run_entries / run_s);
+    else
+        printf("  %-24s -\n", "run_entries_per_s");
     const char *state;
     if (R->fatal) state = "failed";
     else if (atomic_load(&R->interrupted)) state = "interrupted (rerun with --resume)";
@@ -1419,10 +1509,7 @@ static int load_checkpoint(struct run *R)
 int main(int argc, char **argv)
 {
     struct opts o;
-    if (parse_opts(&o, argc, argv) != 0) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
+    if (parse_opts(&o, argc, argv) != 0) return usage_error();
     static struct run run;
     struct run *R = &run;
     R->o = &o;
@@ -1467,11 +1554,7 @@ int main(int argc, char **argv)
         return EXIT_FAIL;
     }
     R->total = o.total;
-    if (!R->total) {
-        redisReply *r = redisCommand(src.c, "DBSIZE");
-        if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) R->total = (uint64_t)r->integer;
-        if (r) freeReplyObject(r);
-    }
+    R->total_from = o.total ? "given" : "none";
 
     struct worker *ws = calloc((size_t)o.parallel, sizeof *ws);
     if (!ws) {
@@ -1487,8 +1570,12 @@ int main(int argc, char **argv)
         }
     }
 
-    R->start_ns = dd_mono_ns();
     bool migrate = !o.verify_only;
+    /* The total the percentage and ETA are of: the keys of every phase,
+     * counted with one SCAN pass (DBSIZE would count every key of the
+     * database, matching or not). */
+    if (migrate && !R->cp.done && !o.total && count_keys(R, &src) == 0) R->total_from = "count";
+    R->start_ns = dd_mono_ns();
     if (migrate && R->cp.done) {
         dd_info(MOD, "msg=\"checkpoint says the migration is complete; nothing to migrate\"");
     } else if (migrate) {

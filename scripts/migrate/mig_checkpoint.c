@@ -28,7 +28,7 @@ struct field {
 };
 #define STAT(f) {#f, offsetof(struct mig_stats, f)}
 static const struct field stat_fields[] = {
-    STAT(users), STAT(entries), STAT(expired), STAT(deliveries), STAT(failed_users),
+    STAT(keys), STAT(users), STAT(entries), STAT(expired), STAT(deliveries), STAT(failed_users),
 };
 
 static uint64_t *stat_ptr(struct mig_stats *s, size_t off)

@@ -168,6 +168,7 @@ enum mig_entry_class mig_classify(const struct mig_entry_rules *r, const char *m
 
 void mig_stats_add(struct mig_stats *to, const struct mig_stats *from)
 {
+    to->keys += from->keys;
     to->users += from->users;
     to->entries += from->entries;
     to->expired += from->expired;

@@ -86,6 +86,7 @@ enum mig_entry_class mig_classify(const struct mig_entry_rules *r, const char *m
 /* ---------------------------------------------------------------- counters */
 
 struct mig_stats {
+    uint64_t keys;           /* keys of the SCAN pages done, whatever became of each */
     uint64_t users;          /* users whose keys were processed */
     uint64_t entries;        /* plays accepted by dedupd (dry run: that would be sent) */
     uint64_t expired;        /* plays past the retention: skipped here or by dedupd */

@@ -17,12 +17,20 @@
    counts the same and writes nothing.
 
 Prints the migration rate (entries/s) of run 1 and its command.
+
+`test_migrate.py progress` (meson test migrate_progress, a few seconds)
+checks what the operator watches instead: on a database that holds other
+keys too (DBSIZE is not the total), the progress counts the matching keys
+first and ends at 100 % of them with an ETA on the way; a usage error is
+short; a run resumed after SIGTERM ends at 100 % and rates only its own
+work; a resumed finished run says it did nothing, not 0 entries/s.
 """
 import os
 import random
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import harness
@@ -377,7 +385,119 @@ def bad_data_run(mig, legacy, recent, stubs):
     d.stop()
 
 
+PROGRESS = re.compile(r'msg="progress" (.*)$', re.M)
+
+
+def progress_lines(err):
+    out = []
+    for m in PROGRESS.finditer(err):
+        out.append(dict(kv.split("=", 1) for kv in m.group(1).split()))
+    return out
+
+
+def check_ends_at_100(err, want_total, what):
+    lines = progress_lines(err)
+    if not lines:
+        harness.fail("%s: no progress lines:\n%s" % (what, err[-3000:]))
+    last = lines[-1]
+    if (last.get("keys") != str(want_total) or last.get("total") != str(want_total)
+            or last.get("pct") != "100.0" or last.get("eta") != "0s"):
+        harness.fail("%s: last progress line %s, want keys=total=%d pct=100.0 eta=0s\n%s"
+                     % (what, last, want_total, err[-3000:]))
+    return lines
+
+
+def progress_run():
+    """Small and fast: what the progress line and the summary say."""
+    legacy = harness.Redis()
+    recent = harness.Redis()
+    mig = Migrate(legacy)
+    now = int(time.time() * 1000)
+    n_users, n_other = 400, 250
+    cmds = [resp("ZADD", "play:u%d" % u, now - 1000 * (j + 1), "v%d" % j)
+            for u in range(n_users) for j in range(3)]
+    cmds += [resp("SET", "other:%d" % i, "x") for i in range(n_other)]
+    # Deliveries: 20 keys, 10 of users without plays (phase 1 migrates those).
+    cmds += [resp("ZADD", "dlv:u%d" % u, now - 500, "d1") for u in range(10)]
+    cmds += [resp("ZADD", "dlv:only%d" % u, now - 500, "d1") for u in range(10)]
+    pipe(legacy, b"".join(cmds))
+    total = n_users + 20  # plays keys + delivery keys
+    d = Dedupd(recent.addr)
+
+    # A usage error: one line of usage and a pointer to --help, exit 2.
+    p = subprocess.run([mig.exe, "--plays", "play:{user}", "--bogus"], capture_output=True,
+                       text=True, timeout=30)
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    if p.returncode != 2 or len(lines) > 4 or "--help" not in p.stderr or p.stdout:
+        harness.fail("usage error: exit %d, %d lines on stderr:\n%s"
+                     % (p.returncode, len(lines), p.stderr))
+    p = subprocess.run([mig.exe], capture_output=True, text=True, timeout=30)
+    if p.returncode != 2 or len(p.stderr.splitlines()) > 4 or "--plays" not in p.stderr:
+        harness.fail("no --plays: exit %d\n%s" % (p.returncode, p.stderr))
+
+    # An uninterrupted run, paced so that progress lines come on the way.
+    ck = os.path.join(harness.tmpdir(), "ckpt")
+    common = ("--deliveries", "dlv:{user}", "--checkpoint", ck, "--checkpoint-interval-s", "1",
+              "--progress-s", "1", "--parallel", "4", "--scan-count", "50")
+    t0 = time.monotonic()
+    out, err, _ = mig.run(d.addr, *common, "--rate", "300")
+    lines = check_ends_at_100(err, total, "first run")
+    if 'total_from=count' not in err or not re.search(r'msg="counted keys" keys=%d ' % total, err):
+        harness.fail("first run: the total was not counted from the source:\n%s" % err[-3000:])
+    mid = [x for x in lines[:-1] if x.get("eta") not in ("?", None)]
+    if not mid:
+        harness.fail("first run: no progress line with an ETA before the end:\n%s" % err[-3000:])
+    s1 = parse_summary(out)
+    if s1["state"] != "complete" or int(s1["users"]) != n_users + 10:
+        harness.fail("first run: %s" % s1)
+    harness.log("first run: %d progress lines in %.1f s, e.g. %s; last %s"
+                % (len(lines), time.monotonic() - t0, mid[0], lines[-1]))
+
+    # Resumed when already finished: it did nothing and says so; the rate of
+    # the migration is the rate of the runs that did it, not 0.
+    out, err, _ = mig.run(d.addr, *common, "--resume")
+    s2 = parse_summary(out)
+    if (s2["run_entries"] != "0" or s2["run_entries_per_s"] != "-"
+            or float(s2["entries_per_s"]) <= 0 or s2["entries"] != s1["entries"]
+            or "nothing to migrate" not in err):
+        harness.fail("resumed finished run: %s\n%s" % (s2, err[-2000:]))
+    harness.log("resumed finished run: run_entries=%s run_entries_per_s=%s entries_per_s=%s"
+                % (s2["run_entries"], s2["run_entries_per_s"], s2["entries_per_s"]))
+
+    # SIGTERM part way, then a resume: the resumed run ends at 100 % of the
+    # same total, and its rate counts its own entries over its own time.
+    d2 = Dedupd(recent.addr)
+    ck2 = os.path.join(harness.tmpdir(), "ckpt")
+    common2 = ("--deliveries", "dlv:{user}", "--checkpoint", ck2, "--checkpoint-interval-s", "1",
+               "--progress-s", "1", "--parallel", "4", "--scan-count", "50")
+    p = mig.start(d2.addr, *common2, "--rate", "200")
+    wait_checkpoint_progress(ck2, p, 100, 60)
+    p.signal(signal.SIGTERM)
+    if p.p.wait(60) != 3:
+        harness.fail("SIGTERM: exit %s\n%s" % (p.p.returncode, p.output()[-2000:]))
+    first = parse_summary(p.output())
+    out, err, _ = mig.run(d2.addr, *common2, "--resume")
+    check_ends_at_100(err, total, "resumed run")
+    s3 = parse_summary(out)
+    run_entries = int(s3["entries"]) - int(first["entries"])
+    if (s3["state"] != "complete" or s3["entries"] != s1["entries"]
+            or int(s3["run_entries"]) != run_entries or run_entries <= 0):
+        harness.fail("resumed run: %s (first part %s)" % (s3, first))
+    want_rate = run_entries / float(s3["run_time_s"]) if float(s3["run_time_s"]) > 0 else None
+    got_rate = float(s3["run_entries_per_s"])
+    if want_rate is not None and abs(got_rate - want_rate) > max(2.0, 0.2 * want_rate):
+        harness.fail("resumed run: run_entries_per_s %s, want about %.0f" % (got_rate, want_rate))
+    harness.log("resumed run: %d of %s entries in %s s, %s entries/s"
+                % (run_entries, s3["entries"], s3["run_time_s"], s3["run_entries_per_s"]))
+    d.stop()
+    d2.stop()
+    harness.log("PASS")
+
+
 def main():
+    if sys.argv[1:] == ["progress"]:
+        progress_run()
+        return
     stubs = python_stubs()
     legacy = harness.Redis()
     recent = harness.Redis()
