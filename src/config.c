@@ -204,7 +204,8 @@ static const struct key keys[] = {
     ROW_U32("cluster.split_from", cluster.split_from, "0", 0, 1024),
     ROW_U32("cluster.split_replicas", cluster.split_replicas, "0", 0, 16),
 
-    ROW_STR("trace.path", trace.path, "./data/trace"),
+    /* "" = next to history.path: dd_config_trace_conf */
+    ROW_STR("trace.path", trace.path, ""),
     ROW_STR("trace.users", trace.users, ""),
     ROW_U32("trace.retention_days", trace.retention_days, "30", 1, 36500),
     ROW_U32("trace.max_records", trace.max_records, "10000", 1, 10000000),
@@ -822,6 +823,26 @@ static bool list_is_any(const char *v)
     return *v == '\0';
 }
 
+struct dd_trace_conf dd_config_trace_conf(const struct dd_config *c, char *pathbuf, size_t pathlen)
+{
+    struct dd_trace_conf tc = c->trace;
+    tc.min_free_mb = c->history.min_free_mb;
+    tc.max_id_bytes = c->rpc.max_id_bytes;
+    if (c->trace.path && c->trace.path[0]) return tc;
+    /* history.path's directory, without the trailing slashes of either. */
+    const char *h = c->history.path ? c->history.path : "";
+    size_t n = strlen(h);
+    while (n > 1 && h[n - 1] == '/') n--;
+    while (n > 0 && h[n - 1] != '/') n--;
+    while (n > 1 && h[n - 1] == '/') n--;
+    int w = n == 0
+                ? snprintf(pathbuf, pathlen, "trace")
+                : snprintf(pathbuf, pathlen, "%.*s%strace", (int)n, h, h[n - 1] == '/' ? "" : "/");
+    if (w < 0 || (size_t)w >= pathlen) pathbuf[0] = '\0';
+    tc.path = pathbuf;
+    return tc;
+}
+
 int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
 {
     for (size_t i = 0; i < DD_ARRAY_LEN(keys); i++)
@@ -860,13 +881,14 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
         return DD_ERR_INVALID;
     }
     /* trace.users against rpc.max_id_bytes and trace.max_users: trace.h. */
-    if (dd_trace_conf_check(&c->trace, c->rpc.max_id_bytes, err, errlen) != DD_OK)
-        return DD_ERR_INVALID;
-    if (strcmp(c->trace.path, c->history.path) == 0) {
+    char trace_path[4096];
+    struct dd_trace_conf tc = dd_config_trace_conf(c, trace_path, sizeof trace_path);
+    if (dd_trace_conf_check(&tc, c->rpc.max_id_bytes, err, errlen) != DD_OK) return DD_ERR_INVALID;
+    if (strcmp(tc.path, c->history.path) == 0) {
         dd_set_err(err, errlen,
                    "trace.path: \"%s\" is also history.path (the trace is a "
-                   "database of its own)",
-                   c->trace.path);
+                   "database of its own%s)",
+                   tc.path, c->trace.path[0] ? "" : "; set trace.path");
         return DD_ERR_INVALID;
     }
     if (dd_cluster_enabled(&c->cluster) && c->rpc.auth.tls.client_ca[0] &&

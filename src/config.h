@@ -65,6 +65,15 @@ struct dd_record_conf dd_config_record_conf(const struct dd_config *c);
  * borrowed from C. */
 struct dd_peer_conf dd_config_peer_conf(const struct dd_config *c);
 
+/* The trace store's settings (trace.h) as dedupd opens it: C's trace.*,
+ * with history.min_free_mb and rpc.max_id_bytes, and trace.path resolved:
+ * when it is "" (the default), the directory "trace" next to history.path
+ * (history.path "/srv/dedupd/history" -> "/srv/dedupd/trace"; "data" ->
+ * "trace"), written into PATHBUF. Strings are borrowed from C or PATHBUF.
+ * A resolved path that does not fit PATHLEN comes out "" (which
+ * dd_trace_conf_check refuses). Cannot fail otherwise. */
+struct dd_trace_conf dd_config_trace_conf(const struct dd_config *c, char *pathbuf, size_t pathlen);
+
 /* Fill C with the defaults. Returns 0 or DD_ERR_NOMEM (then C holds nothing
  * that needs freeing). */
 int dd_config_init(struct dd_config *c);

@@ -200,6 +200,21 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
         h->created = access(current, F_OK) != 0 && errno == ENOENT;
         free(current);
     }
+    /* Checked before RocksDB sees the path: its open creates the
+     * directory (and its LOG) even without create_if_missing. */
+    if (h->created && conf->must_exist) {
+        rc = dd_fail(DD_ERR_NOTFOUND, err, errlen, "%s: no store there (no CURRENT file)",
+                     conf->path);
+        goto fail;
+    }
+    rocksdb_options_set_create_if_missing(opts, !conf->must_exist);
+    if (!conf->must_exist) {
+        char e[300];
+        if ((rc = dd_sys_mkdir_parents(conf->path, e, sizeof e)) != DD_OK) {
+            dd_set_err(err, errlen, "%s: %s", conf->path, e);
+            goto fail;
+        }
+    }
     h->db = rocksdb_open_column_families(opts, conf->path, 1, cf_names, cf_opts, cfs, &e);
     if (e) {
         dd_set_err(err, errlen, "%s: %s", conf->path, e);

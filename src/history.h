@@ -74,6 +74,7 @@ struct dd_history_conf {
     int64_t max_future_ms;   /* plays dated further ahead than this are rejected */
     uint64_t min_free_mb;    /* writes are refused while path's filesystem has less free */
     char *day_scenes; /* comma list of scenes kept in day segments (segment.h); NULL or "" = none */
+    bool must_exist;  /* refuse a path holding no store rather than create one (ddcheck) */
 };
 
 /* Most scenes history.day_scenes may list. */
@@ -88,10 +89,13 @@ struct dd_history_clock {
     void *ud;
 };
 
-/* Open (creating if missing) the store at conf->path with the ROCKSDB
- * pass-through options (NULL = none). CLOCK is copied; NULL = wall clock.
- * On error returns DD_ERR_INVALID (bad option) or DD_ERR_IO with a message
- * in err, and *out is NULL. Caller closes with dd_history_close. */
+/* Open the store at conf->path with the ROCKSDB pass-through options
+ * (NULL = none). CLOCK is copied; NULL = wall clock. A missing store is
+ * created, with every missing parent directory of conf->path; with
+ * conf->must_exist it is refused instead (DD_ERR_NOTFOUND, nothing
+ * created). On error returns DD_ERR_INVALID (bad option), DD_ERR_NOTFOUND
+ * or DD_ERR_IO with a message in err, and *out is NULL. Caller closes with
+ * dd_history_close. */
 int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
                     const struct dd_config_list *rocksdb, const struct dd_history_clock *clock,
                     char *err, size_t errlen);

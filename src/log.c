@@ -6,6 +6,7 @@
  */
 #include "log.h"
 #include "dd.h"
+#include "sys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +56,11 @@ static int open_log(const char *path, char *errbuf, size_t errlen)
 
 int dd_log_open_file(const char *path, char *errbuf, size_t errlen)
 {
+    char e[300];
+    if (dd_sys_mkdir_parents(path, e, sizeof e) != DD_OK) {
+        if (errbuf) snprintf(errbuf, errlen, "cannot open log file %s: %s", path, e);
+        return DD_ERR_IO;
+    }
     int fd = open_log(path, errbuf, errlen);
     if (fd < 0) return DD_ERR_IO;
     char *copy = strdup(path);

@@ -27,8 +27,9 @@ int dd_log_level_parse(const char *s);
 void dd_log_set_level(enum dd_log_level level);
 int dd_log_enabled(enum dd_log_level level);
 
-/* Send lines to PATH (appended, created 0640). Returns 0, or DD_ERR_IO with
- * the reason in errbuf; on error the previous destination is kept. */
+/* Send lines to PATH (appended, created 0640, with every missing parent
+ * directory). Returns 0, or DD_ERR_IO with the reason in errbuf; on error
+ * the previous destination is kept. */
 int dd_log_open_file(const char *path, char *errbuf, size_t errlen);
 /* Reopen the file given to dd_log_open_file (after a rename by logrotate).
  * A no-op when logging to stderr. Returns 0 or DD_ERR_IO. */

@@ -10,6 +10,7 @@
  */
 #include "addr.h"
 #include "admin.h"
+#include "buildinfo.h"
 #include "cluster.h"
 #include "cluster_page.h"
 #include "config.h"
@@ -43,17 +44,35 @@
 
 #include <grpc/grpc.h>
 
-static void usage(FILE *f)
+/* The one-line usage a mistake prints (on stderr, exit 2). */
+#define USAGE_LINE "usage: dedupd [-c FILE] [-o section.key=value]... [-t] [-p] [--take-over]\n"
+
+/* --help: every option. man/gen_man.py makes dedupd(8) from this text, so
+ * an option is listed here or nowhere. */
+static void help(FILE *f)
 {
-    fprintf(f, "usage: dedupd [-c FILE] [-o section.key=value]... [-t] [-p] [--take-over]\n"
-               "  -c FILE      configuration file (INI; see conf/dedupd.conf)\n"
-               "  -o K=V       override one key, e.g. -o history.path=/data (repeatable)\n"
-               "  -t           check the configuration and exit\n"
-               "  -p           print the effective configuration and exit\n"
-               "  --take-over  record this configuration's ownership in the store, replacing\n"
-               "               the one it holds (a store refused as another's; README,\n"
-               "               \"Ownership\"); for this start only\n"
-               "  -h           this help\n");
+    fprintf(f, USAGE_LINE
+            "Persistent \"already seen\" filter for short-video recommendation: Filter,\n"
+            "RecordDelivery, RecordPlays and ForgetUser over gRPC, plays from Kafka.\n"
+            "\n"
+            "  -c, --config FILE       configuration file (INI; see dedupd.conf(5))\n"
+            "  -o, --set K=V           override one key, e.g. -o history.path=/data\n"
+            "                          (repeatable; applied after the file)\n"
+            "  -t, --check             check the configuration and exit\n"
+            "  -p, --print             print the effective configuration and exit\n"
+            "      --take-over         record this configuration's ownership in the store,\n"
+            "                          replacing the one it holds (a store refused as\n"
+            "                          another's; README, \"Ownership\"); for this start only\n"
+            "  -h, --help              this help\n"
+            "      --version           version, git revision and library versions\n"
+            "\n"
+            "Exit status: 0 stopped cleanly (or -t/-p done), 1 error, 2 usage error.\n");
+}
+
+static int usage_error(void)
+{
+    fputs(USAGE_LINE "Try 'dedupd --help' for more information.\n", stderr);
+    return 2;
 }
 
 /* The store as admin's component: the history and its ownership check. */
@@ -233,8 +252,11 @@ int main(int argc, char **argv)
     /* First pass: the file; overrides are applied after it, whatever the
      * order on the command line. */
     const char *conf_path = NULL;
-    static const struct option longopts[] = {{"take-over", no_argument, NULL, 'T'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'}, {"set", required_argument, NULL, 'o'},
+        {"check", no_argument, NULL, 't'},        {"print", no_argument, NULL, 'p'},
+        {"take-over", no_argument, NULL, 'T'},    {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
     while ((opt = getopt_long(argc, argv, "c:o:tph", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': conf_path = optarg; break;
@@ -243,19 +265,20 @@ int main(int argc, char **argv)
         case 't': check_only = 1; break;
         case 'p': print_only = 1; break;
         case 'h':
-            usage(stdout);
+            help(stdout);
             dd_config_free(&cfg);
             return 0;
-        default:
-            usage(stderr);
+        case 'V':
+            dd_buildinfo_print(stdout, "dedupd");
             dd_config_free(&cfg);
-            return 2;
+            return 0;
+        default: dd_config_free(&cfg); return usage_error();
         }
     }
     if (optind != argc) {
         fprintf(stderr, "dedupd: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        goto out;
+        dd_config_free(&cfg);
+        return usage_error();
     }
     if (conf_path && dd_config_load_file(&cfg, conf_path, err, sizeof err) != DD_OK) {
         fprintf(stderr, "dedupd: %s\n", err);
@@ -474,13 +497,14 @@ int main(int argc, char **argv)
     }
 
     /* The trace store (trace.h) next: ingest and gRPC record into it. */
-    cfg.trace.min_free_mb = cfg.history.min_free_mb;
-    cfg.trace.max_id_bytes = cfg.rpc.max_id_bytes;
-    if (dd_trace_open(&trace, &cfg.trace, NULL, err, sizeof err) != DD_OK) {
+    char trace_path[4096];
+    struct dd_trace_conf trace_conf = dd_config_trace_conf(&cfg, trace_path, sizeof trace_path);
+    if (dd_trace_open(&trace, &trace_conf, NULL, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot open the trace store\" path=\"%s\" error=\"%s\"",
-                 cfg.trace.path, err);
+                 trace_conf.path, err);
         goto out;
     }
+    dd_info("main", "msg=\"trace store open\" path=\"%s\"", trace_conf.path);
     if (dd_metrics_add(dd_admin_metrics(admin), dd_trace_collect, trace) != DD_OK) {
         dd_error("main", "msg=\"out of memory\"");
         goto out;

@@ -709,6 +709,8 @@ int dd_snapshot_fetch(const struct dd_snapshot_source *src, const char *history_
     bool resume = same_copy(inc, m.id);
     if (!resume) {
         rm_tree(inc);
+        /* history.path's parents may not exist yet: the store opens after. */
+        if ((rc = dd_sys_mkdir_parents(inc, err, errlen)) != DD_OK) goto out;
         if (mkdir(inc, 0700) != 0) {
             rc = dd_fail(DD_ERR_IO, err, errlen, "%s: %s", inc, strerror(errno));
             goto out;

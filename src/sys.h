@@ -2,8 +2,8 @@
  *
  * sys.h - operating system calls that several modules make the same way,
  * written once: a condition variable whose timed waits run on the
- * monotonic clock (alone or with its mutex), and the free space of a
- * path's filesystem.
+ * monotonic clock (alone or with its mutex), the free space of a
+ * path's filesystem, and the directories above a path.
  *
  * No allocation; safe from any thread. It knows nothing of what the
  * callers wait for or store.
@@ -12,6 +12,7 @@
 #define DD_SYS_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Initialise CV so that pthread_cond_timedwait reads its deadline on
@@ -32,5 +33,14 @@ int dd_sys_lock_init(pthread_mutex_t *mu, pthread_cond_t *cv);
  * filesystem's size goes into *SIZE when SIZE is not NULL (UINT64_MAX
  * when unknown). */
 uint64_t dd_sys_free_bytes(const char *path, uint64_t *size);
+
+/* Create every missing directory above PATH's last component, as
+ * `mkdir -p "$(dirname PATH)"` (mode 0755 less the umask), so that PATH
+ * itself (a store's directory, a log file) can then be created. "a/b/c"
+ * creates a and a/b; "c" and "/c" create nothing. Returns DD_OK, or
+ * DD_ERR_INVALID (PATH longer than PATH_MAX) or DD_ERR_IO (a component
+ * that cannot be created or is not a directory) with a message naming the
+ * directory in ERR. */
+int dd_sys_mkdir_parents(const char *path, char *err, size_t errlen);
 
 #endif

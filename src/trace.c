@@ -1045,6 +1045,11 @@ int dd_trace_open(dd_trace **out, const struct dd_trace_conf *conf,
     t->cfilter = rocksdb_compactionfilter_create(t, cfilter_destroy, cfilter_fn, cfilter_name);
     rocksdb_options_set_compaction_filter(t->opts, t->cfilter);
     char *e = NULL;
+    char mkerr[300];
+    if ((rc = dd_sys_mkdir_parents(conf->path, mkerr, sizeof mkerr)) != DD_OK) {
+        dd_set_err(err, errlen, "trace.path: %s: %s", conf->path, mkerr);
+        goto fail;
+    }
     t->db = rocksdb_open(t->opts, conf->path, &e);
     if (e) {
         rc = dd_fail(DD_ERR_IO, err, errlen, "trace.path: %s: %s", conf->path, e);

@@ -77,7 +77,7 @@ struct dd_trace_conf {
     uint32_t retention_days; /* records older than this (by their time) are dropped */
     uint32_t max_records;    /* per user; the oldest go first */
     uint32_t max_users;      /* dd_trace_add beyond it: DD_ERR_LIMIT */
-    /* Set by main, not operator keys. */
+    /* Set by dd_config_trace_conf from history.* and rpc.*, not operator keys. */
     uint64_t min_free_mb;  /* history.min_free_mb: no write below this free */
     uint32_t max_id_bytes; /* rpc.max_id_bytes: the longest user id */
 };

@@ -6,11 +6,16 @@
  *
  *   ddcheck [-c FILE] [-o section.key=value]... [-l LOOKBACK_DAYS] [-v|-V] [LIST]
  *   ddcheck -D [-c FILE] [-o section.key=value]...
+ *   ddcheck --help | --version
  *
- * LIST (or stdin) holds lines "user<TAB>item[<TAB>scene]". The store is
- * opened with the same configuration as dedupd (history.path and the
- * segment settings must match), so dedupd must not be running on it
- * (RocksDB's lock). Lines are grouped by (scene, user) and each group is
+ * LIST (or stdin) holds lines "user<TAB>item[<TAB>scene]"; blank lines
+ * are skipped, and any other line that is not that (no tab, as when spaces
+ * stand for tabs; an empty user or item; a fourth field) stops ddcheck
+ * naming LIST and the line number. The store is opened with the same
+ * configuration as dedupd (history.path and the segment settings must
+ * match), so dedupd must not be running on it (RocksDB's lock); a
+ * history.path that holds no store is refused, never created (a typo must
+ * not report every play unseen). Lines are grouped by (scene, user) and each group is
  * probed with one dd_history_probe. Prints
  *   total=N seen=S unseen=U
  * after, with -v, the first 20 unseen lines ("unseen<TAB>user<TAB>item<TAB>
@@ -29,11 +34,13 @@
  * history").
  */
 #include "bloom.h"
+#include "buildinfo.h"
 #include "config.h"
 #include "dd.h"
 #include "history.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,11 +61,38 @@ static int cmp_play(const void *a, const void *b)
     return c ? c : strcmp(x->user, y->user);
 }
 
-static void usage(FILE *f)
+#define USAGE_LINES \
+    "usage: ddcheck [-c FILE] [-o section.key=value]... [-l DAYS] [-v|-V] [LIST]\n" \
+    "       ddcheck -D [-c FILE] [-o section.key=value]...\n"
+
+/* --help: every option (man/gen_man.py and the completion read it). */
+static void help(FILE *f)
 {
-    fprintf(f, "usage: ddcheck [-c FILE] [-o section.key=value]... [-l LOOKBACK_DAYS] [-v|-V]"
-               " [LIST]\n"
-               "       ddcheck -D [-c FILE] [-o section.key=value]...   (list damaged users)\n");
+    fprintf(f, USAGE_LINES
+            "Probe a stopped dedupd store offline: which plays of LIST (or stdin) does it\n"
+            "say were seen? LIST lines are user<TAB>item[<TAB>scene]. The store must exist\n"
+            "(ddcheck never creates one) and dedupd must not be running on it.\n"
+            "\n"
+            "  -c, --config FILE          dedupd's configuration file (history.path and the\n"
+            "                             segment settings must match the store's)\n"
+            "  -o, --set K=V              override one key, e.g. -o history.path=/data\n"
+            "  -l, --lookback-days DAYS   only plays of the last DAYS days (default: all live)\n"
+            "  -v, --verbose              print the first 20 unseen lines\n"
+            "  -V, --all-unseen           print every unseen line\n"
+            "  -D, --damaged              list the damaged users instead of probing\n"
+            "  -h, --help                 this help\n"
+            "      --version              version, git revision and library versions\n"
+            "\n"
+            "Output: total=N seen=S unseen=U (with -D: values=N damaged=D).\n"
+            "Exit status: 0 done; 1 with -D when some value is damaged; 2 error (no store\n"
+            "at history.path, a malformed LIST line, a store that cannot be read) or\n"
+            "usage error.\n");
+}
+
+static int usage_error(void)
+{
+    fputs(USAGE_LINES "Try 'ddcheck --help' for more information.\n", stderr);
+    return 2;
 }
 
 /* An id as one field of a tab-separated line. */
@@ -104,7 +138,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "ddcheck: out of memory\n");
         return 2;
     }
-    while ((opt = getopt(argc, argv, "c:o:l:vVDh")) != -1) {
+    static const struct option longopts[] = {{"config", required_argument, NULL, 'c'},
+                                             {"set", required_argument, NULL, 'o'},
+                                             {"lookback-days", required_argument, NULL, 'l'},
+                                             {"verbose", no_argument, NULL, 'v'},
+                                             {"all-unseen", no_argument, NULL, 'V'},
+                                             {"damaged", no_argument, NULL, 'D'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, 'R'},
+                                             {NULL, 0, NULL, 0}};
+    while ((opt = getopt_long(argc, argv, "c:o:l:vVDh", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': conf_path = optarg; break;
         case 'D': damaged_mode = 1; break;
@@ -113,13 +156,14 @@ int main(int argc, char **argv)
         case 'v': verbose = 1; break;
         case 'V': verbose = 2; break;
         case 'h':
-            usage(stdout);
+            help(stdout);
             dd_config_free(&cfg);
             return 0;
-        default:
-            usage(stderr);
+        case 'R':
+            dd_buildinfo_print(stdout, "ddcheck");
             dd_config_free(&cfg);
-            return 2;
+            return 0;
+        default: dd_config_free(&cfg); return usage_error();
         }
     }
     if (conf_path && dd_config_load_file(&cfg, conf_path, err, sizeof err) != DD_OK) {
@@ -127,9 +171,16 @@ int main(int argc, char **argv)
         goto out;
     }
     optind = 1;
-    while ((opt = getopt(argc, argv, "c:o:l:vVDh")) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:o:l:vVDh", longopts, NULL)) != -1) {
         if (opt == 'l') {
-            lookback = strtoul(optarg, NULL, 10);
+            char *end;
+            errno = 0;
+            lookback = strtoul(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-' || lookback > UINT32_MAX) {
+                fprintf(stderr, "ddcheck: -l %s: want a number of days\n", optarg);
+                dd_config_free(&cfg);
+                return usage_error();
+            }
             continue;
         }
         if (opt != 'o') continue;
@@ -147,9 +198,13 @@ int main(int argc, char **argv)
         }
     }
     if (argc - optind > (damaged_mode ? 0 : 1)) {
-        usage(stderr);
+        fprintf(stderr, "ddcheck: unexpected argument '%s'\n", argv[argc - 1]);
+        rc = usage_error();
         goto out;
     }
+    /* Probing a store that is not there would create an empty one and
+     * report every play unseen: refused (history.h, must_exist). */
+    cfg.history.must_exist = true;
     if (damaged_mode) {
         if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, NULL, err, sizeof err) != DD_OK) {
             fprintf(stderr, "ddcheck: cannot open history at %s: %s\n", cfg.history.path, err);
@@ -172,13 +227,28 @@ int main(int argc, char **argv)
     char *line = NULL;
     size_t lcap = 0;
     ssize_t len;
+    const char *list_name = optind < argc ? argv[optind] : "stdin";
+    uint64_t lineno = 0;
     while ((len = getline(&line, &lcap, in)) > 0) {
+        lineno++;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        if (len == 0) continue; /* a blank line, e.g. the last of a file */
         char *tab = strchr(line, '\t');
-        if (!tab) continue;
-        *tab = '\0';
-        char *item = tab + 1, *scene = strchr(item, '\t');
+        char *item = tab ? tab + 1 : NULL, *scene = item ? strchr(item, '\t') : NULL;
         if (scene) *scene++ = '\0';
+        if (tab) *tab = '\0';
+        const char *bad = !tab                           ? "no tab (want user<TAB>item[<TAB>scene])"
+                          : tab == line                  ? "empty user"
+                          : !*item                       ? "empty item"
+                          : scene && strchr(scene, '\t') ? "more than three fields"
+                                                         : NULL;
+        if (bad) {
+            fprintf(stderr, "ddcheck: %s:%" PRIu64 ": malformed line: %s\n", list_name, lineno,
+                    bad);
+            free(line);
+            if (in != stdin) fclose(in);
+            goto out;
+        }
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 4096;
             struct play *p = realloc(plays, ncap * sizeof *p);

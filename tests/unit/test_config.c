@@ -373,6 +373,34 @@ static void test_validate(void)
     set_ok(&c, "trace.path", "./data/history");
     INVALID(&c, "trace.path");
     set_ok(&c, "trace.path", "./data/trace");
+    /* trace.path "" (the default): the directory "trace" next to
+     * history.path, whatever the working directory. */
+    {
+        char buf[256];
+        static const char *const cases[][2] = {
+            {"./data/history", "./data/trace"},
+            {"/srv/dedupd/history", "/srv/dedupd/trace"},
+            {"/srv/dedupd/history/", "/srv/dedupd/trace"},
+            {"/srv//x", "/srv/trace"},
+            {"history", "trace"},
+            {"/srv", "/trace"},
+        };
+        set_ok(&c, "trace.path", "");
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            set_ok(&c, "history.path", cases[i][0]);
+            struct dd_trace_conf tc = dd_config_trace_conf(&c, buf, sizeof buf);
+            CHECK_MSG(strcmp(tc.path, cases[i][1]) == 0, "history.path %s: trace.path %s",
+                      cases[i][0], tc.path);
+            CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
+        }
+        set_ok(&c, "history.path", "/srv/trace"); /* its sibling would be itself */
+        INVALID(&c, "trace.path");
+        set_ok(&c, "trace.path", "/elsewhere");
+        struct dd_trace_conf tc = dd_config_trace_conf(&c, buf, sizeof buf);
+        CHECK(strcmp(tc.path, "/elsewhere") == 0);
+        set_ok(&c, "history.path", "./data/history");
+        set_ok(&c, "trace.path", "./data/trace");
+    }
     CHECK_EQ_INT(dd_config_set(&c, "trace.max_users", "0", err, sizeof err), DD_ERR_INVALID);
     CHECK_EQ_INT(dd_config_set(&c, "trace.retention_days", "0", err, sizeof err), DD_ERR_INVALID);
     CHECK_EQ_INT(dd_config_set(&c, "trace.max_records", "x", err, sizeof err), DD_ERR_INVALID);

@@ -94,7 +94,16 @@ static void test_open_failure_keeps_file(void)
 {
     char path[256], bad[256], err[256] = "";
     snprintf(path, sizeof path, "%s/a.log", dir);
+    /* Missing directories are made; a file in the way is an error. */
     snprintf(bad, sizeof bad, "%s/missing/dir/b.log", dir);
+    CHECK_EQ_INT(dd_log_open_file(bad, err, sizeof err), DD_OK);
+    CHECK(access(bad, F_OK) == 0);
+    CHECK_EQ_INT(dd_log_open_file(path, err, sizeof err), DD_OK); /* back to a.log */
+    snprintf(bad, sizeof bad, "%s/plain", dir);
+    FILE *pf = fopen(bad, "w");
+    REQUIRE(pf != NULL);
+    fclose(pf);
+    snprintf(bad, sizeof bad, "%s/plain/dir/b.log", dir);
     CHECK_EQ_INT(dd_log_open_file(bad, err, sizeof err), DD_ERR_IO);
     CHECK(strstr(err, "cannot open log file") != NULL);
     CHECK(strstr(err, bad) != NULL);

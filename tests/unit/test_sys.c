@@ -2,7 +2,8 @@
  *
  * sys.h: the monotonic condition variable, alone and with its mutex,
  * times out on dd_mono_ns's clock; free bytes of a real path are known and of a missing one are
- * UINT64_MAX (which refuses nothing).
+ * UINT64_MAX (which refuses nothing); the missing directories above a
+ * path are made.
  */
 #include "testlib.h"
 
@@ -11,6 +12,9 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static void test_cond_monotonic(void)
@@ -66,8 +70,37 @@ static void test_free_bytes(void)
     CHECK(size == UINT64_MAX);
 }
 
+/* dd_sys_mkdir_parents: every missing level above the last, never the
+ * last; a file in the way is an error naming it. */
+static void test_mkdir_parents(void)
+{
+    char root[256], p[512], err[256] = "";
+    struct stat st;
+    tl_tmpdir(root, sizeof root, "sys");
+    snprintf(p, sizeof p, "%s/a/b/c/store", root);
+    CHECK_EQ_INT(dd_sys_mkdir_parents(p, err, sizeof err), DD_OK);
+    snprintf(p, sizeof p, "%s/a/b/c", root);
+    CHECK(stat(p, &st) == 0 && S_ISDIR(st.st_mode));
+    snprintf(p, sizeof p, "%s/a/b/c/store", root);
+    CHECK(stat(p, &st) != 0); /* the last level is the caller's */
+    CHECK_EQ_INT(dd_sys_mkdir_parents(p, err, sizeof err), DD_OK); /* again: all there */
+    snprintf(p, sizeof p, "%s/a/b/c/store/", root);
+    CHECK_EQ_INT(dd_sys_mkdir_parents(p, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_sys_mkdir_parents("store", err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_sys_mkdir_parents("/store", err, sizeof err), DD_OK);
+    snprintf(p, sizeof p, "%s/file", root);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f != NULL);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/file/x/store", root);
+    CHECK_EQ_INT(dd_sys_mkdir_parents(p, err, sizeof err), DD_ERR_IO);
+    CHECK_MSG(strstr(err, "/file") != NULL, "%s", err);
+    tl_rm_tree(root);
+}
+
 int main(void)
 {
+    test_mkdir_parents();
     test_cond_monotonic();
     test_lock_init();
     test_free_bytes();
