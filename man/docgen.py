@@ -71,7 +71,8 @@ def conf_sections(path):
             line = raw.rstrip("\n")
             s = line.strip()
             if s.startswith("#") or s.startswith(";"):
-                block.append(re.sub(r"^[#;] ?", "", s))
+                if "SPDX-License-Identifier" not in s:
+                    block.append(re.sub(r"^[#;] ?", "", s))
                 continue
             if not s:
                 if block:
