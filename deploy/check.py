@@ -37,7 +37,22 @@ real build:
   rpc.allow_insecure; the image's health check presents those files.
 - deploy/docker/make-dev-certs.sh makes certificates that a real dedupd
   (on loopback, with compose's allow lists) and dedupctl accept: health
-  answers, the "feed" client may write, "recall" may not.
+  answers (and the liveness service the pods' probe asks), the "feed"
+  client may write, "recall" may not. That dedupd's RocksDB LOG holds the
+  header RocksDB writes at open and nothing after it, as README says.
+- Kubernetes probes: readiness on /readyz; liveness (and startup) through
+  gRPC health, service "liveness", over the pods' TLS. A PodMonitor
+  scrapes the pods' admin port; deploy/k8s/prometheusrule.yaml holds
+  deploy/prometheus/dedupd-rules.yml's groups as they are (and is what
+  make-prometheusrule.py makes of it).
+- Package lists: scripts/run-local.sh installs deploy/packages/build.txt
+  and run-local.txt only, none of the test suite's test.txt (no JDK,
+  Prometheus, clang); the three lists are disjoint; scripts/test.sh
+  installs all of them.
+- Every kcat example that produces (compose.yaml, proto/dedup.proto,
+  scripts/run-local.sh, README, docs) names cluster.partitioner's default
+  (conf/dedupd.conf): kcat's own default partitioner puts a user in
+  another partition.
 
 Exit 0 pass, 1 fail, 77 skip (never in CI).
 """
@@ -315,6 +330,9 @@ def check_dev_certs(compose_args):
     r = run("tls", "health")
     if r.returncode != 0 or r.stdout.strip() != "SERVING":
         fail("dev certs: health with the server's own certificate: %s%s" % (r.stdout, r.stderr))
+    r = run("tls", "health", "liveness")
+    if r.returncode != 0 or r.stdout.strip() != "SERVING":
+        fail("dev certs: health of the liveness service: %s%s" % (r.stdout, r.stderr))
     r = run("recall", "play", "u1", "v1")
     if r.returncode != 1 or "PERMISSION_DENIED" not in r.stderr:
         fail("dev certs: recall may write: %s%s" % (r.stdout, r.stderr))
@@ -323,6 +341,106 @@ def check_dev_certs(compose_args):
         fail("dev certs: feed may not write: %s%s" % (r.stdout, r.stderr))
     dd.stop()
     log("make-dev-certs.sh: dedupd and dedupctl accept its certificates; feed writes, recall not")
+    check_rocksdb_log(os.path.join(dd.dir, "db"))
+
+
+def check_rocksdb_log(db):
+    """README ("Full disk"): the LOG holds RocksDB's header from the open
+    and nothing after it (a line from RocksDB's code carries its source
+    file, [db/...cc:N])."""
+    with open(os.path.join(db, "LOG"), errors="replace") as f:
+        text = f.read()
+    later = re.findall(r"^.*\[[\w/.-]+\.(?:cc|h):\d+\].*$", text, re.M)
+    if later:
+        fail("RocksDB LOG has lines past its header: %s" % later[:3])
+    if "RocksDB version" not in text or len(text) > 64 * 1024:
+        fail("RocksDB LOG is not the header README describes (%d bytes)" % len(text))
+    if "header to `LOG` at each open" not in read("README.md"):
+        fail("README no longer says what RocksDB's LOG holds")
+    log("RocksDB LOG: the %d-byte header from the open, nothing after it" % len(text))
+
+
+def check_packages():
+    lists = {n: set(package_list("deploy/packages/%s.txt" % n))
+             for n in ("build", "run-local", "test")}
+    for a in lists:
+        for b in lists:
+            if a < b and lists[a] & lists[b]:
+                fail("packages in both %s.txt and %s.txt: %s" % (a, b, sorted(lists[a] & lists[b])))
+    run_local = read("scripts", "run-local.sh")
+    m = re.search(r'^"\$here/scripts/install-deps.sh"(.*)$', run_local, re.M)
+    given = re.findall(r"deploy/packages/([\w-]+)\.txt", m.group(1)) if m else None
+    if given != ["build", "run-local"]:
+        fail("scripts/run-local.sh installs %s, not build.txt and run-local.txt" % given)
+    for p in ("default-jdk-headless", "prometheus", "clang-14", "maven"):
+        if p in lists["build"] | lists["run-local"] or p not in lists["test"]:
+            fail("%s: in run-local.sh's lists, or not in test.txt" % p)
+    test_sh = read("scripts", "test.sh")
+    if not re.search(r'^"\$here/scripts/install-deps.sh" \|\|', test_sh, re.M):
+        fail("scripts/test.sh does not install every list (install-deps.sh without arguments)")
+    deps = read("scripts", "install-deps.sh")
+    for n in lists:
+        if "deploy/packages/%s.txt" % n not in deps:
+            fail("scripts/install-deps.sh's default does not include %s.txt" % n)
+    pkgs, _ = dpkg_installed()
+    missing = sorted(p for s in lists.values() for p in s if p not in pkgs)
+    if missing:
+        fail("listed packages not installed here: %s" % missing)
+    log("packages: run-local.sh installs %d (build.txt, run-local.txt), the test command %d more"
+        % (len(lists["build"] | lists["run-local"]), len(lists["test"])))
+
+
+def check_kcat():
+    conf = read("conf", "dedupd.conf")
+    default = ini_value(conf, "cluster", "partitioner")
+    if not default:
+        fail("conf/dedupd.conf: no cluster.partitioner")
+    files = ["deploy/docker/compose.yaml", "proto/dedup.proto", "scripts/run-local.sh", "README.md",
+             "deploy/docker/README.md", "deploy/k8s/README.md", "scripts/migrate/README.md"]
+    files += ["docs/" + f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md")]
+    n = 0
+    for fn in files:
+        if not os.path.exists(os.path.join(ROOT, fn)):
+            continue
+        text = read(fn).replace("\\\n//", " ").replace("\\\n", " ")
+        for line in text.splitlines():
+            if re.search(r"\bkcat\b.*\s-P\b", line):
+                n += 1
+                if "-X partitioner=%s" % default not in line:
+                    fail("%s: a kcat example without -X partitioner=%s: %s"
+                         % (fn, default, line.strip()))
+    if n < 3:
+        fail("found only %d kcat examples (compose.yaml, proto, run-local.sh)" % n)
+    log("kcat: all %d producing examples use -X partitioner=%s" % (n, default))
+
+
+def check_monitoring(docs, sts, c, yaml):
+    for kind in ("PodMonitor", "PrometheusRule"):
+        if kind not in docs:
+            fail("k8s: no %s" % kind)
+    pm = docs["PodMonitor"][0]["spec"]
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    sel = pm["selector"]["matchLabels"]
+    if any(labels.get(k) != v for k, v in sel.items()):
+        fail("k8s: the PodMonitor selects %s, not the pods (%s)" % (sel, labels))
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    eps = pm["podMetricsEndpoints"]
+    if not eps or eps[0].get("port") != "admin" or eps[0].get("path") != "/metrics" or \
+            "admin" not in ports:
+        fail("k8s: the PodMonitor does not scrape the admin port's /metrics: %s" % eps)
+    rules = yaml.safe_load(read("deploy", "prometheus", "dedupd-rules.yml"))
+    pr = docs["PrometheusRule"][0]
+    if pr["spec"]["groups"] != rules["groups"]:
+        fail("k8s: prometheusrule.yaml's groups differ from deploy/prometheus/dedupd-rules.yml")
+    r = subprocess.run([sys.executable, os.path.join(DEPLOY, "prometheus", "make-prometheusrule.py"),
+                        "--check"], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("k8s: %s" % r.stderr.strip())
+    kust = read("deploy", "k8s", "kustomization.yaml")
+    if "podmonitor.yaml" in kust or "prometheusrule.yaml" in kust:
+        fail("kustomization.yaml lists the Operator's kinds, which clusters without its CRDs refuse")
+    log("k8s: PodMonitor on the pods' admin port; PrometheusRule = dedupd-rules.yml (%d alerts)"
+        % sum(len(g["rules"]) for g in rules["groups"]))
 
 
 def ini_value(text, section, key):
@@ -513,9 +631,20 @@ def main():
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     if ports.get("grpc") != 50051 or ports.get("admin") != 9464:
         fail("k8s: container ports %r" % ports)
-    if c["readinessProbe"]["httpGet"]["path"] != "/readyz" or \
-       c["livenessProbe"]["httpGet"]["path"] != "/healthz":
-        fail("k8s: probes are not /readyz (readiness) and /healthz (liveness)")
+    if c["readinessProbe"].get("httpGet", {}).get("path") != "/readyz":
+        fail("k8s: readiness is not /readyz")
+    for probe in ("livenessProbe", "startupProbe"):
+        cmd = c.get(probe, {}).get("exec", {}).get("command", [])
+        if not cmd or cmd[0] != "/usr/bin/dedupctl" or cmd[-2:] != ["health", "liveness"]:
+            fail("k8s: %s is not gRPC health of the liveness service: %s" % (probe, cmd))
+        for opt, name in (("--tls-ca", "ca.crt"), ("--tls-cert", "tls.crt"),
+                          ("--tls-key", "tls.key")):
+            if opt not in cmd or cmd[cmd.index(opt) + 1] != tls_dir + "/" + name:
+                fail("k8s: %s does not pass %s %s/%s" % (probe, opt, tls_dir, name))
+        name = cmd[cmd.index("--tls-name") + 1] if "--tls-name" in cmd else None
+        if name not in re.findall(r"dnsNames: \[([^,\]]+)", read("deploy", "k8s", "README.md")):
+            fail("k8s: %s checks the certificate against %s, not a name the README's "
+                 "certificate carries" % (probe, name))
     for k in ("requests", "limits"):
         if k not in c["resources"]:
             fail("k8s: no resource %s" % k)
@@ -550,6 +679,9 @@ def main():
     if pod["terminationGracePeriodSeconds"] * 1000 <= int(m.group(1)) + 5000:
         fail("k8s: terminationGracePeriodSeconds does not cover drain + gRPC grace")
     log("k8s: manifests parse; probes, ports, PVC, ConfigMap and shutdown timing agree")
+    check_monitoring(docs, sts, c, yaml)
+    check_packages()
+    check_kcat()
     log("PASS")
 
 

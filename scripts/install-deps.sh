@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# Install the Debian packages dedupd needs (deploy/packages/build.txt) that
-# are not installed yet. Runs apt-get update once, and only when something
-# is missing. Needs root (CI and the README commands run as root).
+# Install the Debian packages of the given lists that are not installed
+# yet. Runs apt-get update once, and only when something is missing. Needs
+# root (CI and the README commands run as root).
+#   scripts/install-deps.sh [LIST...]
+# Without LISTs: every list the test suite needs (deploy/packages/build.txt,
+# run-local.txt and test.txt). scripts/run-local.sh passes build.txt and
+# run-local.txt only; the Dockerfile's stages build.txt and runtime.txt.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-list=${1:-$here/deploy/packages/build.txt}
+if [ $# -eq 0 ]; then
+    set -- "$here/deploy/packages/build.txt" "$here/deploy/packages/run-local.txt" \
+        "$here/deploy/packages/test.txt"
+fi
 
-mapfile -t pkgs < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$list" | grep -v '^$')
+mapfile -t pkgs < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$@" | grep -v '^$' | sort -u)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

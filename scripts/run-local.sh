@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# Run dedupd locally, everything real: installs what is missing, builds
+# Run dedupd locally, everything real: installs what is missing to build
+# and run it (deploy/packages/build.txt and run-local.txt; not the test
+# suite's test.txt: no JDK, Prometheus or clang), builds
 # dedupd, the dev broker and dedupctl (not the tests), starts redis-server
 # and the dev Kafka broker (tools/devbroker, librdkafka's mock cluster)
 # under a run directory, then dedupd in the foreground with
@@ -18,7 +20,7 @@ rpc_port=${DD_RPC_PORT:-50051}
 redis_port=${DD_REDIS_PORT:-6379}
 admin_port=${DD_ADMIN_PORT:-9464}
 
-"$here/scripts/install-deps.sh"
+"$here/scripts/install-deps.sh" "$here/deploy/packages/build.txt" "$here/deploy/packages/run-local.txt"
 # Only what this script runs and tells you to try; the rest of the build dir
 # (tests, benchmarks, C++ and Java clients) is built by the first plain
 # `ninja -C build` or `meson test -C build`, which reuse these objects.
@@ -74,7 +76,7 @@ Redis on 127.0.0.1:$redis_port, $kafka_what (topic "plays"), data in $run/data.
 Try it from another terminal:
   $here/build/tools/dedupctl -a 127.0.0.1:$rpc_port deliver alice v1 v2
   $here/build/tools/dedupctl -a 127.0.0.1:$rpc_port play alice v3
-  echo 'alice:{"user_id":"alice","item_id":"v4"}' | kcat -P -b $bootstrap -t plays -K:
+  echo 'alice:{"user_id":"alice","item_id":"v4"}' | kcat -P -b $bootstrap -t plays -X partitioner=murmur2_random -K:
   $here/build/tools/dedupctl -a 127.0.0.1:$rpc_port filter alice v1 v2 v3 v4 v5
   export DEDUPCTL_ADMIN_TOKEN_FILE=$run/data/admin.token
   $here/build/tools/dedupctl --admin 127.0.0.1:$admin_port trace add alice

@@ -38,6 +38,10 @@ enum dd_api_method {
 
 /* The service the Dedup methods belong to, as health checks name it. */
 #define DD_API_SERVICE "dedup.v1.Dedup"
+/* The health service name for liveness probes: SERVING whenever a gRPC
+ * worker answers, however unready the node is, drain included
+ * (Kubernetes' livenessProbe; readiness is "" or DD_API_SERVICE). */
+#define DD_API_LIVENESS_SERVICE "liveness"
 
 /* The metadata keys of a forwarded call: the sender's place ("s.r") and
  * its map hash. A call that carries DD_CLUSTER_MD_FROM is never forwarded

@@ -218,7 +218,7 @@ bool dd_ingest_partitions_changed(const dd_ingest *in);
  * message not yet visible. The log already there at the assignment has no
  * such date: until the partition has made visible the end it first saw,
  * its lag is unknown. No producer's or broker's clock enters this figure
- * (the Kafka timestamps give dedupd_ingest_event_lag_ms, information
+ * (the Kafka timestamps give dedupd_ingest_event_lag_seconds, information
  * only). Wall clock (dd_now_ms) differences only. Safe from any thread. */
 int64_t dd_ingest_lag_ms(const dd_ingest *in);
 
@@ -260,8 +260,8 @@ struct dd_ingest_stats {
 void dd_ingest_get_stats(const dd_ingest *in, struct dd_ingest_stats *out);
 
 /* A metrics.h collector for UD (a dd_ingest *): renders dedupd_ingest_*
- * (the lag families are lag.h's; dedupd_ingest_lag_ms is -1 while
- * unknown), dedupd_window_pending_* and dedupd_flush_duration_seconds.
+ * (the lag families are lag.h's; dedupd_ingest_lag_seconds is absent
+ * while unknown), dedupd_window_pending_* and dedupd_flush_duration_seconds.
  * Call it only from a collector registry (metrics.h), which serialises
  * scrapes: the lag keeps its per-partition scratch in static storage.
  * The plays families are plays.h's. */

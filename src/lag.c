@@ -244,7 +244,7 @@ static int64_t plag_ms(struct plag *e, int64_t hi, int64_t now)
 
 /* E's lag at NOW by the Kafka timestamps of its messages (the producers'
  * CreateTime or the broker's LogAppendTime) against this node's clock:
- * information only (dedupd_ingest_event_lag_ms), never a decision, since
+ * information only (dedupd_ingest_event_lag_seconds), never a decision, since
  * either clock may be off (mu held). */
 static int64_t plag_event_ms(struct plag *e, int64_t hi, int64_t now)
 {
@@ -351,15 +351,18 @@ size_t dd_lag_consumer(dd_lag *l, int32_t *parts, int64_t *lags, size_t cap)
 
 #define MAX_LAG_PARTITIONS 4096
 
-/* One gauge sample per partition: PARTS[i] = LAGS[i], i < N. */
+/* One gauge sample per partition: PARTS[i] = LAGS[i] * SCALE, i < N. */
 static void per_partition(dd_prom *p, const char *name, const int32_t *parts, const int64_t *lags,
-                          size_t n)
+                          size_t n, double scale)
 {
     for (size_t i = 0; i < n; i++) {
         char num[16];
         snprintf(num, sizeof num, "%d", (int)parts[i]);
         struct dd_prom_label pl = {"partition", num};
-        dd_prom_sample_u64(p, name, &pl, 1, (uint64_t)lags[i]);
+        if (scale == 1.0)
+            dd_prom_sample_u64(p, name, &pl, 1, (uint64_t)lags[i]);
+        else
+            dd_prom_sample_f64(p, name, &pl, 1, (double)lags[i] * scale);
     }
 }
 
@@ -375,25 +378,40 @@ void dd_lag_collect(dd_prom *p, dd_lag *l)
                    "Messages behind the partition's end, by assigned partition "
                    "(librdkafka statistics)",
                    DD_PROM_GAUGE);
-    per_partition(p, "dedupd_ingest_consumer_lag", parts, lags, n);
+    per_partition(p, "dedupd_ingest_consumer_lag", parts, lags, n, 1.0);
     int64_t worst, event_worst;
     n = dd_lag_ms(l, parts, lags, MAX_LAG_PARTITIONS, &worst, &event_worst);
     if (n > MAX_LAG_PARTITIONS) n = MAX_LAG_PARTITIONS;
-    dd_prom_family(p, "dedupd_ingest_partition_lag_ms",
-                   "How far behind the store is, by assigned partition: 0 when every message "
-                   "before the high watermark is visible, else how long ago this node first "
-                   "saw the log's end past the oldest message not yet visible (its own clock)",
+    /* Seconds, Prometheus's base unit. An unknown lag is never a value:
+     * its partition is left out, the node's lag and the event lag are
+     * absent, and dedupd_ingest_lag_known says which. */
+    dd_prom_family(p, "dedupd_ingest_partition_lag_seconds",
+                   "How far behind the store is, in seconds, by assigned partition whose lag is "
+                   "known: 0 when every message before the high watermark is visible, else how "
+                   "long ago this node first saw the log's end past the oldest message not yet "
+                   "visible (its own clock)",
                    DD_PROM_GAUGE);
-    per_partition(p, "dedupd_ingest_partition_lag_ms", parts, lags, n);
-    dd_prom_family(p, "dedupd_ingest_lag_ms",
-                   "The largest partition lag in ms; -1 until partitions are assigned and "
-                   "their high watermarks known",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_f64(p, "dedupd_ingest_lag_ms", NULL, 0, (double)worst);
-    dd_prom_family(p, "dedupd_ingest_event_lag_ms",
-                   "Information only: the largest partition lag measured from the Kafka "
-                   "timestamps (producer or broker clock) of messages not yet visible; "
-                   "readiness and forwarding use dedupd_ingest_lag_ms",
-                   DD_PROM_GAUGE);
-    dd_prom_sample_f64(p, "dedupd_ingest_event_lag_ms", NULL, 0, (double)event_worst);
+    per_partition(p, "dedupd_ingest_partition_lag_seconds", parts, lags, n, 1e-3);
+    dd_prom_gauge(p, "dedupd_ingest_lag_known",
+                  "1 when partitions are assigned and every one's lag is known "
+                  "(dedupd_ingest_lag_seconds is then exported), else 0",
+                  worst >= 0 ? 1 : 0);
+    if (worst >= 0) {
+        dd_prom_family(
+            p, "dedupd_ingest_lag_seconds",
+            "The largest partition lag in seconds (dedupd_ingest_partition_lag_seconds); "
+            "absent while dedupd_ingest_lag_known is 0",
+            DD_PROM_GAUGE);
+        dd_prom_sample_f64(p, "dedupd_ingest_lag_seconds", NULL, 0, (double)worst / 1e3);
+    }
+    if (event_worst >= 0) {
+        dd_prom_family(p, "dedupd_ingest_event_lag_seconds",
+                       "Information only: the largest partition lag in seconds measured from the "
+                       "Kafka timestamps (producer or broker clock) of messages not yet visible; "
+                       "readiness and forwarding use dedupd_ingest_lag_seconds; absent while "
+                       "unknown",
+                       DD_PROM_GAUGE);
+        dd_prom_sample_f64(p, "dedupd_ingest_event_lag_seconds", NULL, 0,
+                           (double)event_worst / 1e3);
+    }
 }

@@ -88,8 +88,10 @@ int64_t dd_lag_consumer_total(const dd_lag *l);
 /* The same per partition: up to CAP pairs; returns how many there are. */
 size_t dd_lag_consumer(dd_lag *l, int32_t *parts, int64_t *lags, size_t cap);
 
-/* Render dedupd_ingest_consumer_lag, dedupd_ingest_partition_lag_ms,
- * dedupd_ingest_lag_ms and dedupd_ingest_event_lag_ms. Only from a
+/* Render dedupd_ingest_consumer_lag, dedupd_ingest_partition_lag_seconds
+ * (partitions whose lag is known), dedupd_ingest_lag_known,
+ * dedupd_ingest_lag_seconds (absent while unknown) and
+ * dedupd_ingest_event_lag_seconds (absent while unknown). Only from a
  * collector registry (metrics.h), which serialises scrapes: the
  * per-partition scratch is static. */
 void dd_lag_collect(dd_prom *p, dd_lag *l);

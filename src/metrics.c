@@ -5,6 +5,7 @@
  */
 #include "metrics.h"
 #include "buildinfo.h"
+#include "procstat.h"
 #include "dd.h"
 
 #include <math.h>
@@ -406,6 +407,35 @@ int dd_metrics_remove(dd_metrics *m, dd_metrics_collect_fn fn, void *ud)
     return rc;
 }
 
+/* The standard process_* families (procstat.h), named and typed as every
+ * Prometheus client library exports them; one that cannot be read now is
+ * left out rather than given a made-up value. */
+static void process_families(dd_prom *p)
+{
+    struct dd_procstat ps;
+    dd_procstat_read(&ps);
+    if (ps.have & DD_PROCSTAT_CPU) {
+        dd_prom_family(p, "process_cpu_seconds_total",
+                       "Total user and system CPU time spent in seconds", DD_PROM_COUNTER);
+        dd_prom_sample_f64(p, "process_cpu_seconds_total", NULL, 0, ps.cpu_seconds);
+    }
+    if (ps.have & DD_PROCSTAT_MEM) {
+        dd_prom_gauge(p, "process_resident_memory_bytes", "Resident memory size in bytes",
+                      ps.resident_bytes);
+        dd_prom_gauge(p, "process_virtual_memory_bytes", "Virtual memory size in bytes",
+                      ps.virtual_bytes);
+    }
+    if (ps.have & DD_PROCSTAT_START) {
+        dd_prom_family(p, "process_start_time_seconds",
+                       "Start time of the process since unix epoch in seconds", DD_PROM_GAUGE);
+        dd_prom_sample_f64(p, "process_start_time_seconds", NULL, 0, ps.start_time_seconds);
+    }
+    if (ps.have & DD_PROCSTAT_FDS)
+        dd_prom_gauge(p, "process_open_fds", "Number of open file descriptors", ps.open_fds);
+    if (ps.have & DD_PROCSTAT_MAXFD)
+        dd_prom_gauge(p, "process_max_fds", "Maximum number of open file descriptors", ps.max_fds);
+}
+
 int dd_metrics_render(dd_metrics *m, dd_prom *p)
 {
     dd_prom_reset(p);
@@ -424,6 +454,7 @@ int dd_metrics_render(dd_metrics *m, dd_prom *p)
     dd_prom_family(p, "dedupd_uptime_seconds", "Seconds since the process started", DD_PROM_GAUGE);
     dd_prom_sample_f64(p, "dedupd_uptime_seconds", NULL, 0,
                        (double)(dd_mono_ns() - m->start_ns) / 1e9);
+    process_families(p);
     for (size_t i = 0; i < m->n; i++) m->cs[i].fn(p, m->cs[i].ud);
     pthread_mutex_unlock(&m->lock);
     return dd_prom_err(p);

@@ -146,7 +146,9 @@ typedef struct dd_metrics dd_metrics;
 typedef void (*dd_metrics_collect_fn)(dd_prom *p, void *ud);
 
 /* A registry with dedupd's process families (dedupd_build_info,
- * dedupd_start_time_seconds, dedupd_uptime_seconds) built in. Returns 0 or
+ * dedupd_start_time_seconds, dedupd_uptime_seconds) and the standard
+ * process_* families (procstat.h; each left out while unreadable) built
+ * in. Returns 0 or
  * DD_ERR_NOMEM (*out NULL). Free with dd_metrics_free (NULL is a no-op);
  * no collector may run after, nor during, that call. */
 int dd_metrics_new(dd_metrics **out);

@@ -69,6 +69,7 @@
 #include "rpcstats.h"
 #include "serve.h"
 #include "snapshot.h"
+#include "stream.h"
 #include "wire.h"
 
 #include "dedup.pb-c.h"
@@ -79,6 +80,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include <errno.h>
@@ -187,6 +189,7 @@ struct dd_rpc {
     dd_cluster *cluster;          /* NULL: a single node, every call is served here */
     dd_forwarder *forwarder;      /* with a cluster: calls for other shards (forward.h) */
     dd_snapshot_server *snapshot; /* lends this store to new replicas; NULL: none */
+    dd_stream *stream;            /* Health/Watch and reflection (stream.h) */
     struct dd_producer *producer;
     int started, shut_down;
     atomic_bool serving;
@@ -272,11 +275,44 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
     return DD_OK;
 }
 
+/* grpc's own log lines (gpr_log), as dd_log lines of module=grpc: its
+ * ERROR becomes warn (most are about a caller: a compressed request with
+ * compression off, a bad frame), INFO info, DEBUG debug. Each source line
+ * of grpc's (file and line, hashed into GRPC_LOG_LIMITS slots) writes at
+ * most one line per GRPC_LOG_INTERVAL_MS with suppressed=N, so a client
+ * repeating a bad call cannot flood the log. The text is grpc's, made
+ * printable (dd_sanitize) and cut to a bounded length. Runs on any grpc
+ * thread: dd_log_limited is thread-safe. */
+#define GRPC_LOG_LIMITS 64
+#define GRPC_LOG_INTERVAL_MS 10000
+static struct dd_log_limit grpc_log_limits[GRPC_LOG_LIMITS];
+
+static void grpc_log_line(gpr_log_func_args *args)
+{
+    enum dd_log_level level = args->severity == GPR_LOG_SEVERITY_ERROR  ? DD_LOG_WARN
+                              : args->severity == GPR_LOG_SEVERITY_INFO ? DD_LOG_INFO
+                                                                        : DD_LOG_DEBUG;
+    if (!dd_log_enabled(level)) return;
+    const char *file = args->file ? args->file : "";
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the file's name and the line */
+    for (const char *c = base; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    h = (h ^ (uint64_t)args->line) * 1099511628211ull;
+    char msg[512], where[160];
+    const char *m = args->message ? args->message : "";
+    dd_sanitize(msg, sizeof msg, m, strlen(m));
+    dd_sanitize(where, sizeof where, base, strlen(base));
+    dd_log_limited(&grpc_log_limits[h % GRPC_LOG_LIMITS], GRPC_LOG_INTERVAL_MS, level, "grpc",
+                   "msg=\"%s\" file=\"%s\" line=%d", msg, where, args->line);
+}
+
 int dd_rpc_process_init(const struct dd_rpc_conf *conf, char *err, size_t errlen)
 {
     if (setenv("GRPC_POLL_STRATEGY", conf->poller, 1) != 0)
         return dd_fail(DD_ERR_NOMEM, err, errlen, "cannot set GRPC_POLL_STRATEGY: %s",
                        strerror(errno));
+    gpr_set_log_function(grpc_log_line);
     return DD_OK;
 }
 
@@ -310,6 +346,24 @@ static void bind_error(const char *listen, char *why, size_t whylen)
         snprintf(why, whylen, "%s", strerror(errno));
     if (fd >= 0) close(fd);
     freeaddrinfo(res);
+}
+
+/* Health/Watch's status of SERVICE (stream.h): the same answer as
+ * Health/Check for "" and dedup.v1.Dedup (the node's readiness, what
+ * /readyz says), SERVING for DD_API_LIVENESS_SERVICE until the server
+ * shuts down (drain included),
+ * SERVICE_UNKNOWN for anything else. */
+static int stream_status(void *ud, const char *service)
+{
+    dd_rpc *rpc = ud;
+    bool serving = atomic_load(&rpc->serving);
+    if (!service[0] || strcmp(service, DD_API_SERVICE) == 0) {
+        bool up = rpc->ready ? rpc->ready(rpc->ready_ud) : serving;
+        return up ? DD_STREAM_SERVING : DD_STREAM_NOT_SERVING;
+    }
+    if (strcmp(service, DD_API_LIVENESS_SERVICE) == 0)
+        return atomic_load(&rpc->stopping) ? DD_STREAM_NOT_SERVING : DD_STREAM_SERVING;
+    return DD_STREAM_SERVICE_UNKNOWN;
 }
 
 int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf, const struct dd_recent_conf *recent,
@@ -447,6 +501,10 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf, const struct dd_rec
             goto err;
         }
     }
+
+    if ((rc = dd_stream_new(&rpc->stream, rpc->server, stream_status, rpc, err, errlen)) != DD_OK)
+        goto err;
+    rc = DD_ERR_NOMEM;
 
     /* Shutdown notification only: never polled for I/O. */
     grpc_completion_queue_attributes attr = {
@@ -1103,6 +1161,7 @@ int dd_rpc_start(dd_rpc *rpc, char *err, size_t errlen)
         }
         w->thread_started = 1;
     }
+    if (dd_stream_start(rpc->stream, err, errlen) != DD_OK) goto err;
     atomic_store(&rpc->serving, true);
     dd_info("rpc",
             "msg=started listen=\"%s\" port=%d tls=%s threads=%u prepost=%u spin_us=%" PRId64
@@ -1141,6 +1200,9 @@ void dd_rpc_shutdown(dd_rpc *rpc)
             "msg=\"shutting down\" health=NOT_SERVING in_flight=%" PRIu64 " grace_ms=%" PRIu32,
             atomic_load(&rpc->in_flight), rpc->grace_ms);
 
+    /* Watchers see NOT_SERVING and every stream ends, so none holds the
+     * server's shutdown for its grace. */
+    dd_stream_stop(rpc->stream);
     int shutdown_tag;
     grpc_server_shutdown_and_notify(rpc->server, rpc->shutdown_cq, &shutdown_tag);
     gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
@@ -1157,6 +1219,7 @@ void dd_rpc_shutdown(dd_rpc *rpc)
     /* Workers finish the calls they hold, then shut their queues down
      * and return (see worker_main). */
     atomic_store(&rpc->drain, true);
+    dd_stream_drain(rpc->stream);
     for (unsigned i = 0; i < rpc->nworkers; i++) {
         struct worker *w = &rpc->workers[i];
         if (w->thread_started) {
@@ -1193,6 +1256,7 @@ void dd_rpc_free(dd_rpc *rpc)
         }
         grpc_server_destroy(rpc->server);
     }
+    dd_stream_free(rpc->stream);
     if (rpc->workers) {
         for (unsigned i = 0; i < rpc->nworkers; i++) {
             struct worker *w = &rpc->workers[i];

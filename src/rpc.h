@@ -110,8 +110,10 @@ int dd_rpc_conf_check(const struct dd_rpc_conf *conf, char *err, size_t errlen);
 /* Process-wide gRPC settings, before grpc starts: rpc.poller becomes
  * GRPC_POLL_STRATEGY (overriding the environment), which grpc reads at its
  * first grpc_init. Call once, early in main, before any thread exists
- * (setenv is not safe against other threads' getenv). Returns 0 or
- * DD_ERR_NOMEM (message in err).
+ * (setenv is not safe against other threads' getenv). grpc's own log
+ * (gpr_log) goes through dd_log from then on: module=grpc key=value lines,
+ * grpc's ERROR as warn, at most one line per grpc source line per 10 s
+ * (with suppressed=N). Returns 0 or DD_ERR_NOMEM (message in err).
  *
  * The two engines: with epoll1 (grpc's default) one thread at a time
  * polls every socket for all completion queues, so at low load the

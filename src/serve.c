@@ -207,10 +207,13 @@ grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m, 
         Grpc__Health__V1__HealthCheckRequest *req =
             grpc__health__v1__health_check_request__unpack(al, len, data);
         if (!req) return dd_serve_bad_message(sv, "grpc.health.v1.HealthCheckRequest");
-        if (req->service[0] && strcmp(req->service, DD_API_SERVICE) != 0) {
+        bool liveness = strcmp(req->service, DD_API_LIVENESS_SERVICE) == 0;
+        if (req->service[0] && strcmp(req->service, DD_API_SERVICE) != 0 && !liveness) {
             snprintf(sv->msg, sv->msglen, "unknown service \"%.200s\"", req->service);
             return GRPC_STATUS_NOT_FOUND;
         }
+        /* liveness: this worker answered, however unready the node is */
+        if (liveness) up = true;
         Grpc__Health__V1__HealthCheckResponse resp;
         grpc__health__v1__health_check_response__init(&resp);
         resp.status = up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING

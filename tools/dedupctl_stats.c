@@ -47,15 +47,17 @@ static void snap_sub(struct dd_histogram_snap *d, const struct dd_histogram_snap
     d->sum = b->sum - a->sum;
 }
 
-/* The consumer lag line: in time from dedupd_ingest_lag_ms where the
- * daemon exports it (a negative value is its "not known"), and in
+/* The consumer lag line: in time from dedupd_ingest_lag_seconds where the
+ * daemon exports it (absent: not known; a node of the release before
+ * exports dedupd_ingest_lag_ms instead, negative when not known), and in
  * messages from dedupd_ingest_consumer_lag (per partition: their sum and
  * the worst). When neither is there, why: no partition assigned, or no
  * statistics yet (they come every kafka.statistics.interval.ms). */
 static void print_lag(FILE *out, const dd_promtext *t)
 {
     const char *label = "consumer lag";
-    double ms = dd_promtext_max(t, "dedupd_ingest_lag_ms", NULL, NULL); /* NaN: none */
+    double ms = dd_promtext_max(t, "dedupd_ingest_lag_seconds", NULL, NULL) * 1e3; /* NaN: none */
+    if (isnan(ms)) ms = dd_promtext_max(t, "dedupd_ingest_lag_ms", NULL, NULL);
     bool have_ms = !isnan(ms) && ms >= 0;
     const char *part = NULL;
     size_t nparts = 0;

@@ -14,6 +14,8 @@
    where it is silent (and no case for an alert that does not exist).
 4. promtool is not lenient: the same test with one firing case expected
    silent fails.
+5. The rules, their tests and the dashboard name no family in a unit
+   other than a base unit (`_ms`, `_mb`, ...).
 
 Locally a missing promtool skips (77); with CI set it fails.
 """
@@ -147,6 +149,21 @@ def main():
         fail("promtool test rules passed with DedupdNotReady expected silent where it fires:\n%s"
              % out)
     log("a firing alert expected silent fails promtool test rules")
+
+    # 5. base units only: no family named in the rules, their tests or the
+    # dashboard has a unit Prometheus's conventions refuse (ms, us, ns, kb,
+    # mb, minutes, hours, percent)
+    dash = os.path.join(harness.SOURCE_ROOT, "deploy", "grafana", "dedupd.json")
+    bad = set()
+    for path in (RULES, TESTS, dash):
+        with open(path) as f:
+            bad |= set(re.findall(r"\b(?:dedupd|process)_\w*?_(?:ms|us|ns|milliseconds|"
+                                  r"microseconds|kb|mb|gb|kib|mib|gib|minutes|hours|percent)\b",
+                                  f.read()))
+    if bad:
+        fail("families not in base units in the rules, their tests or the dashboard: %s"
+             % sorted(bad))
+    log("rules, rule tests and dashboard name families in base units only")
     log("PASS")
 
 

@@ -58,7 +58,8 @@ def check_usage(exe):
 
 def check_stats_lag(exe):
     """`dedupctl stats`' lag line from canned /metrics: in ms where
-    dedupd_ingest_lag_ms is exported (negative: not known), else messages
+    dedupd_ingest_lag_seconds is exported, or the previous release's
+    dedupd_ingest_lag_ms (negative: not known), else messages
     behind, else why there is none."""
     common = ("# TYPE dedupd_rpc_requests_total counter\n"
               "dedupd_rpc_requests_total{method=\"Filter\",code=\"OK\"} 0\n"
@@ -73,8 +74,11 @@ def check_stats_lag(exe):
             "dedupd_ingest_consumer_lag{partition=\"5\"} 9\n")
     no_lags = "# TYPE dedupd_ingest_consumer_lag gauge\n"
 
-    def ms(v):
+    def ms(v):  # the previous release's family
         return "# TYPE dedupd_ingest_lag_ms gauge\ndedupd_ingest_lag_ms %s\n" % v
+
+    def seconds(v):
+        return "# TYPE dedupd_ingest_lag_seconds gauge\ndedupd_ingest_lag_seconds %s\n" % v
     body = {"text": ""}
 
     class Admin(http.server.BaseHTTPRequestHandler):
@@ -97,6 +101,9 @@ def check_stats_lag(exe):
         (common + lags + ms(-1), "12 messages over 2 partitions (max 9 on partition 5)"),
         (common + lags, "12 messages over 2 partitions (max 9 on partition 5)"),
         (common + no_lags + ms(250), "250 ms behind\n"),
+        (common + lags + seconds(1.5),
+         "1500 ms behind; 12 messages over 2 partitions (max 9 on partition 5)"),
+        (common + no_lags + seconds(0.25), "250 ms behind\n"),
         (common + no_lags, "- (8 partitions assigned, no lag in librdkafka's statistics yet"),
         (common.replace("assigned_partitions 8", "assigned_partitions 0") + no_lags,
          "- (no partition assigned)"),

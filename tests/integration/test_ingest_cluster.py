@@ -13,7 +13,8 @@
 4. A topic that does not exist yet (the devbroker's --unavailable): the node
    is not ready, knows no partition count, assigns nothing; once the topic
    appears it assigns its partitions (1, 3 of 4) and is ready.
-5. The lag: dedupd_ingest_lag_ms is -1 before anything is assigned, 0 once
+5. The lag: dedupd_ingest_lag_seconds is absent (dedupd_ingest_lag_known
+   0) before anything is assigned, 0 once
    caught up, and, with a play consumed but its window not yet written
    (window.flush_ms = 6 s), grows with the play's age, in that partition
    only, until the window is written.
@@ -100,14 +101,14 @@ def main():
     il.wait_idle(dd)
     m = il.metrics(dd.admin, "dedupd_ingest_")
     owned = sorted(int(re.search(r'partition="(\d+)"', k).group(1)) for k in m
-                   if k.startswith("dedupd_ingest_partition_lag_ms{"))
+                   if k.startswith("dedupd_ingest_partition_lag_seconds{"))
     if owned != [1, 3, 5, 7] or m["dedupd_ingest_assigned_partitions"] != 4:
         harness.fail("partitions on /metrics: %s, assigned %s" % (
             owned, m.get("dedupd_ingest_assigned_partitions")))
     if m["dedupd_ingest_topic_partitions"] != PARTITIONS:
         harness.fail("topic partitions %s" % m["dedupd_ingest_topic_partitions"])
     harness.wait_until("lag 0 once caught up",
-                       lambda: il.metrics(dd.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
+                       lambda: il.metrics(dd.admin).get("dedupd_ingest_lag_seconds") == 0, timeout=30)
     if m["dedupd_ingest_partition_count_changes_total"] != 0:
         harness.fail("partition count changes counted: %s" % m)
     harness.log("assigned 1,3,5,7; lag 0; /metrics agrees")
@@ -157,11 +158,12 @@ def main():
     st_code, body = harness.http_get(late.admin, "/readyz")
     m = il.metrics(late.admin, "dedupd_ingest_")
     if st_code != 503 or m["dedupd_ingest_topic_partitions"] != 0 or \
-            m["dedupd_ingest_lag_ms"] != -1 or m["dedupd_ingest_assigned_partitions"] != 0:
+            "dedupd_ingest_lag_seconds" in m or m["dedupd_ingest_lag_known"] != 0 or \
+            m["dedupd_ingest_assigned_partitions"] != 0:
         harness.fail("without its topic: /readyz %d %r, metrics %s" % (st_code, body, m))
     if 'msg="partitions assigned"' in late.run_log():
         harness.fail("partitions assigned without a topic")
-    harness.log("no topic: not ready (%s), nothing assigned, lag -1" % body.strip())
+    harness.log("no topic: not ready (%s), nothing assigned, lag unknown (absent)" % body.strip())
     broker.available()
     late.wait_log('msg="partitions assigned" count=2 protocol=assign partitions=1,3 ')
     harness.wait_until("ready with its topic",
@@ -172,7 +174,7 @@ def main():
 
     # ---- 5. the lag of a play not yet visible --------------------------------
     harness.wait_until("lag 0 on the new topic",
-                       lambda: il.metrics(late.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
+                       lambda: il.metrics(late.admin).get("dedupd_ingest_lag_seconds") == 0, timeout=30)
     late_part = il.partitions_of(users, 4)
     u = next(x for x in users if late_part[x] == 3)
     t0 = time.time()
@@ -180,17 +182,18 @@ def main():
     time.sleep(2.5)
     m = il.metrics(late.admin, "dedupd_ingest_")
     waited = (time.time() - t0) * 1000
-    lag3 = m['dedupd_ingest_partition_lag_ms{partition="3"}']
+    lag3 = m['dedupd_ingest_partition_lag_seconds{partition="3"}'] * 1000
+    lag = m["dedupd_ingest_lag_seconds"] * 1000
     # The lag counts from when this node first saw the play in the log (its
     # next fetch after the delivery, up to fetch.wait.max.ms later), not from
     # the producer's timestamp: at least the 2.5 s slept less that delay.
-    if not 1500 <= m["dedupd_ingest_lag_ms"] <= waited + 500 or lag3 != m["dedupd_ingest_lag_ms"] \
-            or m['dedupd_ingest_partition_lag_ms{partition="1"}'] != 0:
+    if not 1500 <= lag <= waited + 500 or lag3 != lag or m["dedupd_ingest_lag_known"] != 1 \
+            or m['dedupd_ingest_partition_lag_seconds{partition="1"}'] != 0:
         harness.fail("a play pending for %.0f ms: lag %s" % (waited, m))
     harness.log("a play pending %.0f ms: lag %d ms (partition 3), partition 1 at 0" % (
         waited, lag3))
     harness.wait_until("lag 0 once its window is written",
-                       lambda: il.metrics(late.admin)["dedupd_ingest_lag_ms"] == 0, timeout=30)
+                       lambda: il.metrics(late.admin).get("dedupd_ingest_lag_seconds") == 0, timeout=30)
     late.stop()
     broker.stop()
     harness.log("PASS")

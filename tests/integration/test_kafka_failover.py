@@ -15,7 +15,7 @@ SIGKILL and restarted a while later:
 - 0 acknowledged RecordPlays lost: every play a RecordPlays call was told OK
   for is in the topic (so every replica applies it) and in the store; calls
   that failed while leaders moved failed with a retryable status;
-- the lag comes back under cluster.max_lag_ms (dedupd_ingest_lag_ms 0) and
+- the lag comes back under cluster.max_lag_ms (dedupd_ingest_lag_seconds 0) and
   the node is ready again.
 """
 import shutil
@@ -110,7 +110,7 @@ def main():
         harness.fail("no RecordPlays call succeeded")
 
     harness.wait_until("lag 0 and ready after the broker came back",
-                       lambda: metric(admin, "dedupd_ingest_lag_ms") == 0 and
+                       lambda: metric(admin, "dedupd_ingest_lag_seconds") == 0 and
                        harness.http_get(admin, "/readyz")[0] == 200, timeout=120)
     il.wait_idle(dd)
     harness.log("lag back to 0, ready")
