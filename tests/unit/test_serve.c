@@ -11,7 +11,10 @@
 #include "serve.h"
 #include "testlib.h"
 
+#include "dedup.pb-c.h"
+
 #include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
 
@@ -133,6 +136,69 @@ static void test_refusals(void)
     dd_arena_reset(arena);
 }
 
+static int32_t eight(void *ud)
+{
+    (void)ud;
+    return 8;
+}
+
+static int64_t lag(void *ud)
+{
+    return *(int64_t *)ud;
+}
+
+/* ClusterMap on a single node: one shard of one replica, itself, with
+ * what dd_serve_single says and the readiness the caller passes; a
+ * request that is not a ClusterMapRequest is refused. */
+static void test_cluster_map_single(void)
+{
+    char msg[256] = "";
+    int64_t lag_ms = 42;
+    struct dd_serve_single single = {.map_hash = "00112233aabbccdd",
+                                     .partitioner = "fnv1a",
+                                     .address = "127.0.0.1:7000",
+                                     .partitions = eight,
+                                     .lag_ms = lag,
+                                     .ud = &lag_ms};
+    struct dd_serve sv = {.arena = arena, .single = &single, .msg = msg, .msglen = sizeof msg};
+    grpc_byte_buffer *reply = NULL;
+    bool damaged = false;
+    for (int up = 0; up < 2; up++) {
+        CHECK_EQ_INT(dd_serve_call(&sv, DD_API_CLUSTER_MAP, (const uint8_t *)"", 0, 0, false, up,
+                                   true, &damaged, &reply),
+                     GRPC_STATUS_OK);
+        REQUIRE(reply);
+        grpc_byte_buffer_reader r;
+        REQUIRE(grpc_byte_buffer_reader_init(&r, reply));
+        grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+        grpc_byte_buffer_reader_destroy(&r);
+        Dedup__V1__ClusterMapResponse *m = dedup__v1__cluster_map_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+        REQUIRE(m);
+        CHECK_STR(m->map_hash, "00112233aabbccdd");
+        CHECK_STR(m->partitioner, "fnv1a");
+        CHECK_EQ_INT(m->partition_count, 8);
+        CHECK_EQ_INT(m->split_from, 0);
+        REQUIRE(m->n_shards == 1 && m->shards[0]->n_replicas == 1);
+        CHECK_EQ_INT(m->shards[0]->shard, 0);
+        const Dedup__V1__ReplicaInfo *ri = m->shards[0]->replicas[0];
+        CHECK_STR(ri->address, "127.0.0.1:7000");
+        CHECK(ri->self && ri->replica == 0 && ri->lag_ms == 42);
+        CHECK_EQ_INT(ri->ready, up);
+        dedup__v1__cluster_map_response__free_unpacked(m, NULL);
+        grpc_slice_unref(all);
+        grpc_byte_buffer_destroy(reply);
+        reply = NULL;
+        dd_arena_reset(arena);
+    }
+    static const uint8_t group[] = {0x0b};
+    CHECK_EQ_INT(dd_serve_call(&sv, DD_API_CLUSTER_MAP, group, sizeof group, 0, false, true, true,
+                               &damaged, &reply),
+                 GRPC_STATUS_INVALID_ARGUMENT);
+    CHECK(!reply);
+    dd_arena_reset(arena);
+}
+
 int main(void)
 {
     grpc_init();
@@ -142,6 +208,7 @@ int main(void)
     test_slices();
     test_status_of();
     test_refusals();
+    test_cluster_map_single();
     dd_arena_free(arena);
     grpc_shutdown();
     TEST_MAIN_END();
