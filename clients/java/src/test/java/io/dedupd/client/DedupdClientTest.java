@@ -70,7 +70,7 @@ class DedupdClientTest {
 
     private DedupdClient.Builder builder(FakeNode seed) {
         return DedupdClient.newBuilder().seeds(seed.name).mapRefresh(Duration.ZERO)
-            .channelFactory(a -> InProcessChannelBuilder.forName(a).directExecutor().build());
+            .channelFactory(a -> InProcessChannelBuilder.forName(a).build());
     }
 
     private DedupdClient client(DedupdClient.Builder b) {
