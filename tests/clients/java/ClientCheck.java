@@ -8,8 +8,9 @@
 //
 //   feed            the old FeedServerClient checks: five feed pages, each
 //                   Filter drops what the previous pages delivered (exact
-//                   kept sets), indexes mode, INVALID_ARGUMENT for an empty
-//                   user, ForgetUser clears the deliveries
+//                   kept sets), compact candidates keep what ids keep,
+//                   indexes mode, INVALID_ARGUMENT for an empty user,
+//                   ForgetUser clears the deliveries
 //   owners U...     the address each user is routed to
 //   route N         N users: one delivery and one Filter each
 //   coalesce U P    U users, P deliveries each at once (one linger): the
@@ -20,6 +21,7 @@
 //   load S T        S seconds of deliveries and Filters on T threads:
 //                   calls, failed (the first errors on stderr)
 //   stats           the main client's counters and map hash
+//   map             the client's map: hash, and each replica ready or down
 //   refresh         read the map now; its hash
 //   quit
 //
@@ -31,6 +33,7 @@ import dedup.v1.RecordDeliveryResponse;
 import dedup.v1.Removed;
 import dedup.v1.ResponseMode;
 import io.dedupd.client.BackpressureException;
+import io.dedupd.client.ClusterMap;
 import io.dedupd.client.DedupdClient;
 import io.grpc.Status;
 import java.io.BufferedReader;
@@ -74,7 +77,9 @@ public final class ClientCheck {
             System.exit(2);
         }
         seeds = args[0].split(",");
-        client = DedupdClient.newBuilder().seeds(seeds).build();
+        // The map is read every second here (10 s by default) so that the
+        // test sees a killed node leave it and come back within seconds.
+        client = DedupdClient.newBuilder().seeds(seeds).mapRefresh(Duration.ofSeconds(1)).build();
         get(client.refreshMap());
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
@@ -124,6 +129,16 @@ public final class ClientCheck {
                 return load(Integer.parseInt(w[1]), Integer.parseInt(w[2]));
             case "stats":
                 return client.stats() + " map=" + client.clusterMap().hash();
+            case "map": {
+                ClusterMap m = client.clusterMap();
+                StringBuilder sb = new StringBuilder("hash=" + m.hash());
+                for (int sh = 0; sh < m.shardCount(); sh++) {
+                    for (ClusterMap.Replica r : m.replicas(sh)) {
+                        sb.append(' ').append(r.address()).append('=').append(r.ready() ? "ready" : "down");
+                    }
+                }
+                return sb.toString();
+            }
             case "refresh":
                 return "map=" + get(client.refreshMap()).hash();
             default:
@@ -161,6 +176,15 @@ public final class ClientCheck {
             shown.addAll(pageIds);
             expect(rd.getRecentSize() == shown.size(),
                 "page " + page + ": recent_size " + rd.getRecentSize() + ", want " + shown.size());
+        }
+        // Compact candidates (the library's default) and ids give the same
+        // kept set on the same request.
+        try (DedupdClient ids = DedupdClient.newBuilder().seeds(seeds).compactCandidates(false).build()) {
+            FilterResponse a = get(client.filter(user, pool, ""));
+            FilterResponse b = get(ids.filter(user, pool, ""));
+            expect(a.getKeptIdsList().equals(b.getKeptIdsList()),
+                "compact candidates kept " + a.getKeptIdsCount() + ", ids kept " + b.getKeptIdsCount());
+            expect(a.getRemovedDelivered() == b.getRemovedDelivered(), "removed_delivered differs");
         }
         // Indexes mode gives positions in the request.
         FilterResponse idx = get(client.filter(FilterRequest.newBuilder().setUserId(user)
