@@ -69,7 +69,11 @@ class DedupdClientTest {
     }
 
     private DedupdClient.Builder builder(FakeNode seed) {
+        // Deadlines far above the defaults: the first calls of a cold JVM on
+        // a loaded machine (class loading) took more than the default 2 s
+        // map read and 5 s call, which is not what these tests are about.
         return DedupdClient.newBuilder().seeds(seed.name).mapRefresh(Duration.ZERO)
+            .mapTimeout(Duration.ofSeconds(20)).deadline(Duration.ofSeconds(30))
             .channelFactory(a -> InProcessChannelBuilder.forName(a).build());
     }
 
@@ -80,12 +84,12 @@ class DedupdClientTest {
     }
 
     private static <T> T get(CompletableFuture<T> f) throws Exception {
-        return f.get(10, TimeUnit.SECONDS);
+        return f.get(40, TimeUnit.SECONDS);
     }
 
     private static Throwable failure(CompletableFuture<?> f) throws Exception {
         try {
-            f.get(10, TimeUnit.SECONDS);
+            f.get(40, TimeUnit.SECONDS);
         } catch (ExecutionException e) {
             return e.getCause();
         }
