@@ -13,29 +13,8 @@ that was not built (toolchain missing) skips, except in CI.
 java: the Java library (clients/java) on a 2 x 2 fleet (fleet.py), built
 with Maven the first time (clients/java/build.sh: mvn package, which runs
 its unit tests), driving tests/clients/java/ClientCheck.java command by
-command (see test_java)."""Run a gRPC client test program against a real dedupd over a real
-redis-server:
-
-    test_clients.py cpp BUILD/tests/clients/cpp_client
-    test_clients.py java BUILD/tests/clients/java_client.jar BUILD/tests/clients/java_client.classpath
-
-The client gets the daemon's address as its only argument and exits 0 when
-its checks passed. dedupd must then stop cleanly on SIGTERM. A client that
-was not built (toolchain missing) skips, except in CI.
-"""Run a gRPC client test program against a real dedupd over a real
-redis-server:
-
-    test_clients.py cpp BUILD/tests/clients/cpp_client
-    test_clients.py java
-
-The C++ client gets the daemon's address as its only argument and exits 0
-when its checks passed. dedupd must then stop cleanly on SIGTERM. A client
-that was not built (toolchain missing) skips, except in CI.
-
-java: the Java library (clients/java) on a 2 x 2 fleet (fleet.py), built
-with Maven the first time (clients/java/build.sh: mvn package, which runs
-its unit tests), driving tests/clients/java/ClientCheck.java command by
-command (see test_java)."""
+command (test_clients_java.py).
+"""
 import os
 import subprocess
 import sys

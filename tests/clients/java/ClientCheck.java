@@ -79,8 +79,20 @@ public final class ClientCheck {
         seeds = args[0].split(",");
         // The map is read every second here (10 s by default) so that the
         // test sees a killed node leave it and come back within seconds.
-        client = DedupdClient.newBuilder().seeds(seeds).mapRefresh(Duration.ofSeconds(1)).build();
-        get(client.refreshMap());
+        // A map read may wait 10 s here (2 s by default): a cold JVM on a
+        // busy CI machine took longer than 2 s to connect.
+        client = DedupdClient.newBuilder().seeds(seeds).mapRefresh(Duration.ofSeconds(1))
+            .mapTimeout(Duration.ofSeconds(10)).build();
+        for (int i = 0; client.clusterMap() == null; i++) {
+            try {
+                get(client.refreshMap());
+            } catch (ExecutionException e) {
+                if (i >= 5) {
+                    throw e;
+                }
+                System.err.println("ClientCheck: reading the map: " + e.getCause());
+            }
+        }
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         while ((line = in.readLine()) != null) {
@@ -179,7 +191,8 @@ public final class ClientCheck {
         }
         // Compact candidates (the library's default) and ids give the same
         // kept set on the same request.
-        try (DedupdClient ids = DedupdClient.newBuilder().seeds(seeds).compactCandidates(false).build()) {
+        try (DedupdClient ids = DedupdClient.newBuilder().seeds(seeds).compactCandidates(false)
+                .mapTimeout(Duration.ofSeconds(10)).build()) {
             FilterResponse a = get(client.filter(user, pool, ""));
             FilterResponse b = get(ids.filter(user, pool, ""));
             expect(a.getKeptIdsList().equals(b.getKeptIdsList()),
@@ -263,6 +276,7 @@ public final class ClientCheck {
         StringBuilder out = new StringBuilder();
         for (DedupdClient.Backpressure mode : DedupdClient.Backpressure.values()) {
             try (DedupdClient c = DedupdClient.newBuilder().seeds(seeds).linger(Duration.ZERO)
+                    .mapTimeout(Duration.ofSeconds(10))
                     .maxInFlight(2).maxQueued(2).backpressure(mode).blockTimeout(Duration.ofSeconds(20))
                     .build()) {
                 get(c.refreshMap());

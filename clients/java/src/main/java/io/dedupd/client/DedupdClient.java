@@ -143,12 +143,32 @@ public final class DedupdClient implements AutoCloseable {
             t.setDaemon(true);
             return t;
         });
-        refreshMap().whenComplete((m, e) -> firstMap.complete(null));
+        firstRead();
         if (!b.mapRefresh.isZero()) {
             long ms = b.mapRefresh.toMillis();
             sched.scheduleWithFixedDelay(() -> refreshMap(), ms, ms, TimeUnit.MILLISECONDS);
         }
     }
+
+    /**
+     * Read the first map; until one was read, try again every
+     * mapRetryDelay (calls meanwhile go unrouted to the seeds, which
+     * forward them).
+     */
+    private void firstRead() {
+        refreshMap().whenComplete((m, e) -> {
+            firstMap.complete(null);
+            if (e != null && map == null && !closed) {
+                try {
+                    sched.schedule(this::firstRead, FIRST_MAP_RETRY_MS, TimeUnit.MILLISECONDS);
+                } catch (java.util.concurrent.RejectedExecutionException closedNow) {
+                    // close() ran meanwhile: nothing more to read
+                }
+            }
+        });
+    }
+
+    private static final long FIRST_MAP_RETRY_MS = 500;
 
     public static Builder newBuilder() {
         return new Builder();
