@@ -108,6 +108,7 @@ public final class DedupdClient implements AutoCloseable {
     private final Map<String, ManagedChannel> channels = new ConcurrentHashMap<>();
     private final Map<String, Long> downUntil = new ConcurrentHashMap<>();
     private final AtomicInteger rotor = new AtomicInteger();
+    private final Set<Attempts<?, ?>> backingOff = ConcurrentHashMap.newKeySet();
     private volatile ClusterMap map;
     private final CompletableFuture<Void> firstMap = new CompletableFuture<>();
     private final Object refreshLock = new Object();
@@ -382,6 +383,10 @@ public final class DedupdClient implements AutoCloseable {
             r.run(); // a queued task sees `closed` and fails its future
         }
         sched.shutdownNow();
+        // Calls waiting out a backoff were in the scheduler's queue: fail them.
+        for (Attempts<?, ?> a : backingOff) {
+            a.finish(null, Status.CANCELLED.withDescription("client closed").asRuntimeException());
+        }
         for (ManagedChannel ch : channels.values()) {
             ch.shutdownNow();
         }
@@ -655,7 +660,16 @@ public final class DedupdClient implements AutoCloseable {
                 long cap = Math.min(cfg.retryMax.toNanos(), cfg.retryBase.toNanos() << Math.min(round - 1, 20));
                 long wait = ThreadLocalRandom.current().nextLong(Math.max(1, cap));
                 statRetries.incrementAndGet();
-                sched.schedule(this::attempt, Math.min(wait, Math.max(0, left)), TimeUnit.NANOSECONDS);
+                backingOff.add(this);
+                try {
+                    sched.schedule(() -> {
+                        backingOff.remove(this);
+                        attempt();
+                    }, Math.min(wait, Math.max(0, left)), TimeUnit.NANOSECONDS);
+                } catch (java.util.concurrent.RejectedExecutionException e) {
+                    backingOff.remove(this);
+                    finish(null, Status.CANCELLED.withDescription("client closed").asRuntimeException());
+                }
                 return;
             }
             tried.add(addr);
@@ -713,10 +727,12 @@ public final class DedupdClient implements AutoCloseable {
         }
 
         void finish(Resp resp, Throwable err) {
-            if (done) {
-                return;
+            synchronized (this) {
+                if (done) {
+                    return;
+                }
+                done = true;
             }
-            done = true;
             finished();
             if (err != null) {
                 out.completeExceptionally(err);

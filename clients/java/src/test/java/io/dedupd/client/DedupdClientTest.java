@@ -353,6 +353,24 @@ class DedupdClientTest {
     }
 
     @Test
+    void closeFailsCallsWaitingOutABackoff() throws Exception {
+        FakeNode n = node();
+        map("00000000000000aa", 8, new FakeNode[] {n});
+        DedupdClient c = builder(n).linger(Duration.ZERO).retryBackoff(Duration.ofSeconds(20), Duration.ofSeconds(20))
+            .build();
+        get(c.refreshMap());
+        n.down = true;
+        CompletableFuture<RecordDeliveryResponse> f = c.recordDelivery("u", List.of("a"), "");
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (c.stats().retries == 0 && System.nanoTime() < until) {
+            Thread.sleep(5);
+        }
+        assertEquals(1, c.stats().retries, "the call waits out a backoff");
+        c.close();
+        assertEquals(Status.Code.CANCELLED, Status.fromThrowable(failure(f)).getCode());
+    }
+
+    @Test
     void otherErrorsAreNotRetried() throws Exception {
         FakeNode n = node();
         map("00000000000000aa", 8, new FakeNode[] {n});
