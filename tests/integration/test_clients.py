@@ -4,14 +4,18 @@
 redis-server:
 
     test_clients.py cpp BUILD/tests/clients/cpp_client
-    test_clients.py java BUILD/tests/clients/java_client.jar BUILD/tests/clients/java_client.classpath
+    test_clients.py java
 
-The client gets the daemon's address as its only argument and exits 0 when
-its checks passed. dedupd must then stop cleanly on SIGTERM. A client that
-was not built (toolchain missing) skips, except in CI.
+The C++ client gets the daemon's address as its only argument and exits 0
+when its checks passed. dedupd must then stop cleanly on SIGTERM. A client
+that was not built (toolchain missing) skips, except in CI.
+
+java: the Java library (clients/java) on a 2 x 2 fleet (fleet.py), built
+with Maven the first time (clients/java/build.sh: mvn package, which runs
+its unit tests), driving tests/clients/java/ClientCheck.java command by
+command (test_clients_java.py).
 """
 import os
-import shutil
 import subprocess
 import sys
 
@@ -24,15 +28,6 @@ def client_argv(kind, args):
         if not args or not os.path.exists(args[0]):
             harness.skip("C++ client not built (grpc++, protobuf or a C++ compiler missing)")
         return [args[0]]
-    if kind == "java":
-        if len(args) < 2 or not os.path.exists(args[0]):
-            harness.skip("Java client not built (JDK or grpc-java missing)")
-        java = shutil.which("java")
-        if not java:
-            harness.skip("java is not installed")
-        with open(args[1]) as f:
-            cp = f.read().strip()
-        return [java, "-cp", args[0] + ":" + cp, "dedup.client.FeedServerClient"]
     harness.fail("unknown client kind %r" % kind)
     return None
 
@@ -41,6 +36,10 @@ def main():
     if len(sys.argv) < 2:
         harness.fail("usage: test_clients.py cpp|java ARTIFACT...")
     kind = sys.argv[1]
+    if kind == "java":
+        import test_clients_java
+        test_clients_java.main()
+        return
     argv = client_argv(kind, sys.argv[2:])
     redis = harness.Redis()
     # The clients check exact reasons (DELIVERED needs Redis' answer), not
