@@ -27,8 +27,13 @@ command -v redis-server >/dev/null || { echo "run_forward: redis-server is not i
 
 dir=$(mktemp -d /tmp/dedupd-forward-XXXXXX)
 pids=
+# Stopped in the reverse order of their start: the dedupd nodes first, while
+# the broker still answers (a node stopping after the broker waits out its
+# Kafka client's close), then redis-server and the broker.
 cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    rev=
+    for p in $pids; do rev="$p $rev"; done
+    for p in $rev; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     [ -n "${DD_KEEP_TMP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
