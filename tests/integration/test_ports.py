@@ -12,6 +12,7 @@
    child's two.
 """
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -94,5 +95,6 @@ again = sorted([harness.free_port(), harness.free_port()])
 if again != held:
     fail("after the child exited the parent got %s, want the child's %s" % (again, held))
 stranger.close()
+shutil.rmtree(env["DD_TEST_PORT_DIR"], ignore_errors=True)
 print("ok: 200 ports outside %d-%d; held ports never shared between processes"
       % (eph_lo, eph_hi))
