@@ -27,15 +27,31 @@ command -v redis-server >/dev/null || { echo "run_forward: redis-server is not i
 
 dir=$(mktemp -d /tmp/dedupd-forward-XXXXXX)
 pids=
+# Stopped in the reverse order of their start: the dedupd nodes first, while
+# the broker still answers (a node stopping after the broker waits out its
+# Kafka client's close), then redis-server and the broker.
 cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+    rev=
+    for p in $pids; do rev="$p $rev"; done
+    for p in $rev; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     [ -n "${DD_KEEP_TMP:-}" ] || rm -rf "$dir"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# A port as tests/integration/harness.py's free_port gives one (below the
+# kernel's ephemeral range), claimed here with flock on its file in
+# DD_TEST_PORT_DIR, held on descriptor 3, 4, ... for the life of this script
+# and its children, so that a test running beside it never takes it.
+port_fd=3
+take_port() { # sets $port
+    while :; do
+        port=$(/usr/bin/python3 "$here/../tests/integration/harness.py" port) || exit 1
+        [ "$port_fd" -le 9 ] || { echo "$0: more than 7 ports" >&2; exit 1; }
+        eval "exec $port_fd>>\"\${DD_TEST_PORT_DIR:-/tmp/dedupd-test-ports}/$port\""
+        if flock -n "$port_fd"; then port_fd=$((port_fd + 1)); return 0; fi
+        eval "exec $port_fd>&-"
+    done
 }
 wait_ready() { # admin_port pid
     i=0
@@ -60,7 +76,7 @@ i=0
 while [ ! -s "$dir/bootstrap" ]; do i=$((i + 1)); [ $i -lt 300 ] || exit 1; sleep 0.05; done
 broker=$(cat "$dir/bootstrap")
 
-redis_port=$(free_port)
+take_port; redis_port=$port
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
     >"$dir/redis.log" 2>&1 &
 pids="$pids $!"
@@ -69,7 +85,7 @@ pids="$pids $!"
 # same file for both nodes: 32 random bytes in hex, readable by us only.
 (umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$dir/forget.key")
 
-a_port=$(free_port) b_port=$(free_port) a_admin=$(free_port) b_admin=$(free_port)
+take_port; a_port=$port; take_port; b_port=$port; take_port; a_admin=$port; take_port; b_admin=$port
 nodes="127.0.0.1:$a_port;127.0.0.1:$b_port"
 start_node() { # shard rpc_port admin_port
     "$dedupd" -o history.path="$dir/h$1" -o trace.path="$dir/t$1" -o rpc.listen=127.0.0.1:"$2" \

@@ -44,8 +44,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# A port as tests/integration/harness.py's free_port gives one (below the
+# kernel's ephemeral range), claimed here with flock on its file in
+# DD_TEST_PORT_DIR, held on descriptor 3, 4, ... for the life of this script
+# and its children, so that a test running beside it never takes it.
+port_fd=3
+take_port() { # sets $port
+    while :; do
+        port=$(/usr/bin/python3 "$here/../tests/integration/harness.py" port) || exit 1
+        [ "$port_fd" -le 9 ] || { echo "$0: more than 7 ports" >&2; exit 1; }
+        eval "exec $port_fd>>\"\${DD_TEST_PORT_DIR:-/tmp/dedupd-test-ports}/$port\""
+        if flock -n "$port_fd"; then port_fd=$((port_fd + 1)); return 0; fi
+        eval "exec $port_fd>&-"
+    done
 }
 wait_port() { # port pid
     i=0
@@ -56,19 +67,19 @@ wait_port() { # port pid
     done
 }
 
-redis_port=$(free_port)
+take_port; redis_port=$port
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
     >"$dir/redis.log" 2>&1 &
 redis_pid=$!
 wait_port "$redis_port" "$redis_pid"
 
-rpc_port=$(free_port)
+take_port; rpc_port=$port
 compare=
 if [ -n "${DEDUPD_B:-}${DEDUPD_B_OPTS:-}" ]; then
     compare=1
     dedupd_b=${DEDUPD_B:-$dedupd}
     [ -x "$dedupd_b" ] || { echo "run_loadgen: $dedupd_b is missing (build first)" >&2; exit 1; }
-    b_port=$(free_port)
+    take_port; b_port=$port
 fi
 # start_one BINARY HISTORY_DIR PORT LOG OPTS: start one dedupd, its pid in
 # $started (recorded by the caller before waiting, so cleanup stops it).

@@ -15,6 +15,7 @@
 #include "history.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
@@ -22,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TL_UNUSED __attribute__((unused))
@@ -89,17 +93,74 @@ static inline int64_t test_clock(void *ud)
 }
 static const struct dd_history_clock tclock TL_UNUSED = {test_clock, NULL};
 
-/* A loopback port with nothing listening: bind, read the port, close. */
+/* A loopback port with nothing listening, reserved for this process until
+ * it exits: taken below the kernel's ephemeral range (ip_local_port_range,
+ * which bind(0) and connections' source ports draw from, so the port cannot
+ * be taken by them before the test binds it) and claimed with flock(2) on a
+ * file named after it in DD_TEST_PORT_DIR (default /tmp/dedupd-test-ports),
+ * the scheme tests/integration/harness.py's free_port uses: two tests
+ * running at once never get the same port. The lock's descriptor stays open
+ * (close-on-exec) for the life of the process. */
 static inline int tl_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    REQUIRE(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    const char *dir = getenv("DD_TEST_PORT_DIR");
+    if (dir == NULL || dir[0] == '\0')
+        dir = "/tmp/dedupd-test-ports";
+    if (mkdir(dir, 01777) == 0)
+        (void)chmod(dir, 01777);
+    int eph_lo = 32768, eph_hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &eph_lo, &eph_hi) != 2) {
+            eph_lo = 32768;
+            eph_hi = 60999;
+        }
+        fclose(f);
+    }
+    int lo, hi;
+    if (eph_lo - 1 >= 20000 + 4096) {
+        lo = 20000;
+        hi = eph_lo - 1;
+    } else {
+        REQUIRE(65535 - eph_hi >= 4096);
+        lo = eph_hi + 1;
+        hi = 65535;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t mix = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec;
+    mix = (mix ^ (mix >> 31)) * 0x9e3779b97f4a7c15ULL;
+    int n = hi - lo + 1;
+    int start = (int)(mix % (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        int port = lo + (start + i) % n;
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%d", dir, port) >= (int)sizeof path)
+            break;
+        int lk = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (lk < 0)
+            continue;
+        if (flock(lk, LOCK_EX | LOCK_NB) != 0) {
+            close(lk);
+            continue;
+        }
+        /* Claimed; it must also be free (no SO_REUSEADDR: a port with
+         * connections in TIME_WAIT is passed over too). */
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(fd >= 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+        close(fd);
+        if (rc != 0) {
+            close(lk);
+            continue;
+        }
+        return port; /* lk stays open: the reservation */
+    }
+    fprintf(stderr, "tl_free_port: no free port in %d-%d\n", lo, hi);
+    exit(1);
 }
 
 /* splitmix64: the next number of the sequence in *STATE (each test keeps

@@ -54,12 +54,79 @@ def tmpdir(prefix="dedupd-test-"):
     return d
 
 
+# Ports for the servers tests start. Binding port 0 and closing the socket
+# is racy once tests run two at a time: the kernel hands the same port out
+# again, to another test's bind(0) or as a connection's source port, before
+# the server that was promised it binds it. So a port comes from below the
+# kernel's ephemeral range (ip_local_port_range), which the kernel never
+# hands out by itself, and is claimed with flock(2) on a file named after it
+# in PORT_LOCK_DIR, held for the life of this process: no other process
+# using this scheme (harness.py, tests/testlib.h, bench/*.sh) takes it
+# meanwhile, and a server restarted on it finds it still free.
+PORT_LOCK_DIR = os.environ.get("DD_TEST_PORT_DIR", "/tmp/dedupd-test-ports")
+_held_ports = {}  # port -> lock file descriptor, kept open until exit
+
+
+def port_range():
+    """The ports free_port draws from: [lo, hi], below the ephemeral range
+    (above it when too little lies below); DD_TEST_PORT_RANGE=LO-HI sets it
+    (test_ports.py)."""
+    if os.environ.get("DD_TEST_PORT_RANGE"):
+        lo, hi = (int(x) for x in os.environ["DD_TEST_PORT_RANGE"].split("-"))
+        return lo, hi
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            eph_lo, eph_hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        eph_lo, eph_hi = 32768, 60999
+    if eph_lo - 1 >= 20000 + 4096:
+        return 20000, eph_lo - 1
+    if 65535 - eph_hi >= 4096:
+        return eph_hi + 1, 65535
+    fail("no room for test ports outside ip_local_port_range %d-%d" % (eph_lo, eph_hi))
+
+
 def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port nobody is bound to, reserved for this process until
+    it exits (see PORT_LOCK_DIR)."""
+    import fcntl
+    import random
+    os.makedirs(PORT_LOCK_DIR, exist_ok=True)
+    try:
+        os.chmod(PORT_LOCK_DIR, 0o1777)
+    except OSError:
+        pass
+    lo, hi = port_range()
+    n = hi - lo + 1
+    start = random.SystemRandom().randrange(n)
+    for i in range(n):
+        port = lo + (start + i) % n
+        if port in _held_ports:
+            continue
+        try:
+            fd = os.open(os.path.join(PORT_LOCK_DIR, str(port)),
+                         os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        # Claimed; now it must also be free (no SO_REUSEADDR: a port with
+        # connections in TIME_WAIT is passed over too).
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            os.close(fd)
+            continue
+        finally:
+            s.close()
+        _held_ports[port] = fd
+        return port
+    fail("no free test port in %d-%d" % (lo, hi))
+
 
 
 _admin_token_file = None
@@ -384,3 +451,12 @@ def _cleanup():
 
 atexit.register(_cleanup)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+
+# `python3 harness.py port` prints a port free_port would give, not held by
+# anyone once it has printed it: for shell scripts, which claim it
+# themselves (flock -n on PORT_LOCK_DIR/PORT, drawing again if that fails;
+# bench/run_forward.sh, bench/run_loadgen.sh).
+if __name__ == "__main__" and sys.argv[1:] == ["port"]:
+    print(free_port())
+    sys.exit(0)

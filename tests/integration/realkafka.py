@@ -14,6 +14,7 @@ KafkaCluster has the same `addr`, so test_ingest_lib's helpers take either.
 """
 import atexit
 import base64
+import fcntl
 import os
 import re
 import subprocess
@@ -47,6 +48,12 @@ def classpath():
     time (a failure there fails the test, naming Maven's error)."""
     path = os.environ.get("DD_KAFKA_CLASSPATH") or os.path.join(harness.BUILD_ROOT,
                                                                 "kafka-classpath.txt")
+    lock = None
+    if not os.path.exists(path):
+        # Two tests at once must not run Maven into one local repository
+        # together: the first resolves, the other waits for its file.
+        lock = open(path + ".lock", "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
     if not os.path.exists(path):
         script = os.path.join(harness.SOURCE_ROOT, "tests", "kafka", "classpath.sh")
         harness.log("resolving Apache Kafka with Maven (first run)")
@@ -55,6 +62,8 @@ def classpath():
             if "not found" in r.stderr:
                 harness.skip(r.stderr.strip())
             harness.fail("tests/kafka/classpath.sh failed:\n" + r.stderr[-3000:])
+    if lock is not None:
+        lock.close()
     with open(path) as f:
         cp = f.read().strip()
     if not cp:
