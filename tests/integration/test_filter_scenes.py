@@ -11,7 +11,9 @@ event times spread over 65 days:
   lookback_used_days says the lookback applied;
 - also_scenes: plays and deliveries of another scene remove a candidate,
   explain names the scene; the bounds are INVALID_ARGUMENT;
-- /why with min_kept and also_scene, and dedupctl --min-kept --also-scene.
+- /why with min_kept and also_scene, and dedupctl --min-kept --also-scene;
+- briefly, a 2-shard cluster (the dev broker, one replica a shard): both
+  fields forwarded unchanged, the same answers through either node.
 """
 import json
 import subprocess
@@ -20,6 +22,7 @@ import urllib.parse
 
 import harness
 import test_clients_lib
+import test_ingest_lib as il
 from test_clients_lib import python_stubs
 
 DAY_MS = 86400000
@@ -173,7 +176,60 @@ def main():
     harness.log("/why and dedupctl ok")
     ch.close()
     check(d.proc.stop() == 0, "dedupd exit code")
-    harness.log("filter_scenes: %.1f s" % (time.time() - t0))
+    harness.log("single node: %.1f s" % (time.time() - t0))
+    t1 = time.time()
+    case_cluster(redis)
+    harness.log("cluster: %.1f s" % (time.time() - t1))
+
+
+def case_cluster(redis):
+    """Through either node of 2 shards: the owner's answer (forwarded
+    FilterRequest with min_kept and also_scenes, lookback_used_days and
+    Removed.scene in the reply)."""
+    broker = harness.DevBroker(topics=("plays:8",))
+    ports = [harness.free_port(), harness.free_port()]
+    admins = [harness.free_port(), harness.free_port()]
+    nodes = "127.0.0.1:%d;127.0.0.1:%d" % tuple(ports)
+    dds = []
+    for s in range(2):
+        o = il.ingest_overrides(broker, group="scenes31")
+        o.update({"log.level": "info", "rpc.listen": "127.0.0.1:%d" % ports[s],
+                  "admin.listen": "127.0.0.1:%d" % admins[s],
+                  "history.day_scenes": "daily", "history.fp_rate": "0.000001",
+                  "cluster.shards": "2", "cluster.shard": str(s), "cluster.replica": "0",
+                  "cluster.nodes": nodes, "cluster.redis": redis.addr + ";" + redis.addr,
+                  "cluster.health_interval_ms": "200", "window.flush_ms": "100"})
+        dds.append(harness.Dedupd(o, name="dd-scenes-%d" % s))
+    harness.wait_until("both nodes ready", lambda: all(
+        harness.http_get(a, "/readyz")[0] == 200 for a in admins), timeout=60)
+    chans = [grpc.insecure_channel("127.0.0.1:%d" % p) for p in ports]
+    stubs = [pbg.DedupStub(c) for c in chans]
+    now = int(time.time() * 1000)
+    users = ["cl-%d" % i for i in range(8)]  # both shards, all but surely
+    for i, u in enumerate(users):
+        st = stubs[i % 2]
+        st.RecordPlays(pb.RecordPlaysRequest(user_id=u, scene="daily", plays=[
+            pb.Play(item_id="old", played_at_ms=now - 40 * DAY_MS),
+            pb.Play(item_id="new", played_at_ms=now - 2 * DAY_MS)]), timeout=30)
+        st.RecordPlays(pb.RecordPlaysRequest(user_id=u, scene="follow", plays=[
+            pb.Play(item_id="f", played_at_ms=now)]), timeout=30)
+    for u in users:
+        for k, st in enumerate(stubs):
+            r = st.Filter(pb.FilterRequest(user_id=u, scene="daily", candidate_ids=[
+                "old", "new", "f", "k"], min_kept=2, also_scenes=["follow"], explain=True),
+                timeout=10)
+            got = (list(r.kept_ids), r.lookback_used_days,
+                   sorted((x.index, x.scene) for x in r.removed))
+            check(got == (["old", "k"], 39, [(1, "daily"), (2, "follow")]),
+                  "%s through node %d: %s" % (u, k, got))
+    fwd = sum(harness.metric_sum(a, "dedupd_cluster_forwarded_total") for a in admins)
+    check(fwd >= 2, "no call was forwarded (%s)" % fwd)
+    for c in chans:
+        c.close()
+    for x in dds:
+        check(x.proc.stop() == 0, "%s exit code" % x.name)
+    broker.stop()
+    harness.log("cluster: min_kept and also_scenes forwarded, %d forwarded calls" % fwd)
 
 
 if __name__ == "__main__":
