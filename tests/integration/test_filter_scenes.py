@@ -174,6 +174,15 @@ def main():
     check(out.returncode == 0 and "(index 1, scene follow)" in out.stdout
           and "lookback_used_days=" in out.stdout, "dedupctl: %s %s" % (out.stdout, out.stderr))
     harness.log("/why and dedupctl ok")
+    # Redis down: degraded, the plays of both scenes still removed
+    redis.stop()
+    try:
+        r = filt("u", ids, scene="home", also_scenes=["follow"], min_kept=1)
+        check(r.degraded and list(r.kept_ids) == ["f2", "o1", "k"],
+              "Redis down: degraded %s kept %s" % (r.degraded, list(r.kept_ids)))
+    finally:
+        redis.start()
+    harness.log("degraded ok")
     ch.close()
     check(d.proc.stop() == 0, "dedupd exit code")
     harness.log("single node: %.1f s" % (time.time() - t0))
