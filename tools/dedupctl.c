@@ -86,9 +86,9 @@ static void usage(FILE *f)
             "  -l, --lookback DAYS    filter: lookback in days (default 0 = whole retention)\n"
             "      --explain          filter: list each removed id with its reason (default)\n"
             "      --no-explain       filter: counts only, no per-id reasons\n"
-            "      --min-kept N       filter: let the oldest plays back in (never within\n"
+            "      --min-kept N       filter, why: let the oldest plays back in (never within\n"
             "                         history.min_lookback_days) until N are kept\n"
-            "      --also-scene SCENE filter: also remove what was played or delivered in\n"
+            "      --also-scene SCENE filter, why: also remove what was played or delivered in\n"
             "                         SCENE (repeatable; the server takes at most 8)\n"
             "      --tls-ca FILE      TLS: the CA that signed the server's certificate (PEM);\n"
             "                         without it dedupctl speaks plaintext\n"
@@ -388,8 +388,9 @@ static int run(const struct opts *o, int nargs, char **args)
             return EXIT_USAGE;
         }
         char err[600];
-        if (dedupctl_why(o->admin, tok, ms, args[1], o->scene, o->lookback_days, args + 2,
-                         (size_t)nargs - 2, stdout, err, sizeof err) == DD_OK)
+        if (dedupctl_why(o->admin, tok, ms, args[1], o->scene, o->lookback_days, o->min_kept,
+                         o->also, o->n_also, args + 2, (size_t)nargs - 2, stdout, err,
+                         sizeof err) == DD_OK)
             return 0;
         fprintf(stderr, "dedupctl: why: %s\n", err);
         return EXIT_RPC;

@@ -173,6 +173,12 @@ def main():
                          capture_output=True, text=True, timeout=30)
     check(out.returncode == 0 and "(index 1, scene follow)" in out.stdout
           and "lookback_used_days=" in out.stdout, "dedupctl: %s %s" % (out.stdout, out.stderr))
+    out = subprocess.run([harness.build_path("tools", "dedupctl"), "--admin",
+                          "127.0.0.1:%d" % admin, "--admin-token-file", harness.admin_token_file(),
+                          "-s", "home", "why", "--min-kept", "1", "--also-scene", "follow", "u"]
+                         + ids, capture_output=True, text=True, timeout=30)
+    check(out.returncode == 0 and "lookback used: 90 days" in out.stdout
+          and "in scene follow" in out.stdout, "dedupctl why: %s %s" % (out.stdout, out.stderr))
     harness.log("/why and dedupctl ok")
     # Redis down: degraded, the plays of both scenes still removed
     redis.stop()
