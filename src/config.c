@@ -123,6 +123,7 @@ static const struct key keys[] = {
     ROW_I64("history.max_future_ms", history.max_future_ms, "3600000", 0, 3650 * DD_MS_PER_DAY),
     ROW_U64("history.min_free_mb", history.min_free_mb, "256", 0, UINT64_MAX >> 20),
     ROW_STR("history.day_scenes", history.day_scenes, ""),
+    ROW_U32("history.min_lookback_days", history.min_lookback_days, "7", 0, 36500),
 
     ROW_BOOL("ingest.enabled", ingest.enabled, "true"),
     ROW_STR("ingest.topic", ingest.topic, "plays"),
@@ -851,6 +852,12 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
     if (c->history.segment_days > c->history.retention_days) {
         dd_set_err(err, errlen, "history.segment_days: %u is more than history.retention_days (%u)",
                    c->history.segment_days, c->history.retention_days);
+        return DD_ERR_INVALID;
+    }
+    if (c->history.min_lookback_days > c->history.retention_days) {
+        dd_set_err(err, errlen,
+                   "history.min_lookback_days: %u is more than history.retention_days (%u)",
+                   c->history.min_lookback_days, c->history.retention_days);
         return DD_ERR_INVALID;
     }
     if (dd_history_check_day_scenes(c->history.day_scenes, err, errlen) != DD_OK)

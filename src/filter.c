@@ -13,6 +13,7 @@
 #include "dd.h"
 #include "history.h"
 #include "log.h"
+#include "lookback.h"
 #include "metrics.h"
 #include "recent.h"
 
@@ -29,7 +30,7 @@
 struct dd_filter {
     dd_history *history;     /* borrowed, shared */
     dd_recent *recent;       /* borrowed, this thread's */
-    uint64_t *recent_hashes; /* room for recent_cap */
+    uint64_t *recent_hashes; /* room for recent_cap per scene, DD_RECENT_SCENES_MAX scenes */
     size_t recent_cap;
     struct dd_candset cands; /* first occurrences, see dd_filter_decide */
     uint32_t max_candidates;
@@ -63,7 +64,7 @@ int dd_filter_new(dd_filter **out, const struct dd_filter_conf *conf, dd_history
     /* A little more than recent.size: a set trimmed concurrently by another
      * writer may briefly hold one or two more. */
     f->recent_cap = (size_t)conf->recent_size + 16;
-    f->recent_hashes = calloc(f->recent_cap, sizeof *f->recent_hashes);
+    f->recent_hashes = calloc(f->recent_cap * DD_RECENT_SCENES_MAX, sizeof *f->recent_hashes);
     if (!f->recent_hashes) goto nomem;
     if (dd_candset_init(&f->cands, f->max_candidates < 20000 ? f->max_candidates : 20000) != DD_OK)
         goto nomem;
@@ -104,6 +105,30 @@ static inline bool same_id(const struct dd_filter_id *a, const struct dd_filter_
     return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
 }
 
+/* also_scenes: at most DD_FILTER_ALSO_MAX, each a scene as scene is,
+ * none repeating scene or another. 0 or DD_ERR_INVALID naming it. */
+static int check_also(const struct dd_filter_query *q, char *err, size_t errlen)
+{
+    if (q->n_also > DD_FILTER_ALSO_MAX)
+        return dd_fail(DD_ERR_INVALID, err, errlen, "also_scenes has %zu entries, more than %d",
+                       q->n_also, DD_FILTER_ALSO_MAX);
+    for (size_t k = 0; k < q->n_also; k++) {
+        const struct dd_filter_id *a = &q->also[k];
+        if (a->len > DD_SCENE_MAX)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "also_scenes[%zu] is %zu bytes, longer than %d", k, a->len,
+                           DD_SCENE_MAX);
+        if (a->len == q->scene_len && memcmp(a->p, q->scene, a->len) == 0)
+            return dd_fail(DD_ERR_INVALID, err, errlen, "also_scenes[%zu] is the request's scene",
+                           k);
+        for (size_t j = 0; j < k; j++)
+            if (same_id(a, &q->also[j]))
+                return dd_fail(DD_ERR_INVALID, err, errlen,
+                               "also_scenes[%zu] repeats also_scenes[%zu]", k, j);
+    }
+    return DD_OK;
+}
+
 int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query *q,
                      struct dd_filter_result *r, int64_t deadline_ns, char *err, size_t errlen)
 {
@@ -120,10 +145,31 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     if (q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS &&
         q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
         return dd_fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode", (int)q->mode);
+    rc = check_also(q, err, errlen);
+    if (rc) return rc;
     if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
 
     if (q->by_hash && q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
         return dd_fail(DD_ERR_INVALID, err, errlen, "candidate_hashes are answered by index only");
+
+    /* The request's scene, then its also_scenes: one read of each store. */
+    const size_t nscenes = 1 + q->n_also;
+    struct dd_history_scene hs[DD_HISTORY_SCENES_MAX];
+    struct dd_recent_scene rs[DD_RECENT_SCENES_MAX];
+    hs[0] = (struct dd_history_scene){q->scene, q->scene_len};
+    rs[0] = (struct dd_recent_scene){q->scene, q->scene_len};
+    for (size_t k = 0; k < q->n_also; k++) {
+        hs[k + 1] = (struct dd_history_scene){q->also[k].p, q->also[k].len};
+        rs[k + 1] = (struct dd_recent_scene){q->also[k].p, q->also[k].len};
+    }
+    /* Marks: each played candidate's age (min_kept) and scene (explain). */
+    uint16_t *age = NULL;
+    uint8_t *where = NULL;
+    if (n && q->min_kept) age = dd_arena_alloc(arena, n * sizeof *age);
+    if (n && q->explain && q->n_also) where = dd_arena_calloc(arena, n, 1);
+    if (n && ((q->min_kept && !age) || (q->explain && q->n_also && !where)))
+        return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
+    r->scene = where;
 
     /* Per-call arrays: O(1) arena allocations, none per candidate. Hashes
      * given by the caller are used where they are. */
@@ -138,8 +184,8 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
 
     /* 3 (begun): the recent deliveries are asked for first; the reply is
      * read after the history probe, so the round trip overlaps them. */
-    int rrc = dd_recent_fetch_begin(f->recent, q->scene, q->scene_len, q->user_id, q->user_len,
-                                    f->recent_cap);
+    int rrc = dd_recent_fetch_begin_scenes(f->recent, rs, nscenes, q->user_id, q->user_len,
+                                           f->recent_cap);
     const bool asked = rrc == DD_OK;
 
     /* 1: validate and hash once (compact candidates come hashed). */
@@ -197,8 +243,9 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
             goto out;
         }
         char herr[256];
-        int hrc = dd_history_probe_any(f->history, q->scene, q->scene_len, q->user_id, q->user_len,
-                                       q->lookback_days, cs, hit, arena, herr, sizeof herr);
+        int hrc = dd_history_probe_scenes(f->history, hs, nscenes, q->user_id, q->user_len,
+                                          q->lookback_days, cs, hit, age, where, arena, herr,
+                                          sizeof herr);
         if (hrc == DD_ERR_NOMEM) {
             rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
             goto out;
@@ -224,34 +271,67 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     /* 3 (ended): recent deliveries, if Redis answered. A first occurrence
      * with a delivered hash is DELIVERED, also when it was found played. */
     uint32_t delivered = 0;
-    size_t nrecent = 0;
-    if (asked) rrc = dd_recent_fetch_end(f->recent, f->recent_hashes, f->recent_cap, &nrecent);
+    size_t counts[DD_RECENT_SCENES_MAX] = {0};
+    if (asked) rrc = dd_recent_fetch_end_scenes(f->recent, f->recent_hashes, f->recent_cap, counts);
     if (rrc != DD_OK) {
         r->degraded = 1;
-        nrecent = 0;
+        memset(counts, 0, sizeof counts);
         STAT_ADD(degraded, 1);
         dd_log_limited(&recent_limit, 10000, DD_LOG_WARN, "filter",
                        "msg=\"recent deliveries unavailable; answering from history\" "
                        "error=\"%s\" detail=\"%s\"",
                        dd_strerror(rrc), dd_recent_errstr(f->recent));
     }
-    for (size_t x = 0; x < nrecent; x++) {
-        /* Every first occurrence with this hash matches: the hash is what
-         * is compared, as for plays. */
-        uint64_t rh = f->recent_hashes[x];
-        for (uint32_t s = dd_candset_home(cs, rh); seen[s].gen == gen; s = (s + 1) & mask) {
-            uint32_t i = seen[s].pos;
-            if (h[i] != rh || reason[i] == DEDUP__V1__REASON__REASON_DELIVERED) continue;
-            played -= reason[i] == DEDUP__V1__REASON__REASON_PLAYED;
-            reason[i] = DEDUP__V1__REASON__REASON_DELIVERED;
-            delivered++;
+    /* Scenes in request order: a delivery is named by the first scene
+     * that holds it. */
+    for (size_t sc = 0; sc < nscenes; sc++) {
+        const uint64_t *rh_s = f->recent_hashes + sc * f->recent_cap;
+        for (size_t x = 0; x < counts[sc]; x++) {
+            /* Every first occurrence with this hash matches: the hash is
+             * what is compared, as for plays. */
+            uint64_t rh = rh_s[x];
+            for (uint32_t s = dd_candset_home(cs, rh); seen[s].gen == gen; s = (s + 1) & mask) {
+                uint32_t i = seen[s].pos;
+                if (h[i] != rh || reason[i] == DEDUP__V1__REASON__REASON_DELIVERED) continue;
+                played -= reason[i] == DEDUP__V1__REASON__REASON_PLAYED;
+                reason[i] = DEDUP__V1__REASON__REASON_DELIVERED;
+                if (where) where[i] = (uint8_t)sc;
+                delivered++;
+            }
         }
+    }
+
+    r->kept = n - ((size_t)dup + delivered + played);
+    /* 5: min_kept. The span as the probe read it (history.h). */
+    uint32_t retention = dd_history_retention_days(f->history);
+    uint32_t span =
+        q->lookback_days == 0 || q->lookback_days > retention ? retention : q->lookback_days;
+    r->lookback_used = span;
+    if (age && r->kept < q->min_kept && played > 0) {
+        uint32_t floor = dd_history_min_lookback_days(f->history);
+        uint32_t *by_age = dd_arena_calloc(arena, (size_t)span + 1, sizeof *by_age);
+        if (!by_age) {
+            rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
+            goto out_ended;
+        }
+        /* A played candidate without an age (none is expected) counts as
+         * today's: it never comes back. */
+        for (size_t i = 0; i < n; i++)
+            if (reason[i] == DEDUP__V1__REASON__REASON_PLAYED)
+                by_age[age[i] <= span ? age[i] : 0]++;
+        uint32_t l = dd_lookback_choose(span, floor, q->min_kept, r->kept, by_age);
+        for (size_t i = 0; l < span && i < n; i++)
+            if (reason[i] == DEDUP__V1__REASON__REASON_PLAYED && age[i] <= span && age[i] > l) {
+                reason[i] = 0;
+                played--;
+                r->kept++;
+            }
+        r->lookback_used = l;
     }
 
     r->played = played;
     r->delivered = delivered;
     r->duplicate = dup;
-    r->kept = n - ((size_t)dup + delivered + played);
 
     STAT_ADD(filter_calls, 1);
     STAT_ADD(candidates, n);
@@ -263,6 +343,7 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
 
 out:
     if (asked) dd_recent_fetch_cancel(f->recent);
+out_ended:
     return rc;
 }
 
@@ -284,7 +365,11 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
         .mode = (int32_t)req->mode,
         .explain = req->explain,
         .n = n,
+        .min_kept = req->min_kept,
+        .n_also = req->n_also_scenes,
     };
+    for (size_t k = 0; k < req->n_also_scenes && k < DD_FILTER_ALSO_MAX; k++)
+        q.also[k] = (struct dd_filter_id){req->also_scenes[k], strlen(req->also_scenes[k])};
     struct dd_filter_result r;
 
     if (by_hash) {
@@ -328,6 +413,8 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
             dedup__v1__removed__init(x);
             x->index = (uint32_t)i;
             x->reason = (Dedup__V1__Reason)r.reason[i];
+            if (r.scene && r.reason[i] != DEDUP__V1__REASON__REASON_DUPLICATE)
+                x->scene = (char *)(r.scene[i] ? req->also_scenes[r.scene[i] - 1] : req->scene);
             resp->removed[resp->n_removed++] = x;
         }
     }
@@ -335,6 +422,7 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
     resp->removed_played = r.played;
     resp->removed_delivered = r.delivered;
     resp->removed_duplicate = r.duplicate;
+    resp->lookback_used_days = r.lookback_used;
     return DD_OK;
 
 nomem:

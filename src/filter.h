@@ -15,7 +15,14 @@
  *   - history (dd_history_probe_any within lookback_days, to the day in a
  *     day scene: history.h): candidates
  *     still kept that it holds become PLAYED;
- *   - recent deliveries (recent.h): DELIVERED, also over PLAYED.
+ *   - recent deliveries (recent.h): DELIVERED, also over PLAYED;
+ *   - with min_kept, when fewer than min_kept would be kept: the lookback
+ *     is shortened (lookback.h) from the ages the history probe recorded,
+ *     and PLAYED candidates older than it are kept; never below
+ *     history.min_lookback_days, never a DELIVERED or DUPLICATE one.
+ * With also_scenes the history probe and the Redis fetch each cover the
+ * request's scene and those in one read (dd_history_probe_scenes, one
+ * MultiGet; dd_recent_fetch_begin_scenes, one pipeline).
  * Redis is asked before the hashing and answered after the history probe,
  * so its round trip overlaps the work. If Redis fails or times out the
  * call answers from the history alone (degraded); if the history cannot be
@@ -73,6 +80,9 @@ void dd_filter_free(dd_filter *f); /* NULL is a no-op */
  * here; their arrays live in ARENA (until its reset) and may point into
  * the request, which must outlive them. */
 
+/* Most also_scenes a request may name (proto/dedup.proto). */
+#define DD_FILTER_ALSO_MAX 8
+
 /* One candidate id: LEN bytes at P (not NUL-terminated; borrowed). */
 struct dd_filter_id {
     const char *p;
@@ -99,6 +109,9 @@ struct dd_filter_query {
      * decoders set it). May be NULL when n > rpc.max_candidates. */
     const uint64_t *hashes;
     int by_hash; /* the candidates are HASHES (also when that is NULL) */
+    uint32_t min_kept;              /* let old plays back in below this many kept (0: never) */
+    size_t n_also;                  /* also_scenes in the request, every one counted */
+    struct dd_filter_id also[DD_FILTER_ALSO_MAX]; /* the first DD_FILTER_ALSO_MAX of them */
 };
 
 /* What Filter decided: one reason byte per candidate, in request order,
@@ -108,7 +121,11 @@ struct dd_filter_result {
     const uint8_t *reason; /* n entries: 0 kept, else a Dedup__V1__Reason; in the arena */
     size_t kept;           /* entries with reason 0 */
     uint32_t played, delivered, duplicate;
-    int degraded; /* answered without Redis */
+    int degraded;           /* answered without Redis */
+    uint32_t lookback_used; /* the lookback applied, in days (lookback_used_days) */
+    const uint8_t *scene;   /* with also_scenes and explain, n entries: where a PLAYED or
+                             * DELIVERED candidate was found, 0 the request's scene, k its
+                             * also[k - 1]; else NULL. In the arena */
 };
 
 /* Filter Q. DEADLINE_NS is a dd_mono_ns() time after which the call stops

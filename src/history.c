@@ -137,6 +137,8 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
         bad = "history.fp_rate";
     else if (conf->max_future_ms < 0)
         bad = "history.max_future_ms";
+    else if (conf->min_lookback_days > conf->retention_days)
+        bad = "history.min_lookback_days";
     else if (!conf->path || !conf->path[0])
         bad = "history.path";
     if (bad) {
@@ -152,6 +154,7 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     }
     if (clock) h->clock = *clock;
     h->max_future_ms = conf->max_future_ms;
+    h->min_lookback_days = conf->min_lookback_days;
     h->min_free_bytes = conf->min_free_mb > UINT64_MAX >> 20 ? UINT64_MAX : conf->min_free_mb << 20;
     if (!(h->path = strdup(conf->path))) {
         free(h);
@@ -286,6 +289,16 @@ void dd_history_close(dd_history *h)
 int64_t dd_history_max_future_ms(const dd_history *h)
 {
     return h->max_future_ms;
+}
+
+uint32_t dd_history_min_lookback_days(const dd_history *h)
+{
+    return h->min_lookback_days;
+}
+
+uint32_t dd_history_retention_days(const dd_history *h)
+{
+    return h->fold.seg.retention_days;
 }
 
 int64_t dd_history_now_ms(const dd_history *h)

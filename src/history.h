@@ -75,6 +75,8 @@ struct dd_history_conf {
     uint64_t min_free_mb;    /* writes are refused while path's filesystem has less free */
     char *day_scenes; /* comma list of scenes kept in day segments (segment.h); NULL or "" = none */
     bool must_exist;  /* refuse a path holding no store rather than create one (ddcheck) */
+    uint32_t min_lookback_days; /* Filter's min_kept never shortens a lookback below this
+                                 * (filter.h); at most retention_days */
 };
 
 /* Most scenes history.day_scenes may list. */
@@ -144,6 +146,11 @@ int dd_history_check_day_scenes(const char *list, char *err, size_t errlen);
 
 /* history.max_future_ms as opened. Cannot fail. */
 int64_t dd_history_max_future_ms(const dd_history *h);
+
+/* history.min_lookback_days and history.retention_days as opened.
+ * Cannot fail. */
+uint32_t dd_history_min_lookback_days(const dd_history *h);
+uint32_t dd_history_retention_days(const dd_history *h);
 
 /* Current time by the store's clock, in ms. */
 int64_t dd_history_now_ms(const dd_history *h);
@@ -282,6 +289,36 @@ struct dd_candset;
 int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, const char *user,
                          size_t user_len, uint32_t lookback_days, const struct dd_candset *cands,
                          uint8_t *hit, dd_arena *arena, char *err, size_t errlen);
+
+/* The same probe over several scenes of one user at once, in one
+ * MultiGet of every scene's live segments within the lookback (each scene
+ * read as dd_history_probe_any reads it: a day scene's day segments too):
+ * HIT[pos] = 1 for each member of CANDS found in any of the NSCENES (1 to
+ * DD_HISTORY_SCENES_MAX) scenes. SCENES[i] are LEN bytes at P, borrowed.
+ *
+ * And, when AGE or WHERE is not NULL, for each member: AGE[pos] the age
+ * in days (today - day, 0 for today or a later day) of the newest day it
+ * was found in, DD_HISTORY_AGE_NONE when it was not found; WHERE[pos] the
+ * index into SCENES of that newest find (ties: the lowest index), left as
+ * it was when not found. A segment_days segment counts as its newest day
+ * (segment.h: a read with lookback L reads it exactly when that day is
+ * within L days), a day segment as its day: so a read with a lookback of
+ * L would have found exactly the members of AGE <= L, and the caller can
+ * choose a shorter lookback without a second read (lookback.h). Each
+ * (age, scene) group of filters is probed as dd_history_probe_any probes
+ * them, then the members it found are marked: one pass over the
+ * candidates per group. Scratch from ARENA. Returns as
+ * dd_history_probe_any, DD_ERR_INVALID also for NSCENES out of range. */
+#define DD_HISTORY_SCENES_MAX 9
+#define DD_HISTORY_AGE_NONE UINT16_MAX
+struct dd_history_scene {
+    const char *p;
+    size_t len;
+};
+int dd_history_probe_scenes(dd_history *h, const struct dd_history_scene *scenes, size_t nscenes,
+                            const char *user, size_t user_len, uint32_t lookback_days,
+                            const struct dd_candset *cands, uint8_t *hit, uint16_t *age,
+                            uint8_t *where, dd_arena *arena, char *err, size_t errlen);
 
 /* Delete all of (SCENE, USER)'s segments, damaged ones included (which
  * repairs the user: it then reads as new). Durable like dd_history_write.

@@ -35,7 +35,8 @@ struct dd_history {
 
     struct dd_history_clock clock;
     int64_t max_future_ms;
-    struct dd_fold fold; /* the merge operator's and filter's state */
+    uint32_t min_lookback_days; /* history.min_lookback_days: min_kept's floor */
+    struct dd_fold fold;        /* the merge operator's and filter's state */
 
     _Atomic uint64_t writes;
     _Atomic uint64_t operands_written;

@@ -48,13 +48,16 @@
 /* ---- read ----------------------------------------------------------------- */
 
 /* The filters of one probe: every view parsed out of the values read, with
- * the segment key each came from (for logging a corrupt one). */
+ * the segment key each came from (for logging a corrupt one, and for its
+ * segment and scene) and the day of the read. */
 struct probe_views {
     struct dd_bloom_view *v;
     size_t *seg; /* v[i] came from key kp[seg[i]] */
     size_t n;
     const char *const *kp;
     const size_t *ks;
+    const size_t *kscene; /* keys [kscene[s], kscene[s + 1]) are scene s's */
+    int64_t day;          /* today, by the store's clock */
 };
 
 /* What a probe does with the views it read (CTX is the caller's; it may
@@ -80,14 +83,14 @@ static int damaged(dd_history *h, const char *key, size_t klen, char *err, size_
     return DD_ERR_CORRUPT;
 }
 
-/* Read (SCENE, USER)'s live segments within LOOKBACK_DAYS in one
- * MultiGet, parse their views and hand them all to FN at once (the values
- * stay pinned until it returns). Returns 0, DD_ERR_IO if a read failed,
- * DD_ERR_CORRUPT if a value is damaged (FN is then not called: the user's
- * history is not known) or FN's error. */
-static int probe_read(dd_history *h, const char *scene, size_t scene_len, const char *user,
-                      size_t user_len, uint32_t lookback_days, probe_fn fn, void *ctx, char *err,
-                      size_t errlen)
+/* Read USER's live segments within LOOKBACK_DAYS in each of the NSCENES
+ * SCENES in one MultiGet, parse their views and hand them all to FN at
+ * once (the values stay pinned until it returns). Returns 0, DD_ERR_IO if
+ * a read failed, DD_ERR_CORRUPT if a value is damaged (FN is then not
+ * called: the user's history is not known) or FN's error. */
+static int probe_read(dd_history *h, const struct dd_history_scene *scenes, size_t nscenes,
+                      const char *user, size_t user_len, uint32_t lookback_days, probe_fn fn,
+                      void *ctx, char *err, size_t errlen)
 {
     int64_t now = now_ms(h);
     int64_t day = dd_day_of_ms(now);
@@ -107,11 +110,18 @@ static int probe_read(dd_history *h, const char *scene, size_t scene_len, const 
     /* A day scene's day segments follow; its segment_days segments are
      * still read (those written before it was listed, until they expire). */
     uint32_t first_day = dd_day_segment(oldest);
-    size_t nseg = ncoarse;
-    if (h->n_day && dd_history_day_scene(h, scene, scene_len))
-        nseg += (size_t)(dd_day_segment(newest) - first_day) + 1;
+    size_t ndays = (size_t)(dd_day_segment(newest) - first_day) + 1;
+    size_t kscene[DD_HISTORY_SCENES_MAX + 1];
+    size_t nseg = 0, scene_max = 0;
+    for (size_t s = 0; s < nscenes; s++) {
+        kscene[s] = nseg;
+        nseg += ncoarse;
+        if (h->n_day && dd_history_day_scene(h, scenes[s].p, scenes[s].len)) nseg += ndays;
+        if (scenes[s].len > scene_max) scene_max = scenes[s].len;
+    }
+    kscene[nscenes] = nseg;
 
-    size_t plen_max = 1 + scene_len + 2 + user_len;
+    size_t plen_max = 1 + scene_max + 2 + user_len;
     size_t klen = plen_max + 4;
 
     /* Common case on the stack; huge ids or tiny segment_days on the heap. */
@@ -154,17 +164,24 @@ static int probe_read(dd_history *h, const char *scene, size_t scene_len, const 
         kbuf = p;
     }
 
-    size_t plen = dd_key_prefix((uint8_t *)kbuf, scene, scene_len, user, user_len);
-    for (size_t i = 0; i < nseg; i++) {
-        char *k = kbuf + i * klen;
-        if (i) memcpy(k, kbuf, plen);
-        dd_key_put_segment((uint8_t *)k + plen,
-                           i < ncoarse ? first + (uint32_t)i : first_day + (uint32_t)(i - ncoarse));
-        kp[i] = k;
-        ks[i] = klen;
+    for (size_t s = 0; s < nscenes; s++) {
+        char *k0 = kbuf + kscene[s] * klen;
+        size_t plen = dd_key_prefix((uint8_t *)k0, scenes[s].p, scenes[s].len, user, user_len);
+        for (size_t i = kscene[s]; i < kscene[s + 1]; i++) {
+            char *k = kbuf + i * klen;
+            size_t j = i - kscene[s];
+            if (k != k0) memcpy(k, k0, plen);
+            dd_key_put_segment((uint8_t *)k + plen, j < ncoarse
+                                                        ? first + (uint32_t)j
+                                                        : first_day + (uint32_t)(j - ncoarse));
+            kp[i] = k;
+            ks[i] = plen + 4;
+        }
     }
     dd_fold_reading(true); /* merges run in this thread, inside the MultiGet */
-    rocksdb_batched_multi_get_cf(h->db, h->ropts, h->cf, nseg, kp, ks, vals, errs, true);
+    /* One scene's keys are in order; several scenes' are not (by the
+     * scene's length, then its bytes), and RocksDB sorts them. */
+    rocksdb_batched_multi_get_cf(h->db, h->ropts, h->cf, nseg, kp, ks, vals, errs, nscenes == 1);
     dd_fold_reading(false);
 
     int rc = 0;
@@ -194,7 +211,7 @@ static int probe_read(dd_history *h, const char *scene, size_t scene_len, const 
         }
     }
     if (rc == 0 && nv > 0) {
-        struct probe_views pv = {views, vseg, nv, kp, ks};
+        struct probe_views pv = {views, vseg, nv, kp, ks, kscene, day};
         rc = fn(h, &pv, ctx, err, errlen);
     }
     for (size_t i = 0; i < nseg; i++) rocksdb_pinnableslice_destroy(vals[i]);
@@ -230,8 +247,8 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
     }
     if (n == 0) return 0;
     struct probe_sorted_ctx c = {sorted, n, hit};
-    return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_sorted, &c, err,
-                      errlen);
+    struct dd_history_scene sc = {scene, scene_len};
+    return probe_read(h, &sc, 1, user, user_len, lookback_days, probe_sorted, &c, err, errlen);
 }
 
 /* Filters with fewer fingerprints decode faster than a cache lookup is
@@ -306,7 +323,7 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     if (!key || !tmp || !shit) goto nomem;
     for (size_t i = 0; i < n; i++) key[i] = (hashes[i] & UINT64_C(0xffffffff00000000)) | i;
     dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
-    struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks};
+    struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks, pv->kscene, pv->day};
     struct probe_sorted_ctx sc = {key, n, shit};
     int rc = probe_sorted(h, &rest, &sc, err, errlen);
     for (size_t a = 0; a < n; a++) c->hit[(uint32_t)key[a]] |= shit[a];
@@ -320,7 +337,103 @@ int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, con
                          size_t user_len, uint32_t lookback_days, const struct dd_candset *cands,
                          uint8_t *hit, dd_arena *arena, char *err, size_t errlen)
 {
-    if (scene_len > DD_SCENE_MAX || user_len > DD_USER_MAX) {
+    struct dd_history_scene sc = {scene, scene_len};
+    return dd_history_probe_scenes(h, &sc, 1, user, user_len, lookback_days, cands, hit, NULL, NULL,
+                                   arena, err, errlen);
+}
+
+struct probe_marked_ctx {
+    struct probe_any_ctx any;
+    uint16_t *age;
+    uint8_t *where;
+};
+
+/* The scene index of key I. */
+static uint8_t key_scene(const struct probe_views *pv, size_t i)
+{
+    uint8_t s = 0;
+    while (pv->kscene[s + 1] <= i) s++;
+    return s;
+}
+
+/* The age of view J: today less its segment's newest day, 0 for today or
+ * later (segment.h: an open segment's newest day may be ahead). */
+static uint16_t view_age(dd_history *h, const struct probe_views *pv, size_t j)
+{
+    uint32_t seg = 0;
+    size_t i = pv->seg[j];
+    dd_key_segment(pv->kp[i], pv->ks[i], &seg);
+    int64_t a = pv->day - dd_segment_last_day(&h->fold.seg, seg);
+    if (a < 0) a = 0;
+    /* read views are within the retention: far below the cap */
+    return a >= DD_HISTORY_AGE_NONE ? DD_HISTORY_AGE_NONE - 1 : (uint16_t)a;
+}
+
+/* dd_history_probe_scenes with marks: the views in groups of one (age,
+ * scene), newest first, each group probed as probe_any probes (into HIT),
+ * then every member found and not marked yet gets the group's age and
+ * scene. So a member's mark is its newest find. */
+static int probe_marked(dd_history *h, const struct probe_views *pv, void *ctx, char *err,
+                        size_t errlen)
+{
+    struct probe_marked_ctx *c = ctx;
+    const size_t n = c->any.cs->n;
+    uint32_t *key = dd_arena_alloc(c->any.arena, pv->n * sizeof *key);
+    if (!key) {
+        dd_set_err(err, errlen, "out of memory probing %zu candidates", n);
+        return DD_ERR_NOMEM;
+    }
+    for (size_t j = 0; j < pv->n; j++)
+        key[j] = (uint32_t)view_age(h, pv, j) << 8 | key_scene(pv, pv->seg[j]);
+    /* Insertion sort by key, moving views and their keys together: a
+     * user's views are a few, or a few hundred with day scenes. */
+    for (size_t j = 1; j < pv->n; j++) {
+        uint32_t k = key[j];
+        struct dd_bloom_view v = pv->v[j];
+        size_t sg = pv->seg[j], m = j;
+        for (; m > 0 && key[m - 1] > k; m--) {
+            key[m] = key[m - 1];
+            pv->v[m] = pv->v[m - 1];
+            pv->seg[m] = pv->seg[m - 1];
+        }
+        key[m] = k;
+        pv->v[m] = v;
+        pv->seg[m] = sg;
+    }
+    uint8_t *hit = c->any.hit;
+    for (size_t j = 0; j < pv->n;) {
+        size_t e = j + 1;
+        while (e < pv->n && key[e] == key[j]) e++;
+        struct probe_views g = {pv->v + j, pv->seg + j, e - j, pv->kp, pv->ks, pv->kscene, pv->day};
+        int rc = probe_any(h, &g, &c->any, err, errlen);
+        if (rc != 0) return rc;
+        const uint16_t a = (uint16_t)(key[j] >> 8);
+        const uint8_t s = (uint8_t)key[j];
+        for (size_t i = 0; i < n; i++)
+            if (hit[i] && c->age[i] == DD_HISTORY_AGE_NONE) {
+                c->age[i] = a;
+                if (c->where) c->where[i] = s;
+            }
+        j = e;
+    }
+    return 0;
+}
+
+int dd_history_probe_scenes(dd_history *h, const struct dd_history_scene *scenes, size_t nscenes,
+                            const char *user, size_t user_len, uint32_t lookback_days,
+                            const struct dd_candset *cands, uint8_t *hit, uint16_t *age,
+                            uint8_t *where, dd_arena *arena, char *err, size_t errlen)
+{
+    if (nscenes == 0 || nscenes > DD_HISTORY_SCENES_MAX) {
+        dd_set_err(err, errlen, "%zu scenes: want 1 to %d", nscenes, DD_HISTORY_SCENES_MAX);
+        return DD_ERR_INVALID;
+    }
+    for (size_t s = 0; s < nscenes; s++)
+        if (scenes[s].len > DD_SCENE_MAX) {
+            dd_set_err(err, errlen, "scene or user id too long");
+            return DD_ERR_INVALID;
+        }
+    if (user_len > DD_USER_MAX) {
         dd_set_err(err, errlen, "scene or user id too long");
         return DD_ERR_INVALID;
     }
@@ -329,9 +442,25 @@ int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, con
         return DD_ERR_INVALID;
     }
     if (cands->n == 0) return 0;
-    struct probe_any_ctx c = {cands, hit, arena};
-    return probe_read(h, scene, scene_len, user, user_len, lookback_days, probe_any, &c, err,
-                      errlen);
+    if (!age && !where) {
+        struct probe_any_ctx c = {cands, hit, arena};
+        return probe_read(h, scenes, nscenes, user, user_len, lookback_days, probe_any, &c, err,
+                          errlen);
+    }
+    /* Members found before this call (the caller's HIT) are not marked:
+     * marks start from a clear array of the probe's own. */
+    uint16_t *mine = age ? age : dd_arena_alloc(arena, cands->n * sizeof *mine);
+    uint8_t *found = dd_arena_calloc(arena, cands->n, 1);
+    if (!mine || !found) {
+        dd_set_err(err, errlen, "out of memory probing %zu candidates", cands->n);
+        return DD_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < cands->n; i++) mine[i] = DD_HISTORY_AGE_NONE;
+    struct probe_marked_ctx c = {{cands, found, arena}, mine, where};
+    int rc = probe_read(h, scenes, nscenes, user, user_len, lookback_days, probe_marked, &c, err,
+                        errlen);
+    for (size_t i = 0; i < cands->n; i++) hit[i] |= found[i];
+    return rc;
 }
 
 /* ---- damage scan ---------------------------------------------------------- */

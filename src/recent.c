@@ -70,15 +70,16 @@ struct dd_recent {
     uint32_t ttl_s;
     uint32_t timeout_ms;
 
-    redisContext *c;       /* NULL while disconnected */
-    int used;              /* c has completed at least one call */
-    int pending;           /* a fetch's reply is due on c (fetch_begin sent it) */
-    size_t pending_keylen; /* its key (in key) and cap, for a retry */
-    size_t pending_cap;
-    int64_t retry_at_ns;   /* monotonic; no connect attempt before this */
-    uint32_t backoff_ms;   /* next backoff to apply after a failure */
-    dd_sentinel *sentinel; /* borrowed; NULL = the fixed recent.redis */
-    uint64_t gen;          /* the sentinel generation host/port came from */
+    redisContext *c;    /* NULL while disconnected */
+    int used;           /* c has completed at least one call */
+    int pending;        /* a fetch's replies are due on c (fetch_begin sent them) */
+    size_t pending_cap; /* its cap, for a retry */
+    size_t pending_n;   /* its keys, back to back in key */
+    size_t pending_lens[DD_RECENT_SCENES_MAX]; /* their lengths */
+    int64_t retry_at_ns;                       /* monotonic; no connect attempt before this */
+    uint32_t backoff_ms;                       /* next backoff to apply after a failure */
+    dd_sentinel *sentinel;                     /* borrowed; NULL = the fixed recent.redis */
+    uint64_t gen;                              /* the sentinel generation host/port came from */
 
     /* Reused across calls so the hot paths do not allocate. */
     char *key;
@@ -407,19 +408,23 @@ static void settle(dd_recent *r)
     if (!r->pending) return;
     r->pending = 0;
     if (r->pending_cap == 0) return; /* nothing was sent */
-    struct dd_recent_reply k = {0};  /* room for nothing: the reply is only read */
-    if (r->c && dd_recent_reply_read(r->c, &k) == REDIS_OK) return;
-    close_now(r);
+    for (size_t i = 0; i < r->pending_n; i++) {
+        struct dd_recent_reply k = {0}; /* room for nothing: the reply is only read */
+        if (!r->c || dd_recent_reply_read(r->c, &k) != REDIS_OK) {
+            close_now(r);
+            return;
+        }
+    }
 }
 
 /* Build the key for (scene, user) in r->key; returns its length or 0 on
  * allocation failure (the message is set). */
-static size_t make_key(dd_recent *r, const char *scene, size_t scene_len, const char *user,
-                       size_t user_len)
+static size_t make_key_at(dd_recent *r, size_t off, const char *scene, size_t scene_len,
+                          const char *user, size_t user_len)
 {
     char num[24];
     int nl = snprintf(num, sizeof num, "%zu", user_len);
-    size_t need = sizeof KEY_PREFIX - 1 + (size_t)nl + 1 + user_len + 1 + scene_len;
+    size_t need = off + sizeof KEY_PREFIX - 1 + (size_t)nl + 1 + user_len + 1 + scene_len;
     if (need > r->key_cap) {
         size_t cap = need * 2;
         char *k = realloc(r->key, cap);
@@ -430,7 +435,7 @@ static size_t make_key(dd_recent *r, const char *scene, size_t scene_len, const 
         r->key = k;
         r->key_cap = cap;
     }
-    char *p = r->key;
+    char *p = r->key + off;
     memcpy(p, KEY_PREFIX, sizeof KEY_PREFIX - 1);
     p += sizeof KEY_PREFIX - 1;
     memcpy(p, num, (size_t)nl);
@@ -441,7 +446,13 @@ static size_t make_key(dd_recent *r, const char *scene, size_t scene_len, const 
     *p++ = '}';
     if (scene_len) memcpy(p, scene, scene_len);
     p += scene_len;
-    return (size_t)(p - r->key);
+    return (size_t)(p - r->key) - off;
+}
+
+static size_t make_key(dd_recent *r, const char *scene, size_t scene_len, const char *user,
+                       size_t user_len)
+{
+    return make_key_at(r, 0, scene, scene_len, user, user_len);
 }
 
 static int reserve_argv(dd_recent *r, size_t n)
@@ -648,17 +659,22 @@ struct fetch_cmd {
     size_t lens[4];
 };
 
-static void fetch_cmd(const dd_recent *r, size_t keylen, size_t cap, struct fetch_cmd *c)
+static void fetch_cmd_at(const char *key, size_t keylen, size_t cap, struct fetch_cmd *c)
 {
     int sl = snprintf(c->stop, sizeof c->stop, "%zu", cap - 1);
     c->argv[0] = "ZREVRANGE";
-    c->argv[1] = r->key;
+    c->argv[1] = key;
     c->argv[2] = "0";
     c->argv[3] = c->stop;
     c->lens[0] = 9;
     c->lens[1] = keylen;
     c->lens[2] = 1;
     c->lens[3] = (size_t)sl;
+}
+
+static void fetch_cmd(const dd_recent *r, size_t keylen, size_t cap, struct fetch_cmd *c)
+{
+    fetch_cmd_at(r->key, keylen, cap, c);
 }
 
 /* A fetch reply read into K: its hashes are in the caller's array. */
@@ -683,17 +699,22 @@ static int fetch_done(dd_recent *r, const struct dd_recent_reply *k, size_t *n)
  * found closed while idle. Returns 0 or an error (the connection dropped
  * as conn_failed does; on out of memory closed, hiredis having marked it
  * unusable). */
-static int fetch_send(dd_recent *r, size_t keylen, size_t cap)
+static int fetch_send_keys(dd_recent *r, size_t nkeys, const size_t *lens, size_t cap)
 {
-    struct fetch_cmd cmd;
-    fetch_cmd(r, keylen, cap, &cmd);
     for (int attempt = 0;; attempt++) {
         int rc = ensure(r);
         if (rc != DD_OK) return rc;
-        if (redisAppendCommandArgv(r->c, 4, cmd.argv, cmd.lens) != REDIS_OK) {
-            set_err(r, "out of memory");
-            close_now(r);
-            return DD_ERR_NOMEM;
+        /* One pipeline: every key's command written at once. */
+        size_t off = 0;
+        for (size_t i = 0; i < nkeys; i++) {
+            struct fetch_cmd cmd;
+            fetch_cmd_at(r->key + off, lens[i], cap, &cmd);
+            off += lens[i];
+            if (redisAppendCommandArgv(r->c, 4, cmd.argv, cmd.lens) != REDIS_OK) {
+                set_err(r, "out of memory");
+                close_now(r);
+                return DD_ERR_NOMEM;
+            }
         }
         int done = 0;
         errno = 0;
@@ -707,6 +728,11 @@ static int fetch_send(dd_recent *r, size_t keylen, size_t cap)
         }
         return conn_failed(r, saved_errno, "fetch");
     }
+}
+
+static int fetch_send(dd_recent *r, size_t keylen, size_t cap)
+{
+    return fetch_send_keys(r, 1, &keylen, cap);
 }
 
 /* The whole fetch, waiting for the reply, for the key in r->key. A reply
@@ -744,42 +770,95 @@ int dd_recent_fetch(dd_recent *r, const char *scene, size_t scene_len, const cha
 int dd_recent_fetch_begin(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                           size_t user_len, size_t cap)
 {
+    struct dd_recent_scene sc = {scene, scene_len};
+    return dd_recent_fetch_begin_scenes(r, &sc, 1, user, user_len, cap);
+}
+
+int dd_recent_fetch_begin_scenes(dd_recent *r, const struct dd_recent_scene *scenes, size_t nscenes,
+                                 const char *user, size_t user_len, size_t cap)
+{
     settle(r);
     r->errstr[0] = '\0';
-    size_t keylen = make_key(r, scene, scene_len, user, user_len);
-    if (!keylen) return DD_ERR_NOMEM;
-    r->pending_keylen = keylen;
+    if (nscenes == 0 || nscenes > DD_RECENT_SCENES_MAX) {
+        set_err(r, "%zu scenes: want 1 to %d", nscenes, DD_RECENT_SCENES_MAX);
+        return DD_ERR_INVALID;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < nscenes; i++) {
+        size_t keylen = make_key_at(r, off, scenes[i].p, scenes[i].len, user, user_len);
+        if (!keylen) return DD_ERR_NOMEM;
+        r->pending_lens[i] = keylen;
+        off += keylen;
+    }
+    r->pending_n = nscenes;
     r->pending_cap = cap;
     if (cap == 0) {
         r->pending = 1;
         return DD_OK;
     }
-    int rc = fetch_send(r, keylen, cap);
+    int rc = fetch_send_keys(r, nscenes, r->pending_lens, cap);
     if (rc == DD_OK) r->pending = 1;
+    return rc;
+}
+
+/* Every pending reply, waiting, on a fresh connection: the keys are sent
+ * again (the whole pipeline). */
+static int fetch_sync_keys(dd_recent *r, uint64_t *hashes, size_t cap, size_t *counts)
+{
+    int rc = fetch_send_keys(r, r->pending_n, r->pending_lens, r->pending_cap);
+    for (size_t i = 0; rc == DD_OK && i < r->pending_n; i++) {
+        struct dd_recent_reply k = {.hashes = hashes + i * cap, .cap = cap};
+        errno = 0;
+        if (dd_recent_reply_read(r->c, &k) != REDIS_OK) return conn_failed(r, errno, "fetch");
+        rc = fetch_done(r, &k, &counts[i]);
+    }
+    return rc;
+}
+
+int dd_recent_fetch_end_scenes(dd_recent *r, uint64_t *hashes, size_t cap, size_t *counts)
+{
+    if (!r->pending) {
+        set_err(r, "fetch_end without a fetch_begin");
+        return DD_ERR_INVALID;
+    }
+    size_t n = r->pending_n;
+    for (size_t i = 0; i < n; i++) counts[i] = 0;
+    r->pending = 0;
+    if (r->pending_cap == 0) return DD_OK;
+    if (cap > r->pending_cap) cap = r->pending_cap;
+    int rc = DD_OK;
+    for (size_t i = 0; i < n; i++) {
+        struct dd_recent_reply k = {.hashes = hashes + i * cap, .cap = cap};
+        errno = 0;
+        if (r->c && dd_recent_reply_read(r->c, &k) == REDIS_OK) {
+            /* every reply is read, whatever an earlier one said */
+            int one = fetch_done(r, &k, &counts[i]);
+            if (rc == DD_OK) rc = one;
+            continue;
+        }
+        int saved_errno = errno;
+        if (i == 0 && stale(r, saved_errno)) {
+            /* closed while idle before the commands reached it: once more,
+             * on a fresh connection, waiting this time */
+            close_now(r);
+            return fetch_sync_keys(r, hashes, cap, counts);
+        }
+        for (size_t j = 0; j < n; j++) counts[j] = 0;
+        return conn_failed(r, saved_errno, "fetch");
+    }
+    if (rc != DD_OK)
+        for (size_t j = 0; j < n; j++) counts[j] = 0;
     return rc;
 }
 
 int dd_recent_fetch_end(dd_recent *r, uint64_t *hashes, size_t cap, size_t *n)
 {
     *n = 0;
-    if (!r->pending) {
-        set_err(r, "fetch_end without a fetch_begin");
+    if (r->pending && r->pending_n != 1) {
+        set_err(r, "fetch_end of a fetch of %zu scenes", r->pending_n);
         return DD_ERR_INVALID;
     }
-    r->pending = 0;
-    if (r->pending_cap == 0) return DD_OK;
-    if (cap > r->pending_cap) cap = r->pending_cap;
-    struct dd_recent_reply k = {.hashes = hashes, .cap = cap};
-    errno = 0;
-    if (r->c && dd_recent_reply_read(r->c, &k) == REDIS_OK) return fetch_done(r, &k, n);
-    int saved_errno = errno;
-    if (stale(r, saved_errno)) {
-        /* closed while idle before the command reached it: once more, on a
-         * fresh connection, waiting this time */
-        close_now(r);
-        return fetch_sync(r, r->pending_keylen, hashes, cap, n);
-    }
-    return conn_failed(r, saved_errno, "fetch");
+    return dd_recent_fetch_end_scenes(r, hashes, cap, n);
 }
 
 void dd_recent_fetch_cancel(dd_recent *r)

@@ -94,6 +94,25 @@ int dd_recent_fetch_begin(dd_recent *r, const char *scene, size_t scene_len, con
 int dd_recent_fetch_end(dd_recent *r, uint64_t *hashes, size_t cap, size_t *n);
 void dd_recent_fetch_cancel(dd_recent *r); /* nothing pending: a no-op; cannot fail */
 
+/* The fetch for several scenes of one user in one round trip: one
+ * pipeline of NSCENES (1 to DD_RECENT_SCENES_MAX) ZREVRANGE commands.
+ * SCENES[i] are LEN bytes at P (borrowed for the call). Begin as
+ * dd_recent_fetch_begin, DD_ERR_INVALID for NSCENES out of range; end
+ * reads every reply: scene i's hashes into HASHES[i * CAP ..] (room for
+ * NSCENES * CAP), their count into COUNTS[i]. A failure of any reply
+ * fails the whole fetch (every count 0), as dd_recent_fetch_end fails;
+ * the other replies are read all the same, so the connection stays in
+ * step. dd_recent_fetch_end ends only a fetch of one scene
+ * (DD_ERR_INVALID otherwise); dd_recent_fetch_cancel gives up either. */
+#define DD_RECENT_SCENES_MAX 9
+struct dd_recent_scene {
+    const char *p;
+    size_t len;
+};
+int dd_recent_fetch_begin_scenes(dd_recent *r, const struct dd_recent_scene *scenes, size_t nscenes,
+                                 const char *user, size_t user_len, size_t cap);
+int dd_recent_fetch_end_scenes(dd_recent *r, uint64_t *hashes, size_t cap, size_t *counts);
+
 /* The same fetch with the delivery times (ZREVRANGE WITHSCORES), newest
  * first: HASHES[i] delivered at TIMES_MS[i] (ms; from the score, which is
  * at_ms * 1024 + a sequence, or at_ms in sets written before that). For

@@ -161,7 +161,16 @@ void dd_why_explain(const struct dd_why_user *u, const struct dd_why_item *it,
         return;
     default:
         out->verdict = "kept";
-        if (it->forgotten) {
+        if (it->let_back && it->history) {
+            snprintf(out->detail, sizeof out->detail,
+                     "kept (played, but not within the last %" PRIu32
+                     " days: min_kept let it back in)",
+                     it->let_back);
+            if (it->play) {
+                out->time_ms = it->play->at_ms;
+                source_text(it->play, out->source, sizeof out->source);
+            }
+        } else if (it->forgotten) {
             dd_why_iso8601(it->forgotten->at_ms, t1, sizeof t1);
             dd_why_iso8601(it->forget_ms, t2, sizeof t2);
             out->time_ms = it->forgotten->at_ms;
@@ -496,7 +505,20 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
     const char *lb = dd_admin_arg(r, "lookback", &llen);
     long long lookback = lb ? parse_u32(lb, llen) : 0;
     if (lookback < 0) return error_page(status, 400, "lookback: want a number of days");
+    size_t mlen = 0;
+    const char *mk = dd_admin_arg(r, "min_kept", &mlen);
+    long long min_kept = mk ? parse_u32(mk, mlen) : 0;
+    if (min_kept < 0) return error_page(status, 400, "min_kept: want a number of items");
     if (not_here(w, user, ulen, status, &page)) return page;
+
+    /* also_scene=A (repeatable), checked as Filter checks also_scenes. */
+    struct items also = {.arena = w->arena};
+    dd_admin_args(r, "also_scene", add_item, &also);
+    if (also.nomem) return NULL;
+    if (also.n > DD_FILTER_ALSO_MAX)
+        return error_page(status, 400, "also_scene: at most %d", DD_FILTER_ALSO_MAX);
+    for (size_t k = 0; k < also.n; k++)
+        if (bad_text("also_scene", also.ids[k].p, also.ids[k].len, status, &page)) return page;
 
     struct items its = {.arena = w->arena};
     dd_admin_args(r, "item", add_item, &its);
@@ -507,8 +529,17 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
         if (bad_text("item", its.ids[i].p, its.ids[i].len, status, &page)) return page;
 
     /* Filter's own decision. */
-    struct dd_filter_query q = {user, ulen,    scene, slen, (uint32_t)lookback, 0, 1,
-                                n,    its.ids, NULL,  0};
+    struct dd_filter_query q = {.user_id = user,
+                                .user_len = ulen,
+                                .scene = scene,
+                                .scene_len = slen,
+                                .lookback_days = (uint32_t)lookback,
+                                .explain = 1,
+                                .n = n,
+                                .ids = its.ids,
+                                .min_kept = (uint32_t)min_kept,
+                                .n_also = also.n};
+    for (size_t k = 0; k < also.n; k++) q.also[k] = also.ids[k];
     struct dd_filter_result res;
     int rc = dd_filter_decide(w->filter, w->arena, &q, &res, dd_mono_ns() + WHY_DEADLINE_NS, err,
                               sizeof err);
@@ -539,9 +570,14 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
     uint8_t *shit = dd_arena_alloc(w->arena, n);
     if (!shit) return NULL;
     memset(shit, 0, n);
-    rc = dd_history_probe(w->history, scene, slen, user, ulen, (uint32_t)lookback, sh, n, shit, err,
-                          sizeof err);
-    if (rc != DD_OK) return error_page(status, 503, "history: %s", err);
+    /* every scene asked, at the request's lookback */
+    for (size_t k = 0; k <= also.n; k++) {
+        const char *ps = k ? also.ids[k - 1].p : scene;
+        size_t pl = k ? also.ids[k - 1].len : slen;
+        rc = dd_history_probe(w->history, ps, pl, user, ulen, (uint32_t)lookback, sh, n, shit, err,
+                              sizeof err);
+        if (rc != DD_OK) return error_page(status, 503, "history: %s", err);
+    }
     for (size_t i = 0; i < n; i++) hit[idx[i]] = shit[i];
 
     /* Distinct items, and each one's first index. */
@@ -561,11 +597,18 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
 
     /* Redis with times (recent.size at most). */
     size_t rcap = w->conf.filter.recent_size, rn = 0;
-    uint64_t *rh = dd_arena_alloc(w->arena, (rcap ? rcap : 1) * sizeof *rh);
-    int64_t *rt = dd_arena_alloc(w->arena, (rcap ? rcap : 1) * sizeof *rt);
+    size_t rall = (rcap ? rcap : 1) * (also.n + 1);
+    uint64_t *rh = dd_arena_alloc(w->arena, rall * sizeof *rh);
+    int64_t *rt = dd_arena_alloc(w->arena, rall * sizeof *rt);
     if (!rh || !rt) return NULL;
-    bool redis_ok =
-        dd_recent_fetch_times(w->recent, scene, slen, user, ulen, rh, rt, rcap, &rn) == DD_OK;
+    bool redis_ok = true;
+    for (size_t k = 0; k <= also.n; k++) {
+        const char *ps = k ? also.ids[k - 1].p : scene;
+        size_t pl = k ? also.ids[k - 1].len : slen, got = 0;
+        redis_ok = redis_ok && dd_recent_fetch_times(w->recent, ps, pl, user, ulen, rh + rn,
+                                                     rt + rn, rcap, &got) == DD_OK;
+        rn += got;
+    }
 
     /* The trace. */
     struct dd_trace_user info = {0};
@@ -588,7 +631,14 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
     }
     json_object_object_add(root, "user", json_object_new_string_len(user, (int)ulen));
     json_object_object_add(root, "scene", json_object_new_string_len(scene, (int)slen));
+    json_object *aa = json_object_new_array();
+    for (size_t k = 0; aa && k < also.n; k++)
+        json_object_array_add(aa, json_object_new_string_len(also.ids[k].p, (int)also.ids[k].len));
+    json_object_object_add(root, "also_scenes", aa);
     json_object_object_add(root, "lookback_days", json_object_new_int64(lookback));
+    json_object_object_add(root, "min_kept", json_object_new_int64(min_kept));
+    json_object_object_add(root, "lookback_used_days",
+                           json_object_new_int64((int64_t)res.lookback_used));
     json_object_object_add(root, "traced", json_object_new_boolean(info.traced));
     add_time(root, "since_ms", "since", info.traced ? info.since_ms : -1);
     json_object_object_add(
@@ -597,13 +647,24 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
                                            : "no trace is kept for this user: the filter's and "
                                              "Redis' verdicts only"));
     json_object_object_add(root, "degraded", json_object_new_boolean(res.degraded || !redis_ok));
+    uint32_t ret = dd_history_retention_days(w->history);
+    uint32_t span = lookback == 0 || lookback > ret ? ret : (uint32_t)lookback;
     struct dd_why_user u = {info.traced, info.since_ms, dd_trace_now_ms(w->trace),
                             dd_trace_retention_ms(w->trace),
                             (int64_t)w->conf.history_days * DD_MS_PER_DAY};
     for (size_t i = 0; i < n; i++) {
         struct found *f = &fd[first[i]];
-        struct dd_why_item it = {res.reason[i], first[i],     hit[i] != 0,     0,
-                                 f->play,       f->forgotten, ss.forget_at_ms, f->delivery};
+        /* let back in: kept, played, and the lookback was shortened */
+        bool back = res.reason[i] == 0 && hit[i] && first[i] == i && res.lookback_used < span;
+        struct dd_why_item it = {res.reason[i],
+                                 first[i],
+                                 hit[i] != 0,
+                                 0,
+                                 f->play,
+                                 f->forgotten,
+                                 ss.forget_at_ms,
+                                 f->delivery,
+                                 back ? res.lookback_used : 0};
         bool in_recent = false;
         for (size_t j = 0; j < rn; j++)
             if (rh[j] == h[i]) {
@@ -623,6 +684,15 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
         json_object_object_add(o, "source", v.source[0] ? json_object_new_string(v.source) : NULL);
         json_object_object_add(o, "history", json_object_new_boolean(it.history));
         json_object_object_add(o, "recent", json_object_new_boolean(in_recent));
+        const char *isc = NULL;
+        size_t iscl = 0;
+        if (res.reason[i] == DEDUP__V1__REASON__REASON_PLAYED ||
+            res.reason[i] == DEDUP__V1__REASON__REASON_DELIVERED) {
+            uint8_t k = res.scene ? res.scene[i] : 0;
+            isc = k ? also.ids[k - 1].p : scene;
+            iscl = k ? also.ids[k - 1].len : slen;
+        }
+        json_object_object_add(o, "scene", isc ? json_object_new_string_len(isc, (int)iscl) : NULL);
         json_object_array_add(arr, o);
     }
     json_object_object_add(root, "items", arr);

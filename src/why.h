@@ -68,10 +68,13 @@ int dd_why_new(dd_why **out, const struct dd_why_conf *conf, const struct dd_rec
 void dd_why_free(dd_why *w); /* NULL is a no-op */
 
 /* The admin handlers (admin.h, dd_admin_handler_fn; UD = the dd_why):
- *   GET  /why?user=U[&scene=S][&lookback=D]&item=I[&item=J]...
- *        200 {"user","scene","traced","since_ms","since","note","degraded",
+ *   GET  /why?user=U[&scene=S][&lookback=D][&min_kept=K][&also_scene=A...]&item=I...
+ *        200 {"user","scene","also_scenes","lookback_days","min_kept",
+ *             "lookback_used_days","traced","since_ms","since","note","degraded",
  *             "items":[{"item","index","verdict","detail","time_ms","time",
- *                       "source","history","recent"}...]}
+ *                       "source","history","recent","scene"}...]}
+ *        (an item's "scene": where a played or delivered one was found, as
+ *        Filter's explain names it; null for the others)
  *   GET  /trace               200 {"users":[{"user","since_ms","since","from_config"}],
  *                                  "max_users"}
  *   POST /trace?user=U        200 {"user","added","since_ms","since"}
@@ -105,6 +108,8 @@ struct dd_why_item {
     const struct dd_trace_rec *forgotten; /* latest traced play a forget undid */
     int64_t forget_ms;                    /* that forget's time */
     const struct dd_trace_rec *delivery;  /* latest traced delivery */
+    uint32_t let_back;                    /* kept though played: min_kept shortened the
+                                           * lookback to this many days (0: not so) */
 };
 
 struct dd_why_verdict {

@@ -9,6 +9,7 @@
 #include "arena.h"
 #include "dd.h"
 #include "pbfield.h"
+#include "segment.h"
 #include "text.h"
 
 #include "dedup.pb-c.h"
@@ -29,6 +30,8 @@ enum {
     F_MODE = 5,
     F_EXPLAIN = 6,
     F_CANDIDATE_HASHES = 7,
+    F_MIN_KEPT = 8,
+    F_ALSO_SCENES = 9,
 };
 
 /* candidate_hashes as they are read: an array taken from the arena at the
@@ -110,11 +113,24 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
         break;
     case F_LOOKBACK_DAYS:
     case F_MODE:
+    case F_MIN_KEPT:
         if (f.wt != DD_PB_WT_VARINT) return 0;
         if (f.num == F_LOOKBACK_DAYS)
             q->lookback_days = varint_u32(f.val, f.val_len);
+        else if (f.num == F_MIN_KEPT)
+            q->min_kept = varint_u32(f.val, f.val_len);
         else
             q->mode = (int32_t)varint_u32(f.val, f.val_len);
+        break;
+    case F_ALSO_SCENES:
+        if (f.wt != DD_PB_WT_LEN) return 0;
+        /* every one counted, the first DD_FILTER_ALSO_MAX kept: the
+         * filter refuses more */
+        if (q->n_also < DD_FILTER_ALSO_MAX) {
+            q->also[q->n_also].p = (const char *)f.payload;
+            q->also[q->n_also].len = f.payload_len;
+        }
+        q->n_also++;
         break;
     case F_EXPLAIN: {
         int b = 0;
@@ -263,6 +279,13 @@ static int check_query_text(const struct dd_filter_query *q, char *why, size_t w
         say(why, why_cap, "scene %s", dd_text_problem(t));
         return DD_ERR_INVALID;
     }
+    for (size_t k = 0; k < q->n_also && k < DD_FILTER_ALSO_MAX; k++) {
+        t = dd_text_check((const uint8_t *)q->also[k].p, q->also[k].len);
+        if (t) {
+            say(why, why_cap, "also_scenes[%zu] %s", k, dd_text_problem(t));
+            return DD_ERR_INVALID;
+        }
+    }
     for (size_t i = 0; q->ids && i < q->n; i++) {
         t = dd_text_check((const uint8_t *)q->ids[i].p, q->ids[i].len);
         if (t) {
@@ -363,8 +386,10 @@ enum {
     K_REMOVED_PLAYED = (5 << 3) | DD_PB_WT_VARINT,
     K_REMOVED_DELIVERED = (6 << 3) | DD_PB_WT_VARINT,
     K_REMOVED_DUPLICATE = (7 << 3) | DD_PB_WT_VARINT,
+    K_LOOKBACK_USED = (8 << 3) | DD_PB_WT_VARINT,
     K_REMOVED_INDEX = (1 << 3) | DD_PB_WT_VARINT,  /* in Removed */
     K_REMOVED_REASON = (2 << 3) | DD_PB_WT_VARINT, /* in Removed */
+    K_REMOVED_SCENE = (3 << 3) | DD_PB_WT_LEN,     /* in Removed */
 };
 
 static inline size_t varint_size(uint64_t v)
@@ -387,10 +412,25 @@ static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
     return p;
 }
 
-/* Size of one Removed message's body: index (omitted when 0) and reason. */
-static inline size_t removed_body(size_t index, uint8_t reason)
+/* The scene Removed entry I names (filter.h, r->scene): its length in
+ * *LEN, NULL when none (no also_scenes, a duplicate, or ""). */
+static inline const char *removed_scene(const struct dd_filter_query *q,
+                                        const struct dd_filter_result *r, size_t i, size_t *len)
 {
-    return (index ? 1 + varint_size(index) : 0) + (reason ? 1 + varint_size(reason) : 0);
+    *len = 0;
+    if (!r->scene || r->reason[i] == DEDUP__V1__REASON__REASON_DUPLICATE) return NULL;
+    uint8_t s = r->scene[i];
+    const char *p = s ? q->also[s - 1].p : q->scene;
+    *len = s ? q->also[s - 1].len : q->scene_len;
+    return *len ? p : NULL;
+}
+
+/* Size of one Removed message's body: index (omitted when 0), reason and
+ * scene (omitted when empty). */
+static inline size_t removed_body(size_t index, uint8_t reason, size_t scene_len)
+{
+    return (index ? 1 + varint_size(index) : 0) + (reason ? 1 + varint_size(reason) : 0) +
+           (scene_len ? 1 + varint_size(scene_len) + scene_len : 0);
 }
 
 static size_t scalars_size(const struct dd_filter_result *r)
@@ -400,6 +440,7 @@ static size_t scalars_size(const struct dd_filter_result *r)
     if (r->played) s += 1 + varint_size(r->played);
     if (r->delivered) s += 1 + varint_size(r->delivered);
     if (r->duplicate) s += 1 + varint_size(r->duplicate);
+    if (r->lookback_used) s += 1 + varint_size(r->lookback_used);
     return s;
 }
 
@@ -450,18 +491,23 @@ size_t dd_wire_filter_response_size(const struct dd_filter_query *q,
     if (q->explain) {
         for (size_t i = 0; i < q->n; i++) {
             if (r->reason[i] == 0) continue;
-            size_t b = removed_body(i, r->reason[i]);
+            size_t sl;
+            removed_scene(q, r, i, &sl);
+            size_t b = removed_body(i, r->reason[i], sl);
             s += 1 + varint_size(b) + b;
         }
     }
     return s;
 }
 
-/* Bytes a Removed entry takes at most: key, length (the body is under 128
- * bytes), index key and a varint of up to 5 bytes, reason key and value. */
+/* Bytes a Removed entry takes at most without a scene: key, length (the
+ * body is under 128 bytes), index key and a varint of up to 5 bytes,
+ * reason key and value; a scene adds its key, a length of up to 2 bytes
+ * (DD_SCENE_MAX) and its bytes, and may make the body's length 2 bytes. */
 #define REMOVED_MAX (1 + 1 + 1 + 5 + 1 + 1)
-/* Scalars at most: degraded (2) and three u32 counters (1 + 5 each). */
-#define SCALARS_MAX (2 + 3 * (1 + 5))
+#define REMOVED_SCENE_MAX (1 + 1 + 2 + DD_SCENE_MAX)
+/* Scalars at most: degraded (2) and four u32 fields (1 + 5 each). */
+#define SCALARS_MAX (2 + 4 * (1 + 5))
 /* The writer may store up to this many bytes past the end of what it
  * writes (a 4-byte varint store at its end). */
 #define WRITE_SLACK 4
@@ -474,7 +520,7 @@ size_t dd_wire_filter_response_bound(const struct dd_filter_query *q,
         s += kept_ids_bound(q, r);
     else
         s += 1 + 5 + r->kept * varint_size(q->n);
-    if (q->explain) s += (q->n - r->kept) * REMOVED_MAX;
+    if (q->explain) s += (q->n - r->kept) * (REMOVED_MAX + (r->scene ? REMOVED_SCENE_MAX : 0));
     return s;
 }
 
@@ -592,14 +638,22 @@ size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
         for (size_t i = 0; i < q->n; i++) {
             uint8_t why = r->reason[i];
             if (why == 0) continue;
+            size_t sl;
+            const char *sc = removed_scene(q, r, i, &sl);
             *p++ = K_REMOVED;
-            p = put_varint(p, removed_body(i, why));
+            p = put_varint(p, removed_body(i, why, sl));
             if (i) {
                 *p++ = K_REMOVED_INDEX;
                 p = put_varint(p, i);
             }
             *p++ = K_REMOVED_REASON;
             p = put_varint(p, why);
+            if (sc) {
+                *p++ = K_REMOVED_SCENE;
+                p = put_varint(p, sl);
+                memcpy(p, sc, sl);
+                p += sl;
+            }
         }
     }
     if (r->degraded) {
@@ -617,6 +671,10 @@ size_t dd_wire_filter_response_write(const struct dd_filter_query *q,
     if (r->duplicate) {
         *p++ = K_REMOVED_DUPLICATE;
         p = put_varint(p, r->duplicate);
+    }
+    if (r->lookback_used) {
+        *p++ = K_LOOKBACK_USED;
+        p = put_varint(p, r->lookback_used);
     }
     return (size_t)(p - out);
 }

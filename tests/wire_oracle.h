@@ -169,8 +169,13 @@ static inline int wo_request_agrees(dd_arena *arena, const uint8_t *buf, size_t 
         ok = 0;
     if (q.scene_len != strlen(pb->scene) || memcmp(q.scene, pb->scene, q.scene_len) != 0) ok = 0;
     if (q.lookback_days != pb->lookback_days || q.mode != (int32_t)pb->mode ||
-        !q.explain != !pb->explain || q.n != pb->n_candidate_ids)
+        !q.explain != !pb->explain || q.n != pb->n_candidate_ids ||
+        q.min_kept != pb->min_kept || q.n_also != pb->n_also_scenes)
         ok = 0;
+    for (size_t k = 0; ok && k < q.n_also && k < DD_FILTER_ALSO_MAX; k++)
+        if (q.also[k].len != strlen(pb->also_scenes[k]) ||
+            memcmp(q.also[k].p, pb->also_scenes[k], q.also[k].len) != 0)
+            ok = 0;
     if (ok && q.n > max_ids) ok = q.ids == NULL;
     for (size_t i = 0; ok && q.n <= max_ids && i < q.n; i++) {
         const char *id = pb->candidate_ids[i];
@@ -201,6 +206,16 @@ static inline void wo_build_response(const struct dd_filter_query *q,
             dedup__v1__removed__init(x);
             x->index = (uint32_t)i;
             x->reason = (Dedup__V1__Reason)r->reason[i];
+            if (r->scene && x->reason != DEDUP__V1__REASON__REASON_DUPLICATE) {
+                /* as dd_filter_run names it: NUL-terminated copies */
+                const struct dd_filter_id *sc =
+                    r->scene[i] ? &q->also[r->scene[i] - 1]
+                                : &(struct dd_filter_id){q->scene, q->scene_len};
+                char *c = wo_malloc(sc->len + 1);
+                memcpy(c, sc->p, sc->len);
+                c[sc->len] = '\0';
+                x->scene = c;
+            }
             resp->removed[resp->n_removed++] = x;
         }
     }
@@ -208,6 +223,7 @@ static inline void wo_build_response(const struct dd_filter_query *q,
     resp->removed_played = r->played;
     resp->removed_delivered = r->delivered;
     resp->removed_duplicate = r->duplicate;
+    resp->lookback_used_days = r->lookback_used;
 }
 
 /* R's counters from REASON[0..n) (R->reason must already point there). */
@@ -246,6 +262,8 @@ static inline int wo_response_matches(const struct dd_filter_query *q,
         fprintf(stderr, "response differs: n %zu kept %zu mode %d explain %d: size %zu bound %zu "
                 "wrote %zu want %zu\n", q->n, r->kept, q->mode, q->explain, size, bound, wrote,
                 want);
+    for (size_t i = 0; i < resp.n_removed; i++)
+        if (rm[i].scene && rm[i].scene != protobuf_c_empty_string) free(rm[i].scene);
     free(a);
     free(b);
     free(rm);

@@ -43,7 +43,10 @@ struct opts {
     const char *scene;
     int timeout_ms;
     uint32_t lookback_days;
-    bool explain; /* filter: ask for each removed id's reason */
+    bool explain;      /* filter: ask for each removed id's reason */
+    uint32_t min_kept; /* filter: --min-kept */
+    char *also[64];    /* filter: --also-scene, in order */
+    size_t n_also;
 };
 
 static void usage(FILE *f)
@@ -83,6 +86,10 @@ static void usage(FILE *f)
             "  -l, --lookback DAYS    filter: lookback in days (default 0 = whole retention)\n"
             "      --explain          filter: list each removed id with its reason (default)\n"
             "      --no-explain       filter: counts only, no per-id reasons\n"
+            "      --min-kept N       filter, why: let the oldest plays back in (never within\n"
+            "                         history.min_lookback_days) until N are kept\n"
+            "      --also-scene SCENE filter, why: also remove what was played or delivered in\n"
+            "                         SCENE (repeatable; the server takes at most 8)\n"
             "      --tls-ca FILE      TLS: the CA that signed the server's certificate (PEM);\n"
             "                         without it dedupctl speaks plaintext\n"
             "      --tls-cert FILE, --tls-key FILE\n"
@@ -147,6 +154,9 @@ static int cmd_filter(dd_client *c, const struct opts *o, int argc, char **argv)
     req.lookback_days = o->lookback_days;
     req.mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS;
     req.explain = o->explain;
+    req.min_kept = o->min_kept;
+    req.also_scenes = (char **)o->also;
+    req.n_also_scenes = o->n_also;
     const Dedup__V1__FilterResponse *r;
     if (dd_client_filter(c, &req, &r) != DD_OK) return rpc_failed("filter", c);
 
@@ -160,11 +170,16 @@ static int cmd_filter(dd_client *c, const struct opts *o, int argc, char **argv)
     for (size_t i = 0; i < r->n_removed; i++) {
         const Dedup__V1__Removed *rm = r->removed[i];
         const char *id = rm->index < req.n_candidate_ids ? req.candidate_ids[rm->index] : "?";
-        printf("  %-24s %-9s (index %" PRIu32 ")\n", id, reason_name(rm->reason), rm->index);
+        if (rm->scene && rm->scene[0])
+            printf("  %-24s %-9s (index %" PRIu32 ", scene %s)\n", id, reason_name(rm->reason),
+                   rm->index, rm->scene);
+        else
+            printf("  %-24s %-9s (index %" PRIu32 ")\n", id, reason_name(rm->reason), rm->index);
     }
     printf("played=%" PRIu32 " delivered=%" PRIu32 " duplicate=%" PRIu32 " degraded=%s\n",
            r->removed_played, r->removed_delivered, r->removed_duplicate,
            r->degraded ? "yes" : "no");
+    printf("lookback_used_days=%" PRIu32 "\n", r->lookback_used_days);
     if (r->degraded)
         fprintf(stderr, "dedupctl: warning: degraded answer (a source was unavailable; "
                         "seen items may have been kept)\n");
@@ -373,8 +388,9 @@ static int run(const struct opts *o, int nargs, char **args)
             return EXIT_USAGE;
         }
         char err[600];
-        if (dedupctl_why(o->admin, tok, ms, args[1], o->scene, o->lookback_days, args + 2,
-                         (size_t)nargs - 2, stdout, err, sizeof err) == DD_OK)
+        if (dedupctl_why(o->admin, tok, ms, args[1], o->scene, o->lookback_days, o->min_kept,
+                         o->also, o->n_also, args + 2, (size_t)nargs - 2, stdout, err,
+                         sizeof err) == DD_OK)
             return 0;
         fprintf(stderr, "dedupctl: why: %s\n", err);
         return EXIT_RPC;
@@ -429,7 +445,9 @@ int main(int argc, char **argv)
         OPT_EXPLAIN,
         OPT_NO_EXPLAIN,
         OPT_ADMIN,
-        OPT_ADMIN_TOKEN_FILE
+        OPT_ADMIN_TOKEN_FILE,
+        OPT_MIN_KEPT,
+        OPT_ALSO_SCENE
     };
     static const struct option longopts[] = {
         {"addr", required_argument, NULL, 'a'},
@@ -440,6 +458,8 @@ int main(int argc, char **argv)
         {"lookback", required_argument, NULL, 'l'},
         {"explain", no_argument, NULL, OPT_EXPLAIN},
         {"no-explain", no_argument, NULL, OPT_NO_EXPLAIN},
+        {"min-kept", required_argument, NULL, OPT_MIN_KEPT},
+        {"also-scene", required_argument, NULL, OPT_ALSO_SCENE},
         {"help", no_argument, NULL, 'h'},
         {"tls-ca", required_argument, NULL, OPT_TLS_CA},
         {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
@@ -489,6 +509,22 @@ int main(int argc, char **argv)
             break;
         case OPT_EXPLAIN: o.explain = true; break;
         case OPT_NO_EXPLAIN: o.explain = false; break;
+        case OPT_MIN_KEPT:
+            if (parse_u32(optarg, UINT32_MAX, &v) != 0) {
+                fprintf(stderr, "dedupctl: --min-kept: want a number, not '%s'\n", optarg);
+                free(args);
+                return EXIT_USAGE;
+            }
+            o.min_kept = v;
+            break;
+        case OPT_ALSO_SCENE:
+            if (o.n_also == DD_ARRAY_LEN(o.also)) {
+                fprintf(stderr, "dedupctl: --also-scene: at most %zu\n", DD_ARRAY_LEN(o.also));
+                free(args);
+                return EXIT_USAGE;
+            }
+            o.also[o.n_also++] = optarg;
+            break;
         case 'h':
             usage(stdout);
             free(args);

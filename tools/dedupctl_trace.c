@@ -107,8 +107,8 @@ static const char *str_of(json_object *o, const char *key, const char *dflt)
 }
 
 int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char *user,
-                 const char *scene, uint32_t lookback_days, char *const *items, size_t n, FILE *out,
-                 char *err, size_t errlen)
+                 const char *scene, uint32_t lookback_days, uint32_t min_kept, char *const *also,
+                 size_t n_also, char *const *items, size_t n, FILE *out, char *err, size_t errlen)
 {
     struct path p = {0};
     put(&p, "/why", 4);
@@ -119,6 +119,12 @@ int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char
         snprintf(lb, sizeof lb, "%" PRIu32, lookback_days);
         arg(&p, "lookback", lb);
     }
+    if (min_kept) {
+        char mk[16];
+        snprintf(mk, sizeof mk, "%" PRIu32, min_kept);
+        arg(&p, "min_kept", mk);
+    }
+    for (size_t i = 0; i < n_also; i++) arg(&p, "also_scene", also[i]);
     for (size_t i = 0; i < n; i++) arg(&p, "item", items[i]);
     json_object *root;
     int rc = ask(addr, timeout_ms, "GET", token, &p, &root, err, errlen);
@@ -141,12 +147,14 @@ int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char
         json_object_put(root);
         return dd_fail(DD_ERR_INVALID, err, errlen, "%s/why: no item list", addr);
     }
+    if (min_kept) fprintf(out, "lookback used: %s days\n", str_of(root, "lookback_used_days", "?"));
     size_t m = json_object_array_length(arr);
     for (size_t i = 0; i < m; i++) {
         json_object *it = json_object_array_get_idx(arr, i);
-        fprintf(out, "%-20s %-9s %-24s %-24s %s\n", str_of(it, "item", "?"),
+        const char *sc = n_also ? str_of(it, "scene", NULL) : NULL;
+        fprintf(out, "%-20s %-9s %-24s %-24s %s%s%s\n", str_of(it, "item", "?"),
                 str_of(it, "verdict", "?"), str_of(it, "time", "-"), str_of(it, "source", "-"),
-                str_of(it, "detail", ""));
+                str_of(it, "detail", ""), sc ? " in scene " : "", sc ? sc : "");
     }
     json_object_put(root);
     return DD_OK;

@@ -19,12 +19,14 @@
  * trace is kept) and one line per item: the item, its verdict (kept,
  * duplicate, delivered, played), the time (UTC ISO-8601, "-" when none is
  * known), the source ("kafka TOPIC/PARTITION@OFFSET", "RecordPlays",
- * "RecordDelivery", "-") and the detail. Returns 0, or an error with a
+ * "RecordDelivery", "-") and the detail (with ALSO, the scene a played or
+ * delivered item was found in; with MIN_KEPT, a line with the lookback
+ * used first). Returns 0, or an error with a
  * message in ERR: the server's {"error"} text (DD_ERR_INVALID for 4xx,
  * DD_ERR_UNAVAILABLE for 5xx), or as dd_http_request. */
 int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char *user,
-                 const char *scene, uint32_t lookback_days, char *const *items, size_t n, FILE *out,
-                 char *err, size_t errlen);
+                 const char *scene, uint32_t lookback_days, uint32_t min_kept, char *const *also,
+                 size_t n_also, char *const *items, size_t n, FILE *out, char *err, size_t errlen);
 
 /* `trace add USER`, `trace remove USER`, `trace list`: ACTION is "add",
  * "remove" or "list" (USER NULL). Prints one line per traced user for

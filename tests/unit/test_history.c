@@ -1850,6 +1850,75 @@ static void test_probe_any_ways(void)
     }
 }
 
+/* dd_history_probe_scenes: one read over several scenes gives each found
+ * candidate the age of its newest day and the scene of that find (a
+ * coarse segment counts as its newest day, a day segment as its day), and
+ * a read with lookback L finds exactly the candidates of age <= L: what
+ * min_kept's choice (lookback.h) relies on. */
+static void test_probe_marks(void)
+{
+    char err[256];
+    struct dd_config cfg;
+    char path[128];
+    new_config(&cfg, path, sizeof path);
+    set(&cfg, "history.day_scenes", "daily");
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    /* T0 is day 20000; 30-day segments: 19920..19949, ..., 19980..20009 */
+    uint64_t c[6];
+    items(c, 6, "mark", 0);
+    play(h, "coarse", "u", &c[0], 1, T0 - 60 * DAY); /* segment's newest day 19949: 51 */
+    play(h, "coarse", "u", &c[1], 1, T0);            /* open segment, ahead: 0 */
+    play(h, "daily", "u", &c[0], 1, T0 - 5 * DAY);   /* newer than the coarse play */
+    play(h, "daily", "u", &c[2], 1, T0 - 12 * DAY);
+    play(h, "coarse", "u", &c[3], 1, T0 - 35 * DAY); /* day 19965: segment 19950..19979: 21 */
+    play(h, "daily", "u", &c[3], 1, T0 - 21 * DAY);  /* the same age: the lower scene index */
+    struct dd_candset cs;
+    REQUIRE(dd_candset_init(&cs, 6) == DD_OK);
+    REQUIRE(dd_candset_begin(&cs, c, 6) == DD_OK);
+    for (uint32_t i = 0; i < 6; i++) dd_candset_add(&cs, i);
+    dd_arena *a = dd_arena_new(0, 0);
+    REQUIRE(a);
+    const struct dd_history_scene sc[2] = {{"coarse", 6}, {"daily", 5}};
+    uint8_t hit[6] = {0}, where[6] = {9, 9, 9, 9, 9, 9};
+    uint16_t age[6];
+    CHECK_EQ_INT(dd_history_probe_scenes(h, sc, 2, "u", 1, 0, &cs, hit, age, where, a, err,
+                                         sizeof err),
+                 DD_OK);
+    static const uint16_t want_age[6] = {5, 0, 12, 21, DD_HISTORY_AGE_NONE, DD_HISTORY_AGE_NONE};
+    static const uint8_t want_where[6] = {1, 0, 1, 0, 9, 9};
+    for (int i = 0; i < 6; i++) {
+        CHECK_MSG(age[i] == want_age[i] && where[i] == want_where[i] &&
+                      hit[i] == (want_age[i] != DD_HISTORY_AGE_NONE),
+                  "candidate %d: age %u where %u hit %u", i, age[i], where[i], hit[i]);
+    }
+    /* One scene: the coarse segment's age alone. */
+    uint16_t age1[6];
+    uint8_t hit1[6] = {0};
+    CHECK_EQ_INT(dd_history_probe_scenes(h, sc, 1, "u", 1, 0, &cs, hit1, age1, NULL, a, err,
+                                         sizeof err),
+                 DD_OK);
+    CHECK(age1[0] == 51 && age1[1] == 0 && age1[2] == DD_HISTORY_AGE_NONE && age1[3] == 21);
+    /* Every lookback finds exactly the ages within it. */
+    for (uint32_t l = 1; l <= 90; l++) {
+        uint8_t hl[6] = {0};
+        dd_arena_reset(a);
+        CHECK_EQ_INT(dd_history_probe_scenes(h, sc, 2, "u", 1, l, &cs, hl, NULL, NULL, a, err,
+                                             sizeof err),
+                     DD_OK);
+        for (int i = 0; i < 6; i++)
+            CHECK_MSG(hl[i] == (age[i] <= l), "lookback %u candidate %d: hit %u age %u", l, i,
+                      hl[i], age[i]);
+    }
+    /* bounds */
+    CHECK_EQ_INT(dd_history_probe_scenes(h, sc, 0, "u", 1, 0, &cs, hit, age, where, a, err,
+                                         sizeof err),
+                 DD_ERR_INVALID);
+    dd_arena_free(a);
+    dd_candset_free(&cs);
+    close_store(h, &cfg);
+}
+
 int main(void)
 {
     tl_tmpdir(root, sizeof root, "history");
@@ -1871,6 +1940,7 @@ int main(void)
     test_offsets();
     test_owner();
     test_probe_any_ways();
+    test_probe_marks();
     test_forget_and_scenes();
     test_concurrent();
     test_corrupt();

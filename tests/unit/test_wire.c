@@ -12,6 +12,7 @@
 #include "arena.h"
 #include "dd.h"
 #include "filter.h"
+#include "segment.h"
 #include "text.h"
 #include "wire.h"
 #include "wire_oracle.h"
@@ -212,6 +213,43 @@ static void test_long_length_prefix(void)
     CHECK(agree(user, sizeof user, 1));
     CHECK(agree(cand, sizeof cand, 1));
     CHECK(agree(big_ok, sizeof big_ok, 1));
+}
+
+/* min_kept (8) and also_scenes (9) read as protobuf-c reads them; every
+ * also_scenes entry counted, the first DD_FILTER_ALSO_MAX kept. */
+static void test_min_kept_also_scenes(void)
+{
+    char *also[12] = {"follow", "", "x", "a", "b", "c", "d", "e", "f", "g", "h", "i"};
+    for (size_t na = 0; na <= 12; na += 3) {
+        Dedup__V1__FilterRequest r;
+        dedup__v1__filter_request__init(&r);
+        r.user_id = "u";
+        r.scene = "home";
+        r.min_kept = na ? 300000 : 0;
+        r.also_scenes = also;
+        r.n_also_scenes = na;
+        char *ids[] = {"a", "b"};
+        r.candidate_ids = ids;
+        r.n_candidate_ids = 2;
+        size_t len;
+        uint8_t *b = pack_request(&r, &len);
+        CHECK_MSG(agree(b, len, 1), "%zu also_scenes", na);
+        struct dd_filter_query q;
+        dd_arena_reset(arena);
+        CHECK_EQ_INT(decode(b, len, SIZE_MAX, &q), DD_OK);
+        CHECK_EQ_INT(q.n_also, na);
+        CHECK_EQ_INT(q.min_kept, r.min_kept);
+        if (na) CHECK(q.also[0].len == 6 && memcmp(q.also[0].p, "follow", 6) == 0);
+        free(b);
+    }
+    /* an also_scenes entry that is not UTF-8 is refused, naming it */
+    static const uint8_t bad[] = {0x0a, 1, 'u', 0x4a, 2, 0xc3, 0x28};
+    struct dd_filter_query q;
+    char why[128] = "";
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_wire_filter_request_decode(bad, sizeof bad, arena, 10, &q, why, sizeof why),
+                 DD_ERR_INVALID);
+    CHECK(strstr(why, "also_scenes[0]") != NULL);
 }
 
 static void test_unknown_and_odd_fields(void)
@@ -431,7 +469,7 @@ static void test_hostile_linear(void)
         w_field(&w, 1, "user-1", 6);
         size_t i = 0;
         while (w.len < ((size_t)1 << 20)) {
-            if (kind == 0) w_bytes(&w, "\x48\x01", 2);          /* unknown field 9, varint 1 */
+            if (kind == 0) w_bytes(&w, "\x78\x01", 2);          /* unknown field 15, varint 1 */
             else if (kind == 1) w_bytes(&w, "\x20\x1e", 2);     /* lookback_days 30 */
             else w_field(&w, 2, "x\x12\x01", 3);                /* framing-like bytes in an id */
             for (int k = 0; k < 5; k++) w_filler(&w, i++);
@@ -523,7 +561,9 @@ static void test_response_bytes(void)
     enum { N = 300 };
     static char *idstr[N];
     static struct dd_filter_id ids[N];
-    static uint8_t reason[N];
+    static uint8_t reason[N], where[N];
+    static char long_scene[DD_SCENE_MAX + 1];
+    memset(long_scene, 's', DD_SCENE_MAX); /* a body past 127 bytes */
     for (size_t i = 0; i < N; i++) {
         size_t l = i % 5 == 0 ? 200 : i % 13;
         idstr[i] = malloc(l + 1);
@@ -545,6 +585,18 @@ static void test_response_bytes(void)
             reason[i] = (int)(next() % 4) < density ? (uint8_t)(1 + next() % 3) : 0;
         wo_tally(&r, reason, q.n);
         r.degraded = (int)(next() % 2);
+        r.lookback_used = next() % 3 == 0 ? 0 : (uint32_t)(next() % 400);
+        /* also_scenes: Removed names the scene (filter.h, r.scene) */
+        if (next() % 2) {
+            const char *names[] = {"follow", "", long_scene};
+            q.scene = next() % 2 ? "home" : "";
+            q.scene_len = strlen(q.scene);
+            q.n_also = 1 + next() % DD_FILTER_ALSO_MAX;
+            for (size_t k = 0; k < q.n_also; k++)
+                q.also[k] = (struct dd_filter_id){names[k % 3], strlen(names[k % 3])};
+            for (size_t i = 0; i < q.n; i++) where[i] = (uint8_t)(next() % (q.n_also + 1));
+            r.scene = where;
+        }
         if (!wo_response_matches(&q, &r, idstr)) bad++;
     }
     CHECK_EQ_INT(bad, 0);
@@ -946,6 +998,7 @@ int main(void)
     test_valid_and_truncated();
     test_garbage();
     test_unknown_and_odd_fields();
+    test_min_kept_also_scenes();
     test_long_length_prefix();
     test_response_bytes();
     test_response_large();
