@@ -112,21 +112,27 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
     memset(r, 0, sizeof *r);
     int rc = dd_api_check_user_scene(q->user_len, q->scene_len, f->max_id_bytes, err, errlen);
     if (rc) return rc;
+    const char *field = q->by_hash ? "candidate_hashes" : "candidate_ids";
     if (n > f->max_candidates)
         return dd_fail(DD_ERR_LIMIT, err, errlen,
-                       "candidate_ids has %zu entries, more than rpc.max_candidates=%" PRIu32, n,
+                       "%s has %zu entries, more than rpc.max_candidates=%" PRIu32, field, n,
                        f->max_candidates);
     if (q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS &&
         q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
         return dd_fail(DD_ERR_INVALID, err, errlen, "mode %d is not a ResponseMode", (int)q->mode);
     if (past(deadline_ns)) return dd_fail(DD_ERR_TIMEOUT, err, errlen, "deadline exceeded");
 
-    /* Per-call arrays: O(1) arena allocations, none per candidate. */
-    uint64_t *h = dd_arena_alloc(arena, n * sizeof *h);
+    if (q->by_hash && q->mode != DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES)
+        return dd_fail(DD_ERR_INVALID, err, errlen, "candidate_hashes are answered by index only");
+
+    /* Per-call arrays: O(1) arena allocations, none per candidate. Hashes
+     * given by the caller are used where they are. */
+    uint64_t *hw = q->by_hash ? NULL : dd_arena_alloc(arena, n * sizeof *hw);
+    const uint64_t *h = q->by_hash ? q->hashes : hw;
     uint8_t *reason = dd_arena_calloc(arena, n, 1);
     uint8_t *hit = dd_arena_calloc(arena, n, 1);
     struct dd_candset *cs = &f->cands;
-    if (!h || !reason || !hit || dd_candset_begin(cs, h, n) != DD_OK)
+    if ((n && !h) || !reason || !hit || dd_candset_begin(cs, h, n) != DD_OK)
         return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
     r->reason = reason;
 
@@ -136,10 +142,10 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
                                     f->recent_cap);
     const bool asked = rrc == DD_OK;
 
-    /* 1: validate and hash once. */
+    /* 1: validate and hash once (compact candidates come hashed). */
     const struct dd_filter_id *ids = q->ids;
     const uint32_t max_len = f->max_id_bytes;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; hw && i < n; i++) {
         size_t l = ids[i].len;
         if (l > max_len) {
             rc = dd_fail(DD_ERR_INVALID, err, errlen,
@@ -147,7 +153,7 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
                          i, l, max_len);
             goto out;
         }
-        h[i] = hash_id(ids[i].p, l);
+        hw[i] = hash_id(ids[i].p, l);
     }
 
     /* 2: look for an earlier occurrence. The table holds first
@@ -172,7 +178,9 @@ int dd_filter_decide(dd_filter *f, dd_arena *arena, const struct dd_filter_query
                 break;
             }
             uint32_t j = seen[s].pos;
-            if (seen[s].hi == (uint32_t)(x >> 32) && h[j] == x && same_id(&ids[j], &ids[i])) {
+            /* Ids are confirmed on their bytes; hashes are all there is. */
+            if (seen[s].hi == (uint32_t)(x >> 32) && h[j] == x &&
+                (!ids || same_id(&ids[j], &ids[i]))) {
                 reason[i] = DEDUP__V1__REASON__REASON_DUPLICATE;
                 dup++;
                 break;
@@ -261,7 +269,12 @@ out:
 int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest *req,
                   Dedup__V1__FilterResponse *resp, int64_t deadline_ns, char *err, size_t errlen)
 {
-    const size_t n = req->n_candidate_ids;
+    dedup__v1__filter_response__init(resp);
+    if (req->n_candidate_ids && req->n_candidate_hashes)
+        return dd_fail(DD_ERR_INVALID, err, errlen,
+                       "candidate_ids and candidate_hashes are both set; send one of them");
+    const bool by_hash = req->n_candidate_hashes > 0;
+    const size_t n = by_hash ? req->n_candidate_hashes : req->n_candidate_ids;
     struct dd_filter_query q = {
         .user_id = req->user_id,
         .user_len = strlen(req->user_id),
@@ -274,8 +287,11 @@ int dd_filter_run(dd_filter *f, dd_arena *arena, const Dedup__V1__FilterRequest 
     };
     struct dd_filter_result r;
 
-    dedup__v1__filter_response__init(resp);
-    if (n <= f->max_candidates) {
+    if (by_hash) {
+        q.by_hash = 1;
+        q.mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES;
+        q.hashes = n <= f->max_candidates ? req->candidate_hashes : NULL;
+    } else if (n <= f->max_candidates) {
         struct dd_filter_id *ids = dd_arena_alloc(arena, n * sizeof *ids);
         if (!ids) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu candidates", n);
         for (size_t i = 0; i < n; i++) {

@@ -92,6 +92,13 @@ struct dd_filter_query {
     int explain;                    /* fill the removed list */
     size_t n;                       /* candidates */
     const struct dd_filter_id *ids; /* n ids; may be NULL when n > rpc.max_candidates */
+    /* Compact candidates (FilterRequest.candidate_hashes): n item hashes,
+     * each what dd_hash gives for its id, instead of IDS (then NULL).
+     * A hash is compared wherever its id's hash would be; equal hashes
+     * are duplicates. Mode must then be RESPONSE_MODE_INDEXES (the
+     * decoders set it). May be NULL when n > rpc.max_candidates. */
+    const uint64_t *hashes;
+    int by_hash; /* the candidates are HASHES (also when that is NULL) */
 };
 
 /* What Filter decided: one reason byte per candidate, in request order,

@@ -507,7 +507,8 @@ static char *why_locked(dd_why *w, const dd_admin_request *r, unsigned *status)
         if (bad_text("item", its.ids[i].p, its.ids[i].len, status, &page)) return page;
 
     /* Filter's own decision. */
-    struct dd_filter_query q = {user, ulen, scene, slen, (uint32_t)lookback, 0, 1, n, its.ids};
+    struct dd_filter_query q = {user, ulen,    scene, slen, (uint32_t)lookback, 0, 1,
+                                n,    its.ids, NULL,  0};
     struct dd_filter_result res;
     int rc = dd_filter_decide(w->filter, w->arena, &q, &res, dd_mono_ns() + WHY_DEADLINE_NS, err,
                               sizeof err);

@@ -28,7 +28,34 @@ enum {
     F_LOOKBACK_DAYS = 4,
     F_MODE = 5,
     F_EXPLAIN = 6,
+    F_CANDIDATE_HASHES = 7,
 };
+
+/* candidate_hashes as they are read: an array taken from the arena at the
+ * first one, with room for CAP (the most the bytes can hold, at most
+ * max_ids); N counts them all, also past CAP. */
+struct hash_acc {
+    dd_arena *arena;
+    uint64_t *h;
+    size_t cap, n;
+    int nomem; /* the array could not be allocated */
+};
+
+/* Record the LEN / 8 little-endian hashes at P into A. */
+static void add_hashes(struct hash_acc *a, const uint8_t *p, size_t len)
+{
+    size_t k = len / 8;
+    if (k && !a->h && a->cap && !a->nomem) {
+        a->h = dd_arena_alloc(a->arena, a->cap * sizeof *a->h);
+        if (!a->h) a->nomem = 1;
+    }
+    for (size_t i = 0; i < k; i++, a->n++) {
+        if (a->n >= a->cap || !a->h) continue;
+        uint64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        a->h[a->n] = le64toh(v);
+    }
+}
 
 /* protobuf-c's parse_uint32 on the varint VAL of LEN bytes. */
 static uint32_t varint_u32(const uint8_t *val, size_t len)
@@ -55,7 +82,8 @@ static inline uint64_t load64(const uint8_t *p)
  * crowd the candidate loop's. */
 static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem,
                                                     struct dd_filter_query *q,
-                                                    struct dd_filter_id *ids, size_t cap, size_t *n)
+                                                    struct dd_filter_id *ids, size_t cap, size_t *n,
+                                                    struct hash_acc *ha)
 {
     struct dd_pb_field f = {0};
     size_t used = dd_pb_scan_field(p, rem, &f);
@@ -95,6 +123,17 @@ static __attribute__((noinline)) size_t other_field(const uint8_t *p, size_t rem
         q->explain = b;
         break;
     }
+    case F_CANDIDATE_HASHES:
+        /* fixed64, one per field or packed (a whole number of them), as
+         * protobuf-c reads a repeated fixed64; any other wire type is an
+         * error there too. */
+        if (f.wt == DD_PB_WT_64BIT)
+            add_hashes(ha, f.val, 8);
+        else if (f.wt == DD_PB_WT_LEN && f.payload_len % 8 == 0)
+            add_hashes(ha, f.payload, f.payload_len);
+        else
+            return 0;
+        break;
     default: break; /* unknown: skipped */
     }
     return used;
@@ -257,6 +296,8 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
     /* Plain candidates starting before SAFE end within the bytes. */
     const uint8_t *const safe = len >= PLAIN_MAX ? end - (PLAIN_MAX - 1) : data;
     size_t n = 0;
+    /* Each hash takes 8 bytes or more (9 unpacked). */
+    struct hash_acc ha = {.arena = arena, .cap = len / 8 < max_ids ? len / 8 : max_ids};
     while (p < end) {
         if (p < safe && n < cap) {
             const uint8_t *warm = safe - p > WARM ? p + WARM : safe;
@@ -284,16 +325,29 @@ int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *are
             p += 2 + (size_t)p[1];
             continue;
         }
-        size_t used = other_field(p, rem, q, ids, cap, &n);
+        size_t used = other_field(p, rem, q, ids, cap, &n, &ha);
         if (used == 0) {
             say(why, why_cap, "request is not a valid dedup.v1.FilterRequest");
             return DD_ERR_INVALID;
         }
         p += used;
     }
-    q->n = n;
-    /* More than MAX_IDS: rejected on the count, ids not needed. */
-    q->ids = n <= max_ids ? ids : NULL;
+    if (ha.nomem) return DD_ERR_NOMEM;
+    if (n && ha.n) {
+        say(why, why_cap, "candidate_ids and candidate_hashes are both set; send one of them");
+        return DD_ERR_INVALID;
+    }
+    if (ha.n) {
+        /* Compact candidates: the reply is kept_indexes whatever mode says. */
+        q->n = ha.n;
+        q->by_hash = 1;
+        q->hashes = ha.n <= max_ids ? ha.h : NULL;
+        q->mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES;
+    } else {
+        q->n = n;
+        /* More than MAX_IDS: rejected on the count, ids not needed. */
+        q->ids = n <= max_ids ? ids : NULL;
+    }
     if (dd_text_plain(data, len)) return DD_OK;
     return check_query_text(q, why, why_cap);
 }

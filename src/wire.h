@@ -50,8 +50,10 @@ typedef struct dd_arena dd_arena;
  * at most 10 bytes; strings (1, 2, 3) must be length-delimited;
  * lookback_days (4) and mode (5) must be varints, read as their low 32
  * bits; explain (6) is true when any byte of the field, as scanned, has a
- * low 7-bit set, whatever its wire type; a scalar given twice keeps the
- * last value. Unlike protobuf-c, user_id, scene and every candidate id
+ * low 7-bit set, whatever its wire type; candidate_hashes (7) is fixed64,
+ * each hash in a field of wire type 1 or packed in length-delimited ones
+ * (a whole number of 8-byte values; packed and unpacked may mix, in
+ * order); a scalar given twice keeps the last value. Unlike protobuf-c, user_id, scene and every candidate id
  * must be valid UTF-8 (ids echoed back in kept_ids would fail the whole
  * call in C++, Java or Python clients) and hold no NUL byte (protobuf-c's
  * C strings cut there, so "victim\0x" read as "victim").
@@ -62,13 +64,24 @@ typedef struct dd_arena dd_arena;
  * is walked as two chains at once, the second from a field start guessed
  * in the middle and kept only if the first chain lands exactly on it. The candidate array comes
  * from ARENA (with, for long requests, one scratch array of at most a
- * quarter as many entries: the arena grows by less than 12 * LEN bytes),
+ * quarter as many entries, and one array of hashes when field 7 occurs:
+ * the arena grows by less than 13 * LEN bytes),
  * only when there are at most MAX_IDS candidates; with more, q->ids is
  * NULL and q->n says how many there were (the filter rejects the request
- * on its count before reading ids). Time is linear in LEN. Returns 0,
+ * on its count before reading ids). Time is linear in LEN.
+ *
+ * Compact candidates: when candidate_hashes holds any, q->n counts them,
+ * q->hashes has them (NULL past MAX_IDS, like ids), q->ids is NULL and
+ * q->mode is RESPONSE_MODE_INDEXES whatever the request said (the reply to
+ * hashes is kept_indexes). Both candidate_ids and candidate_hashes set is
+ * DD_ERR_INVALID, naming both (protobuf-c accepts it; dedupd does not
+ * guess which list the caller meant).
+ *
+ * Returns 0,
  * DD_ERR_INVALID (not a valid FilterRequest, or a string that is not
- * UTF-8 or holds a NUL: WHY, when not NULL, gets a message of at most
- * WHY_CAP bytes naming it; Q is unspecified) or DD_ERR_NOMEM. */
+ * UTF-8 or holds a NUL, or both candidate lists: WHY, when not NULL, gets
+ * a message of at most WHY_CAP bytes naming it; Q is unspecified) or
+ * DD_ERR_NOMEM. */
 int dd_wire_filter_request_decode(const uint8_t *data, size_t len, dd_arena *arena, size_t max_ids,
                                   struct dd_filter_query *q, char *why, size_t why_cap);
 

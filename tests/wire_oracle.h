@@ -136,11 +136,35 @@ static inline int wo_request_agrees(dd_arena *arena, const uint8_t *buf, size_t 
         dedup__v1__filter_request__free_unpacked(pb, NULL);
         return ok;
     }
+    if (pb->n_candidate_ids && pb->n_candidate_hashes) {
+        /* Both candidate lists: dedupd refuses, naming both. */
+        ok = rc == DD_ERR_INVALID && strstr(why, "candidate_ids and candidate_hashes");
+        if (!ok && verbose) fprintf(stderr, "both lists accepted: wire gives %d\n", rc);
+        dedup__v1__filter_request__free_unpacked(pb, NULL);
+        return ok;
+    }
     if (rc != DD_OK) {
         if (verbose) fprintf(stderr, "protobuf-c accepts, wire gives %d (%s)\n", rc, why);
         dedup__v1__filter_request__free_unpacked(pb, NULL);
         return 0;
     }
+    if (pb->n_candidate_hashes) {
+        /* Compact candidates: counted and read in order, answered by index. */
+        size_t nh = pb->n_candidate_hashes;
+        ok = q.by_hash && q.n == nh && q.ids == NULL &&
+             q.mode == DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES &&
+             (nh > max_ids ? q.hashes == NULL
+                           : q.hashes && memcmp(q.hashes, pb->candidate_hashes, nh * 8) == 0);
+        if (q.user_len != strlen(pb->user_id) ||
+            memcmp(q.user_id, pb->user_id, q.user_len) != 0 ||
+            q.scene_len != strlen(pb->scene) || memcmp(q.scene, pb->scene, q.scene_len) != 0 ||
+            q.lookback_days != pb->lookback_days || !q.explain != !pb->explain)
+            ok = 0;
+        if (!ok && verbose) fprintf(stderr, "decoded hashes differ\n");
+        dedup__v1__filter_request__free_unpacked(pb, NULL);
+        return ok;
+    }
+    if (q.by_hash || q.hashes) ok = 0;
     if (q.user_len != strlen(pb->user_id) || memcmp(q.user_id, pb->user_id, q.user_len) != 0)
         ok = 0;
     if (q.scene_len != strlen(pb->scene) || memcmp(q.scene, pb->scene, q.scene_len) != 0) ok = 0;

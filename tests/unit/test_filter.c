@@ -189,6 +189,56 @@ static void test_played_and_modes(void)
     CHECK_EQ_INT(r.n_kept_ids, 5);
 }
 
+/* Compact candidates: the same ids sent as their dd_hash give the same
+ * decision (played, duplicates, the removed list by index), answered by
+ * index whatever mode asks; both lists, or too many hashes, are refused
+ * naming the field. alice played p1 and p2 (test_played_and_modes). */
+static void test_candidate_hashes(void)
+{
+    char *ids[] = {"x1", "p2", "x2", "p1", "p2", "x3"};
+    uint64_t hv[6];
+    for (size_t i = 0; i < 6; i++) hv[i] = dd_hash(ids[i], strlen(ids[i]));
+    Dedup__V1__FilterRequest req = DEDUP__V1__FILTER_REQUEST__INIT;
+    Dedup__V1__FilterResponse r;
+    req.user_id = "alice";
+    req.candidate_hashes = hv;
+    req.n_candidate_hashes = 6;
+    req.mode = DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS;
+    req.explain = 1;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_filter_run(flt, arena, &req, &r, 0, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(r.n_kept_ids, 0);
+    REQUIRE(r.n_kept_indexes == 3);
+    CHECK_EQ_INT(r.kept_indexes[0], 0);
+    CHECK_EQ_INT(r.kept_indexes[1], 2);
+    CHECK_EQ_INT(r.kept_indexes[2], 5);
+    CHECK_EQ_INT(r.removed_played, 2);
+    CHECK_EQ_INT(r.removed_duplicate, 1);
+    REQUIRE(r.n_removed == 3);
+    CHECK_EQ_INT(r.removed[0]->index, 1);
+    CHECK_EQ_INT(r.removed[0]->reason, DEDUP__V1__REASON__REASON_PLAYED);
+    CHECK_EQ_INT(r.removed[2]->index, 4);
+    CHECK_EQ_INT(r.removed[2]->reason, DEDUP__V1__REASON__REASON_DUPLICATE);
+
+    req.candidate_ids = ids;
+    req.n_candidate_ids = 6;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_filter_run(flt, arena, &req, &r, 0, err, sizeof err), DD_ERR_INVALID);
+    CHECK_STR(err, "candidate_ids and candidate_hashes are both set; send one of them");
+
+    size_t n = cfg.rpc.max_candidates + 1;
+    uint64_t *many = calloc(n, sizeof *many);
+    REQUIRE(many);
+    req.candidate_ids = NULL;
+    req.n_candidate_ids = 0;
+    req.candidate_hashes = many;
+    req.n_candidate_hashes = n;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_filter_run(flt, arena, &req, &r, 0, err, sizeof err), DD_ERR_LIMIT);
+    CHECK_STR(err, "candidate_hashes has 12001 entries, more than rpc.max_candidates=12000");
+    free(many);
+}
+
 static void test_lookback_and_expiry(void)
 {
     Dedup__V1__RecordPlaysResponse pr;
@@ -433,6 +483,7 @@ int main(void)
     test_duplicates();
     test_duplicate_runs();
     test_played_and_modes();
+    test_candidate_hashes();
     test_lookback_and_expiry();
     test_bad_input();
     test_deadline();

@@ -830,6 +830,115 @@ static void test_response_mark_degraded(void)
     }
 }
 
+/* A fixed64 field NUM holding V, unpacked (wire type 1). */
+static void w_fixed64(struct wbuf *w, unsigned num, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+    w_varint(w, (uint64_t)num << 3 | 1);
+    w_bytes(w, b, 8);
+}
+
+/* Packed fixed64 field NUM holding the N values of V. */
+static void w_packed64(struct wbuf *w, unsigned num, const uint64_t *v, size_t n)
+{
+    w_varint(w, (uint64_t)num << 3 | 2);
+    w_varint(w, 8 * n);
+    for (size_t k = 0; k < n; k++) {
+        uint8_t b[8];
+        for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v[k] >> (8 * i));
+        w_bytes(w, b, 8);
+    }
+}
+
+/* candidate_hashes (7): packed, unpacked and both mixed, read in order as
+ * protobuf-c reads them; answered by index whatever mode says; counted
+ * past the limit like ids; both lists at once refused naming both; a
+ * packed field that is not a whole number of hashes, or another wire
+ * type, rejected as protobuf-c does; mutations agree with protobuf-c. */
+static void test_candidate_hashes(void)
+{
+    uint64_t hv[300];
+    for (size_t i = 0; i < DD_ARRAY_LEN(hv); i++) hv[i] = next();
+    hv[7] = hv[3]; /* a duplicate is the filter's business, not the decoder's */
+    for (int form = 0; form < 3; form++) { /* packed, unpacked, mixed */
+        struct wbuf w = {0};
+        w_field(&w, 1, "user-9", 6);
+        w_varint(&w, 5 << 3), w_varint(&w, 0); /* mode ids: ignored */
+        if (form == 0) {
+            w_packed64(&w, 7, hv, 200);
+            w_packed64(&w, 7, hv + 200, 100);
+        } else {
+            for (size_t i = 0; i < 300; i++) {
+                if (form == 2 && i % 50 == 10) {
+                    w_packed64(&w, 7, hv + i, 20);
+                    i += 19;
+                } else {
+                    w_fixed64(&w, 7, hv[i]);
+                }
+            }
+        }
+        w_field(&w, 3, "feed", 4);
+        w_bytes(&w, "\x30\x01", 2); /* explain */
+        CHECK_MSG(agree(w.b, w.len, 1), "form %d", form);
+        dd_arena_reset(arena);
+        struct dd_filter_query q;
+        REQUIRE(decode(w.b, w.len, SIZE_MAX, &q) == DD_OK);
+        CHECK(q.by_hash && q.n == 300 && q.ids == NULL && q.hashes);
+        CHECK(q.hashes && memcmp(q.hashes, hv, sizeof hv) == 0);
+        CHECK_EQ_INT(q.mode, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES);
+        CHECK(q.explain && q.scene_len == 4);
+        /* Over the limit: counted, not kept. */
+        dd_arena_reset(arena);
+        REQUIRE(decode(w.b, w.len, 299, &q) == DD_OK);
+        CHECK(q.by_hash && q.n == 300 && q.hashes == NULL && q.ids == NULL);
+        CHECK(agree_max(w.b, w.len, 299, 1));
+        /* Every truncation and some mutations agree with protobuf-c. */
+        int bad = 0;
+        for (size_t t = 0; t < w.len; t++)
+            if (!agree(w.b, t, bad == 0)) bad++;
+        uint8_t *m = malloc(w.len);
+        REQUIRE(m);
+        for (int it = 0; it < 5000; it++) {
+            memcpy(m, w.b, w.len);
+            for (int f = 0; f < 1 + (int)(next() % 3); f++) m[next() % w.len] = (uint8_t)next();
+            if (!agree(m, w.len, bad == 0)) bad++;
+        }
+        CHECK_EQ_INT(bad, 0);
+        free(m);
+        /* With a candidate id as well: refused, naming both fields. */
+        w_field(&w, 2, "video-1", 7);
+        CHECK(agree(w.b, w.len, 1));
+        char why[128] = "";
+        dd_arena_reset(arena);
+        CHECK_EQ_INT(dd_wire_filter_request_decode(w.b, w.len, arena, SIZE_MAX, &q, why,
+                                                   sizeof why),
+                     DD_ERR_INVALID);
+        CHECK_STR(why, "candidate_ids and candidate_hashes are both set; send one of them");
+        free(w.b);
+    }
+    static const uint8_t odd[][12] = {
+        {3, 0x3a, 1, 0x00},                 /* packed, 1 byte: not a whole hash */
+        {11, 0x3a, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9}, /* packed, 9 bytes */
+        {2, 0x38, 0x01},                    /* as a varint */
+        {5, 0x3d, 1, 2, 3, 4},              /* as 32-bit */
+        {5, 0x39, 1, 2, 3, 4},              /* 64-bit, cut short */
+        {2, 0x3a, 0x00},                    /* packed, empty: no hashes */
+    };
+    for (size_t e = 0; e < DD_ARRAY_LEN(odd); e++) {
+        struct wbuf w = {0};
+        w_field(&w, 1, "u", 1);
+        w_bytes(&w, odd[e] + 1, odd[e][0]);
+        CHECK_MSG(agree(w.b, w.len, 1), "odd hash field %zu", e);
+        struct dd_filter_query q;
+        dd_arena_reset(arena);
+        int rc = decode(w.b, w.len, SIZE_MAX, &q);
+        CHECK_EQ_INT(rc, e == 5 ? DD_OK : DD_ERR_INVALID);
+        if (e == 5) CHECK(!q.by_hash && q.n == 0);
+        free(w.b);
+    }
+}
+
 int main(void)
 {
     arena = dd_arena_new(0, 0);
@@ -852,6 +961,7 @@ int main(void)
     test_count_field();
     test_bytes_field();
     test_response_mark_degraded();
+    test_candidate_hashes();
     dd_arena_free(arena);
     TEST_MAIN_END();
 }
