@@ -256,6 +256,20 @@ int main(int argc, char **argv)
     std::string mode = argv[1];
     std::vector<std::string> seeds = SplitComma(argv[2]);
     int rc;
+    if (mode == "map") {
+        // The map as the library reads it (for debugging a fleet).
+        auto c = Make(seeds, true);
+        dedupd::Status st = c->RefreshMap();
+        dedupd::MapView m = c->Map();
+        std::printf("read: %d %s\nhash=%s partitioner=%s partitions=%u max_lag_ms=%u\n",
+                    static_cast<int>(st.code), st.message.c_str(), m.hash.c_str(),
+                    m.partitioner.c_str(), m.partition_count, m.max_lag_ms);
+        for (size_t s = 0; s < m.shards.size(); s++)
+            for (const auto &r : m.shards[s])
+                std::printf("shard %zu %s ready=%d lag_ms=%lld\n", s, r.address.c_str(), r.ready,
+                            static_cast<long long>(r.lag_ms));
+        return st.ok() ? 0 : 1;
+    }
     if (mode == "route")
         rc = Route(seeds);
     else if (mode == "refresh")

@@ -6,16 +6,15 @@
 // tests/vectors/item_hash.tsv, item id -> XXH3-64 with dedupd's seed), the
 // same files the C unit tests and the Java tests check.
 //
-// Both files: '#' lines are comments, fields are separated by tabs, and an
-// id is written as its bytes in hex when the header names the column
-// *_hex (ids with tabs, newlines or no bytes at all). The first line that
-// is not a comment names the columns.
+// Both files: '#' lines are comments; other lines are fields separated by
+// one TAB, ids as their bytes in lowercase hex (empty for the empty id):
+//   partition.tsv  PARTITIONER  COUNT  KEY_HEX  PARTITION (-1: cannot be routed)
+//   item_hash.tsv  ID_HEX  HASH (16 hex digits)
 #include "dedupd/routing.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,94 +48,51 @@ bool Unhex(const std::string &h, std::string *out)
     return true;
 }
 
-// Rows of PATH as column name -> value (ids unhexed under their name
-// without _hex); false when it cannot be read.
-bool ReadTable(const char *path, std::vector<std::map<std::string, std::string>> *rows)
+// The data lines of PATH, split at TABs; false (and a message) when it
+// cannot be read or a line has not NFIELDS fields.
+bool ReadRows(const char *path, size_t nfields, std::vector<std::vector<std::string>> *rows)
 {
     std::ifstream in(path);
     if (!in) {
         std::fprintf(stderr, "cannot read %s\n", path);
         return false;
     }
-    std::vector<std::string> cols;
     std::string line;
     int lineno = 0;
     while (std::getline(in, line)) {
         lineno++;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.empty() || line[0] == '#') continue;
         std::vector<std::string> f = Split(line);
-        if (cols.empty()) {
-            cols = f;
-            continue;
-        }
-        if (f.size() != cols.size()) {
-            std::fprintf(stderr, "%s:%d: %zu fields, the header has %zu\n", path, lineno, f.size(),
-                         cols.size());
+        if (f.size() != nfields) {
+            std::fprintf(stderr, "%s:%d: %zu fields, want %zu\n", path, lineno, f.size(), nfields);
             return false;
         }
-        std::map<std::string, std::string> row;
-        for (size_t i = 0; i < cols.size(); i++) {
-            const std::string &c = cols[i];
-            if (c.size() > 4 && c.compare(c.size() - 4, 4, "_hex") == 0) {
-                std::string raw;
-                if (!Unhex(f[i], &raw)) {
-                    std::fprintf(stderr, "%s:%d: bad hex %s\n", path, lineno, f[i].c_str());
-                    return false;
-                }
-                row[c.substr(0, c.size() - 4)] = raw;
-            } else {
-                row[c] = f[i];
-            }
-        }
-        rows->push_back(std::move(row));
+        rows->push_back(std::move(f));
     }
     return true;
 }
 
-std::string Get(const std::map<std::string, std::string> &row,
-                std::initializer_list<const char *> names)
-{
-    for (const char *n : names) {
-        auto it = row.find(n);
-        if (it != row.end()) return it->second;
-    }
-    return "";
-}
-
-bool Has(const std::map<std::string, std::string> &row, std::initializer_list<const char *> names)
-{
-    for (const char *n : names)
-        if (row.count(n)) return true;
-    return false;
-}
-
 int Partitions(const char *path)
 {
-    std::vector<std::map<std::string, std::string>> rows;
-    if (!ReadTable(path, &rows)) return -1;
+    std::vector<std::vector<std::string>> rows;
+    if (!ReadRows(path, 4, &rows)) return -1;
     int n = 0;
     for (const auto &row : rows) {
-        std::string name = Get(row, {"partitioner"});
-        auto p = dedupd::ParsePartitioner(name);
-        if (!p) {
-            std::fprintf(stderr, "%s: unknown partitioner %s\n", path, name.c_str());
+        auto p = dedupd::ParsePartitioner(row[0]);
+        std::string user;
+        if (!p || !Unhex(row[2], &user)) {
+            std::fprintf(stderr, "%s: bad row (partitioner %s, key %s)\n", path, row[0].c_str(),
+                         row[2].c_str());
             failures++;
             continue;
         }
-        if (!Has(row, {"user_id", "user", "key"})) {
-            std::fprintf(stderr, "%s: no user id column\n", path);
-            return -1;
-        }
-        std::string user = Get(row, {"user_id", "user", "key"});
-        long count = std::atol(Get(row, {"partition_count", "partitions", "count"}).c_str());
-        long want = std::atol(Get(row, {"partition"}).c_str());
+        long count = std::atol(row[1].c_str());
+        long want = std::atol(row[3].c_str());
         int32_t got = dedupd::PartitionOf(*p, user, static_cast<int32_t>(count));
         if (got != want) {
             if (failures < 10)
-                std::fprintf(stderr,
-                             "%s %ld partitions, user of %zu bytes: partition %d, want %ld\n",
-                             name.c_str(), count, user.size(), got, want);
+                std::fprintf(stderr, "%s %ld partitions, key %s: partition %d, want %ld\n",
+                             row[0].c_str(), count, row[2].c_str(), got, want);
             failures++;
         }
         n++;
@@ -146,22 +102,22 @@ int Partitions(const char *path)
 
 int Hashes(const char *path)
 {
-    std::vector<std::map<std::string, std::string>> rows;
-    if (!ReadTable(path, &rows)) return -1;
+    std::vector<std::vector<std::string>> rows;
+    if (!ReadRows(path, 2, &rows)) return -1;
     int n = 0;
     for (const auto &row : rows) {
-        if (!Has(row, {"item_id", "id", "item"})) {
-            std::fprintf(stderr, "%s: no item id column\n", path);
-            return -1;
+        std::string id;
+        if (!Unhex(row[0], &id) || row[1].size() != 16) {
+            std::fprintf(stderr, "%s: bad row %s\n", path, row[0].c_str());
+            failures++;
+            continue;
         }
-        std::string id = Get(row, {"item_id", "id", "item"});
-        std::string hex = Get(row, {"hash", "xxh3", "item_hash"});
-        unsigned long long want = std::strtoull(hex.c_str(), nullptr, 16);
+        unsigned long long want = std::strtoull(row[1].c_str(), nullptr, 16);
         uint64_t got = dedupd::ItemHash(id);
         if (got != want) {
             if (failures < 10)
-                std::fprintf(stderr, "item of %zu bytes: hash %016llx, want %s\n", id.size(),
-                             static_cast<unsigned long long>(got), hex.c_str());
+                std::fprintf(stderr, "item %s: hash %016llx, want %s\n", row[0].c_str(),
+                             static_cast<unsigned long long>(got), row[1].c_str());
             failures++;
         }
         n++;
