@@ -473,6 +473,19 @@ class Call : public std::enable_shared_from_this<Call>
                 Launch(l, *t, false);
                 return;
             }
+            // Every replica answered UNAVAILABLE (restarting, or a shard
+            // failing over): all of them again after a pause, doubling
+            // from 20 ms up to 320 ms, while the deadline allows.
+            auto pause = std::chrono::milliseconds(20 << std::min(rounds_, 4));
+            if (Clock::now() + pause < deadline_) {
+                rounds_++;
+                impl_->counters.failovers++;
+                std::weak_ptr<Call> w = shared_from_this();
+                impl_->timers.At(Clock::now() + pause, [w] {
+                    if (auto c = w.lock()) c->Reroute(false);
+                });
+                return;
+            }
         }
         Finish(l, last_, nullptr, "");
     }
@@ -533,6 +546,7 @@ class Call : public std::enable_shared_from_this<Call>
     int in_flight_ = 0;
     bool finished_ = false, cancelled_ = false, hedged_ = false, stale_ = false;
     int map_reads_ = 0;
+    int rounds_ = 0; // times every replica was tried
     std::string stale_addr_;
     Status last_;
 };
@@ -790,6 +804,12 @@ std::unique_ptr<Client> Client::Create(const Options &o, std::string *err)
         impl->creds = grpc::InsecureChannelCredentials();
     }
     impl->args.SetMaxReceiveMessageSize(o.max_receive_bytes);
+    // A node that restarts is reached again within 100 ms to 2 s, not
+    // grpc's default backoff of up to 2 minutes, during which every call
+    // to it would fail at once.
+    impl->args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    impl->args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    impl->args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
     std::unique_ptr<Client> c(new Client(impl));
     c->RefreshMap(); // best effort: calls go to a seed until a map is read
     impl->SchedulePeriodic();

@@ -18,7 +18,11 @@
 // ready or are behind (lag_ms > max_lag_ms) are skipped (unless all are),
 // as is for Options::down_for a replica that answered UNAVAILABLE. Calls
 // are spread over the others in turn. A call answered UNAVAILABLE goes to
-// the next replica, as long as the caller's deadline allows.
+// the next replica, as long as the caller's deadline allows; when every
+// replica did, to all of them again after a pause (20 ms, doubling up to
+// 320 ms). Writes are failed over too: an UNAVAILABLE write may have been
+// applied, and RecordDelivery, RecordPlays and ForgetUser give the same
+// result applied twice.
 //
 // HEDGING (Filter only, never the writes). When a Filter has no answer
 // after the hedge delay (Options::hedge_delay, or by default the shard's
@@ -176,9 +180,9 @@ struct Stats {
 class DEDUPD_API Client
 {
   public:
-    // A client of the fleet SEEDS name; reads the map before returning (up
-    // to Options::deadline) but succeeds without it (calls then go to a
-    // seed until a map is read). nullptr and *err set when the options are
+    // A client of the fleet SEEDS name; reads the map before returning
+    // (asking the seeds in turn, at most 1 s each) but succeeds without it
+    // (calls then go to a seed until a map is read). nullptr and *err set when the options are
     // invalid (no seed, hedge_share outside 0..1, a TLS file unreadable,
     // cert without key...).
     static std::unique_ptr<Client> Create(const Options &options, std::string *err);
