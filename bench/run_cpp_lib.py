@@ -32,7 +32,6 @@ here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 os.environ.setdefault("DD_SOURCE_ROOT", root)
 os.environ.setdefault("DD_BUILD_ROOT", os.path.join(root, "build"))
-os.environ.setdefault("DD_LOG_LEVEL", "warn")
 sys.path.insert(0, os.path.join(root, "tests", "integration"))
 import fleet  # noqa: E402
 import harness  # noqa: E402
