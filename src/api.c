@@ -20,6 +20,7 @@ static const struct {
     [DD_API_CLUSTER_STATUS] = {"ClusterStatus", DD_API_PATH_CLUSTER_STATUS},
     [DD_API_SNAPSHOT_BEGIN] = {"SnapshotBegin", DD_API_PATH_SNAPSHOT_BEGIN},
     [DD_API_SNAPSHOT_READ] = {"SnapshotRead", DD_API_PATH_SNAPSHOT_READ},
+    [DD_API_CLUSTER_MAP] = {"ClusterMap", DD_API_PATH_CLUSTER_MAP},
     [DD_API_UNKNOWN] = {"unknown", "unknown"},
 };
 

@@ -22,6 +22,7 @@ enum dd_api_method {
     DD_API_CLUSTER_STATUS, /* dedup.v1.Cluster/Status: nodes of a cluster ask each other */
     DD_API_SNAPSHOT_BEGIN, /* dedup.v1.Cluster/SnapshotBegin: a new replica asks a peer */
     DD_API_SNAPSHOT_READ,  /* dedup.v1.Cluster/SnapshotRead: ... and copies its store */
+    DD_API_CLUSTER_MAP,    /* dedup.v1.Dedup/ClusterMap: clients read the fleet's map */
     DD_API_UNKNOWN,        /* any other method (the server answers UNIMPLEMENTED) */
     DD_API_METHOD_COUNT,
 };
@@ -35,6 +36,7 @@ enum dd_api_method {
 #define DD_API_PATH_CLUSTER_STATUS "/dedup.v1.Cluster/Status"
 #define DD_API_PATH_SNAPSHOT_BEGIN "/dedup.v1.Cluster/SnapshotBegin"
 #define DD_API_PATH_SNAPSHOT_READ "/dedup.v1.Cluster/SnapshotRead"
+#define DD_API_PATH_CLUSTER_MAP "/dedup.v1.Dedup/ClusterMap"
 
 /* The service the Dedup methods belong to, as health checks name it. */
 #define DD_API_SERVICE "dedup.v1.Dedup"
@@ -56,6 +58,13 @@ enum dd_api_method {
 /* Set on a call forwarded a second time (resharding): never forwarded
  * again. */
 #define DD_CLUSTER_MD_HOP2 "dedupd-forwarded-twice"
+
+/* A client's, not a peer's (it grants nothing, so it is no peer header):
+ * the map hash a client routed a Dedup call by (ClusterMap), 16 hex
+ * digits. A node whose map differs, or that does not own the call's user
+ * under it, refuses the call FAILED_PRECONDITION with its own hash in the
+ * trailing metadata under the same key, and forwards nothing (rpc.h). */
+#define DD_API_MD_MAP_HASH "dedupd-map-hash"
 
 /* "Filter", ..., "HealthCheck", "ClusterStatus", "unknown"; NULL outside the enum. Static. */
 const char *dd_api_method_name(enum dd_api_method m);

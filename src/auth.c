@@ -222,7 +222,8 @@ static bool ctx_allows(const dd_auth *auth, enum dd_auth_class c, const grpc_aut
 enum dd_auth_class dd_auth_class_of(enum dd_api_method m)
 {
     switch (m) {
-    case DD_API_FILTER: return DD_AUTH_READ;
+    case DD_API_FILTER:
+    case DD_API_CLUSTER_MAP: return DD_AUTH_READ;
     case DD_API_RECORD_DELIVERY:
     case DD_API_RECORD_PLAYS:
     case DD_API_FORGET_USER: return DD_AUTH_WRITE;

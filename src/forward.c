@@ -81,6 +81,8 @@ bool dd_forward_has_header(const grpc_metadata_array *md)
 {
     for (size_t i = 0; i < md->count; i++) {
         const grpc_slice k = md->metadata[i].key;
+        /* A client's routing hash only narrows what is answered. */
+        if (grpc_slice_str_cmp(k, DD_API_MD_MAP_HASH) == 0) continue;
         if (GRPC_SLICE_LENGTH(k) >= 7 && memcmp(GRPC_SLICE_START_PTR(k), "dedupd-", 7) == 0)
             return true;
     }

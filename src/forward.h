@@ -57,7 +57,8 @@ void dd_forwarder_free(dd_forwarder *fw);
 
 /* Whether MD holds a header of the cluster's own (every one is named
  * "dedupd-...", cluster.h), which only a peer may send (auth.h: such a
- * call is judged by rpc.allow_peer). Cannot fail. */
+ * call is judged by rpc.allow_peer). A client's DD_API_MD_MAP_HASH is not
+ * one: it can only get the call refused. Cannot fail. */
 bool dd_forward_has_header(const grpc_metadata_array *md);
 
 /* The caller's call, as forward needs it; every pointer borrowed, and

@@ -638,6 +638,21 @@ int main(int argc, char **argv)
         dd_rpc_set_snapshot(rpc, snapshot);
         dd_rpc_set_ready(rpc, node_ready, admin);
         dd_rpc_set_refusal(rpc, owner_refused, owner);
+        if (!cluster) {
+            /* ClusterMap on a single node: one shard of one replica. */
+            struct dd_serve_single single = {.partitioner = "", .ud = ingest};
+            struct dd_cluster_map smap = {0};
+            if (dd_cluster_conf_check(&cfg.cluster, NULL, &smap, err, sizeof err) == DD_OK) {
+                dd_cluster_map_hash_hex(&smap, single.map_hash);
+                single.partitioner = dd_partitioner_name((enum dd_partitioner)smap.partitioner);
+            }
+            dd_cluster_map_free(&smap);
+            if (ingest) {
+                single.partitions = ingest_partitions;
+                single.lag_ms = ingest_lag_ms;
+            }
+            dd_rpc_set_single(rpc, &single);
+        }
     }
     if (!rpc || dd_rpc_start(rpc, err, sizeof err) != DD_OK) {
         dd_error("main", "msg=\"cannot start the gRPC server\" listen=\"%s\" error=\"%s\"",

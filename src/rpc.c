@@ -126,6 +126,8 @@ struct slot {
     int64_t stall_at_ns;      /* SENDING: stalled if still pending then (sweep_sends) */
     bool stalled;             /* SENDING past stall_at_ns: counted in w->stalled */
     int64_t deadline_ns;      /* the caller's, on dd_mono_ns's clock; 0 = none */
+    bool stale_map;           /* refused for a stale map: the trailing metadata has ours */
+    grpc_metadata trailer;    /* that metadata while the status is sent (static slices) */
     enum tag_kind fwd_tag;    /* TAG_FORWARD: the tag of FWD's tries */
     struct dd_forward fwd;    /* FORWARDING (forward.h) */
 };
@@ -201,6 +203,10 @@ struct dd_rpc {
     atomic_bool drain;    /* server shutdown done: workers may close their queues */
     _Atomic uint64_t in_flight;
     struct dd_rpcstats stats;
+    struct dd_serve_single single; /* dd_rpc_set_single: a single node's ClusterMap */
+    char map_hash[17];             /* this node's map, what DD_API_MD_MAP_HASH must name */
+    char split_hash[17];           /* the map its own splits (resharding); "" none */
+    _Atomic uint64_t stale_map;    /* calls refused for a stale map */
 };
 
 /* ---- settings ----------------------------------------------------------- */
@@ -252,6 +258,7 @@ static int worker_init(dd_rpc *rpc, struct worker *w, unsigned id,
                                  .filter = w->filter,
                                  .record = w->record,
                                  .cluster = rpc->cluster,
+                                 .single = &rpc->single,
                                  .max_candidates = rpc->max_candidates,
                                  .msg = w->msg,
                                  .msglen = sizeof w->msg};
@@ -411,6 +418,11 @@ int dd_rpc_new(dd_rpc **out, const struct dd_rpc_conf *conf, const struct dd_rec
     atomic_init(&rpc->spinning, 0);
     rpc->max_candidates = conf->max_candidates;
     rpc->cluster = cluster;
+    if (cluster) {
+        dd_cluster_map_hash_hex(dd_cluster_get_map(cluster), rpc->map_hash);
+        dd_cluster_map_split_hex(dd_cluster_get_map(cluster), rpc->split_hash);
+    }
+    atomic_init(&rpc->stale_map, 0);
     atomic_init(&rpc->serving, false);
     atomic_init(&rpc->stopping, false);
     atomic_init(&rpc->drain, false);
@@ -571,6 +583,18 @@ bool dd_rpc_serving(const dd_rpc *rpc)
     return atomic_load(&rpc->serving);
 }
 
+void dd_rpc_set_single(dd_rpc *rpc, const struct dd_serve_single *single)
+{
+    rpc->single = *single;
+    if (!rpc->single.address[0]) {
+        char host[256];
+        if (dd_hostport_parse(rpc->listen, host, sizeof host, NULL) == DD_HOSTPORT_OK)
+            dd_hostport_format(rpc->single.address, sizeof rpc->single.address, host,
+                               (unsigned)rpc->port);
+    }
+    if (!rpc->cluster) memcpy(rpc->map_hash, single->map_hash, sizeof rpc->map_hash);
+}
+
 void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud)
 {
     rpc->ready = ready;
@@ -699,7 +723,8 @@ static grpc_status_code dispatch(struct worker *w, enum dd_api_method m, const u
     bool serving = atomic_load(&rpc->serving);
     /* One source of truth for health: what /readyz says (dd_rpc_set_ready),
      * asked only of health checks. */
-    bool up = m == DD_API_HEALTH_CHECK && (rpc->ready ? rpc->ready(rpc->ready_ud) : serving);
+    bool up = (m == DD_API_HEALTH_CHECK || m == DD_API_CLUSTER_MAP) &&
+              (rpc->ready ? rpc->ready(rpc->ready_ud) : serving);
     return dd_serve_call(&w->serve, m, data, len, deadline_ns, degraded, up, serving, &w->damaged,
                          reply);
 }
@@ -769,6 +794,14 @@ static void respond(struct worker *w, struct slot *s, grpc_byte_buffer *reply)
     ops[nops].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[nops].data.send_status_from_server.status = s->status;
     ops[nops].data.send_status_from_server.status_details = have_details ? &details : NULL;
+    if (s->stale_map) {
+        /* The map this node routes by, so the client knows to read it
+         * again (rpc.h). Static slices: the hash lives as long as RPC. */
+        s->trailer.key = grpc_slice_from_static_string(DD_API_MD_MAP_HASH);
+        s->trailer.value = grpc_slice_from_static_string(rpc->map_hash);
+        ops[nops].data.send_status_from_server.trailing_metadata_count = 1;
+        ops[nops].data.send_status_from_server.trailing_metadata = &s->trailer;
+    }
     nops++;
     ops[nops].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[nops].data.recv_close_on_server.cancelled = &s->cancelled;
@@ -930,6 +963,78 @@ static bool refuse_stalling(struct worker *w, struct slot *s)
     return true;
 }
 
+/* The value of metadata KEY in MD, or NULL. */
+static const grpc_slice *md_value(const grpc_metadata_array *md, const char *key)
+{
+    for (size_t i = 0; i < md->count; i++)
+        if (grpc_slice_str_cmp(md->metadata[i].key, key) == 0) return &md->metadata[i].value;
+    return NULL;
+}
+
+/* Whether V is the 16 hex digits of HEX (lower case), in either case. */
+static bool same_hash(const grpc_slice *v, const char *hex)
+{
+    if (!hex[0] || GRPC_SLICE_LENGTH(*v) != 16) return false;
+    const uint8_t *p = GRPC_SLICE_START_PTR(*v);
+    for (size_t i = 0; i < 16; i++) {
+        uint8_t c = p[i] >= 'A' && p[i] <= 'F' ? (uint8_t)(p[i] - 'A' + 'a') : p[i];
+        if (c != (uint8_t)hex[i]) return false;
+    }
+    return true;
+}
+
+/* S's call refused for a stale map: FAILED_PRECONDITION, this node's map
+ * hash in the trailing metadata (respond), counted. */
+static enum dd_route refuse_stale(struct worker *w, struct slot *s)
+{
+    s->status = GRPC_STATUS_FAILED_PRECONDITION;
+    s->stale_map = true;
+    atomic_fetch_add_explicit(&w->rpc->stale_map, 1, memory_order_relaxed);
+    return DD_ROUTE_ERROR;
+}
+
+/* S's call carries the map hash its client routed it by (rpc.h, "Stale
+ * maps"): served here, or refused; never forwarded. DATA/LEN: its
+ * request. */
+static enum dd_route route_pinned(struct worker *w, struct slot *s, const uint8_t *data, size_t len)
+{
+    dd_rpc *rpc = w->rpc;
+    const grpc_slice *v = md_value(&s->md, DD_API_MD_MAP_HASH);
+    if (!same_hash(v, rpc->map_hash) && !same_hash(v, rpc->split_hash)) {
+        char esc[40];
+        size_t vl = GRPC_SLICE_LENGTH(*v);
+        snprintf(
+            w->msg, sizeof w->msg,
+            "stale cluster map: the call was routed by map \"%s\", this node's is %s "
+            "(read ClusterMap again)",
+            dd_sanitize(esc, sizeof esc, (const char *)GRPC_SLICE_START_PTR(*v), vl < 32 ? vl : 32),
+            rpc->map_hash);
+        return refuse_stale(w, s);
+    }
+    if (!rpc->cluster) return DD_ROUTE_HERE; /* a single node owns every user */
+    const uint8_t *user = NULL;
+    size_t user_len = 0;
+    /* A missing user id: the call is served here and fails its checks. */
+    if (dd_wire_bytes_field(data, len, 1, &user, &user_len) != DD_OK) return DD_ROUTE_HERE;
+    uint32_t shard;
+    bool local;
+    int rc = dd_cluster_route(rpc->cluster, (const char *)user, user_len, &shard, &local, w->msg,
+                              sizeof w->msg);
+    if (rc == DD_ERR_STATE) return refuse_stale(w, s);
+    if (rc != DD_OK) {
+        s->status = GRPC_STATUS_UNAVAILABLE;
+        return DD_ROUTE_ERROR;
+    }
+    if (!local) {
+        snprintf(w->msg, sizeof w->msg,
+                 "stale cluster map: this user is of shard %" PRIu32 " under map %s, and this "
+                 "node is of shard %" PRIu32 " (read ClusterMap again)",
+                 shard, rpc->map_hash, dd_cluster_get_map(rpc->cluster)->shard);
+        return refuse_stale(w, s);
+    }
+    return dd_cluster_self_behind(rpc->cluster) ? DD_ROUTE_HERE_DEGRADED : DD_ROUTE_HERE;
+}
+
 /* A call was matched to slot S: work on it (or forward it) and start its
  * answer. */
 static void handle(struct worker *w, struct slot *s)
@@ -938,6 +1043,7 @@ static void handle(struct worker *w, struct slot *s)
 
     s->start_ns = dd_mono_ns();
     s->deadline_ns = 0;
+    s->stale_map = false;
     dd_forward_new_call(&s->fwd);
     atomic_fetch_add(&rpc->in_flight, 1);
     w->msg[0] = '\0';
@@ -977,7 +1083,8 @@ static void handle(struct worker *w, struct slot *s)
             if (left.tv_sec < 86400)
                 s->deadline_ns = s->start_ns + (int64_t)left.tv_sec * 1000000000 + left.tv_nsec;
         }
-        if (!rpc->cluster || s->method > DD_API_FORGET_USER) {
+        bool pinned = s->method <= DD_API_FORGET_USER && md_value(&s->md, DD_API_MD_MAP_HASH);
+        if ((!rpc->cluster && !pinned) || s->method > DD_API_FORGET_USER) {
             serve_here(w, s, NULL, 0, false);
             return;
         }
@@ -986,10 +1093,11 @@ static void handle(struct worker *w, struct slot *s)
         s->status =
             dd_serve_request(w->arena, s->payload, &s->req, &data, &len, w->msg, sizeof w->msg);
         struct dd_forward_call c = forward_call(w, s);
-        enum dd_route routed =
-            s->status == GRPC_STATUS_OK
-                ? dd_forward_route(&s->fwd, &c, data, len, &s->status, w->msg, sizeof w->msg)
-                : DD_ROUTE_ERROR;
+        enum dd_route routed = DD_ROUTE_ERROR;
+        if (s->status == GRPC_STATUS_OK && pinned)
+            routed = route_pinned(w, s, data, len);
+        else if (s->status == GRPC_STATUS_OK)
+            routed = dd_forward_route(&s->fwd, &c, data, len, &s->status, w->msg, sizeof w->msg);
         if (routed == DD_ROUTE_FORWARDED) {
             /* The payload goes to the peer as it came; nothing of the
              * arena is kept while the peer answers. */
@@ -1319,6 +1427,10 @@ void dd_rpc_collect(dd_prom *p, void *ud)
     dd_record_collect(p);
     dd_recent_collect(p);
     dd_rpc *rpc = ud;
+    dd_prom_counter(p, "dedupd_rpc_stale_map_total",
+                    "Calls routed by a client's stale cluster map (dedupd-map-hash), refused "
+                    "FAILED_PRECONDITION",
+                    atomic_load_explicit(&rpc->stale_map, memory_order_relaxed));
     if (rpc->snapshot) {
         /* The store lent to new replicas (snapshot.h), through this server. */
         uint64_t bytes, throttled;

@@ -30,6 +30,7 @@
 #include "auth.h"
 #include "metrics.h"
 #include "rpcstats.h"
+#include "serve.h"
 
 struct dd_recent_conf;
 
@@ -195,6 +196,25 @@ bool dd_rpc_serving(const dd_rpc *rpc);
  * thread-safe. Before dd_rpc_start. Cannot fail. */
 void dd_rpc_set_ready(dd_rpc *rpc, bool (*ready)(void *ud), void *ud);
 
+/* A single node's ClusterMap (serve.h, struct dd_serve_single; copied):
+ * its map hash, partitioner and ingest's partition count and lag. An
+ * empty address is filled with rpc.listen's host and the bound port.
+ * The map hash is also what the single node checks a call's
+ * DD_API_MD_MAP_HASH against (below); a cluster node takes both from its
+ * cluster instead. Before dd_rpc_start. Cannot fail.
+ *
+ * Stale maps: a Dedup call (Filter, RecordDelivery, RecordPlays,
+ * ForgetUser) carrying DD_API_MD_MAP_HASH (api.h) was routed by a client's
+ * map. It is answered here when that hash is this node's map hash, or,
+ * resharding, the hash of the map this node's splits (cluster.split_from:
+ * a client that read the older map), and this node's shard owns the
+ * call's user under its own map (a node behind answers a Filter
+ * degraded). Otherwise it is answered FAILED_PRECONDITION with this
+ * node's map hash in the trailing metadata under the same key, counted in
+ * dedupd_rpc_stale_map_total, and never forwarded. Without the metadata a
+ * call is routed as before (forward.h). */
+void dd_rpc_set_single(dd_rpc *rpc, const struct dd_serve_single *single);
+
 /* Every call but health checks (which answer what /readyz says:
  * NOT_SERVING then) and the Cluster service's too, once its caller is
  * authorized, is answered UNAVAILABLE with REFUSED's message
@@ -222,8 +242,8 @@ void dd_rpc_get_stats(const dd_rpc *rpc, struct dd_rpc_stats *out);
 
 /* A metrics.h collector for UD (a dd_rpc *): renders dedupd_rpc_*, then
  * the families of what the calls do (filter.h's, the history errors of
- * Filter and record.h together, record.h's, recent.h's). The rpc_* latency
- * buckets are 50 us .. 1 s. */
+ * Filter and record.h together, record.h's, recent.h's) and
+ * dedupd_rpc_stale_map_total. The rpc_* latency buckets are 50 us .. 1 s. */
 void dd_rpc_collect(dd_prom *p, void *ud);
 
 #endif

@@ -8,6 +8,7 @@
 #include "cluster.h"
 #include "dd.h"
 #include "filter.h"
+#include "partition.h"
 #include "record.h"
 #include "wire.h"
 
@@ -19,6 +20,7 @@
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -144,6 +146,81 @@ static bool too_many(const struct dd_serve *sv, const uint8_t *data, size_t len,
     return true;
 }
 
+/* ClusterMap's answer (serve.h), its arrays in SV's arena. */
+static grpc_status_code cluster_map(const struct dd_serve *sv, bool up, bool serving,
+                                    grpc_byte_buffer **reply)
+{
+    Dedup__V1__ClusterMapResponse resp = DEDUP__V1__CLUSTER_MAP_RESPONSE__INIT;
+    struct dd_cluster_self self;
+    uint32_t nshards = 1;
+    size_t nnodes = 1;
+    if (sv->cluster) {
+        const struct dd_cluster_map *map = dd_cluster_get_map(sv->cluster);
+        dd_cluster_get_self(sv->cluster, &self);
+        nshards = map->shards;
+        nnodes = dd_cluster_node_count(sv->cluster);
+        resp.map_hash = self.map_hash;
+        resp.partitioner = (char *)dd_partitioner_name((enum dd_partitioner)map->partitioner);
+        resp.partition_count = self.partition_count > 0 ? (uint32_t)self.partition_count : 0;
+        resp.split_from = map->split_from;
+        resp.split_hash = self.split_hash;
+        int64_t max_lag = dd_cluster_max_lag_ms(sv->cluster);
+        resp.max_lag_ms = max_lag > 0 && max_lag <= UINT32_MAX ? (uint32_t)max_lag : 0;
+    } else if (sv->single) {
+        int32_t parts = sv->single->partitions ? sv->single->partitions(sv->single->ud) : 0;
+        resp.map_hash = (char *)sv->single->map_hash;
+        resp.partitioner = (char *)sv->single->partitioner;
+        resp.partition_count = parts > 0 ? (uint32_t)parts : 0;
+    }
+    Dedup__V1__ShardInfo *shards = dd_arena_calloc(sv->arena, nshards, sizeof *shards);
+    Dedup__V1__ShardInfo **shardp = dd_arena_calloc(sv->arena, nshards, sizeof *shardp);
+    Dedup__V1__ReplicaInfo *reps = dd_arena_calloc(sv->arena, nnodes, sizeof *reps);
+    Dedup__V1__ReplicaInfo **repp = dd_arena_calloc(sv->arena, nnodes, sizeof *repp);
+    if (!shards || !shardp || !reps || !repp) {
+        snprintf(sv->msg, sv->msglen, "out of memory for the map");
+        return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    }
+    for (uint32_t s = 0; s < nshards; s++) {
+        dedup__v1__shard_info__init(&shards[s]);
+        shards[s].shard = s;
+        shardp[s] = &shards[s];
+    }
+    /* Nodes come shard-major (cluster.h), so each shard's replicas are a
+     * run of REPP. */
+    for (size_t i = 0; i < nnodes; i++) {
+        Dedup__V1__ReplicaInfo *r = &reps[i];
+        dedup__v1__replica_info__init(r);
+        repp[i] = r;
+        uint32_t shard = 0;
+        if (sv->cluster) {
+            struct dd_cluster_node node;
+            dd_cluster_node_get(sv->cluster, i, &node);
+            shard = node.shard < nshards ? node.shard : nshards - 1;
+            r->replica = node.replica;
+            r->address = (char *)node.addr;
+            r->self = node.self;
+            if (node.self) {
+                r->ready = self.ready && serving;
+                r->lag_ms = self.lag_ms;
+            } else {
+                r->ready = !node.mismatch && node.ready && strcmp(node.state, "up") == 0;
+                r->lag_ms = node.lag_ms;
+            }
+        } else {
+            r->address = sv->single ? (char *)sv->single->address : "";
+            r->self = 1;
+            r->ready = up;
+            r->lag_ms = sv->single && sv->single->lag_ms ? sv->single->lag_ms(sv->single->ud) : -1;
+        }
+        if (!shards[shard].replicas) shards[shard].replicas = &repp[i];
+        shards[shard].n_replicas++;
+    }
+    resp.n_shards = nshards;
+    resp.shards = shardp;
+    *reply = dd_serve_pack(&resp.base);
+    return GRPC_STATUS_OK;
+}
+
 grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m, const uint8_t *data,
                                size_t len, int64_t deadline_ns, bool degraded, bool up,
                                bool serving, bool *damaged, grpc_byte_buffer **reply)
@@ -247,6 +324,11 @@ grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m, 
         resp.why = serving ? self.why : "not serving";
         *reply = dd_serve_pack(&resp.base);
         return GRPC_STATUS_OK;
+    }
+    case DD_API_CLUSTER_MAP: {
+        Dedup__V1__ClusterMapRequest *req = dedup__v1__cluster_map_request__unpack(al, len, data);
+        if (!req) return dd_serve_bad_message(sv, "dedup.v1.ClusterMapRequest");
+        return cluster_map(sv, up, serving, reply);
     }
     default: break;
     }

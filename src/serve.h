@@ -31,12 +31,24 @@ typedef struct dd_record dd_record;
 typedef struct dd_cluster dd_cluster;
 typedef struct ProtobufCMessage ProtobufCMessage;
 
+/* What ClusterMap answers on a single node (no cluster): one shard of
+ * one replica, itself. Filled before the server starts; read-only then. */
+struct dd_serve_single {
+    char map_hash[17];               /* the single node's map (cluster_map.h), 16 hex digits */
+    const char *partitioner;         /* cluster.partitioner, librdkafka's name; static */
+    char address[300];               /* host:port it serves gRPC on */
+    int32_t (*partitions)(void *ud); /* the plays topic's partitions, 0 unknown; NULL: no ingest */
+    int64_t (*lag_ms)(void *ud);     /* ingest lag, -1 unknown; NULL: no ingest */
+    void *ud;
+};
+
 /* What one worker answers calls with; every member borrowed. */
 struct dd_serve {
     dd_arena *arena; /* the call's memory; reset by the caller after a reply */
     dd_filter *filter;
     dd_record *record;
-    dd_cluster *cluster;     /* NULL: a single node (Cluster/Status UNIMPLEMENTED) */
+    dd_cluster *cluster;                  /* NULL: a single node (Cluster/Status UNIMPLEMENTED) */
+    const struct dd_serve_single *single; /* ClusterMap without a cluster; NULL: unknown */
     uint32_t max_candidates; /* rpc.max_candidates: Filter ids and repeated items at most */
     char *msg;               /* the status message of the call in hand */
     size_t msglen;
@@ -70,8 +82,11 @@ grpc_status_code dd_serve_bad_message(const struct dd_serve *sv, const char *typ
  * request in DATA (LEN bytes): wire checks, decode, decide, encode.
  * DEADLINE_NS (dd_mono_ns's clock, 0 = none) bounds Filter's Redis fetch;
  * DEGRADED marks a Filter answer degraded (this node is behind); UP is
- * what Health/Check answers (SERVING or NOT_SERVING), SERVING whether
- * Cluster/Status reports this node ready. Returns the status; on OK *REPLY
+ * what Health/Check answers (SERVING or NOT_SERVING) and, on a single
+ * node, whether ClusterMap shows it ready; SERVING whether Cluster/Status
+ * and a cluster node's ClusterMap report this node ready. ClusterMap
+ * answers from the cluster (cluster.h: its map, each peer's last probe,
+ * this node's own state) or, without one, from SV->single. Returns the status; on OK *REPLY
  * is set (owned by the caller); otherwise SV's message says why. *DAMAGED:
  * a Filter met this user's damaged history (filter.h, DD_ERR_CORRUPT).
  * Any other method is UNIMPLEMENTED. */

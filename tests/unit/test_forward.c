@@ -35,6 +35,9 @@ static void test_header(void)
     CHECK(!has("dedupd"));
     CHECK(!has("x-dedupd-forwarded-by"));
     CHECK(!has("grpc-timeout"));
+    /* A client's routing hash is no peer's header (it only narrows). */
+    CHECK(!has(DD_API_MD_MAP_HASH));
+    CHECK(has("dedupd-map-hash-x"));
     grpc_metadata_array none = {0};
     CHECK(!dd_forward_has_header(&none));
 }
@@ -51,12 +54,15 @@ static void test_forwarded(void)
         CHECK(!dd_auth_forwarded(DD_API_CLUSTER_STATUS, header));
         CHECK(!dd_auth_forwarded(DD_API_SNAPSHOT_BEGIN, header));
         CHECK(!dd_auth_forwarded(DD_API_SNAPSHOT_READ, header));
+        CHECK(!dd_auth_forwarded(DD_API_CLUSTER_MAP, header));
         CHECK(!dd_auth_forwarded(DD_API_UNKNOWN, header));
     }
     /* The Cluster service is the peers' with or without a header. */
     CHECK_EQ_INT(dd_auth_class_of(DD_API_SNAPSHOT_BEGIN), DD_AUTH_PEER);
     CHECK_EQ_INT(dd_auth_class_of(DD_API_SNAPSHOT_READ), DD_AUTH_PEER);
     CHECK_EQ_INT(dd_auth_class_of(DD_API_CLUSTER_STATUS), DD_AUTH_PEER);
+    /* The clients' map is read-class, as Filter. */
+    CHECK_EQ_INT(dd_auth_class_of(DD_API_CLUSTER_MAP), DD_AUTH_READ);
 }
 
 int main(void)
