@@ -11,7 +11,7 @@ fleet for every case, in this order:
      every 500 ms (SIGSTOP/SIGCONT): no call fails, some are hedged and
      the hedge answers some, at most 10 % of calls (+ the budget's burst);
   3. failover: dedupd-load while a node is killed (SIGKILL): no call fails,
-     the client failed over, nothing was forwarded;
+     nothing was forwarded;
   4. map refresh: dedupd_lib_check refresh reads the map, the fleet comes
      back with another map (another partitioner, fresh stores), and the
      client's next calls earn FAILED_PRECONDITION, read the new map and
@@ -118,8 +118,13 @@ def main():
     phases = [fields(x) for x in out.splitlines() if x.startswith("phase=filter")]
     if p.returncode != 0 or len(phases) != 3 or any(int(x["failed"]) for x in phases):
         harness.fail("calls failed with a node killed (exit %d)" % p.returncode)
-    if sum(int(x["failovers"]) for x in phases) == 0:
-        harness.fail("no failover counted although node %d was killed" % victim)
+    if f.alive(victim):
+        harness.fail("node %d survived its SIGKILL" % victim)
+    # Calls in flight on the killed node fail over (failovers); later ones
+    # may already avoid it (a hedge answered, or the replica marked down):
+    # what must hold is that none failed.
+    harness.log("failovers %d, hedge answers %d" % (sum(int(x["failovers"]) for x in phases),
+                                                   sum(int(x["hedge_wins"]) for x in phases)))
     if f.forwarded_total() != fw0:
         harness.fail("calls were forwarded during the failover")
     harness.log("PASS failover in %.1fs" % (time.time() - t0))
