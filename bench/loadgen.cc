@@ -28,16 +28,23 @@
 // legacy/dedupd (against the strong baseline) and the goals (p99 <= 1 ms at
 // low load, >= 2,000 calls/s, >= 3x faster than the strong legacy path).
 //
-// The request is serialised once and sent through grpc's generic stub, so
-// the client's cost per call is the transport and parsing the response, as
-// in a recall service that builds its candidate list anyway. Responses are
-// parsed (FilterResponse) and their kept count checked on every call.
+// Each call builds its request from the candidate strings in memory (a
+// FilterRequest, serialised) inside the timed call, as a recall service
+// pays for it, and sends it through grpc's generic stub; responses are
+// parsed (FilterResponse) and their kept count checked on every call, so
+// a call is timed from the caller's strings to its kept indexes, as the
+// legacy path is from its ZRANGE to its kept indexes. The plain run also
+// measures 1 in flight with the request serialised once and its bytes
+// reused (--prebuilt: every phase so), and the ratio line gives both.
+// --hashes sends the candidates as item hashes (candidate_hashes, XXH3-64
+// with dedupd's seed), hashed in each call.
 //
 // usage: loadgen --addr HOST:PORT --redis HOST:PORT [--seconds S]
 //                [--inflight N] [--mode ids|indexes] [--user ID] [--server-pid PID]
 //                [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]
 //                [--client-spin] [--compare HOST:PORT [--compare-pid PID]]
 //                [--users-file PATH] [--plays N] [--candidates N]
+//                [--prebuilt] [--hashes]
 //
 // --plays N: the heavy user's plays (default 10,000; up to 50,000), for the
 // cost of a heavier history at the same 10,000 candidates.
@@ -130,6 +137,8 @@ struct Options {
     std::string users_file;  // --users-file: a user per call from this list
     size_t plays = 10000;    // --plays: the heavy user's plays (1..50,000)
     size_t candidates = 10000;  // --candidates: the request's candidates (100..10,000)
+    bool prebuilt = false;   // --prebuilt: serialise the request once, not in each call
+    bool hashes = false;     // --hashes: candidates as candidate_hashes
 };
 
 struct Result {
@@ -281,6 +290,42 @@ Snap snap(int pid)
 int g_window = 0;  // Options::window, for channel()
 bool g_client_spin = false;  // Options::client_spin, for filter_loop()
 
+// What a call builds its request from when it builds one (filter_loop's
+// BUILD): the user, the candidate strings, the response mode, and whether
+// the candidates go as item hashes.
+struct Build {
+    std::string user;
+    const std::vector<std::string> *cands = nullptr;
+    bool indexes = true;
+    bool hashes = false;
+};
+Build g_build;
+
+constexpr uint64_t kItemHashSeed = UINT64_C(0x6464757064683031);  // src/dd.h DD_HASH_SEED
+
+// The request of g_build, built and serialised now.
+grpc::ByteBuffer build_request()
+{
+    dedup::v1::FilterRequest req;
+    req.set_user_id(g_build.user);
+    const auto &cands = *g_build.cands;
+    if (g_build.hashes) {
+        auto *h = req.mutable_candidate_hashes();
+        h->Reserve(static_cast<int>(cands.size()));
+        for (const auto &c : cands) h->AddAlreadyReserved(XXH3_64bits_withSeed(c.data(), c.size(), kItemHashSeed));
+    } else {
+        auto *ids = req.mutable_candidate_ids();
+        ids->Reserve(static_cast<int>(cands.size()));
+        for (const auto &c : cands) ids->Add()->assign(c);
+        req.set_mode(g_build.indexes ? dedup::v1::RESPONSE_MODE_INDEXES : dedup::v1::RESPONSE_MODE_IDS);
+    }
+    grpc::ByteBuffer buf;
+    bool own;
+    if (!grpc::SerializationTraits<dedup::v1::FilterRequest>::Serialize(req, &buf, &own).ok())
+        die("cannot serialise the request");
+    return buf;
+}
+
 // --users-file: each call asks for the next of these users (all threads
 // share the walk), with the request's other fields G_BASE (serialised
 // without user_id, which is field 1 and so goes first); an answer must
@@ -404,8 +449,10 @@ void setup_legacy(const Options &o, redisContext *c, const std::vector<std::stri
 
 // One thread's loop of Filter calls, one in flight, until STOP: back to
 // back, or with RATE > 0 one call every 1/RATE s.
+// BUILD: each call builds its request (build_request) inside its timed
+// part; otherwise REQ's bytes are sent as they are.
 void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, size_t want_kept,
-                 bool indexes, double rate, Clock::time_point stop, Result *out)
+                 bool indexes, double rate, Clock::time_point stop, bool build, Result *out)
 {
     auto ch = channel(addr, id);
     grpc::GenericStub stub(ch);
@@ -417,9 +464,6 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
         std::chrono::duration<double>(rate > 0 ? 1.0 / rate : 0.0));
     auto due = t_start;
     while (Clock::now() < stop) {
-        grpc::ByteBuffer user_req;
-        if (!g_users.empty()) user_req = next_user_request();
-        const grpc::ByteBuffer &send = g_users.empty() ? req : user_req;
         // Paced: a call is timed from when it is sent, unless it is sent
         // late because the one before took past its due time: then from
         // when it was due, so that the wait behind a slow call counts (the
@@ -443,6 +487,10 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
         grpc::ByteBuffer rbuf;
         grpc::Status status;
         if (rate <= 0) t0 = Clock::now();
+        grpc::ByteBuffer own_req;
+        if (!g_users.empty()) own_req = next_user_request();
+        else if (build) own_req = build_request();
+        const grpc::ByteBuffer &send = g_users.empty() && !build ? req : own_req;
         auto call = stub.PrepareUnaryCall(&ctx, "/dedup.v1.Dedup/Filter", send, &cq);
         call->StartCall();
         call->Finish(&rbuf, &status, reinterpret_cast<void *>(1));
@@ -454,7 +502,8 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
                         .ok();
         double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         if (good) {
-            size_t kept = static_cast<size_t>(indexes ? resp.kept_indexes_size() : resp.kept_ids_size());
+            size_t kept = static_cast<size_t>(indexes || g_build.hashes ? resp.kept_indexes_size()
+                                                                        : resp.kept_ids_size());
             // A degraded answer is a real answer (Redis missed recent.timeout_ms,
             // likely starved of CPU here): timed, counted, its kept set
             // then includes the deliveries.
@@ -481,7 +530,8 @@ void filter_loop(const std::string &addr, int id, const grpc::ByteBuffer &req, s
 }
 
 Result run_filter(const Options &o, const std::string &addr, const grpc::ByteBuffer &req,
-                  size_t want_kept, int inflight, double seconds, double rate = 0)
+                  size_t want_kept, int inflight, double seconds, double rate = 0,
+                  bool prebuilt = false)
 {
     std::vector<Result> parts(static_cast<size_t>(inflight));
     std::vector<std::thread> threads;
@@ -489,7 +539,8 @@ Result run_filter(const Options &o, const std::string &addr, const grpc::ByteBuf
                                    std::chrono::duration<double>(seconds));
     for (int i = 0; i < inflight; i++)
         threads.emplace_back(filter_loop, std::cref(addr), i, std::cref(req), want_kept,
-                             o.indexes, rate, stop, &parts[static_cast<size_t>(i)]);
+                             o.indexes, rate, stop, !(prebuilt || o.prebuilt),
+                             &parts[static_cast<size_t>(i)]);
     for (auto &t : threads) t.join();
     Result all;
     for (auto &p : parts) {
@@ -692,6 +743,8 @@ Options parse(int argc, char **argv)
         else if (a == "--compare") o.compare = val();
         else if (a == "--compare-pid") o.compare_pid = std::atoi(val().c_str());
         else if (a == "--users-file") o.users_file = val();
+        else if (a == "--prebuilt") o.prebuilt = true;
+        else if (a == "--hashes") o.hashes = true;
         else if (a == "--candidates") {
             long n = std::atol(val().c_str());
             if (n < 100 || n > 10000) die("--candidates: 100 .. 10000");
@@ -706,7 +759,7 @@ Options parse(int argc, char **argv)
                  " [--mode ids|indexes] [--user ID] [--server-pid PID]"
                  " [--phase all|setup|run] [--window BYTES] [--rate CALLS_PER_S]"
                  " [--client-spin] [--compare HOST:PORT [--compare-pid PID]]"
-                 " [--users-file PATH] [--plays N] [--candidates N])");
+                 " [--users-file PATH] [--plays N] [--candidates N] [--prebuilt] [--hashes])");
     }
     if (o.seconds <= 0 || o.inflight < 1) die("--seconds and --inflight must be positive");
     if (!o.users_file.empty() && (o.phase != "run" || !o.compare.empty()))
@@ -762,11 +815,19 @@ int main(int argc, char **argv)
         }
     }
 
+    g_build.user = o.user;
+    g_build.cands = &cands;
+    g_build.indexes = o.indexes;
+    g_build.hashes = o.hashes;
     dedup::v1::FilterRequest req;
     req.set_user_id(o.user);
-    for (auto &c : cands) req.add_candidate_ids(c);
-    req.set_mode(o.indexes ? dedup::v1::RESPONSE_MODE_INDEXES : dedup::v1::RESPONSE_MODE_IDS);
-    grpc::ByteBuffer req_buf;
+    if (o.hashes) {
+        for (auto &c : cands) req.add_candidate_hashes(XXH3_64bits_withSeed(c.data(), c.size(), kItemHashSeed));
+    } else {
+        for (auto &c : cands) req.add_candidate_ids(c);
+        req.set_mode(o.indexes ? dedup::v1::RESPONSE_MODE_INDEXES : dedup::v1::RESPONSE_MODE_IDS);
+    }
+    grpc::ByteBuffer req_buf;  // serialised once: --prebuilt, and one phase of the plain run
     bool own;
     if (!grpc::SerializationTraits<dedup::v1::FilterRequest>::Serialize(req, &req_buf, &own).ok())
         die("cannot serialise the request");
@@ -816,16 +877,19 @@ int main(int argc, char **argv)
         auto s = stub->Filter(&ctx, req, &resp);
         if (!s.ok()) die(addr + ": Filter: " + s.error_message());
         if (resp.degraded()) die(addr + ": Filter answered degraded: is Redis reachable from dedupd?");
-        size_t kept = static_cast<size_t>(o.indexes ? resp.kept_indexes_size() : resp.kept_ids_size());
+        size_t kept = static_cast<size_t>(o.indexes || o.hashes ? resp.kept_indexes_size()
+                                                               : resp.kept_ids_size());
         if (kept > fresh || kept < fresh * 95 / 100 || resp.removed_delivered() != n_delivered)
             die(addr + ": unexpected answer: kept " + std::to_string(kept) + " of " +
                 std::to_string(fresh) + " fresh, removed_delivered " +
                 std::to_string(resp.removed_delivered()) + " removed_played " +
                 std::to_string(resp.removed_played()));
-        std::printf("request: user %s, %zu plays, 100 deliveries; request %zu candidates (%zu bytes), "
-                    "%zu played, %zu delivered; %s kept %zu (%zu bloom false positives)\n",
-                    o.user.c_str(), n_plays, n_cands, req.ByteSizeLong(), n_played, n_delivered,
-                    addr.c_str(), kept, fresh - kept);
+        std::printf("request: user %s, %zu plays, 100 deliveries; request %zu candidates (%zu bytes, "
+                    "%s, %s), %zu played, %zu delivered; %s kept %zu (%zu bloom false positives)\n",
+                    o.user.c_str(), n_plays, n_cands, req.ByteSizeLong(),
+                    o.hashes ? "item hashes" : "ids",
+                    o.prebuilt ? "serialised once" : "request built in each call", n_played,
+                    n_delivered, addr.c_str(), kept, fresh - kept);
         std::fflush(stdout);  // phases are watched from outside (perf, /proc)
         return kept;
     };
@@ -840,11 +904,12 @@ int main(int argc, char **argv)
     // One Filter phase against --addr for --seconds, printed with what it
     // cost dedupd, this process and the machine; its latencies come back
     // sorted.
-    auto phase = [&](int inflight, double rate) {
+    auto phase = [&](int inflight, double rate, bool prebuilt = false) {
         Snap a = snap(o.server_pid);
-        Result r = run_filter(o, o.addr, req_buf, want_kept, inflight, o.seconds, rate);
+        Result r = run_filter(o, o.addr, req_buf, want_kept, inflight, o.seconds, rate, prebuilt);
         Snap b = snap(o.server_pid);
-        std::string label = "dedupd Filter, " + phase_name(inflight, rate);
+        std::string label = "dedupd Filter, " + phase_name(inflight, rate) +
+                            (prebuilt && !o.prebuilt ? ", request serialised once" : "");
         print(label.c_str(), r, b.server_cpu - a.server_cpu, b.self_cpu - a.self_cpu,
               o.server_pid > 0 ? static_cast<double>(b.cs - a.cs) : -1);
         print_steal(a.machine, b.machine);
@@ -853,6 +918,9 @@ int main(int argc, char **argv)
     Result low = phase(1, 0);
     uint64_t paced_errors = o.rate > 0 ? phase(1, o.rate).errors : 0;
     Result sat = phase(o.inflight, 0);
+    // The figure earlier runs gave: the same, with the request's bytes
+    // made once and reused (no caller's cost of building it).
+    Result low_pre = o.prebuilt ? low : phase(1, 0, true);
     MachineCpu m2 = machine_cpu();
     Result legacy = run_legacy(rc, legacy_key, cands, n_cands - n_played, o.seconds, true);
     const std::string zr = "legacy ZRANGE " + std::to_string(n_plays);
@@ -864,9 +932,11 @@ int main(int argc, char **argv)
 
     double r50 = pct(legacy.lat_ms, 0.5) / pct(low.lat_ms, 0.5);
     double r99 = pct(legacy.lat_ms, 0.99) / pct(low.lat_ms, 0.99);
-    std::printf("ratio legacy/dedupd latency: p50 %.1fx, p99 %.1fx (strong baseline); "
-                "p50 %.1fx against the weak one\n",
-                r50, r99, pct(weak.lat_ms, 0.5) / pct(low.lat_ms, 0.5));
+    std::printf("ratio legacy/dedupd latency: p50 %.1fx, p99 %.1fx (strong baseline, %s); "
+                "p50 %.1fx against the weak one; p50 %.1fx with the request serialised once\n",
+                r50, r99, o.prebuilt ? "request serialised once" : "request built in each call",
+                pct(weak.lat_ms, 0.5) / pct(low.lat_ms, 0.5),
+                pct(legacy.lat_ms, 0.5) / pct(low_pre.lat_ms, 0.5));
     double low_p99 = pct(low.lat_ms, 0.99);
     double sat_cps = static_cast<double>(sat.lat_ms.size()) / sat.elapsed_s;
     std::printf("goal p99 <= 1 ms at 1 in flight: %s (%.3f ms)\n", low_p99 <= 1.0 ? "met" : "MISSED", low_p99);
@@ -874,5 +944,8 @@ int main(int argc, char **argv)
     std::printf("goal >= 3x faster than the strong legacy path (p50): %s (%.1fx)\n",
                 r50 >= 3 ? "met" : "MISSED", r50);
     std::printf("hardware threads: %u\n", std::thread::hardware_concurrency());
-    return low.errors + paced_errors + sat.errors + legacy.errors + weak.errors ? 1 : 0;
+    return low.errors + paced_errors + sat.errors + legacy.errors + weak.errors +
+                   (o.prebuilt ? 0 : low_pre.errors)
+               ? 1
+               : 0;
 }
