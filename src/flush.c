@@ -277,11 +277,32 @@ static int put_offsets(dd_flush *f, const struct dd_slot *s)
 /* The forget S's window ends with, and S's offsets, in one write. A marker
  * the store refuses (the decoder lets no empty user through, so never) is
  * logged and skipped rather than retried for ever. */
+/* One scene of an all-scenes marker's user, into the batch. */
+struct forget_all {
+    dd_history_batch *b;
+    const char *user;
+    size_t user_len;
+};
+static int forget_scene(void *ud, const char *scene, size_t scene_len)
+{
+    struct forget_all *fa = ud;
+    return dd_history_batch_forget(fa->b, scene, scene_len, fa->user, fa->user_len);
+}
+
 static int write_forget(dd_flush *f, struct dd_slot *s, char *err, size_t errlen)
 {
     dd_history_batch_clear(f->batch);
-    if (dd_history_batch_forget(f->batch, s->fscene, s->fscene_len, s->fuser, s->fuser_len) !=
-        DD_OK)
+    int frc;
+    if (s->fall) {
+        /* Every scene the store holds for the user now: the window before
+         * the marker is written already, so its plays are found too. */
+        struct forget_all fa = {f->batch, s->fuser, s->fuser_len};
+        frc = dd_history_user_scenes(f->h, s->fuser, s->fuser_len, forget_scene, &fa, err, errlen);
+        if (frc == DD_ERR_IO || frc == DD_ERR_NOMEM) return frc; /* retried */
+    } else {
+        frc = dd_history_batch_forget(f->batch, s->fscene, s->fscene_len, s->fuser, s->fuser_len);
+    }
+    if (frc != DD_OK)
         dd_log_limited(&f->lim_write, 5000, DD_LOG_ERROR, MOD,
                        "msg=\"forget marker refused by the store; skipped\" user_bytes=%zu",
                        s->fuser_len);
@@ -319,7 +340,7 @@ static void write_window(dd_flush *f, struct dd_slot *s)
         if (rc == DD_OK && s->forget) {
             rc = write_forget(f, s, err, sizeof err);
             if (rc == DD_OK) {
-                s->forget = false;
+                s->forget = s->fall = false;
                 INC(forgets);
                 dd_debug(MOD, "msg=forgotten forgets=%" PRIu64, LOAD(forgets));
             }
@@ -345,7 +366,7 @@ static void write_window(dd_flush *f, struct dd_slot *s)
      * offsets (never stored, so never committed), and store none after
      * them. */
     dd_window_clear(s->w);
-    s->forget = false;
+    s->forget = s->fall = false;
     dd_trace_pending_clear(&s->trace); /* never written: no trace of it either */
     f->abandoned = 1;
     slot_store(f, s);

@@ -47,6 +47,7 @@ struct dd_slot {
     uint64_t dups_seen; /* window duplicates already added to stats */
     /* A forget marker ends the slot: run after its window is written. */
     bool forget;
+    bool fall;            /* the marker is for every scene of the user (fscene unused) */
     char *fscene, *fuser; /* DD_SCENE_MAX and max_user bytes */
     size_t fscene_len, fuser_len;
     /* Traced users' records of this window, written once it is. */

@@ -326,6 +326,18 @@ int dd_history_probe_scenes(dd_history *h, const struct dd_history_scene *scenes
 int dd_history_forget(dd_history *h, const char *scene, size_t scene_len, const char *user,
                       size_t user_len, char *err, size_t errlen);
 
+/* The scenes in which USER (1..DD_USER_MAX bytes) has any stored segment,
+ * live or dead: FN(UD, scene, scene_len) once per scene, in key order,
+ * the scene valid for the call only; a non-zero return stops the walk and
+ * is returned. Costs two seeks per scene in the store (no scan of other
+ * users' keys), so it suits ForgetUser with all_scenes and forget
+ * markers for all scenes, not a hot path. Returns 0, FN's return,
+ * DD_ERR_INVALID (user length) or DD_ERR_IO (message in err). Safe from
+ * any thread. */
+typedef int (*dd_history_scene_fn)(void *ud, const char *scene, size_t scene_len);
+int dd_history_user_scenes(dd_history *h, const char *user, size_t user_len, dd_history_scene_fn fn,
+                           void *ud, char *err, size_t errlen);
+
 /* Whether writes are accepted now. If not, a short reason ("no space left
  * on device (N MiB free, history.min_free_mb=M)", or the WAL failure that
  * needs a restart) is written into WHY (may be NULL). After a write was

@@ -463,6 +463,70 @@ int dd_history_probe_scenes(dd_history *h, const struct dd_history_scene *scenes
     return rc;
 }
 
+/* ---- a user's scenes -------------------------------------------------------- */
+
+/* The smallest key above every key that begins with the LEN bytes at P
+ * (rewritten in place): the last byte below 0xff incremented, the rest cut.
+ * Returns the new length; 0 when there is none (all 0xff). */
+static size_t prefix_successor(uint8_t *p, size_t len)
+{
+    while (len > 0 && p[len - 1] == 0xff) len--;
+    if (len > 0) p[len - 1]++;
+    return len;
+}
+
+int dd_history_user_scenes(dd_history *h, const char *user, size_t user_len, dd_history_scene_fn fn,
+                           void *ud, char *err, size_t errlen)
+{
+    if (user_len == 0 || user_len > DD_USER_MAX)
+        return dd_fail(DD_ERR_INVALID, err, errlen, "user id empty or too long");
+    uint8_t *key = malloc(1 + DD_SCENE_MAX + 2 + user_len);
+    if (!key) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+    uint8_t scene[1 + DD_SCENE_MAX];
+    int rc = 0;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(h->db, ro, h->cf);
+    /* Keys begin u8 len(scene) | scene, so each scene is one key range:
+     * seek to the first key of a scene, then to (scene, user), then past
+     * the scene. Merges the iterator runs serve a read only. */
+    dd_fold_reading(true);
+    rocksdb_iter_seek_to_first(it);
+    while (rc == 0 && rocksdb_iter_valid(it)) {
+        size_t klen;
+        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
+        size_t sl = k[0];
+        if (klen < 1 + sl) { /* not a segment key: no scene to take */
+            rocksdb_iter_next(it);
+            continue;
+        }
+        memcpy(scene, k, 1 + sl);
+        size_t plen = dd_key_prefix(key, (const char *)scene + 1, sl, user, user_len);
+        rocksdb_iter_seek(it, (const char *)key, plen);
+        if (rocksdb_iter_valid(it)) {
+            size_t l2;
+            const char *k2 = rocksdb_iter_key(it, &l2);
+            uint32_t seg;
+            if (l2 == plen + 4 && memcmp(k2, key, plen) == 0 && dd_key_segment(k2, l2, &seg))
+                rc = fn(ud, (const char *)scene + 1, sl);
+        }
+        size_t next = prefix_successor(scene, 1 + sl);
+        if (next == 0) break;
+        rocksdb_iter_seek(it, (const char *)scene, next);
+    }
+    dd_fold_reading(false);
+    char *e = NULL;
+    rocksdb_iter_get_error(it, &e);
+    if (e) {
+        rc = dd_fail(DD_ERR_IO, err, errlen, "read: %s", e);
+        rocksdb_free(e);
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    free(key);
+    return rc;
+}
+
 /* ---- damage scan ---------------------------------------------------------- */
 
 int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud, uint64_t *values,

@@ -318,7 +318,7 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
                                    dd_assign_count(in->as)};
     int bad = dd_playmsg_read(in->dec, m, ts, &chk, &ev, &op, why, sizeof why);
     bool cut = false;
-    if (bad < 0 && op == DD_PLAYMSG_FORGET) {
+    if (bad < 0 && (op == DD_PLAYMSG_FORGET || op == DD_PLAYMSG_FORGET_ALL)) {
         /* The marker ends its window, handed over at once: the flusher
          * must be idle to take it. */
         if (!dd_flush_idle(in->fl)) return DD_ERR_LIMIT;
@@ -326,6 +326,7 @@ static int process(dd_ingest *in, const rd_kafka_message_t *m)
         memcpy(s->fuser, ev.user, ev.user_len);
         s->fscene_len = ev.scene_len;
         s->fuser_len = ev.user_len;
+        s->fall = op == DD_PLAYMSG_FORGET_ALL;
         s->forget = cut = true;
         if (dd_trace_wanted(in->trace, ev.user, ev.user_len)) trace_note(in, s, m, &ev, true, ts);
     } else if (bad < 0) {

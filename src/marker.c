@@ -21,6 +21,8 @@
 
 #define LABEL "dedupd forget v1"
 #define LABEL_LEN 16
+#define LABEL_ALL "dedupd forget all"
+#define LABEL_ALL_LEN 17
 
 struct dd_marker_key {
     EVP_MAC *mac; /* HMAC, fetched once; shared by every thread's context */
@@ -127,10 +129,27 @@ size_t dd_marker_message(uint8_t *out, size_t cap, const char *user, size_t user
     return n;
 }
 
+size_t dd_marker_message_all(uint8_t *out, size_t cap, const char *user, size_t user_len,
+                             int64_t at_ms)
+{
+    size_t n = LABEL_ALL_LEN + 4 + user_len + 8;
+    if (n > cap) return n;
+    uint8_t *p = out;
+    memcpy(p, LABEL_ALL, LABEL_ALL_LEN);
+    p += LABEL_ALL_LEN;
+    dd_be32_store(p, (uint32_t)user_len);
+    p += 4;
+    if (user_len) memcpy(p, user, user_len);
+    p += user_len;
+    dd_be64_store(p, (uint64_t)at_ms);
+    return n;
+}
+
 /* The raw MAC into MAC. Fed in pieces (the same bytes as
  * dd_marker_message), so a 64 KiB user id needs no copy. */
-static int compute(const dd_marker_key *k, const char *user, size_t user_len, const char *scene,
-                   size_t scene_len, int64_t at_ms, uint8_t mac[DD_MARKER_MAC_BYTES])
+static int compute(const dd_marker_key *k, bool all, const char *user, size_t user_len,
+                   const char *scene, size_t scene_len, int64_t at_ms,
+                   uint8_t mac[DD_MARKER_MAC_BYTES])
 {
     uint8_t ulen[4], slen[4], at[8];
     dd_be32_store(ulen, (uint32_t)user_len);
@@ -145,24 +164,25 @@ static int compute(const dd_marker_key *k, const char *user, size_t user_len, co
     if (!ctx) return DD_ERR_NOMEM;
     size_t outl = 0;
     int ok = EVP_MAC_init(ctx, k->key, k->len, params) &&
-             EVP_MAC_update(ctx, (const uint8_t *)LABEL, LABEL_LEN) &&
+             (all ? EVP_MAC_update(ctx, (const uint8_t *)LABEL_ALL, LABEL_ALL_LEN)
+                  : EVP_MAC_update(ctx, (const uint8_t *)LABEL, LABEL_LEN)) &&
              EVP_MAC_update(ctx, ulen, 4) &&
              (user_len == 0 || EVP_MAC_update(ctx, (const uint8_t *)user, user_len)) &&
-             EVP_MAC_update(ctx, slen, 4) &&
-             (scene_len == 0 || EVP_MAC_update(ctx, (const uint8_t *)scene, scene_len)) &&
+             (all || EVP_MAC_update(ctx, slen, 4)) &&
+             (all || scene_len == 0 || EVP_MAC_update(ctx, (const uint8_t *)scene, scene_len)) &&
              EVP_MAC_update(ctx, at, 8) && EVP_MAC_final(ctx, mac, &outl, DD_MARKER_MAC_BYTES) &&
              outl == DD_MARKER_MAC_BYTES;
     EVP_MAC_CTX_free(ctx);
     return ok ? DD_OK : DD_ERR_NOMEM;
 }
 
-int dd_marker_sign(const dd_marker_key *k, const char *user, size_t user_len, const char *scene,
-                   size_t scene_len, int64_t at_ms, char hex[DD_MARKER_MAC_HEX + 1])
+static int sign(const dd_marker_key *k, bool all, const char *user, size_t user_len,
+                const char *scene, size_t scene_len, int64_t at_ms, char hex[DD_MARKER_MAC_HEX + 1])
 {
     static const char digits[] = "0123456789abcdef";
     uint8_t mac[DD_MARKER_MAC_BYTES];
     hex[0] = '\0';
-    int rc = compute(k, user, user_len, scene, scene_len, at_ms, mac);
+    int rc = compute(k, all, user, user_len, scene, scene_len, at_ms, mac);
     if (rc != DD_OK) return rc;
     for (int i = 0; i < DD_MARKER_MAC_BYTES; i++) {
         hex[2 * i] = digits[mac[i] >> 4];
@@ -170,6 +190,18 @@ int dd_marker_sign(const dd_marker_key *k, const char *user, size_t user_len, co
     }
     hex[DD_MARKER_MAC_HEX] = '\0';
     return DD_OK;
+}
+
+int dd_marker_sign(const dd_marker_key *k, const char *user, size_t user_len, const char *scene,
+                   size_t scene_len, int64_t at_ms, char hex[DD_MARKER_MAC_HEX + 1])
+{
+    return sign(k, false, user, user_len, scene, scene_len, at_ms, hex);
+}
+
+int dd_marker_sign_all(const dd_marker_key *k, const char *user, size_t user_len, int64_t at_ms,
+                       char hex[DD_MARKER_MAC_HEX + 1])
+{
+    return sign(k, true, user, user_len, "", 0, at_ms, hex);
 }
 
 static int unhex(unsigned char c)
@@ -180,9 +212,9 @@ static int unhex(unsigned char c)
     return -1;
 }
 
-enum dd_marker_check dd_marker_verify(const dd_marker_key *k, const char *user, size_t user_len,
-                                      const char *scene, size_t scene_len, int64_t at_ms,
-                                      const void *mac, size_t mac_len)
+static enum dd_marker_check verify(const dd_marker_key *k, bool all, const char *user,
+                                   size_t user_len, const char *scene, size_t scene_len,
+                                   int64_t at_ms, const void *mac, size_t mac_len)
 {
     if (!k) return DD_MARKER_NO_KEY;
     if (!mac) return DD_MARKER_MISSING;
@@ -194,8 +226,22 @@ enum dd_marker_check dd_marker_verify(const dd_marker_key *k, const char *user, 
         if (hi < 0 || lo < 0) return DD_MARKER_MALFORMED;
         got[i] = (uint8_t)(hi << 4 | lo);
     }
-    if (compute(k, user, user_len, scene, scene_len, at_ms, want) != DD_OK) return DD_MARKER_ERROR;
+    if (compute(k, all, user, user_len, scene, scene_len, at_ms, want) != DD_OK)
+        return DD_MARKER_ERROR;
     return CRYPTO_memcmp(got, want, sizeof want) == 0 ? DD_MARKER_VALID : DD_MARKER_MISMATCH;
+}
+
+enum dd_marker_check dd_marker_verify(const dd_marker_key *k, const char *user, size_t user_len,
+                                      const char *scene, size_t scene_len, int64_t at_ms,
+                                      const void *mac, size_t mac_len)
+{
+    return verify(k, false, user, user_len, scene, scene_len, at_ms, mac, mac_len);
+}
+
+enum dd_marker_check dd_marker_verify_all(const dd_marker_key *k, const char *user, size_t user_len,
+                                          int64_t at_ms, const void *mac, size_t mac_len)
+{
+    return verify(k, true, user, user_len, "", 0, at_ms, mac, mac_len);
 }
 
 const char *dd_marker_strerror(enum dd_marker_check c)

@@ -16,6 +16,18 @@
  *   i64 big-endian                the marker's time: its PlayEvent's
  *                                 played_at_ms as sent (0 when left out)
  *
+ * An all-scenes marker (proto/dedup.proto: dedupd-op "forget-all-scenes")
+ * deletes the user's plays in every scene; its MAC covers another message,
+ * with no scene:
+ *
+ *   "dedupd forget all"           17 bytes of ASCII, no terminator
+ *   u32 big-endian | user         the user id's length, then its bytes
+ *   i64 big-endian                the marker's time, as above
+ *
+ * The two labels differ at their 15th byte, so neither kind's MAC is ever
+ * valid for the other: a one-scene marker cannot be widened to all scenes,
+ * and markers signed before all-scenes ones existed keep their meaning.
+ *
  * The key is the key file's bytes exactly as stored (a trailing newline is
  * part of it). The MAC travels in the message header "dedupd-mac" as 64
  * hexadecimal characters (either case); anything else is refused.
@@ -28,6 +40,8 @@
 #include <stdint.h>
 
 #define DD_MARKER_HEADER "dedupd-mac"
+/* The dedupd-op header's value of an all-scenes marker ("forget": one scene). */
+#define DD_MARKER_OP_ALL "forget-all-scenes"
 #define DD_MARKER_MAC_BYTES 32
 #define DD_MARKER_MAC_HEX (2 * DD_MARKER_MAC_BYTES)
 /* The key file's size bounds, in bytes: at least the MAC's strength, and
@@ -65,6 +79,13 @@ size_t dd_marker_message(uint8_t *out, size_t cap, const char *user, size_t user
 int dd_marker_sign(const dd_marker_key *k, const char *user, size_t user_len, const char *scene,
                    size_t scene_len, int64_t at_ms, char hex[DD_MARKER_MAC_HEX + 1]);
 
+/* The same three for an all-scenes marker of USER at AT_MS (the message
+ * above without a scene). Same failures, same threads. */
+size_t dd_marker_message_all(uint8_t *out, size_t cap, const char *user, size_t user_len,
+                             int64_t at_ms);
+int dd_marker_sign_all(const dd_marker_key *k, const char *user, size_t user_len, int64_t at_ms,
+                       char hex[DD_MARKER_MAC_HEX + 1]);
+
 /* What a marker's MAC header says. */
 enum dd_marker_check {
     DD_MARKER_VALID = 0,
@@ -81,6 +102,10 @@ enum dd_marker_check {
 enum dd_marker_check dd_marker_verify(const dd_marker_key *k, const char *user, size_t user_len,
                                       const char *scene, size_t scene_len, int64_t at_ms,
                                       const void *mac, size_t mac_len);
+
+/* The same check for an all-scenes marker of (USER, AT_MS). */
+enum dd_marker_check dd_marker_verify_all(const dd_marker_key *k, const char *user, size_t user_len,
+                                          int64_t at_ms, const void *mac, size_t mac_len);
 
 /* "valid", "no key", "no MAC", "malformed MAC", "wrong MAC", "MAC error". */
 const char *dd_marker_strerror(enum dd_marker_check c);

@@ -2,7 +2,8 @@
  *
  * playmsg.h - what a consumed message of the plays topic is (ingest.h,
  * "Forget markers"): a play, or a forget marker (the "dedupd-op: forget"
- * header), decoded (playevent.h), a marker's "dedupd-mac" checked
+ * header, or "forget-all-scenes" for every scene of the user, whose
+ * payload then has no scene), decoded (playevent.h), a marker's "dedupd-mac" checked
  * (marker.h), and in assign mode its user checked against the partition
  * it came in (partition.h); or bad, with the reason ingest counts, logs
  * and dead-letters it under. Knows nothing of windows, offsets or the
@@ -39,6 +40,7 @@ const char *dd_ingest_bad_name(int reason);
 enum dd_playmsg_op {
     DD_PLAYMSG_PLAY = 0,
     DD_PLAYMSG_FORGET = 1,
+    DD_PLAYMSG_FORGET_ALL = 2, /* every scene of the user (dedupd-op forget-all-scenes) */
 };
 
 /* What a message is checked against. */

@@ -180,12 +180,15 @@ static bool wait_until(dd_producer *p, int64_t deadline)
 /* Queue one message (PAYLOAD copied) for W into PARTITION, waiting while
  * the local queue is full, up to DEADLINE. MAC: a forget marker's
  * dedupd-mac header (marker.h), NULL for a play; "" sends the marker
- * unsigned (no key). */
+ * unsigned (no key). ALL: the marker is for every scene (dedupd-op
+ * forget-all-scenes). */
 static rd_kafka_resp_err_t send_one(dd_producer *p, struct waiter *w, int32_t partition,
                                     const char *user, const struct dd_buf *payload, const char *mac,
-                                    int64_t deadline)
+                                    bool all, int64_t deadline)
 {
     size_t ulen = strlen(user);
+    const char *op = all ? DD_MARKER_OP_ALL : "forget";
+    size_t oplen = strlen(op);
     for (;;) {
         rd_kafka_resp_err_t e;
         if (mac && mac[0])
@@ -193,15 +196,16 @@ static rd_kafka_resp_err_t send_one(dd_producer *p, struct waiter *w, int32_t pa
                                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                   RD_KAFKA_V_KEY(user, ulen),
                                   RD_KAFKA_V_VALUE(payload->data, payload->len),
-                                  RD_KAFKA_V_HEADER("dedupd-op", "forget", 6),
+                                  RD_KAFKA_V_HEADER("dedupd-op", op, (ssize_t)oplen),
                                   RD_KAFKA_V_HEADER(DD_MARKER_HEADER, mac, DD_MARKER_MAC_HEX),
                                   RD_KAFKA_V_OPAQUE(w), RD_KAFKA_V_END);
         else if (mac)
-            e = rd_kafka_producev(
-                p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
-                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(user, ulen),
-                RD_KAFKA_V_VALUE(payload->data, payload->len),
-                RD_KAFKA_V_HEADER("dedupd-op", "forget", 6), RD_KAFKA_V_OPAQUE(w), RD_KAFKA_V_END);
+            e = rd_kafka_producev(p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
+                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                  RD_KAFKA_V_KEY(user, ulen),
+                                  RD_KAFKA_V_VALUE(payload->data, payload->len),
+                                  RD_KAFKA_V_HEADER("dedupd-op", op, (ssize_t)oplen),
+                                  RD_KAFKA_V_OPAQUE(w), RD_KAFKA_V_END);
         else
             e = rd_kafka_producev(p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
                                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -217,9 +221,10 @@ static rd_kafka_resp_err_t send_one(dd_producer *p, struct waiter *w, int32_t pa
     }
 }
 
-/* Produce N plays (FORGET false) or one marker (true) for USER in SCENE. */
+/* Produce N plays (FORGET false) or one marker (true) for USER in SCENE;
+ * ALL: the marker is for every scene (SCENE is then ""). */
 static int produce(dd_producer *p, const char *user, const char *scene, const char *const *items,
-                   const int64_t *at, size_t n, bool forget, int64_t deadline,
+                   const int64_t *at, size_t n, bool forget, bool all, int64_t deadline,
                    int32_t *partition_out, int64_t *offset_out, char *err, size_t errlen)
 {
     if (n == 0) return DD_OK;
@@ -247,8 +252,9 @@ static int produce(dd_producer *p, const char *user, const char *scene, const ch
     int64_t forget_at = forget ? dd_now_ms() : 0;
     char mac[DD_MARKER_MAC_HEX + 1] = "";
     if (forget && p->forget_key &&
-        dd_marker_sign(p->forget_key, user, strlen(user), scene, strlen(scene), forget_at, mac) !=
-            DD_OK)
+        (all ? dd_marker_sign_all(p->forget_key, user, strlen(user), forget_at, mac)
+             : dd_marker_sign(p->forget_key, user, strlen(user), scene, strlen(scene), forget_at,
+                              mac)) != DD_OK)
         rc = dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory (signing the forget marker)");
     for (size_t i = 0; i < n && rc == DD_OK; i++) {
         b.len = 0;
@@ -267,7 +273,7 @@ static int produce(dd_producer *p, const char *user, const char *scene, const ch
         w->refs++;
         w->pending++;
         pthread_mutex_unlock(&p->mu);
-        e = send_one(p, w, partition, user, &b, forget ? mac : NULL, deadline);
+        e = send_one(p, w, partition, user, &b, forget ? mac : NULL, all, deadline);
         if (e) {
             pthread_mutex_lock(&p->mu);
             w->refs--;
@@ -309,18 +315,18 @@ int dd_producer_plays(dd_producer *p, const char *user, const char *scene, const
                       const int64_t *played_at_ms, size_t n, int64_t deadline_ns, char *err,
                       size_t errlen)
 {
-    return produce(p, user, scene, items, played_at_ms, n, false, deadline_ns, NULL, NULL, err,
-                   errlen);
+    return produce(p, user, scene, items, played_at_ms, n, false, false, deadline_ns, NULL, NULL,
+                   err, errlen);
 }
 
-int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int64_t deadline_ns,
-                       char *err, size_t errlen)
+static int forget(dd_producer *p, const char *user, const char *scene, bool all,
+                  int64_t deadline_ns, char *err, size_t errlen)
 {
     if (!deadline_ns) deadline_ns = dd_mono_ns() + p->timeout_ns;
     int32_t partition = -1;
     int64_t offset = -1;
-    int rc =
-        produce(p, user, scene, NULL, NULL, 1, true, deadline_ns, &partition, &offset, err, errlen);
+    int rc = produce(p, user, scene, NULL, NULL, 1, true, all, deadline_ns, &partition, &offset,
+                     err, errlen);
     if (rc != DD_OK || !p->applied) return rc;
     rc = p->applied(p->applied_ud, partition, offset, deadline_ns);
     if (rc == DD_ERR_TIMEOUT)
@@ -334,6 +340,18 @@ int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int6
                        ") cannot be applied here: this node does not consume that partition",
                        partition);
     return DD_OK;
+}
+
+int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int64_t deadline_ns,
+                       char *err, size_t errlen)
+{
+    return forget(p, user, scene, false, deadline_ns, err, errlen);
+}
+
+int dd_producer_forget_all(dd_producer *p, const char *user, int64_t deadline_ns, char *err,
+                           size_t errlen)
+{
+    return forget(p, user, "", true, deadline_ns, err, errlen);
 }
 
 int dd_producer_copy(dd_producer *p, const void *key, size_t key_len, const void *value, size_t len,

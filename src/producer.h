@@ -122,6 +122,11 @@ typedef int (*dd_producer_applied_fn)(void *ud, int32_t partition, int64_t offse
 void dd_producer_set_applied(dd_producer *p, dd_producer_applied_fn fn, void *ud);
 int dd_producer_forget(dd_producer *p, const char *user, const char *scene, int64_t deadline_ns,
                        char *err, size_t errlen);
+/* The same with an all-scenes marker (marker.h; dedupd-op
+ * forget-all-scenes, scene ""): every replica deletes USER's plays in every
+ * scene its store holds, in log order. */
+int dd_producer_forget_all(dd_producer *p, const char *user, int64_t deadline_ns, char *err,
+                           size_t errlen);
 
 /* A header of a copied message: NAME and its VALUE, C strings. */
 struct dd_producer_header {

@@ -50,6 +50,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -919,6 +920,70 @@ int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const ch
     if (rc != DD_OK) return rc;
     if (rep->type != REDIS_REPLY_INTEGER) rc = reply_error(r, "DEL", rep);
     freeReplyObject(rep);
+    return rc;
+}
+
+int dd_recent_forget_all(dd_recent *r, const char *user, size_t user_len, dd_recent_scene_fn fn,
+                         void *ud)
+{
+    settle(r);
+    r->errstr[0] = '\0';
+    /* The pattern: KEY_PREFIX len{user}* with the id's glob characters
+     * escaped, so it matches exactly this user's sets, whatever scene. */
+    char num[24];
+    int nl = snprintf(num, sizeof num, "%zu", user_len);
+    size_t prefix_len = sizeof KEY_PREFIX - 1 + (size_t)nl + 1 + user_len + 1;
+    char *pat = malloc(sizeof KEY_PREFIX - 1 + (size_t)nl + 1 + 2 * user_len + 2 + 1);
+    if (!pat) {
+        set_err(r, "out of memory");
+        return DD_ERR_NOMEM;
+    }
+    size_t pl = 0;
+    memcpy(pat, KEY_PREFIX, sizeof KEY_PREFIX - 1);
+    pl += sizeof KEY_PREFIX - 1;
+    memcpy(pat + pl, num, (size_t)nl);
+    pl += (size_t)nl;
+    pat[pl++] = '{';
+    for (size_t i = 0; i < user_len; i++) {
+        if (strchr("*?[]\\", user[i]) && user[i]) pat[pl++] = '\\';
+        pat[pl++] = user[i];
+    }
+    pat[pl++] = '}';
+    pat[pl++] = '*';
+    char cursor[32] = "0";
+    int rc = DD_OK;
+    do {
+        const char *argv[6] = {"SCAN", cursor, "MATCH", pat, "COUNT", "1000"};
+        size_t lens[6] = {4, strlen(cursor), 5, pl, 5, 4};
+        redisReply *rep;
+        rc = command(r, 6, argv, lens, "forget (scan)", &rep);
+        if (rc != DD_OK) break;
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+            rep->element[0]->type != REDIS_REPLY_STRING || rep->element[0]->len >= sizeof cursor ||
+            rep->element[1]->type != REDIS_REPLY_ARRAY) {
+            rc = reply_error(r, "SCAN", rep);
+            freeReplyObject(rep);
+            break;
+        }
+        memcpy(cursor, rep->element[0]->str, rep->element[0]->len);
+        cursor[rep->element[0]->len] = '\0';
+        const redisReply *keys = rep->element[1];
+        for (size_t i = 0; i < keys->elements && rc == DD_OK; i++) {
+            const redisReply *k = keys->element[i];
+            if (k->type != REDIS_REPLY_STRING || k->len < prefix_len) continue;
+            const char *dargv[2] = {"DEL", k->str};
+            size_t dlens[2] = {3, k->len};
+            redisReply *d;
+            rc = command(r, 2, dargv, dlens, "forget", &d);
+            if (rc != DD_OK) break;
+            bool gone = d->type == REDIS_REPLY_INTEGER && d->integer > 0;
+            if (d->type != REDIS_REPLY_INTEGER) rc = reply_error(r, "DEL", d);
+            freeReplyObject(d);
+            if (rc == DD_OK && gone && fn) rc = fn(ud, k->str + prefix_len, k->len - prefix_len);
+        }
+        freeReplyObject(rep);
+    } while (rc == DD_OK && strcmp(cursor, "0") != 0);
+    free(pat);
     return rc;
 }
 

@@ -131,6 +131,20 @@ int dd_recent_ping(dd_recent *r);
 int dd_recent_forget(dd_recent *r, const char *scene, size_t scene_len, const char *user,
                      size_t user_len);
 
+/* Delete USER's deliveries in every scene: SCAN (COUNT 1000) with a
+ * pattern bounded to USER's own keys (its length and hash tag, glob
+ * characters of the id escaped), never KEYS; each key found is deleted and
+ * FN(UD, scene, scene_len) told its scene (valid for the call only; a
+ * scene may be told twice if SCAN returns its key twice). A non-zero
+ * return from FN stops and is returned. SCAN walks the whole keyspace in
+ * cursor steps, so the cost grows with Redis' key count: for erasure
+ * requests, not a hot path. Errors as dd_recent_record (DD_ERR_NOMEM
+ * too); keys deleted before an error stay deleted, and the call is safe
+ * to repeat. */
+typedef int (*dd_recent_scene_fn)(void *ud, const char *scene, size_t scene_len);
+int dd_recent_forget_all(dd_recent *r, const char *user, size_t user_len, dd_recent_scene_fn fn,
+                         void *ud);
+
 /* The last error's text; "" if none. Borrowed, valid until the next call. */
 const char *dd_recent_errstr(const dd_recent *r);
 

@@ -315,7 +315,103 @@ static void trace_forget(dd_record *w, const char *user, size_t user_len, const 
     dd_trace_record(w->trace, user, user_len, &r, 1);
 }
 
-int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
+/* The scenes a ForgetUser removed: sorted, each once, in the arena. */
+struct scene_set {
+    dd_arena *arena;
+    char **v;
+    size_t n, cap;
+};
+
+static int scene_add(void *ud, const char *scene, size_t scene_len)
+{
+    struct scene_set *ss = ud;
+    size_t lo = 0, hi = ss->n;
+    while (lo < hi) { /* binary search for the place; equal: already there */
+        size_t mid = (lo + hi) / 2;
+        size_t ml = strlen(ss->v[mid]);
+        int c = memcmp(ss->v[mid], scene, ml < scene_len ? ml : scene_len);
+        if (c == 0) c = ml < scene_len ? -1 : ml > scene_len ? 1 : 0;
+        if (c == 0) return DD_OK;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (ss->n == ss->cap) {
+        size_t cap = ss->cap ? 2 * ss->cap : 8;
+        char **v = dd_arena_calloc(ss->arena, cap, sizeof *v);
+        if (!v) return DD_ERR_NOMEM;
+        if (ss->n) memcpy(v, ss->v, ss->n * sizeof *v);
+        ss->v = v;
+        ss->cap = cap;
+    }
+    char *copy = dd_arena_alloc(ss->arena, scene_len + 1);
+    if (!copy) return DD_ERR_NOMEM;
+    if (scene_len) memcpy(copy, scene, scene_len);
+    copy[scene_len] = '\0';
+    memmove(ss->v + lo + 1, ss->v + lo, (ss->n - lo) * sizeof *ss->v);
+    ss->v[lo] = copy;
+    ss->n++;
+    return DD_OK;
+}
+
+static int recent_failed(dd_record *w, int rc, const char *what, char *err, size_t errlen)
+{
+    if (rc == DD_ERR_NOMEM) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+    return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "%srecent deliveries unavailable: %s", what,
+                   dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent) : dd_strerror(rc));
+}
+
+/* ForgetUser with all_scenes: every scene in the history and in Redis. */
+static int forget_all(dd_record *w, dd_arena *arena, const Dedup__V1__ForgetUserRequest *req,
+                      size_t user_len, Dedup__V1__ForgetUserResponse *resp, char *err,
+                      size_t errlen)
+{
+    struct scene_set ss = {.arena = arena};
+    char herr[256];
+    /* The history's scenes first: on a cluster node the plays go through
+     * the log, and these are the scenes this replica's marker will find. */
+    int rc = dd_history_user_scenes(w->history, req->user_id, user_len, scene_add, &ss, herr,
+                                    sizeof herr);
+    if (rc == DD_ERR_NOMEM) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+    if (rc != DD_OK) {
+        STAT_ADD(history_errors, 1);
+        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be read: %s", herr);
+    }
+    size_t n_history = ss.n;
+    if (w->producer) {
+        rc = dd_recent_forget_all(w->recent, req->user_id, user_len, scene_add, &ss);
+        if (rc != DD_OK) return recent_failed(w, rc, "", err, errlen);
+        char perr[256];
+        rc = dd_producer_forget_all(w->producer, req->user_id, 0, perr, sizeof perr);
+        if (rc != DD_OK)
+            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
+                           "deliveries forgotten, plays not yet: %s; the call is safe to retry",
+                           perr);
+    } else {
+        /* Plays first, then deliveries, as for one scene: the list holds
+         * only the history's scenes until Redis' are added. */
+        for (size_t i = 0; i < n_history; i++) {
+            const char *scene = ss.v[i];
+            rc = dd_history_forget(w->history, scene, strlen(scene), req->user_id, user_len, herr,
+                                   sizeof herr);
+            if (rc != DD_OK) {
+                STAT_ADD(history_errors, 1);
+                return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s",
+                               herr);
+            }
+        }
+        rc = dd_recent_forget_all(w->recent, req->user_id, user_len, scene_add, &ss);
+        if (rc != DD_OK) return recent_failed(w, rc, "plays forgotten, but ", err, errlen);
+    }
+    for (size_t i = 0; i < ss.n; i++)
+        trace_forget(w, req->user_id, user_len, ss.v[i], strlen(ss.v[i]));
+    resp->scenes = ss.v;
+    resp->n_scenes = ss.n;
+    return DD_OK;
+}
+
+int dd_record_forget(dd_record *w, dd_arena *arena, const Dedup__V1__ForgetUserRequest *req,
                      Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen)
 {
     size_t user_len, scene_len;
@@ -323,15 +419,23 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
     dedup__v1__forget_user_response__init(resp);
     int rc = check_request(w, req->user_id, &user_len, req->scene, &scene_len, "", 0, err, errlen);
     if (rc) return rc;
+    if (req->all_scenes) {
+        if (scene_len)
+            return dd_fail(DD_ERR_INVALID, err, errlen,
+                           "scene is \"%.*s\" with all_scenes: give one or the other",
+                           (int)(scene_len > 64 ? 64 : scene_len), req->scene);
+        return forget_all(w, arena, req, user_len, resp, err, errlen);
+    }
+    resp->scenes = dd_arena_alloc(arena, sizeof *resp->scenes);
+    if (!resp->scenes) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
+    resp->scenes[0] = req->scene;
+    resp->n_scenes = 1;
     if (w->producer) {
         /* A cluster: deliveries in the shard's Redis here; plays through
          * the log, which every replica (this one included, before this
          * returns) applies in order (producer.h). */
         rc = dd_recent_forget(w->recent, req->scene, scene_len, req->user_id, user_len);
-        if (rc != DD_OK)
-            return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "recent deliveries unavailable: %s",
-                           dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
-                                                          : dd_strerror(rc));
+        if (rc != DD_OK) return recent_failed(w, rc, "", err, errlen);
         char perr[256];
         rc = dd_producer_forget(w->producer, req->user_id, req->scene, 0, perr, sizeof perr);
         if (rc != DD_OK)
@@ -349,11 +453,7 @@ int dd_record_forget(dd_record *w, const Dedup__V1__ForgetUserRequest *req,
         return dd_fail(DD_ERR_UNAVAILABLE, err, errlen, "history cannot be written: %s", herr);
     }
     rc = dd_recent_forget(w->recent, req->scene, scene_len, req->user_id, user_len);
-    if (rc != DD_OK)
-        return dd_fail(DD_ERR_UNAVAILABLE, err, errlen,
-                       "plays forgotten, but recent deliveries unavailable: %s",
-                       dd_recent_errstr(w->recent)[0] ? dd_recent_errstr(w->recent)
-                                                      : dd_strerror(rc));
+    if (rc != DD_OK) return recent_failed(w, rc, "plays forgotten, but ", err, errlen);
     trace_forget(w, req->user_id, user_len, req->scene, scene_len);
     return DD_OK;
 }

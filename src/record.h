@@ -105,8 +105,12 @@ int dd_record_plays(dd_record *r, dd_arena *arena, const Dedup__V1__RecordPlaysR
  * (a cluster): delete deliveries, then produce a forget marker and wait
  * until this node's ingest has applied it (producer.h says why the plays
  * are not deleted here directly). Any of them failing is
- * DD_ERR_UNAVAILABLE or DD_ERR_TIMEOUT (the call is idempotent: retry it). */
-int dd_record_forget(dd_record *r, const Dedup__V1__ForgetUserRequest *req,
+ * DD_ERR_UNAVAILABLE or DD_ERR_TIMEOUT (the call is idempotent: retry it).
+ * With req->all_scenes (req->scene must be "": else DD_ERR_INVALID) the
+ * same for every scene: the history's (dd_history_user_scenes) and
+ * Redis' (dd_recent_forget_all); a cluster produces one all-scenes marker.
+ * resp->scenes lists the scenes forgotten (proto/dedup.proto), in ARENA. */
+int dd_record_forget(dd_record *r, dd_arena *arena, const Dedup__V1__ForgetUserRequest *req,
                      Dedup__V1__ForgetUserResponse *resp, char *err, size_t errlen);
 
 /* Process-wide counters since start (atomic), for metrics. Cannot fail. */

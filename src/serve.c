@@ -276,7 +276,7 @@ grpc_status_code dd_serve_call(const struct dd_serve *sv, enum dd_api_method m, 
         Dedup__V1__ForgetUserRequest *req = dedup__v1__forget_user_request__unpack(al, len, data);
         if (!req) return dd_serve_bad_message(sv, "dedup.v1.ForgetUserRequest");
         Dedup__V1__ForgetUserResponse resp;
-        rc = dd_record_forget(sv->record, req, &resp, sv->msg, sv->msglen);
+        rc = dd_record_forget(sv->record, sv->arena, req, &resp, sv->msg, sv->msglen);
         if (rc == DD_OK) *reply = dd_serve_pack(&resp.base);
         return dd_serve_status_of(rc);
     }

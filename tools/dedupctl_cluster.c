@@ -46,13 +46,16 @@ static void partitions_text(json_object *node, char *buf, size_t len)
     if (!n) snprintf(buf, len, "-");
 }
 
-int dedupctl_cluster(const char *addr, int timeout_ms, FILE *out, char *err, size_t errlen)
+int dedupctl_cluster(const char *addr, int timeout_ms, struct dedupctl_out *o, char *err,
+                     size_t errlen)
 {
+    FILE *out = o->f;
     int status;
     char *body;
     size_t len;
     int rc = dd_http_get(addr, "/cluster", timeout_ms, &status, &body, &len, err, errlen);
     if (rc != DD_OK) return rc;
+    if (status != 200) o->http_status = status;
     if (status == 404) {
         free(body);
         return dd_fail(DD_ERR_NOTFOUND, err, errlen,
@@ -67,6 +70,13 @@ int dedupctl_cluster(const char *addr, int timeout_ms, FILE *out, char *err, siz
         return rc;
     }
     free(body);
+    if (o->json) {
+        fprintf(out, "%s\n",
+                json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
+                                                         JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(root);
+        return DD_OK;
+    }
     json_object *nodes, *fwd;
     if (!json_object_object_get_ex(root, "nodes", &nodes) ||
         !json_object_is_type(nodes, json_type_array)) {

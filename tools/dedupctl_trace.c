@@ -61,7 +61,7 @@ static void arg(struct path *p, const char *key, const char *value)
  * JSON (admin.h: what an operator page wants), and parse the JSON answer
  * into *ROOT. */
 static int ask(const char *addr, int timeout_ms, const char *method, const char *token,
-               struct path *p, json_object **root, char *err, size_t errlen)
+               struct path *p, json_object **root, int *http_status, char *err, size_t errlen)
 {
     *root = NULL;
     if (p->nomem) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
@@ -80,6 +80,7 @@ static int ask(const char *addr, int timeout_ms, const char *method, const char 
     json_object *o = json_tokener_parse(body);
     json_object *e;
     if (status != 200) {
+        *http_status = status;
         const char *msg =
             o && json_object_object_get_ex(o, "error", &e) ? json_object_get_string(e) : body;
         rc = dd_fail(status >= 500   ? DD_ERR_UNAVAILABLE
@@ -106,10 +107,20 @@ static const char *str_of(json_object *o, const char *key, const char *dflt)
     return json_object_get_string(v);
 }
 
+/* ROOT as one line of JSON on O's stream. */
+static void print_json(struct dedupctl_out *o, json_object *root)
+{
+    fprintf(o->f, "%s\n",
+            json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
+                                                     JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
 int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char *user,
                  const char *scene, uint32_t lookback_days, uint32_t min_kept, char *const *also,
-                 size_t n_also, char *const *items, size_t n, FILE *out, char *err, size_t errlen)
+                 size_t n_also, char *const *items, size_t n, struct dedupctl_out *o, char *err,
+                 size_t errlen)
 {
+    FILE *out = o->f;
     struct path p = {0};
     put(&p, "/why", 4);
     arg(&p, "user", user);
@@ -127,9 +138,16 @@ int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char
     for (size_t i = 0; i < n_also; i++) arg(&p, "also_scene", also[i]);
     for (size_t i = 0; i < n; i++) arg(&p, "item", items[i]);
     json_object *root;
-    int rc = ask(addr, timeout_ms, "GET", token, &p, &root, err, errlen);
+    int rc = ask(addr, timeout_ms, "GET", token, &p, &root, &o->http_status, err, errlen);
     free(p.s);
     if (rc != DD_OK) return rc;
+    json_object *dg0;
+    o->degraded = json_object_object_get_ex(root, "degraded", &dg0) && json_object_get_boolean(dg0);
+    if (o->json) {
+        print_json(o, root);
+        json_object_put(root);
+        return DD_OK;
+    }
     json_object *arr, *tr;
     bool traced = json_object_object_get_ex(root, "traced", &tr) && json_object_get_boolean(tr);
     if (traced)
@@ -161,8 +179,9 @@ int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char
 }
 
 int dedupctl_trace(const char *addr, const char *token, int timeout_ms, const char *action,
-                   const char *user, FILE *out, char *err, size_t errlen)
+                   const char *user, struct dedupctl_out *o, char *err, size_t errlen)
 {
+    FILE *out = o->f;
     struct path p = {0};
     put(&p, "/trace", 6);
     const char *method = "GET";
@@ -172,10 +191,12 @@ int dedupctl_trace(const char *addr, const char *token, int timeout_ms, const ch
         method = "DELETE";
     if (user) arg(&p, "user", user);
     json_object *root;
-    int rc = ask(addr, timeout_ms, method, token, &p, &root, err, errlen);
+    int rc = ask(addr, timeout_ms, method, token, &p, &root, &o->http_status, err, errlen);
     free(p.s);
     if (rc != DD_OK) return rc;
-    if (strcmp(method, "GET") == 0) {
+    if (o->json) {
+        print_json(o, root);
+    } else if (strcmp(method, "GET") == 0) {
         json_object *arr;
         if (!json_object_object_get_ex(root, "users", &arr) ||
             !json_object_is_type(arr, json_type_array)) {

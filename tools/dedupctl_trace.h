@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dedupctl_out.h"
+
 /* TOKEN (NULL: none) is sent as "Authorization: Bearer TOKEN": the admin
  * listener's operator pages want admin.token_file's token (src/admin.h).
  *
@@ -23,16 +25,19 @@
  * delivered item was found in; with MIN_KEPT, a line with the lookback
  * used first). Returns 0, or an error with a
  * message in ERR: the server's {"error"} text (DD_ERR_INVALID for 4xx,
- * DD_ERR_UNAVAILABLE for 5xx), or as dd_http_request. */
+ * DD_ERR_UNAVAILABLE for 5xx; OUT->http_status then holds the status),
+ * or as dd_http_request. With OUT->json the listener's JSON answer is
+ * printed as one line instead. OUT->degraded: Redis did not answer. */
 int dedupctl_why(const char *addr, const char *token, int timeout_ms, const char *user,
                  const char *scene, uint32_t lookback_days, uint32_t min_kept, char *const *also,
-                 size_t n_also, char *const *items, size_t n, FILE *out, char *err, size_t errlen);
+                 size_t n_also, char *const *items, size_t n, struct dedupctl_out *out, char *err,
+                 size_t errlen);
 
 /* `trace add USER`, `trace remove USER`, `trace list`: ACTION is "add",
  * "remove" or "list" (USER NULL). Prints one line per traced user for
  * list (user, since, from config or run time), a confirmation otherwise.
  * Returns as dedupctl_why. */
 int dedupctl_trace(const char *addr, const char *token, int timeout_ms, const char *action,
-                   const char *user, FILE *out, char *err, size_t errlen);
+                   const char *user, struct dedupctl_out *out, char *err, size_t errlen);
 
 #endif

@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         Dedup__V1__ForgetUserRequest *req = dedup__v1__forget_user_request__unpack(al, len, msg);
         if (!req) return 0;
         Dedup__V1__ForgetUserResponse resp;
-        rc = dd_record_forget(wr, req, &resp, err, sizeof err);
+        rc = dd_record_forget(wr, arena, req, &resp, err, sizeof err);
         break;
     }
     }

@@ -168,11 +168,11 @@ def main():
           "dedupctl cluster partitions: %s" % rows)
     check(lines[-1].startswith("forwarding: shard 0 -> 0.") and "shard 1 -> local" in lines[-1],
           "dedupctl cluster forwarding: %r" % lines[-1])
-    # Nothing listening there: an error, exit 1.
+    # Nothing listening there: unavailable, exit 3.
     out = subprocess.run([harness.build_path("tools", "dedupctl"), "cluster",
                           "127.0.0.1:%d" % harness.free_port()], capture_output=True, text=True,
                          timeout=30)
-    check(out.returncode == 1, "dedupctl cluster against nothing: %d" % out.returncode)
+    check(out.returncode == 3, "dedupctl cluster against nothing: %d" % out.returncode)
 
     # Users by owning shard (whichever node forwarded is fine: ask Status-free,
     # by the plays' partitions as the metric of one node shows is not needed:

@@ -419,13 +419,13 @@ static void test_record(void)
      * node's ingest applying the marker, which the call waits for (the
      * hook stands in for ingest: no consumer runs here). */
     dd_producer_set_applied(p, fake_applied, NULL);
-    CHECK_EQ_INT(dd_record_forget(wr, &fr, &fresp, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(dd_record_forget(wr, arena, &fr, &fresp, err, sizeof err), DD_OK);
     CHECK(stored(h, "rp-user", "rp-1"));
     CHECK_EQ_INT(applied_partition,
                  dd_partition_of(DD_PARTITIONER_MURMUR2_RANDOM, "rp-user", 7, 4));
     CHECK(applied_offset >= 0);
     applied_rc = DD_ERR_TIMEOUT;
-    CHECK_EQ_INT(dd_record_forget(wr, &fr, &fresp, err, sizeof err), DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(dd_record_forget(wr, arena, &fr, &fresp, err, sizeof err), DD_ERR_UNAVAILABLE);
     CHECK_MSG(strstr(err, "not applied here") && strstr(err, "safe to retry"), "%s", err);
     applied_rc = DD_OK;
     struct rp_seen seen = {0};
@@ -443,7 +443,7 @@ static void test_record(void)
     CHECK_EQ_INT(record_plays(wr, arena, "rp-user", late, now, 1), DD_ERR_UNAVAILABLE);
     CHECK_MSG(strstr(err, "plays written here") && strstr(err, "safe to retry"), "%s", err);
     CHECK(stored(h, "rp-user", "rp-3"));
-    CHECK_EQ_INT(dd_record_forget(wr, &fr, &fresp, err, sizeof err), DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(dd_record_forget(wr, arena, &fr, &fresp, err, sizeof err), DD_ERR_UNAVAILABLE);
     CHECK_MSG(strstr(err, "deliveries forgotten") && strstr(err, "safe to retry"), "%s", err);
     CHECK(stored(h, "rp-user", "rp-3"));
     REQUIRE(kill(broker_pid, SIGUSR2) == 0);

@@ -237,7 +237,8 @@ def main():
     # ---- remove stops recording ------------------------------------------
     plays_before = metric(admin, "dedupd_trace_records_total", '{kind="play"}')
     run_ctl(["trace", "remove", "carol", "--admin", "127.0.0.1:%d" % admin])
-    _, err = run_ctl(["trace", "remove", "carol", "--admin", "127.0.0.1:%d" % admin], want=1)
+    # HTTP 404: exit 4, the invalid-argument code (README, exit codes).
+    _, err = run_ctl(["trace", "remove", "carol", "--admin", "127.0.0.1:%d" % admin], want=4)
     check("not traced" in err, "remove twice: %r" % err)
     dedup.RecordPlays(pb.RecordPlaysRequest(user_id="carol", plays=[pb.Play(item_id="c2")]),
                       timeout=10)

@@ -137,6 +137,57 @@ static char *write_key(const char *dir, const char *name, const void *data, size
     return path;
 }
 
+/* hmac.new(key, b"dedupd forget all" + pack(">I", len(u)) + u +
+ * pack(">q", t), sha256).hexdigest(): the all-scenes marker. */
+static const struct vec all_vecs[] = {
+    {"u1", NULL, 1700000000000,
+     "64656475706420666f7267657420616c6c0000000275310000018bcfe56800",
+     "d53abb220201c9bf8087f1d8ab8ece6dd6dfb93d1abd18c3addfc8c512b56e76"},
+    {"user-\xc3\xa9", NULL, 0,
+     "64656475706420666f7267657420616c6c00000007757365722dc3a90000000000000000",
+     "8c78888de652a27ab2d504b2c95f2dae56d3bbeb9f87098cff82a0a07c43fc84"},
+};
+
+static void test_all_scenes(void)
+{
+    dd_marker_key *k = NULL;
+    char err[256];
+    CHECK_EQ_INT(dd_marker_key_new(&k, key1, strlen(key1), err, sizeof err), DD_OK);
+    for (size_t i = 0; i < sizeof all_vecs / sizeof all_vecs[0]; i++) {
+        const struct vec *v = &all_vecs[i];
+        uint8_t msg[256];
+        char hex[2 * sizeof msg + 1];
+        size_t n = dd_marker_message_all(msg, sizeof msg, v->user, strlen(v->user), v->at_ms);
+        CHECK_EQ_INT(n, strlen(v->message_hex) / 2);
+        hex_of(msg, n, hex);
+        CHECK_STR(hex, v->message_hex);
+        CHECK_EQ_INT(dd_marker_message_all(msg, 3, v->user, strlen(v->user), v->at_ms), n);
+        char mac[DD_MARKER_MAC_HEX + 1];
+        CHECK_EQ_INT(dd_marker_sign_all(k, v->user, strlen(v->user), v->at_ms, mac), DD_OK);
+        CHECK_STR(mac, v->mac);
+        CHECK_EQ_INT(dd_marker_verify_all(k, v->user, strlen(v->user), v->at_ms, v->mac, 64),
+                     DD_MARKER_VALID);
+        /* Neither kind's MAC is valid for the other: a one-scene marker
+         * cannot be turned into an all-scenes one, nor back. */
+        CHECK_EQ_INT(dd_marker_verify(k, v->user, strlen(v->user), "", 0, v->at_ms, v->mac, 64),
+                     DD_MARKER_MISMATCH);
+        CHECK_EQ_INT(dd_marker_sign(k, v->user, strlen(v->user), "", 0, v->at_ms, mac), DD_OK);
+        CHECK_EQ_INT(dd_marker_verify_all(k, v->user, strlen(v->user), v->at_ms, mac, 64),
+                     DD_MARKER_MISMATCH);
+    }
+    /* The one-scene vectors keep their meaning: unchanged bytes, same MAC. */
+    CHECK_EQ_INT(dd_marker_verify(k, "u1", 2, "", 0, vecs[0].at_ms, vecs[0].mac, 64),
+                 DD_MARKER_VALID);
+    const char *good = all_vecs[0].mac;
+    int64_t t = all_vecs[0].at_ms;
+    CHECK_EQ_INT(dd_marker_verify_all(NULL, "u1", 2, t, good, 64), DD_MARKER_NO_KEY);
+    CHECK_EQ_INT(dd_marker_verify_all(k, "u1", 2, t, NULL, 0), DD_MARKER_MISSING);
+    CHECK_EQ_INT(dd_marker_verify_all(k, "u1", 2, t, good, 63), DD_MARKER_MALFORMED);
+    CHECK_EQ_INT(dd_marker_verify_all(k, "u2", 2, t, good, 64), DD_MARKER_MISMATCH);
+    CHECK_EQ_INT(dd_marker_verify_all(k, "u1", 2, t + 1, good, 64), DD_MARKER_MISMATCH);
+    dd_marker_key_free(k);
+}
+
 static void test_key_file(void)
 {
     char dir[] = "/tmp/dd-test-marker-XXXXXX";
@@ -199,5 +250,6 @@ int main(void)
     test_binary_key();
     test_verify();
     test_key_file();
+    test_all_scenes();
     TEST_MAIN_END();
 }

@@ -78,7 +78,7 @@ static void test_bad_input(void)
 
     Dedup__V1__ForgetUserRequest fr = DEDUP__V1__FORGET_USER_REQUEST__INIT;
     Dedup__V1__ForgetUserResponse fresp;
-    CHECK_EQ_INT(dd_record_forget(wr, &fr, &fresp, err, sizeof err), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_record_forget(wr, arena, &fr, &fresp, err, sizeof err), DD_ERR_INVALID);
     CHECK_STR(err, "user_id is empty");
 
     Dedup__V1__RecordDeliveryRequest dr = DEDUP__V1__RECORD_DELIVERY_REQUEST__INIT;
@@ -112,7 +112,7 @@ static void test_redis_down_writes(void)
     Dedup__V1__ForgetUserRequest fr = DEDUP__V1__FORGET_USER_REQUEST__INIT;
     Dedup__V1__ForgetUserResponse fresp;
     fr.user_id = "erin";
-    CHECK_EQ_INT(dd_record_forget(wr, &fr, &fresp, err, sizeof err), DD_ERR_UNAVAILABLE);
+    CHECK_EQ_INT(dd_record_forget(wr, arena, &fr, &fresp, err, sizeof err), DD_ERR_UNAVAILABLE);
     CHECK_MSG(strstr(err, "plays forgotten") != NULL, "%s", err);
     CHECK_EQ_INT(filter("erin", items, 1, 0, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r),
                  DD_OK);

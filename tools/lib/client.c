@@ -415,6 +415,16 @@ int dd_client_forget(dd_client *c, const Dedup__V1__ForgetUserRequest *req)
                       &dedup__v1__forget_user_response__descriptor, &m);
 }
 
+int dd_client_forget_user(dd_client *c, const Dedup__V1__ForgetUserRequest *req,
+                          const Dedup__V1__ForgetUserResponse **resp)
+{
+    ProtobufCMessage *m;
+    int rc = call_unary(c, DD_API_FORGET_USER, &req->base,
+                        &dedup__v1__forget_user_response__descriptor, &m);
+    if (resp) *resp = (const Dedup__V1__ForgetUserResponse *)m;
+    return rc;
+}
+
 int dd_client_health(dd_client *c, const char *service, int *serving_status)
 {
     Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;

@@ -88,8 +88,11 @@ int dd_client_record_delivery(dd_client *c, const Dedup__V1__RecordDeliveryReque
 int dd_client_record_plays(dd_client *c, const Dedup__V1__RecordPlaysRequest *req,
                            const Dedup__V1__RecordPlaysResponse **resp);
 
-/* Dedup/ForgetUser (the response is empty, so none is handed back). */
+/* Dedup/ForgetUser, the response (the scenes forgotten) not handed back. */
 int dd_client_forget(dd_client *c, const Dedup__V1__ForgetUserRequest *req);
+/* The same, with the response as dd_client_filter. */
+int dd_client_forget_user(dd_client *c, const Dedup__V1__ForgetUserRequest *req,
+                          const Dedup__V1__ForgetUserResponse **resp);
 
 /* grpc.health.v1.Health/Check for SERVICE ("" or NULL = the server as a
  * whole). On success *serving_status is the HealthCheckResponse status
