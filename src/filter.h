@@ -108,9 +108,9 @@ struct dd_filter_query {
      * are duplicates. Mode must then be RESPONSE_MODE_INDEXES (the
      * decoders set it). May be NULL when n > rpc.max_candidates. */
     const uint64_t *hashes;
-    int by_hash; /* the candidates are HASHES (also when that is NULL) */
-    uint32_t min_kept;              /* let old plays back in below this many kept (0: never) */
-    size_t n_also;                  /* also_scenes in the request, every one counted */
+    int by_hash;       /* the candidates are HASHES (also when that is NULL) */
+    uint32_t min_kept; /* let old plays back in below this many kept (0: never) */
+    size_t n_also;     /* also_scenes in the request, every one counted */
     struct dd_filter_id also[DD_FILTER_ALSO_MAX]; /* the first DD_FILTER_ALSO_MAX of them */
 };
 
