@@ -854,12 +854,6 @@ int dd_config_validate(const struct dd_config *c, char *err, size_t errlen)
                    c->history.segment_days, c->history.retention_days);
         return DD_ERR_INVALID;
     }
-    if (c->history.min_lookback_days > c->history.retention_days) {
-        dd_set_err(err, errlen,
-                   "history.min_lookback_days: %u is more than history.retention_days (%u)",
-                   c->history.min_lookback_days, c->history.retention_days);
-        return DD_ERR_INVALID;
-    }
     if (dd_history_check_day_scenes(c->history.day_scenes, err, errlen) != DD_OK)
         return DD_ERR_INVALID;
     /* TLS, the allow lists and the plaintext rule: rpc.h's own check. */

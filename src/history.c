@@ -137,8 +137,6 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
         bad = "history.fp_rate";
     else if (conf->max_future_ms < 0)
         bad = "history.max_future_ms";
-    else if (conf->min_lookback_days > conf->retention_days)
-        bad = "history.min_lookback_days";
     else if (!conf->path || !conf->path[0])
         bad = "history.path";
     if (bad) {
@@ -154,7 +152,9 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     }
     if (clock) h->clock = *clock;
     h->max_future_ms = conf->max_future_ms;
-    h->min_lookback_days = conf->min_lookback_days;
+    /* A floor past the retention keeps every play removed: the retention. */
+    h->min_lookback_days = conf->min_lookback_days < conf->retention_days ? conf->min_lookback_days
+                                                                          : conf->retention_days;
     h->min_free_bytes = conf->min_free_mb > UINT64_MAX >> 20 ? UINT64_MAX : conf->min_free_mb << 20;
     if (!(h->path = strdup(conf->path))) {
         free(h);

@@ -76,7 +76,7 @@ struct dd_history_conf {
     char *day_scenes; /* comma list of scenes kept in day segments (segment.h); NULL or "" = none */
     bool must_exist;  /* refuse a path holding no store rather than create one (ddcheck) */
     uint32_t min_lookback_days; /* Filter's min_kept never shortens a lookback below this
-                                 * (filter.h); at most retention_days */
+                                 * (filter.h); past retention_days it is the retention */
 };
 
 /* Most scenes history.day_scenes may list. */

@@ -354,6 +354,13 @@ static void test_validate(void)
     CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
     set_ok(&c, "history.retention_days", "90");
     set_ok(&c, "history.segment_days", "30");
+    /* A retention shorter than min_kept's floor (default 7) is valid: the
+     * floor in effect is then the retention (nothing comes back). */
+    set_ok(&c, "history.retention_days", "6");
+    set_ok(&c, "history.segment_days", "2");
+    CHECK_MSG(dd_config_validate(&c, err, sizeof err) == DD_OK, "%s", err);
+    set_ok(&c, "history.retention_days", "90");
+    set_ok(&c, "history.segment_days", "30");
 
     /* Traces (trace.h, dd_trace_conf_check). */
     set_ok(&c, "trace.users", " alice , bob ");
