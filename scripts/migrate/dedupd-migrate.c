@@ -1433,7 +1433,7 @@ static void summary(const struct run *R, const struct mig_stats *s, bool migrate
      * run_* this run's own: a resume that found the work done sent
      * nothing and says "-", not a rate of 0. */
     printf("  %-24s %.1f\n", "time_s", all_s);
-    printf("  %-24s %.1f\n", "run_time_s", run_s);
+    printf("  %-24s %.3f\n", "run_time_s", run_s); /* to the ms: a short run's rate checks */
     printf("  %-24s %" PRIu64 "\n", "run_entries", run_entries);
     printf("  %-24s %.0f\n", "entries_per_s", all_s > 0 ? (double)s->entries / all_s : 0.0);
     if (run_entries > 0 && run_s > 0)
