@@ -220,6 +220,16 @@ def replicas(pb, pbg, grpc):
     chans = [grpc.insecure_channel("127.0.0.1:%d" % p) for p in ports]
     stubs[:] = [pbg.DedupStub(c) for c in chans]
     harness.wait_until("both replicas ready again", lambda: ready(0) and ready(1), timeout=60)
+
+    # The damaged replica asks a caught-up replica of its shard; until its
+    # first probe of replica 1 has come back it knows none and refuses
+    # (UNAVAILABLE, as it should). Wait until it sees replica 1 ready and
+    # caught up, as its own map says (Dedup/ClusterMap).
+    def sees_peer():
+        m = stubs[0].ClusterMap(pb.ClusterMapRequest(), timeout=5)
+        peer = [x for s in m.shards for x in s.replicas if not x.self]
+        return bool(peer) and all(x.ready and 0 <= x.lag_ms <= m.max_lag_ms for x in peer)
+    harness.wait_until("replica 0 sees replica 1 ready and caught up", sees_peer, timeout=60)
     for i in range(20):
         try:
             r = filt(0, "victim")
