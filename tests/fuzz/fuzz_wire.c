@@ -25,13 +25,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char **idstr = wo_malloc(n * sizeof *idstr);
     uint8_t *reason = wo_malloc(n);
     for (size_t i = 0; i < n; i++) {
-        idstr[i] = strndup(q.ids[i].p, q.ids[i].len);
+        /* compact candidates (candidate_hashes) have no id strings: their
+         * answer is by index only (below) */
+        idstr[i] = q.by_hash ? strdup("") : strndup(q.ids[i].p, q.ids[i].len);
         FUZZ_CHECK(idstr[i]);
         /* a reason from the input's bytes: mostly kept, as in practice */
         uint8_t b = size ? data[(i * 7 + 3) % size] : 0;
         reason[i] = b % 5 < 2 ? (uint8_t)(b % 5 + 1 + (b >> 7)) : 0;
     }
-    for (int mode = 0; mode < 2; mode++)
+    for (int mode = 0; mode < (q.by_hash ? 1 : 2); mode++)
         for (int explain = 0; explain < 2; explain++) {
             q.mode = mode ? DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS
                           : DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_INDEXES;
