@@ -82,13 +82,14 @@ static inline uint32_t ref_tag(const uint8_t **pp, unsigned *wire_type)
 }
 
 /* For bytes protobuf-c unpacks: 1 if the strings dedupd reads (the last
- * user_id and scene; every candidate while at most MAX_IDS) are valid
- * UTF-8 without a NUL, which protobuf-c does not ask. */
+ * user_id and scene; every candidate while at most MAX_IDS; the first
+ * DD_FILTER_ALSO_MAX also_scenes) are valid UTF-8 without a NUL, which
+ * protobuf-c does not ask. */
 static inline int ref_strings_ok(const uint8_t *buf, size_t len, size_t max_ids)
 {
     const uint8_t *p = buf, *end = buf + len, *user = NULL, *scene = NULL;
-    size_t user_len = 0, scene_len = 0, n = 0;
-    int ids_ok = 1;
+    size_t user_len = 0, scene_len = 0, n = 0, n_also = 0;
+    int ids_ok = 1, also_ok = 1;
     while (p < end) {
         unsigned wt;
         uint32_t field = ref_tag(&p, &wt);
@@ -102,12 +103,13 @@ static inline int ref_strings_ok(const uint8_t *buf, size_t len, size_t max_ids)
             else if (field == 3) scene = p, scene_len = l;
             else if (field == 2 && !ref_text_ok(p, l)) ids_ok = 0;
             if (field == 2) n++;
+            if (field == 9 && n_also++ < DD_FILTER_ALSO_MAX && !ref_text_ok(p, l)) also_ok = 0;
             p += l;
         }
         }
     }
     return (!user || ref_text_ok(user, user_len)) && (!scene || ref_text_ok(scene, scene_len)) &&
-           (ids_ok || n > max_ids);
+           (ids_ok || n > max_ids) && also_ok;
 }
 
 /* Decode BUF both ways, the in-place decoder with MAX_IDS (its memory from
