@@ -475,6 +475,33 @@ static size_t prefix_successor(uint8_t *p, size_t len)
     return len;
 }
 
+/* A whole-store scan (forget-all's scenes, the damage scan): an iterator
+ * that leaves the block cache alone; merges it runs serve a read, their
+ * result is not kept. scan_close ends it and returns the iterator's read
+ * error if it had one (DD_ERR_IO, in ERR), else RC. */
+static rocksdb_iterator_t *scan_open(dd_history *h, rocksdb_readoptions_t **ro)
+{
+    *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(*ro, 0);
+    dd_fold_reading(true);
+    return rocksdb_create_iterator_cf(h->db, *ro, h->cf);
+}
+
+static int scan_close(rocksdb_iterator_t *it, rocksdb_readoptions_t *ro, int rc, char *err,
+                      size_t errlen)
+{
+    dd_fold_reading(false);
+    char *e = NULL;
+    rocksdb_iter_get_error(it, &e);
+    if (e) {
+        rc = dd_fail(DD_ERR_IO, err, errlen, "read: %s", e);
+        rocksdb_free(e);
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    return rc;
+}
+
 int dd_history_user_scenes(dd_history *h, const char *user, size_t user_len, dd_history_scene_fn fn,
                            void *ud, char *err, size_t errlen)
 {
@@ -484,13 +511,11 @@ int dd_history_user_scenes(dd_history *h, const char *user, size_t user_len, dd_
     if (!key) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory");
     uint8_t scene[1 + DD_SCENE_MAX];
     int rc = 0;
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_fill_cache(ro, 0);
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(h->db, ro, h->cf);
+    rocksdb_readoptions_t *ro;
+    rocksdb_iterator_t *it = scan_open(h, &ro);
     /* Keys begin u8 len(scene) | scene, so each scene is one key range:
      * seek to the first key of a scene, then to (scene, user), then past
-     * the scene. Merges the iterator runs serve a read only. */
-    dd_fold_reading(true);
+     * the scene. */
     rocksdb_iter_seek_to_first(it);
     while (rc == 0 && rocksdb_iter_valid(it)) {
         size_t klen;
@@ -514,15 +539,7 @@ int dd_history_user_scenes(dd_history *h, const char *user, size_t user_len, dd_
         if (next == 0) break;
         rocksdb_iter_seek(it, (const char *)scene, next);
     }
-    dd_fold_reading(false);
-    char *e = NULL;
-    rocksdb_iter_get_error(it, &e);
-    if (e) {
-        rc = dd_fail(DD_ERR_IO, err, errlen, "read: %s", e);
-        rocksdb_free(e);
-    }
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
+    rc = scan_close(it, ro, rc, err, errlen);
     free(key);
     return rc;
 }
@@ -535,11 +552,8 @@ int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud, u
     int64_t day = dd_day_of_ms(now_ms(h));
     uint64_t n = 0;
     int rc = 0;
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_fill_cache(ro, 0);
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(h->db, ro, h->cf);
-    /* merges the iterator runs serve a read: their result is not kept */
-    dd_fold_reading(true);
+    rocksdb_readoptions_t *ro;
+    rocksdb_iterator_t *it = scan_open(h, &ro);
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t klen, vlen;
         const char *key = rocksdb_iter_key(it, &klen);
@@ -561,15 +575,7 @@ int dd_history_scan_damaged(dd_history *h, dd_history_damaged_fn fn, void *ud, u
         rc = fn(ud, scene, (uint8_t)key[0], user, ulen, seg);
         if (rc != 0) break;
     }
-    dd_fold_reading(false);
-    char *e = NULL;
-    rocksdb_iter_get_error(it, &e);
-    if (e) {
-        rc = dd_fail(DD_ERR_IO, err, errlen, "read: %s", e);
-        rocksdb_free(e);
-    }
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
+    rc = scan_close(it, ro, rc, err, errlen);
     if (values) *values = n;
     return rc;
 }
