@@ -10,20 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include "check.h"
+
 namespace
 {
-
-int failures = 0;
-
-#define CHECK(cond, ...) \
-    do { \
-        if (!(cond)) { \
-            failures++; \
-            std::fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
-            std::fprintf(stderr, __VA_ARGS__); \
-            std::fputc('\n', stderr); \
-        } \
-    } while (0)
 
 using dedupd::internal::HedgeBudget;
 using dedupd::internal::LatencyWindow;
