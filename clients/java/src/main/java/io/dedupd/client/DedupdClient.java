@@ -16,19 +16,37 @@ import dedup.v1.RecordPlaysResponse;
 import dedup.v1.ResponseMode;
 import io.grpc.CallOptions;
 import io.grpc.Channel;
+import io.grpc.ChannelCredentials;
 import io.grpc.ClientInterceptors;
 import io.grpc.ManagedChannel;
 import io.grpc.Metadata;
 import io.grpc.MethodDescriptor;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
+import io.grpc.TlsChannelCredentials;
 import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
 import io.grpc.stub.ClientCalls;
 import io.grpc.stub.MetadataUtils;
 import io.grpc.stub.StreamObserver;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.GeneralSecurityException;
+import java.security.InvalidKeyException;
+import java.security.KeyFactory;
+import java.security.PrivateKey;
+import java.security.PublicKey;
+import java.security.Signature;
+import java.security.cert.CertificateException;
+import java.security.cert.CertificateFactory;
+import java.security.spec.InvalidKeySpecException;
+import java.security.spec.PKCS8EncodedKeySpec;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Base64;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashSet;
@@ -46,6 +64,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
+import javax.net.ssl.SSLException;
 
 /**
  * dedupd's client for a fleet: each call goes straight to a replica of the
@@ -89,6 +108,15 @@ import java.util.function.Function;
  * the caller's thread waited up to {@link Builder#blockTimeout} for room
  * (Backpressure.BLOCK).
  *
+ * <p>TLS. {@link Builder#tlsCa}, {@link Builder#tlsClientCert} and
+ * {@link Builder#tlsServerName} are dedupctl's {@code --tls-ca},
+ * {@code --tls-cert}/{@code --tls-key} and {@code --tls-name}: every channel
+ * the client makes (to the seeds and to each node of the map) speaks TLS,
+ * trusts only that CA and presents the client certificate to nodes with
+ * {@code rpc.tls_client_ca}. A call whose handshake failed completes with
+ * UNAVAILABLE, its description naming the likely cause (no client
+ * certificate, a node certificate that does not name the address).
+ *
  * <p>Threads. Every method may be called from any thread. Futures complete
  * on gRPC's threads or the client's one scheduler thread: callbacks that
  * block should move to an executor of their own. {@link #close} fails
@@ -103,6 +131,8 @@ public final class DedupdClient implements AutoCloseable {
         Metadata.Key.of("dedupd-map-hash", Metadata.ASCII_STRING_MARSHALLER);
 
     private final Builder cfg;
+    private final Function<String, ManagedChannel> channelFactory;
+    private final boolean tls; // the client's own channels speak TLS (Builder.tlsCa)
     private final List<String> seeds;
     private final ScheduledExecutorService sched;
     private final Map<String, ManagedChannel> channels = new ConcurrentHashMap<>();
@@ -135,8 +165,10 @@ public final class DedupdClient implements AutoCloseable {
     private final AtomicLong statMapReads = new AtomicLong();
     private final AtomicLong statMapChanges = new AtomicLong();
 
-    private DedupdClient(Builder b) {
+    private DedupdClient(Builder b, Function<String, ManagedChannel> channelFactory) {
         this.cfg = b;
+        this.channelFactory = channelFactory;
+        this.tls = b.tlsCa != null;
         this.seeds = List.copyOf(b.seeds);
         this.admitted = new Semaphore(b.maxInFlight + b.maxQueued, true);
         this.sched = Executors.newSingleThreadScheduledExecutor(r -> {
@@ -476,7 +508,52 @@ public final class DedupdClient implements AutoCloseable {
     }
 
     private Channel channel(String addr) {
-        return channels.computeIfAbsent(addr, cfg.channelFactory);
+        return channels.computeIfAbsent(addr, channelFactory);
+    }
+
+    /**
+     * ERR with the likely cause added to its description when it is a TLS
+     * connection's failure (UNAVAILABLE; dedupctl gives the same hints). A
+     * node that wants a client certificate closes the handshake without a
+     * word: Netty says only "Network closed for unknown reason".
+     */
+    private Throwable explainTls(Throwable err) {
+        if (!tls || !(err instanceof StatusRuntimeException)) {
+            return err;
+        }
+        StatusRuntimeException e = (StatusRuntimeException) err;
+        Status s = e.getStatus();
+        if (s.getCode() != Status.Code.UNAVAILABLE) {
+            return err;
+        }
+        String desc = s.getDescription() == null ? "" : s.getDescription();
+        boolean ssl = false;
+        boolean notTls = false;
+        Throwable certErr = null; // the innermost: the most precise message
+        for (Throwable c = s.getCause(); c != null; c = c.getCause() == c ? null : c.getCause()) {
+            ssl |= c instanceof SSLException;
+            notTls |= c.getClass().getSimpleName().equals("NotSslRecordException");
+            if (c instanceof CertificateException) {
+                certErr = c;
+            }
+        }
+        String hint;
+        if (notTls) {
+            hint = " (the node did not answer in TLS: does it serve plaintext, without rpc.tls_cert?)";
+        } else if (certErr != null) {
+            String why = String.valueOf(certErr.getMessage()).strip();
+            hint = " (the node's TLS certificate was refused: " + why + (why.endsWith(".") ? "" : ".")
+                + " Is tlsCa the CA that signed it, and does it name the address' host or tlsServerName?)";
+        } else if (ssl || desc.contains("Network closed") || desc.contains("Connection reset")) {
+            hint = cfg.tlsCert == null
+                ? " (the node closed the TLS handshake: it likely requires a client certificate "
+                    + "(rpc.tls_client_ca); give tlsClientCert)"
+                : " (the TLS handshake was refused: does the node trust this client certificate's CA "
+                    + "(rpc.tls_client_ca), and is tlsCa the node's CA?)";
+        } else {
+            return err;
+        }
+        return new StatusRuntimeException(s.withDescription(desc + hint), e.getTrailers());
     }
 
     // --------------------------------------------------- backpressure
@@ -735,7 +812,7 @@ public final class DedupdClient implements AutoCloseable {
             }
             finished();
             if (err != null) {
-                out.completeExceptionally(err);
+                out.completeExceptionally(explainTls(err));
             } else {
                 out.complete(resp);
             }
@@ -804,11 +881,16 @@ public final class DedupdClient implements AutoCloseable {
         private Duration mapRefresh = Duration.ofSeconds(10);
         private Duration mapTimeout = Duration.ofSeconds(2);
         private boolean compactCandidates = true;
-        private Function<String, ManagedChannel> channelFactory = Builder::plaintext;
+        private Function<String, ManagedChannel> channelFactory; // null: Netty, plaintext or TLS
+        private Path tlsCa;
+        private Path tlsCert;
+        private Path tlsKey;
+        private String tlsServerName;
 
         private Builder() {}
 
-        private static ManagedChannel plaintext(String addr) {
+        /** A Netty channel to ADDR ("host:port", "[v6]:port"): TLS with CREDS, or plaintext without. */
+        private static ManagedChannel netty(String addr, ChannelCredentials creds, String serverName) {
             int colon = addr.lastIndexOf(':');
             if (colon <= 0) {
                 throw new IllegalArgumentException("address " + addr + " is not host:port");
@@ -817,8 +899,15 @@ public final class DedupdClient implements AutoCloseable {
             if (host.startsWith("[") && host.endsWith("]")) {
                 host = host.substring(1, host.length() - 1);
             }
-            return NettyChannelBuilder.forAddress(host, Integer.parseInt(addr.substring(colon + 1)))
-                .usePlaintext().build();
+            int port = Integer.parseInt(addr.substring(colon + 1));
+            if (creds == null) {
+                return NettyChannelBuilder.forAddress(host, port).usePlaintext().build();
+            }
+            NettyChannelBuilder b = NettyChannelBuilder.forAddress(host, port, creds);
+            if (serverName != null) {
+                b.overrideAuthority(serverName);
+            }
+            return b.build();
         }
 
         /** Addresses ("host:port") the first map is read from. At least one. */
@@ -924,20 +1013,183 @@ public final class DedupdClient implements AutoCloseable {
         }
 
         /**
-         * How a channel to an address is made (default: plaintext Netty). For
-         * TLS, pass a factory that builds the channel with the credentials;
-         * tests pass in-process channels. The client shuts the channels down.
+         * Speak TLS to every node (dedupctl's {@code --tls-ca}): a node's
+         * certificate must be signed by the CA in this PEM file (only this
+         * CA is trusted, not the system's). Without it the client speaks
+         * plaintext. The file is read by {@link #build}.
+         */
+        public Builder tlsCa(Path caPem) {
+            tlsCa = Objects.requireNonNull(caPem, "tlsCa");
+            return this;
+        }
+
+        /**
+         * This client's certificate chain and its private key, both PEM
+         * (dedupctl's {@code --tls-cert} and {@code --tls-key}), for nodes
+         * with {@code rpc.tls_client_ca} (mutual TLS): they refuse the
+         * handshake without it, and judge {@code rpc.allow_read} and
+         * {@code rpc.allow_write} by its identity (its subject CN or any
+         * subject alternative name). The two go together (null and null: no
+         * client certificate), and need {@link #tlsCa}. The key must be
+         * PKCS#8 ("BEGIN PRIVATE KEY", what openssl 3 writes; convert others
+         * with {@code openssl pkcs8 -topk8 -nocrypt}). Read by {@link #build},
+         * which also checks that the key is the certificate's.
+         */
+        public Builder tlsClientCert(Path certPem, Path keyPem) {
+            if ((certPem == null) != (keyPem == null)) {
+                throw new IllegalArgumentException("tlsClientCert: the certificate and its key go together");
+            }
+            tlsCert = certPem;
+            tlsKey = keyPem;
+            return this;
+        }
+
+        /**
+         * Check the nodes' certificates for NAME instead of each address'
+         * host (dedupctl's {@code --tls-name}); it is also the name the
+         * client asks for (SNI) and its {@code :authority}. For addresses
+         * the certificates do not name, such as a map of IP addresses and
+         * certificates naming a DNS name. Needs {@link #tlsCa}.
+         */
+        public Builder tlsServerName(String name) {
+            if (name == null || name.isBlank()) {
+                throw new IllegalArgumentException("tlsServerName must not be empty");
+            }
+            tlsServerName = name;
+            return this;
+        }
+
+        /**
+         * How a channel to an address is made (default: Netty, plaintext or
+         * with the TLS options above; tests pass in-process channels). A
+         * factory makes its channels with credentials of its own: it and the
+         * TLS options exclude each other. The client shuts the channels down.
          */
         public Builder channelFactory(Function<String, ManagedChannel> f) {
             channelFactory = Objects.requireNonNull(f);
             return this;
         }
 
+        /**
+         * The client. IllegalArgumentException for invalid options: no
+         * seed, TLS options without {@link #tlsCa}, TLS options with a
+         * {@link #channelFactory}, a TLS file unreadable or not PEM of what
+         * it should hold, a key not the client certificate's; the message
+         * names the option and the file.
+         */
         public DedupdClient build() {
             if (seeds.isEmpty()) {
                 throw new IllegalArgumentException("DedupdClient needs at least one seed address");
             }
-            return new DedupdClient(this);
+            boolean tls = tlsCa != null || tlsCert != null || tlsServerName != null;
+            if (tls && tlsCa == null) {
+                throw new IllegalArgumentException("tlsClientCert and tlsServerName need tlsCa");
+            }
+            if (tls && channelFactory != null) {
+                throw new IllegalArgumentException("channelFactory and the TLS options (tlsCa, tlsClientCert, "
+                    + "tlsServerName) exclude each other: make the factory's channels with the credentials");
+            }
+            Function<String, ManagedChannel> factory = channelFactory;
+            if (tls) {
+                ChannelCredentials creds = tlsCredentials();
+                String name = tlsServerName;
+                factory = addr -> netty(addr, creds, name);
+            } else if (factory == null) {
+                factory = addr -> netty(addr, null, null);
+            }
+            return new DedupdClient(this, factory);
+        }
+
+        /** The credentials of the TLS files, each read and parsed now (errors name the file). */
+        private ChannelCredentials tlsCredentials() {
+            byte[] ca = readTlsFile("tlsCa", tlsCa);
+            ChannelCredentials creds = tlsCredentials(ca, null, null, "tlsCa " + tlsCa);
+            if (tlsCert != null) {
+                byte[] cert = readTlsFile("tlsClientCert certificate", tlsCert);
+                byte[] key = readTlsFile("tlsClientCert key", tlsKey);
+                creds = tlsCredentials(ca, cert, key, "tlsClientCert " + tlsCert + " and " + tlsKey);
+                if (!keyMatches(cert, key)) {
+                    throw new IllegalArgumentException("tlsClientCert: the key " + tlsKey
+                        + " is not the key of the certificate " + tlsCert);
+                }
+            }
+            return creds;
+        }
+
+        /**
+         * Whether KEY (PKCS#8 PEM) signs what the first certificate of CERT
+         * (PEM) verifies; true when that cannot be told (an algorithm not
+         * known here): Netty checks the pair only at the first handshake.
+         */
+        private static boolean keyMatches(byte[] cert, byte[] key) {
+            try {
+                PublicKey pub = CertificateFactory.getInstance("X.509")
+                    .generateCertificate(new ByteArrayInputStream(cert)).getPublicKey();
+                String pem = new String(key, StandardCharsets.US_ASCII);
+                int begin = pem.indexOf("-----BEGIN PRIVATE KEY-----");
+                int end = pem.indexOf("-----END PRIVATE KEY-----");
+                if (begin < 0 || end < begin) {
+                    return true;
+                }
+                byte[] der = Base64.getMimeDecoder().decode(pem.substring(begin + 27, end));
+                String alg = pub.getAlgorithm();
+                PrivateKey priv = KeyFactory.getInstance(alg).generatePrivate(new PKCS8EncodedKeySpec(der));
+                String sigAlg = alg.equals("EC") ? "SHA256withECDSA" : alg.equals("RSA") ? "SHA256withRSA"
+                    : alg.equals("EdDSA") || alg.equals("Ed25519") || alg.equals("Ed448") ? alg : null;
+                if (sigAlg == null) {
+                    return true;
+                }
+                byte[] probe = "dedupd-client key check".getBytes(StandardCharsets.US_ASCII);
+                Signature sign = Signature.getInstance(sigAlg);
+                sign.initSign(priv);
+                sign.update(probe);
+                byte[] sig = sign.sign();
+                Signature verify = Signature.getInstance(sigAlg);
+                verify.initVerify(pub);
+                verify.update(probe);
+                return verify.verify(sig);
+            } catch (GeneralSecurityException | IllegalArgumentException e) {
+                // Another key type than the certificate's is a mismatch too.
+                return !(e instanceof InvalidKeySpecException || e instanceof InvalidKeyException);
+            }
+        }
+
+        private static ChannelCredentials tlsCredentials(byte[] ca, byte[] cert, byte[] key, String what) {
+            TlsChannelCredentials.Builder b = TlsChannelCredentials.newBuilder();
+            try {
+                b.trustManager(new ByteArrayInputStream(ca));
+                if (cert != null) {
+                    b.keyManager(new ByteArrayInputStream(cert), new ByteArrayInputStream(key));
+                }
+            } catch (IOException e) { // not from byte arrays
+                throw new IllegalArgumentException(what + ": " + e.getMessage(), e);
+            }
+            ChannelCredentials creds = b.build();
+            // Netty parses the PEM only when it makes a channel's TLS context:
+            // make one now (no connection) so a bad file fails build().
+            try {
+                NettyChannelBuilder.forAddress("localhost", 1, creds);
+            } catch (RuntimeException e) {
+                String pkcs8 = key != null && !new String(key, StandardCharsets.US_ASCII)
+                    .contains("-----BEGIN PRIVATE KEY-----")
+                    ? "; the key must be PKCS#8, BEGIN PRIVATE KEY: openssl pkcs8 -topk8 -nocrypt converts it" : "";
+                throw new IllegalArgumentException(what + ": not usable PEM (" + e.getMessage() + ")" + pkcs8, e);
+            }
+            return creds;
+        }
+
+        private static byte[] readTlsFile(String what, Path p) {
+            try {
+                byte[] b = Files.readAllBytes(p);
+                if (b.length == 0) {
+                    throw new IllegalArgumentException(what + " " + p + ": empty file");
+                }
+                return b;
+            } catch (IOException e) {
+                throw new IllegalArgumentException(what + " " + p + ": cannot read ("
+                    + e.getClass().getSimpleName() + (e.getMessage() == null || e.getMessage().equals(p.toString())
+                        ? "" : ": " + e.getMessage()) + ")", e);
+            }
         }
 
         private static Duration nonNegative(Duration d, String what) {
