@@ -8,8 +8,9 @@
 # grpc-java, protobuf-java, protoc and protoc-gen-grpc-java from Maven
 # Central). Nothing is done when the sources (pom.xml, src/,
 # proto/dedup.proto, tests/vectors/) are those of the last successful
-# build (OUTDIR/stamp). Exits non-zero, saying why, when Maven or the JDK
-# is missing, a download fails or a test fails.
+# build (OUTDIR/stamp); builds into one OUTDIR take turns (OUTDIR/lock).
+# Exits non-zero, saying why, when Maven or the JDK is missing, a download
+# fails or a test fails.
 #   clients/java/build.sh OUTDIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +20,10 @@ command -v mvn >/dev/null || { echo "build.sh: mvn not found (Debian package mav
 command -v java >/dev/null || { echo "build.sh: java not found (default-jdk-headless)" >&2; exit 1; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# Two tests may build at once (clients_java, clients_java_tls): the second
+# waits here, then finds the first's build up to date.
+exec 9>"$out/lock"
+flock 9
 stamp=$( (cd "$root" && find clients/java/pom.xml clients/java/src proto/dedup.proto tests/vectors \
             -type f 2>/dev/null | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1)
 if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ] && [ -f "$out/dedupd-client.jar" ] \
