@@ -6,19 +6,34 @@ the devbroker), each comparison run A B A B ... in slices of --slice
 seconds so that both sides see the same (shared, loaded) host:
 
   route:   Filter through the library (to a replica of the owner) vs
-           through one seed node (--forward: that node forwards the
+           a call built by hand and sent on a plain stub straight to the
+           owner (--direct: the floor; no routing, failover or hedging)
+           vs through one seed node (--forward: that node forwards the
            calls of the other shard's users), 1 in flight;
   hedge:   one replica of each shard paused 50 ms every 500 ms
            (SIGSTOP/SIGCONT): hedged vs not; and the same calls with no
            pause, for the unpaused p99;
-  compact: 10,000 candidates as item hashes vs as ids: request bytes,
-           dedupd CPU per call (all four nodes, /proc/PID/stat), p50/p99.
+  compact: 10,000 candidates as item hashes vs as ids (13 bytes each, a
+           150 KB request): request bytes, dedupd CPU per call (all four
+           nodes, /proc/PID/stat, less what they spend idle over as long),
+           p50/p99; 1 in flight (latency), then 4 in flight (CPU per call
+           under load, where the nodes' workers rarely spin between calls);
+  compaction: a second fleet whose nodes flush every second and compact
+           L0 from 2 files, plays produced at --play-rate (default
+           20,000/s) into it throughout, so every node flushes and compacts
+           while it answers (the plays ingested and bytes written in each
+           slice are printed): hedged vs not, 2 in flight paced as in
+           hedge.
 
 Prints each slice's dedupd-load line, then per comparison the median over
 slices of each side's p50/p99 (and CPU per call). Figures go to
 docs/benchmarks.md.
 
-usage: bench/run_cpp_lib.py [--slices N] [--slice S] [--only route,hedge,compact]
+usage: bench/run_cpp_lib.py [--slices N] [--slice S] [--play-rate R] [--spin-us U]
+                            [--only route,hedge,compact,compaction]
+--spin-us sets every node's rpc.spin_us (default: dedupd's default, 500):
+after a call a worker polls that long for the next one, CPU that counts in
+dedupd_cpu_ms_per_call at low load.
 Binaries from build/ (DD_BUILD_ROOT overrides).
 """
 import os
@@ -27,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
@@ -35,6 +51,7 @@ os.environ.setdefault("DD_BUILD_ROOT", os.path.join(root, "build"))
 sys.path.insert(0, os.path.join(root, "tests", "integration"))
 import fleet  # noqa: E402
 import harness  # noqa: E402
+import test_ingest_lib as il  # noqa: E402
 
 
 def fields(line):
@@ -54,6 +71,33 @@ def run(load, seeds, args, label):
     return [fields(x) for x in lines]
 
 
+def cpu_seconds(pids):
+    """User + system CPU seconds of PIDS so far (/proc/PID/stat)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with open("/proc/%d/stat" % pid) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        total += (int(rest[11]) + int(rest[12])) / tck
+    return total
+
+
+def written_mb(pids):
+    """Bytes PIDS have caused to be written to storage so far, in MB."""
+    total = 0
+    for pid in pids:
+        with open("/proc/%d/io" % pid) as f:
+            for line in f:
+                if line.startswith("write_bytes:"):
+                    total += int(line.split()[1])
+    return total / 1e6
+
+
+def ingested(f):
+    """Plays ingested so far by every node (dedupd_ingest_messages_total)."""
+    return sum(f.metric(i, "dedupd_ingest_messages_total") for i in range(len(f.nodes)))
+
+
 def summary(name, sides):
     for label, rows in sides:
         if not rows:
@@ -62,6 +106,10 @@ def summary(name, sides):
         extra = ""
         if "dedupd_cpu_ms_per_call" in rows[0]:
             extra = " dedupd_cpu_ms_per_call=%.3f" % med("dedupd_cpu_ms_per_call")
+        if "busy_cpu_ms_per_call" in rows[0]:
+            extra += " busy_cpu_ms_per_call=%.3f" % med("busy_cpu_ms_per_call")
+        if "written_mb" in rows[0]:
+            extra += " written_mb_per_slice=%.1f" % med("written_mb")
         calls = sum(int(r["calls"]) for r in rows)
         hedged = sum(int(r["hedged"]) for r in rows)
         failed = sum(int(r["failed"]) for r in rows)
@@ -73,7 +121,9 @@ def summary(name, sides):
 
 
 def main():
-    slices, slice_s, only = 6, 3.0, {"route", "hedge", "compact"}
+    slices, slice_s, only = 6, 3.0, {"route", "hedge", "compact", "compaction"}
+    play_rate = 20000
+    extra = {}
     args = sys.argv[1:]
     while args:
         a = args.pop(0)
@@ -81,17 +131,22 @@ def main():
             slices = int(args.pop(0))
         elif a == "--slice":
             slice_s = float(args.pop(0))
+        elif a == "--spin-us":
+            extra["rpc.spin_us"] = str(int(args.pop(0)))
+        elif a == "--play-rate":
+            play_rate = int(args.pop(0))
         elif a == "--only":
             only = set(args.pop(0).split(","))
         else:
             print(__doc__, file=sys.stderr)
             return 2
     load = harness.build_path("clients", "cpp", "dedupd-load")
-    f = fleet.Fleet()
+    f = fleet.Fleet(extra=extra)
     seeds = f.seeds
     pids = ",".join(str(f.pid(i)) for i in range(len(f.nodes)))
-    print("run_cpp_lib: fleet %s, %d cores, %d slices of %.1f s per side"
-          % (seeds, os.cpu_count(), slices, slice_s), flush=True)
+    print("run_cpp_lib: fleet %s, %d cores, %d slices of %.1f s per side, rpc.spin_us %s"
+          % (seeds, os.cpu_count(), slices, slice_s, extra.get("rpc.spin_us", "default")),
+          flush=True)
     # Users' plays, once (20 each), then every run skips its setup.
     subprocess.run([load, "--seeds", seeds, "--users", "100", "--seconds", "0.2",
                     "--candidates", "100"], capture_output=True, timeout=120)
@@ -100,12 +155,17 @@ def main():
     if "route" in only:
         # 1 in flight, 1,000 candidates; --forward sends every call to the
         # first seed (node 0 of shard 0), which forwards shard 1's users.
-        a, b = [], []
+        a, b, c = [], [], []
         args = base + ["--candidates", "1000", "--no-hedge"]
         for _ in range(slices):
             a += run(load, seeds, args, "library")
+            c += run(load, seeds, args + ["--direct"], "direct")
             b += run(load, f.addrs[0], args + ["--forward"], "forward")
-        summary("route", [("library", a), ("forward", b)])
+        summary("route", [("library", a), ("direct", c), ("forward", b)])
+        if a and c:
+            d50 = [float(x["p50_ms"]) - float(y["p50_ms"]) for x, y in zip(a, c)]
+            print("route library-direct p50_ms per slice: %s (median %.3f)"
+                  % (" ".join("%.3f" % x for x in d50), statistics.median(d50)), flush=True)
 
     if "hedge" in only:
         args = base + ["--candidates", "1000", "--inflight", "2", "--rate", "400"]
@@ -138,12 +198,79 @@ def main():
         summary("hedge", [("unpaused", c), ("hedged", a), ("unhedged", b)])
 
     if "compact" in only:
-        a, b = [], []
         args = base + ["--candidates", "10000", "--no-hedge"]
-        for _ in range(slices):
-            a += run(load, seeds, args, "hashes")
-            b += run(load, seeds, args + ["--ids"], "ids")
-        summary("compact", [("hashes", a), ("ids", b)])
+        node_pids = [f.pid(i) for i in range(len(f.nodes))]
+
+        def with_busy(rows):
+            # The nodes' CPU idle (ingest polls, health rounds) over as
+            # long as the slice, taken off: the CPU the calls cost.
+            c0 = cpu_seconds(node_pids)
+            time.sleep(slice_s)
+            idle = cpu_seconds(node_pids) - c0
+            for r in rows:
+                calls = int(r["calls"])
+                if calls and "dedupd_cpu_ms_per_call" in r:
+                    busy = float(r["dedupd_cpu_ms_per_call"]) - idle * 1000 / calls
+                    r["busy_cpu_ms_per_call"] = "%.4f" % busy
+                    print("%-10s idle_cpu_s=%.3f busy_cpu_ms_per_call=%.4f" % ("", idle, busy),
+                          flush=True)
+            return rows
+
+        for inflight in (1, 4):
+            a, b = [], []
+            more = ["--inflight", str(inflight)]
+            for _ in range(slices):
+                a += with_busy(run(load, seeds, args + more, "hashes"))
+                b += with_busy(run(load, seeds, args + more + ["--ids"], "ids"))
+            name = "compact%d" % inflight
+            summary(name, [("hashes", a), ("ids", b)])
+            if a and b:
+                rb = statistics.median(float(x["busy_cpu_ms_per_call"]) for x in a) / \
+                    statistics.median(float(x["busy_cpu_ms_per_call"]) for x in b)
+                rt = statistics.median(float(x["dedupd_cpu_ms_per_call"]) for x in a) / \
+                    statistics.median(float(x["dedupd_cpu_ms_per_call"]) for x in b)
+                print("%s hashes/ids dedupd CPU per call: %.2fx (idle taken off), %.2fx (all)"
+                      % (name, rb, rt), flush=True)
+
+    if "compaction" in only:
+        # A fleet of its own whose nodes flush every second (a durable
+        # point) and compact L0 from 2 files: with plays flowing, each node
+        # flushes and compacts several times a slice, as a full-size node
+        # does over its 10 s flushes. The first fleet is stopped.
+        for i in range(len(f.nodes)):
+            f.kill9(i)
+        f = fleet.Fleet(extra=dict(extra, **{
+            "ingest.durable_interval_ms": "1000",
+            "rocksdb.level0_file_num_compaction_trigger": "2"}))
+        seeds = f.seeds
+        subprocess.run([load, "--seeds", seeds, "--users", "100", "--seconds", "0.2",
+                        "--candidates", "100"], capture_output=True, timeout=120)
+        base = ["--users", "100", "--seconds", str(slice_s), "--server-pids",
+                ",".join(str(f.pid(i)) for i in range(len(f.nodes)))]
+        # Plays for users of their own (the load's users keep exact
+        # answers), produced at PLAY_RATE throughout the slices.
+        rows = [("ingest-user-%d" % (k % 20000), "ingest-item-%d" % k)
+                for k in range(int(play_rate * slice_s * 2 * slices * 1.2))]
+        pids = [f.pid(i) for i in range(len(f.nodes))]
+        prod = il.produce_async(f.broker, rows, rate=play_rate, partitioner=f.partitioner)
+        time.sleep(1.0)
+        args = base + ["--candidates", "1000", "--inflight", "2", "--rate", "400"]
+        a, b = [], []
+        try:
+            for _ in range(slices):
+                for label, more, out in (("hedged", [], a), ("unhedged", ["--no-hedge"], b)):
+                    w0, m0 = written_mb(pids), ingested(f)
+                    got = run(load, seeds, args + more, label)
+                    w, m = written_mb(pids) - w0, ingested(f) - m0
+                    for r in got:
+                        r["written_mb"] = "%.1f" % w
+                    print("%-10s nodes ingested %d plays and wrote %.1f MB in the slice"
+                          % (label, m, w), flush=True)
+                    out += got
+        finally:
+            if prod.p.poll() is None:
+                prod.p.terminate()
+        summary("compaction", [("hedged", a), ("unhedged", b)])
     return 0
 
 

@@ -7,6 +7,10 @@ fleet for every case, in this order:
   1. routing: dedupd_lib_check route (exact kept sets through the library,
      compact candidates equal to ids on the same requests, callback and
      future forms) leaves dedupd_cluster_forwarded_total at 0 on every node;
+  1b. replica choice: one call at a time (no hedging) stays on one replica
+     of each shard (the one that answered last: a node polls for a while
+     after a call, so the next call there needs no wake-up), and 4 calls
+     at a time reach every replica (the fewest calls outstanding);
   2. hedging: dedupd-load while one replica of each shard is paused 50 ms
      every 500 ms (SIGSTOP/SIGCONT): no call fails, some are hedged and
      the hedge answers some, at most 10 % of calls (+ the budget's burst);
@@ -67,6 +71,21 @@ def main():
     if any(per_node):
         harness.fail("calls through the library were forwarded: %s" % per_node)
     harness.log("PASS routing (forwarded %s) in %.1fs" % (per_node, time.time() - t0))
+
+    # 1b. Replica choice: sticky at one call in flight, spread under load.
+    t0 = time.time()
+    one = load([dload, "--seeds", seeds, "--users", "50", "--seconds", "1", "--candidates", "200",
+                "--no-hedge"])[0]
+    if int(one["failed"]) or int(one["replicas"]) != f.shards:
+        harness.fail("one call in flight: %s nodes answered, not one per shard (%d): %s"
+                     % (one["replicas"], f.shards, one))
+    four = load([dload, "--seeds", seeds, "--users", "50", "--seconds", "1", "--candidates",
+                 "200", "--no-hedge", "--no-setup", "--inflight", "4"])[0]
+    if int(four["failed"]) or int(four["replicas"]) != len(f.nodes):
+        harness.fail("4 calls in flight: %s nodes answered, not all %d: %s"
+                     % (four["replicas"], len(f.nodes), four))
+    harness.log("PASS replica choice (p50 %s ms at 1 in flight) in %.1fs"
+                % (one["p50_ms"], time.time() - t0))
 
     # 2. Hedging under a replica of each shard paused 50 ms every 500 ms.
     t0 = time.time()

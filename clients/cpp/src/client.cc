@@ -30,6 +30,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -159,7 +160,10 @@ class Timers
 // Per-shard state kept across map reads that keep the shard count.
 struct ShardState {
     internal::LatencyWindow filter_latency;
-    std::atomic<uint32_t> turn{0};
+    // Where the rotation among equally good replicas starts: drawn at
+    // random, so that many clients with a call at a time do not all stick
+    // to the same replica of a shard (Route).
+    std::atomic<uint32_t> turn{static_cast<uint32_t>(std::random_device{}())};
 };
 
 struct Replica {
@@ -202,6 +206,10 @@ struct Target {
 struct Conn {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<grpc::GenericStub> stub;
+    // Attempts sent here and not yet done, and when the last OK answer
+    // came (steady clock, ns; 0: none yet): Route's choice among replicas.
+    std::atomic<int> outstanding{0};
+    std::atomic<int64_t> last_ok_ns{0};
 };
 
 class Call;
@@ -353,6 +361,7 @@ class Call : public std::enable_shared_from_this<Call>
         std::unique_ptr<grpc::ClientContext> ctx;
         grpc::ByteBuffer req, resp;
         Target target;
+        std::shared_ptr<Conn> conn;
         Clock::time_point sent;
         bool hedge = false;
         bool done = false;
@@ -376,8 +385,10 @@ class Call : public std::enable_shared_from_this<Call>
         tried_.insert(t.address);
         in_flight_++;
         Attempt *ap = a.get();
-        attempts_.push_back(std::move(a));
         std::shared_ptr<Conn> conn = impl_->ConnTo(t.address);
+        conn->outstanding.fetch_add(1, std::memory_order_relaxed);
+        a->conn = conn;
+        attempts_.push_back(std::move(a));
         std::shared_ptr<Call> self = shared_from_this();
         l.unlock();
         conn->stub->UnaryCall(ap->ctx.get(), method_, grpc::StubOptions(), &ap->req, &ap->resp,
@@ -403,6 +414,12 @@ class Call : public std::enable_shared_from_this<Call>
         std::unique_lock<std::mutex> l(mu_);
         a->done = true;
         in_flight_--;
+        a->conn->outstanding.fetch_sub(1, std::memory_order_relaxed);
+        if (gs.ok())
+            a->conn->last_ok_ns.store(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+                    .count(),
+                std::memory_order_relaxed);
         if (finished_) return; // the loser of a hedge, cancelled
         Status s = FromGrpc(gs);
         // The hash the node routes by, when it names one: another than the
@@ -573,8 +590,29 @@ std::optional<Target> Client::Impl::Route(const std::string &user,
             }
             if (ok.empty()) continue;
             const auto &st = r->state[static_cast<size_t>(shard)];
+            // The fewest attempts outstanding; of those, the one that
+            // answered last (a node polls for rpc.spin_us after a call, so
+            // the next call there is read without a wake-up: 0.3-0.4 ms
+            // at one call in flight, docs/benchmarks.md); of those, in
+            // turn. Under load this spreads calls as least-outstanding
+            // does; one call at a time stays on one replica, and a hedge
+            // that wins moves it to the replica that answered.
             uint32_t turn = st->turn.fetch_add(1, std::memory_order_relaxed);
-            return Target{ok[turn % ok.size()]->address, r->hash, shard, st};
+            size_t best = turn % ok.size();
+            int best_out = 0;
+            int64_t best_ok = 0;
+            for (size_t k = 0; k < ok.size(); k++) {
+                size_t i = (turn + k) % ok.size();
+                std::shared_ptr<Conn> c = ConnTo(ok[i]->address);
+                int out = c->outstanding.load(std::memory_order_relaxed);
+                int64_t last = c->last_ok_ns.load(std::memory_order_relaxed);
+                if (k == 0 || out < best_out || (out == best_out && last > best_ok)) {
+                    best = i;
+                    best_out = out;
+                    best_ok = last;
+                }
+            }
+            return Target{ok[best]->address, r->hash, shard, st};
         }
         return std::nullopt;
     }

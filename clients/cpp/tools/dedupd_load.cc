@@ -5,30 +5,43 @@
 //
 //   dedupd-load --seeds ADDR,... --users N --seconds S --candidates C
 //               [--ids] [--no-hedge] [--hedge-ms X] [--inflight K] [--rate R]
-//               [--phases P] [--forward] [--no-setup] [--server-pids PID,...]
+//               [--phases P] [--forward | --direct] [--no-setup] [--server-pids PID,...]
+//               [--id-bytes B]
 //               [--deadline-ms D] [--tls-ca F [--tls-cert F --tls-key F] [--tls-name N]]
 //
+// Candidate J is "cand-J", its number padded with zeros to B bytes in all
+// (--id-bytes, default 13: a 10,000-candidate request of ids is then the
+// 150 KB a recall service sends; shorter names are never padded away).
 // Setup (unless --no-setup): each of the N users "load-user-I" gets 20
-// plays, the candidates "cand-0" .. "cand-19" (RecordPlays, routed like
-// every call). Then Filter for S seconds, split into P phases of S/P
-// seconds (default 1): K calls in flight (K threads, each one call at a
-// time, default 1), each for the next user with the same C candidates
-// ("cand-0" .. "cand-{C-1}"), sent as item hashes (or ids, --ids). With
+// plays, the candidates 0 .. 19 (RecordPlays, routed like every call).
+// Then Filter for S seconds, split into P phases of S/P seconds (default
+// 1): K calls in flight (K threads, each one call at a time, default 1),
+// each for the next user with the same C candidates, sent as item hashes
+// (or ids, --ids). With
 // --rate R the calls are paced at R/s in total and timed from when each
 // was due, so a stall shows in the latency of the calls behind it.
 //
 // One line per phase:
 //   phase=NAME calls= failed= hedged= hedge_wins= failovers= stale_map=
-//   unrouted= wrong= calls_per_s= req_bytes= p50_ms= p99_ms= p999_ms=
-//   [dedupd_cpu_ms_per_call=]
+//   unrouted= wrong= replicas= calls_per_s= req_bytes= p50_ms= p99_ms=
+//   p999_ms= [dedupd_cpu_ms_per_call=]
 // failed: calls that did not succeed within their deadline (default
-// 2000 ms); wrong: answers that kept a played candidate (a replica behind
-// on the setup's plays; not counted as failed). hedged: calls for which a
+// 2000 ms); replicas: how many nodes answered; wrong: answers that kept a
+// played candidate (a replica behind on the setup's plays; not counted as
+// failed). hedged: calls for which a
 // second request was sent. dedupd_cpu_ms_per_call: the CPU time of the
 // --server-pids processes (/proc/PID/stat) over the phase's calls.
 // --forward sends every call to a seed, which forwards it (the path the
-// library replaces), for comparison. Exit status 1 if any call failed.
+// library replaces), for comparison. --direct is the floor the library is
+// measured against: each call is built by hand (the same fields and
+// bytes the library sends, through no protobuf object) and sent on a
+// plain grpc::GenericStub straight to the first replica of the owning
+// shard (from the library's map, read once), with the map's hash in the
+// metadata; no routing, failover or hedging (hedged= is 0); failed= counts
+// answers that are not OK. Exit status 1 if any call failed.
 #include <dedupd/client.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 
 #include <unistd.h>
 
@@ -38,7 +51,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,7 +70,8 @@ struct Args {
     long users = 100;
     double seconds = 5;
     long candidates = 1000;
-    bool ids = false, no_hedge = false, forward = false, no_setup = false;
+    bool ids = false, no_hedge = false, forward = false, direct = false, no_setup = false;
+    long id_bytes = 13;
     double hedge_ms = 0;
     long inflight = 1;
     double rate = 0;
@@ -69,7 +86,8 @@ struct Args {
     std::fprintf(stderr,
                  "dedupd-load: %s\nusage: dedupd-load --seeds ADDR,... --users N --seconds S "
                  "--candidates C [--ids] [--no-hedge] [--hedge-ms X] [--inflight K] [--rate R] "
-                 "[--phases P] [--forward] [--no-setup] [--server-pids PID,...] [--deadline-ms D] "
+                 "[--phases P] [--forward | --direct] [--no-setup] [--server-pids PID,...] "
+                 "[--deadline-ms D] [--id-bytes B] "
                  "[--tls-ca F [--tls-cert F --tls-key F] [--tls-name N]]\n",
                  why.c_str());
     std::exit(2);
@@ -135,6 +153,10 @@ Args Parse(int argc, char **argv)
             a.phases = Num("--phases", val(), 1, 10000);
         else if (o == "--forward")
             a.forward = true;
+        else if (o == "--direct")
+            a.direct = true;
+        else if (o == "--id-bytes")
+            a.id_bytes = Num("--id-bytes", val(), 1, 4096);
         else if (o == "--no-setup")
             a.no_setup = true;
         else if (o == "--deadline-ms")
@@ -154,6 +176,8 @@ Args Parse(int argc, char **argv)
             Usage("unknown option " + o);
     }
     if (a.seeds.empty()) Usage("--seeds is required");
+    if (a.forward && a.direct) Usage("--forward and --direct exclude each other");
+    if (a.direct && !a.tls.ca_file.empty()) Usage("--direct speaks plaintext only");
     return a;
 }
 
@@ -189,9 +213,154 @@ double Pct(const std::vector<double> &sorted, double p)
     return sorted[std::min(i, sorted.size() - 1)];
 }
 
+// --direct: the FilterRequest the library sends, written by hand.
+void PutVarint(std::string *b, uint64_t v)
+{
+    while (v >= 0x80) {
+        b->push_back(static_cast<char>((v & 0x7f) | 0x80));
+        v >>= 7;
+    }
+    b->push_back(static_cast<char>(v));
+}
+
+void PutBytes(std::string *b, uint32_t field, const std::string &v)
+{
+    PutVarint(b, field << 3 | 2);
+    PutVarint(b, v.size());
+    b->append(v);
+}
+
+// user_id = 1, candidate_ids = 2 (IDS) or candidate_hashes = 7 (packed
+// fixed64, little-endian), mode = 5 (RESPONSE_MODE_INDEXES).
+grpc::ByteBuffer DirectRequest(const std::string &user, const std::vector<std::string> &cands,
+                               bool ids)
+{
+    std::string b;
+    b.reserve(user.size() + 16 + cands.size() * (ids ? 24 : 8));
+    PutBytes(&b, 1, user);
+    if (ids) {
+        for (const auto &c : cands) PutBytes(&b, 2, c);
+    } else {
+        PutVarint(&b, 7 << 3 | 2);
+        PutVarint(&b, 8 * cands.size());
+        for (const auto &c : cands) {
+            uint64_t h = dedupd::ItemHash(c);
+            for (int k = 0; k < 8; k++) b.push_back(static_cast<char>(h >> (8 * k)));
+        }
+    }
+    PutVarint(&b, 5 << 3 | 0);
+    PutVarint(&b, 1);
+    grpc::Slice slice(b);
+    return grpc::ByteBuffer(&slice, 1);
+}
+
+// The first kept index of a FilterResponse (kept_indexes = 2, packed or
+// not), or -1 when none is kept or the bytes are not a FilterResponse.
+long FirstKept(const grpc::ByteBuffer &resp)
+{
+    std::vector<grpc::Slice> slices;
+    if (!resp.Dump(&slices).ok()) return -1;
+    std::string b;
+    for (const auto &s : slices) b.append(reinterpret_cast<const char *>(s.begin()), s.size());
+    size_t i = 0;
+    auto varint = [&](uint64_t *v) {
+        *v = 0;
+        for (int shift = 0; i < b.size() && shift < 64; shift += 7) {
+            uint8_t c = static_cast<uint8_t>(b[i++]);
+            *v |= static_cast<uint64_t>(c & 0x7f) << shift;
+            if (!(c & 0x80)) return true;
+        }
+        return false;
+    };
+    while (i < b.size()) {
+        uint64_t key, v;
+        if (!varint(&key)) return -1;
+        uint32_t field = static_cast<uint32_t>(key >> 3), wt = key & 7;
+        if (wt == 0) {
+            if (!varint(&v)) return -1;
+            if (field == 2) return static_cast<long>(v);
+        } else if (wt == 2) {
+            if (!varint(&v) || v > b.size() - i) return -1;
+            if (field == 2 && v > 0) {
+                uint64_t first;
+                return varint(&first) ? static_cast<long>(first) : -1;
+            }
+            i += v;
+        } else if (wt == 1 || wt == 5) {
+            i += wt == 1 ? 8 : 4;
+        } else {
+            return -1;
+        }
+    }
+    return -1;
+}
+
+// Plain stubs to the owners, one channel per address (shared by threads).
+class Direct
+{
+  public:
+    Direct(const dedupd::MapView &m, int max_receive) : map_(m)
+    {
+        args_.SetMaxReceiveMessageSize(max_receive);
+    }
+
+    // The first replica of USER's shard; "" when the map has none.
+    std::string Owner(int shard) const
+    {
+        if (shard < 0 || static_cast<size_t>(shard) >= map_.shards.size() ||
+            map_.shards[static_cast<size_t>(shard)].empty())
+            return "";
+        return map_.shards[static_cast<size_t>(shard)][0].address;
+    }
+
+    grpc::GenericStub *Stub(const std::string &addr)
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        auto &s = stubs_[addr];
+        if (!s)
+            s = std::make_unique<grpc::GenericStub>(
+                grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args_));
+        return s.get();
+    }
+
+    // One Filter to ADDR; *first_kept as FirstKept.
+    bool Call(const std::string &addr, const grpc::ByteBuffer &req, long deadline_ms,
+              grpc::CompletionQueue *cq, long *first_kept, std::string *why)
+    {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(deadline_ms));
+        ctx.AddMetadata("dedupd-map-hash", map_.hash);
+        grpc::ByteBuffer resp;
+        grpc::Status st;
+        auto call = Stub(addr)->PrepareUnaryCall(&ctx, "/dedup.v1.Dedup/Filter", req, cq);
+        call->StartCall();
+        call->Finish(&resp, &st, reinterpret_cast<void *>(1));
+        void *tag;
+        bool ok;
+        if (!cq->Next(&tag, &ok) || !ok) {
+            *why = "completion queue failed";
+            return false;
+        }
+        if (!st.ok()) {
+            *why = std::to_string(static_cast<int>(st.error_code())) + " " + st.error_message();
+            return false;
+        }
+        *first_kept = FirstKept(resp);
+        return true;
+    }
+
+  private:
+    dedupd::MapView map_;
+    grpc::ChannelArguments args_;
+    std::mutex mu_;
+    std::map<std::string, std::unique_ptr<grpc::GenericStub>> stubs_;
+};
+
 struct PhaseResult {
     std::vector<double> lat_ms;
     uint64_t failed = 0, hedged = 0, wrong = 0;
+    std::set<std::string> answered_by;
 };
 
 } // namespace
@@ -217,7 +386,13 @@ int main(int argc, char **argv)
     std::vector<std::string> users;
     for (long i = 0; i < a.users; i++) users.push_back("load-user-" + std::to_string(i));
     std::vector<std::string> cands;
-    for (long j = 0; j < a.candidates; j++) cands.push_back("cand-" + std::to_string(j));
+    for (long j = 0; j < a.candidates; j++) {
+        std::string num = std::to_string(j);
+        size_t pad = static_cast<size_t>(a.id_bytes) > 5 + num.size()
+                         ? static_cast<size_t>(a.id_bytes) - 5 - num.size()
+                         : 0;
+        cands.push_back("cand-" + std::string(pad, '0') + num);
+    }
     const size_t n_played = static_cast<size_t>(std::min<long>(20, a.candidates));
 
     bool any_failed = false;
@@ -245,6 +420,22 @@ int main(int argc, char **argv)
         any_failed |= failed > 0;
     }
 
+    // --direct: each user's owner from the map read at the start.
+    std::unique_ptr<Direct> direct;
+    std::vector<std::string> owner_of;
+    if (a.direct) {
+        dedupd::MapView m = client->Map();
+        direct = std::make_unique<Direct>(m, 64 << 20);
+        for (const auto &u : users) {
+            owner_of.push_back(direct->Owner(client->ShardOf(u)));
+            if (owner_of.back().empty()) {
+                std::fprintf(stderr, "dedupd-load: --direct: no map to route %s by\n",
+                             u.c_str());
+                return 2;
+            }
+        }
+    }
+
     std::atomic<size_t> next_user{0};
     for (long ph = 0; ph < a.phases; ph++) {
         const double secs = a.seconds / static_cast<double>(a.phases);
@@ -258,6 +449,7 @@ int main(int argc, char **argv)
         for (long t = 0; t < a.inflight; t++)
             ts.emplace_back([&, t] {
                 PhaseResult &r = parts[static_cast<size_t>(t)];
+                grpc::CompletionQueue cq;
                 const auto interval =
                     std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                         a.rate > 0 ? static_cast<double>(a.inflight) / a.rate : 0));
@@ -273,7 +465,27 @@ int main(int argc, char **argv)
                     } else {
                         t0 = Clock::now();
                     }
-                    const std::string &u = users[next_user++ % users.size()];
+                    const size_t ui = next_user++ % users.size();
+                    const std::string &u = users[ui];
+                    if (direct) {
+                        long first = -1;
+                        std::string why;
+                        bool ok = direct->Call(owner_of[ui], DirectRequest(u, cands, a.ids),
+                                               a.deadline_ms, &cq, &first, &why);
+                        double ms =
+                            std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+                        if (!ok) {
+                            if (r.failed++ < 3)
+                                std::fprintf(stderr, "dedupd-load: Filter %s: %s\n", u.c_str(),
+                                             why.c_str());
+                            continue;
+                        }
+                        if (!a.no_setup && first >= 0 && static_cast<size_t>(first) < n_played)
+                            r.wrong++;
+                        r.answered_by.insert(owner_of[ui]);
+                        r.lat_ms.push_back(ms);
+                        continue;
+                    }
                     dedupd::FilterResult res;
                     dedupd::Status s = client->Filter(u, cands, {}, &res);
                     double ms =
@@ -285,6 +497,7 @@ int main(int argc, char **argv)
                         continue;
                     }
                     if (res.hedged) r.hedged++;
+                    r.answered_by.insert(res.answered_by);
                     if (!a.no_setup && !res.kept_indexes.empty() && res.kept_indexes[0] < n_played)
                         r.wrong++;
                     r.lat_ms.push_back(ms);
@@ -300,13 +513,14 @@ int main(int argc, char **argv)
             all.failed += p.failed;
             all.hedged += p.hedged;
             all.wrong += p.wrong;
+            all.answered_by.insert(p.answered_by.begin(), p.answered_by.end());
         }
         std::sort(all.lat_ms.begin(), all.lat_ms.end());
         uint64_t calls = all.lat_ms.size() + all.failed;
         uint64_t begun = st.filter_calls - st0.filter_calls;
         std::printf(
             "phase=filter%ld calls=%llu failed=%llu hedged=%llu hedge_wins=%llu failovers=%llu "
-            "stale_map=%llu unrouted=%llu wrong=%llu calls_per_s=%.0f req_bytes=%llu "
+            "stale_map=%llu unrouted=%llu wrong=%llu replicas=%zu calls_per_s=%.0f req_bytes=%llu "
             "p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f",
             ph + 1, static_cast<unsigned long long>(calls),
             static_cast<unsigned long long>(all.failed),
@@ -315,10 +529,12 @@ int main(int argc, char **argv)
             static_cast<unsigned long long>(st.failovers - st0.failovers),
             static_cast<unsigned long long>(st.stale_map - st0.stale_map),
             static_cast<unsigned long long>(st.unrouted - st0.unrouted),
-            static_cast<unsigned long long>(all.wrong),
+            static_cast<unsigned long long>(all.wrong), all.answered_by.size(),
             elapsed > 0 ? static_cast<double>(calls) / elapsed : 0,
-            static_cast<unsigned long long>(begun ? (st.request_bytes - st0.request_bytes) / begun
-                                                  : 0),
+            static_cast<unsigned long long>(
+                direct  ? DirectRequest(users[0], cands, a.ids).Length()
+                : begun ? (st.request_bytes - st0.request_bytes) / begun
+                        : 0),
             Pct(all.lat_ms, 0.5), Pct(all.lat_ms, 0.99), Pct(all.lat_ms, 0.999));
         if (!a.pids.empty() && calls > 0)
             std::printf(" dedupd_cpu_ms_per_call=%.4f", cpu * 1000 / static_cast<double>(calls));
