@@ -20,6 +20,14 @@ listener. Offered:
     f.owner(user)                    # shard owning USER (src/partition.c)
     f.wait_ready()                   # every running node's /readyz 200
 
+Resharding N -> 2N in place (deploy/k8s/README.md, "Resharding"), e.g. from
+Fleet(shards=1): f.split_start() starts the new shards' nodes (each copies
+its parent shard's store, cluster.split_from = N) and waits until they are
+ready; f.split_restart(i) restarts old node i with the 2N-shard map; f.split()
+does both for every old node in turn; f.wait_swept() waits until every node
+has dropped the users it no longer owns. The new nodes are numbered on
+(shard s + N replica r is node (s + N) * R + r).
+
 Run as a program it starts a fleet, runs a command with the fleet in its
 environment, and exits with the command's status:
 
@@ -55,6 +63,8 @@ class Fleet:
         self.shards, self.replicas, self.partitions = shards, replicas, partitions
         self.partitioner = partitioner
         self.health_interval_ms = health_interval_ms
+        self.extra = dict(extra or {})
+        self.split_from = 0
         topics = ("plays:%d" % partitions,)
         if broker == "devbroker":
             self.broker = harness.DevBroker(topics=topics)
@@ -67,35 +77,51 @@ class Fleet:
         self.ports = [harness.free_port() for _ in range(n)]
         self.admin_ports = [harness.free_port() for _ in range(n)]
         self.addrs = ["127.0.0.1:%d" % p for p in self.ports]
-        nodes = ";".join(",".join(self.addrs[s * replicas + r] for r in range(replicas))
-                         for s in range(shards))
         self.nodes = []
         for i in range(n):
             s, r = divmod(i, replicas)
-            o = il.ingest_overrides(self.broker, group="dd-fleet")
-            o.update({
-                "log.level": os.environ.get("DD_LOG_LEVEL", "info"),
-                "history.fp_rate": "0.000001",  # exact kept sets in the tests
-                "rpc.listen": self.addrs[i],
-                "admin.listen": "127.0.0.1:%d" % self.admin_ports[i],
-                "admin.token_file": harness.admin_token_file(),
-                "cluster.shards": str(shards),
-                "cluster.shard": str(s),
-                "cluster.replica": str(r),
-                "cluster.nodes": nodes,
-                "cluster.redis": ";".join(x.addr for x in self.redis),
-                "cluster.partitioner": partitioner,
-                "cluster.health_interval_ms": str(health_interval_ms),
-                "cluster.max_lag_ms": "3000",
-                "recent.timeout_ms": "500",
-                "window.flush_ms": "100",
-            })
-            o.update(extra or {})
+            o = self._overrides(i)
             o.update((node_extra or {}).get(i, {}))
             self.nodes.append(harness.Dedupd(o, name="fleet-%d-%d" % (s, r), start=False))
         self.paused = set()
         if start:
             self.start_all()
+
+    def _map(self):
+        """The cluster.* settings of the fleet's map as it stands (shards,
+        nodes, Redis, split)."""
+        nodes = ";".join(",".join(self.addrs[s * self.replicas + r] for r in range(self.replicas))
+                         for s in range(self.shards))
+        o = {
+            "cluster.shards": str(self.shards),
+            "cluster.nodes": nodes,
+            "cluster.redis": ";".join(x.addr for x in self.redis),
+        }
+        if self.split_from:
+            o["cluster.split_from"] = str(self.split_from)
+        return o
+
+    def _overrides(self, i):
+        """Node I's dedupd overrides under the fleet's map as it stands."""
+        s, r = divmod(i, self.replicas)
+        o = il.ingest_overrides(self.broker, group="dd-fleet")
+        o.update({
+            "log.level": os.environ.get("DD_LOG_LEVEL", "info"),
+            "history.fp_rate": "0.000001",  # exact kept sets in the tests
+            "rpc.listen": self.addrs[i],
+            "admin.listen": "127.0.0.1:%d" % self.admin_ports[i],
+            "admin.token_file": harness.admin_token_file(),
+            "cluster.shard": str(s),
+            "cluster.replica": str(r),
+            "cluster.partitioner": self.partitioner,
+            "cluster.health_interval_ms": str(self.health_interval_ms),
+            "cluster.max_lag_ms": "3000",
+            "recent.timeout_ms": "500",
+            "window.flush_ms": "100",
+        })
+        o.update(self._map())
+        o.update(self.extra)
+        return o
 
     # ---- places -----------------------------------------------------------
     def shard_of(self, i):
@@ -176,6 +202,70 @@ class Fleet:
         idx = range(len(self.nodes)) if nodes is None else nodes
         harness.wait_until("fleet nodes %s ready" % list(idx),
                            lambda: all(self.ready(i) for i in idx), timeout=timeout, every=0.1)
+
+    # ---- resharding -------------------------------------------------------
+    def split_start(self, timeout=120.0):
+        """Step 1 of resharding N -> 2N shards in place (deploy/k8s/README.md,
+        "Resharding"; test_reshard.py): start the new shards' nodes. Shard
+        s + N replica r is node (s + N) * R + r, on a fresh data directory,
+        with the 2N-shard map (cluster.split_from = N), shard s's Redis and
+        cluster.bootstrap = peer: it copies its parent shard s's store and
+        consumes its own partitions from the offsets in the copy. Returns
+        once each new node's /readyz is 200. From here on shards, addrs,
+        admin_ports, nodes, owner() and env() describe the new map; the old
+        nodes still run the N-shard one until split_restart()."""
+        if self.split_from:
+            harness.fail("Fleet: one split at a time (already split from %d)" % self.split_from)
+        t0 = time.time()
+        old = self.shards
+        first = len(self.nodes)
+        self.split_from, self.shards = old, 2 * old
+        self.redis += self.redis[:old]
+        for _ in range(old * self.replicas):
+            self.ports.append(harness.free_port())
+            self.admin_ports.append(harness.free_port())
+            self.addrs.append("127.0.0.1:%d" % self.ports[-1])
+        for i in range(first, len(self.addrs)):
+            s, r = divmod(i, self.replicas)
+            o = self._overrides(i)
+            o["cluster.bootstrap"] = "peer"
+            self.nodes.append(harness.Dedupd(o, name="fleet-%d-%d" % (s, r), start=False))
+        new = range(first, len(self.nodes))
+        for i in new:
+            self._spawn(i)
+        for i in new:
+            self.nodes[i].wait_log('msg="snapshot installed"', timeout)
+            self.nodes[i].wait_log("msg=ready", timeout)
+        self.wait_ready(new, timeout=timeout)
+        harness.log("fleet split %d -> %d shards: nodes %s copied their parents' stores and are "
+                    "ready in %.1fs" % (old, self.shards, list(new), time.time() - t0))
+
+    def split_restart(self, i, timeout=120.0):
+        """Step 2 of a split, for old node I: SIGTERM (it must exit 0),
+        then start it again on its own store with the 2N-shard map; returns
+        once its /readyz is 200. Restart the old nodes one at a time."""
+        if not self.split_from or i >= self.split_from * self.replicas:
+            harness.fail("Fleet: node %d is not a node of the map being split" % i)
+        t0 = time.time()
+        self.terminate(i)
+        self.nodes[i].overrides.update(self._map())
+        self.start(i, timeout)
+        self.wait_ready([i], timeout=timeout)
+        harness.log("fleet: node %d restarted with the %d-shard map, ready in %.1fs"
+                    % (i, self.shards, time.time() - t0))
+
+    def split(self, timeout=120.0):
+        """The whole split N -> 2N: split_start(), then split_restart() of
+        every old node in turn."""
+        self.split_start(timeout)
+        for i in range(self.split_from * self.replicas):
+            self.split_restart(i, timeout)
+
+    def wait_swept(self, timeout=120.0):
+        """After a split, once every node runs the new map: until each has
+        swept its store of the users it no longer owns (its log says so)."""
+        for dd in self.nodes:
+            dd.wait_log("store holds only this shard's users now", timeout)
 
     # ---- figures ----------------------------------------------------------
     def metric(self, i, name, must=()):
