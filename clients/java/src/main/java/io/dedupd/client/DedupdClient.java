@@ -76,12 +76,12 @@ import javax.net.ssl.SSLException;
  * partition count ({@link Partitioner}), owner shard = partition mod
  * shards, and sends the map's hash in the metadata {@code dedupd-map-hash}.
  * A node answering FAILED_PRECONDITION with {@code dedupd-map-hash} in its
- * trailers has another map: the client reads the map again and re-routes
- * (at most {@link Builder#maxMapRetries} times a call). The map is also
- * read every {@link Builder#mapRefresh} and after a replica failed; a
- * reading with a new hash replaces the old one. Until a map was read, or
- * when it routes nothing (partition count 0), calls go to any node without
- * the hash and are forwarded by it.
+ * trailers has another map: the client reads the map again, from that node
+ * first, and re-routes (at most {@link Builder#maxMapRetries} times a
+ * call). The map is also read every {@link Builder#mapRefresh} and after a
+ * replica failed; a reading with a new hash replaces the old one. Until a
+ * map was read, or when it routes nothing (partition count 0), calls go to
+ * any node without the hash and are forwarded by it.
  *
  * <p>Failover and retries. Replicas the map says are ready and not behind
  * are tried first, starting at a rotating one; a replica that answered
@@ -354,6 +354,11 @@ public final class DedupdClient implements AutoCloseable {
      * fails when no node answered; the map in use is then kept.
      */
     public CompletableFuture<ClusterMap> refreshMap() {
+        return refreshMap(null);
+    }
+
+    /** {@link #refreshMap()}, asking FIRST (when not null) before the others. */
+    private CompletableFuture<ClusterMap> refreshMap(String first) {
         CompletableFuture<ClusterMap> mine;
         synchronized (refreshLock) {
             if (refreshing != null) {
@@ -363,6 +368,9 @@ public final class DedupdClient implements AutoCloseable {
             refreshing = mine;
         }
         LinkedHashSet<String> from = new LinkedHashSet<>();
+        if (first != null) {
+            from.add(first);
+        }
         ClusterMap m = map;
         if (m != null) {
             for (int s = 0; s < m.shardCount(); s++) {
@@ -790,7 +798,10 @@ public final class DedupdClient implements AutoCloseable {
                     return;
                 }
                 tried.clear();
-                refreshMap().whenComplete((nm, e) -> attempt());
+                // From the node that refused: its map routes the user to a
+                // node that answers it. While a split rolls out, another
+                // node may run the other map, which sends the call back here.
+                refreshMap(addr).whenComplete((nm, e) -> attempt());
                 return;
             }
             if (s.getCode() == Status.Code.UNAVAILABLE && attempts < cfg.maxAttempts) {

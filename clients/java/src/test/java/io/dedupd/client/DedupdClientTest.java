@@ -317,6 +317,38 @@ class DedupdClientTest {
     }
 
     @Test
+    void midSplitReadsTheMapFromTheNodeThatRefused() throws Exception {
+        // Resharding 1 -> 2 half done (docs/design.md, "Clients that route
+        // themselves"): a0 restarted with the 2-shard map (it also accepts
+        // the 1-shard map's hash, for the users it keeps), a1 still runs
+        // the 1-shard map, b is the new shard 1. The client holds the new
+        // map; a1 refuses it. Read again from a0 (or b), the map would send
+        // the call back to a1: it must be read from a1, whose map routes
+        // the user to a node that answers it.
+        FakeNode a0 = node();
+        FakeNode a1 = node();
+        FakeNode b = node();
+        ClusterMapResponse old = map("1111111111111111", 16, new FakeNode[] {a0, a1});
+        map("2222222222222222", 16, new FakeNode[] {a0, a1}, new FakeNode[] {b});
+        a1.map.set(old);
+        a1.ownHash.set("1111111111111111");
+        a0.splitHash.set("1111111111111111");
+        DedupdClient c = client(builder(a0).linger(Duration.ZERO));
+        assertEquals("2222222222222222", get(c.refreshMap()).hash());
+        int sent = 0;
+        for (int i = 0; sent < 10; i++) {
+            String u = "user-" + i;
+            if (Partitioner.MURMUR2_RANDOM.partitionOf(u, 16) % 2 != 0) {
+                continue; // b's: not what this is about
+            }
+            get(c.recordDelivery(u, List.of("a"), ""));
+            sent++;
+        }
+        assertEquals(10, a0.deliveries.size() + a1.deliveries.size());
+        assertTrue(c.stats().staleMap >= 1, "a1 refused the new map");
+    }
+
+    @Test
     void refreshesTheMapPeriodically() throws Exception {
         FakeNode n = node();
         map("1111111111111111", 8, new FakeNode[] {n});

@@ -31,7 +31,8 @@ import java.util.concurrent.atomic.AtomicReference;
 /**
  * An in-process dedupd node for the unit tests: answers ClusterMap with
  * the map it is given, checks `dedupd-map-hash` as the server does
- * (FAILED_PRECONDITION with its own hash in the trailers), records what it
+ * (FAILED_PRECONDITION with its own hash in the trailers; a node mid-split
+ * also accepts the hash of the map its own splits), records what it
  * was sent, and can refuse (UNAVAILABLE) or hold calls.
  */
 final class FakeNode implements AutoCloseable {
@@ -41,6 +42,8 @@ final class FakeNode implements AutoCloseable {
     final AtomicReference<ClusterMapResponse> map = new AtomicReference<>();
     /** The hash this node checks calls against (null: accepts any). */
     final AtomicReference<String> ownHash = new AtomicReference<>();
+    /** Accepted too (null: none): the hash of the map its own splits, as a node mid-split. */
+    final AtomicReference<String> splitHash = new AtomicReference<>();
     final List<RecordDeliveryRequest> deliveries = new CopyOnWriteArrayList<>();
     final List<FilterRequest> filters = new CopyOnWriteArrayList<>();
     final List<String> hashesSeen = new CopyOnWriteArrayList<>();
@@ -80,7 +83,7 @@ final class FakeNode implements AutoCloseable {
             return false;
         }
         String mine = ownHash.get();
-        if (h != null && mine != null && !h.equals(mine)) {
+        if (h != null && mine != null && !h.equals(mine) && !h.equals(splitHash.get())) {
             Metadata t = new Metadata();
             t.put(DedupdClient.MAP_HASH_KEY, mine);
             obs.onError(Status.FAILED_PRECONDITION.withDescription("stale map").asRuntimeException(t));
