@@ -85,14 +85,17 @@ import javax.net.ssl.SSLException;
  *
  * <p>Failover and retries. Replicas the map says are ready and not behind
  * are tried first, starting at a rotating one; a replica that answered
- * UNAVAILABLE is skipped by every call for {@link Builder#downFor}, and the
- * call goes at once to the next replica of the shard. When every replica
+ * UNAVAILABLE (or CANCELLED, below) is skipped by every call for
+ * {@link Builder#downFor}, and the call goes at once to the next replica
+ * of the shard. When every replica
  * of the shard failed, the call waits a jittered backoff (uniform in
  * [0, min(retryMax, retryBase * 2^round))) and tries them again, as long
  * as the call's deadline and {@link Builder#maxAttempts} allow. Only
- * UNAVAILABLE is retried (writes too: RecordDelivery and RecordPlays store
- * the same items again, which changes nothing the user sees); any other
- * status completes the future with the {@link StatusRuntimeException}.
+ * UNAVAILABLE is retried, and CANCELLED, which the client never causes: a
+ * node shutting down cancels the calls that reach it after its shutdown
+ * began (writes too: RecordDelivery and RecordPlays store the same items
+ * again, which changes nothing the user sees); any other status completes
+ * the future with the {@link StatusRuntimeException}.
  *
  * <p>Coalescing. {@link #recordDelivery} waits up to {@link Builder#linger}
  * (default 1 ms) for more deliveries of the same user and scene, then sends
@@ -804,7 +807,11 @@ public final class DedupdClient implements AutoCloseable {
                 refreshMap(addr).whenComplete((nm, e) -> attempt());
                 return;
             }
-            if (s.getCode() == Status.Code.UNAVAILABLE && attempts < cfg.maxAttempts) {
+            // CANCELLED is not this client's doing (it cancels nothing): a
+            // node shutting down cancels the calls that reach it once its
+            // shutdown began, without working on them. Both fail over.
+            if ((s.getCode() == Status.Code.UNAVAILABLE || s.getCode() == Status.Code.CANCELLED)
+                    && attempts < cfg.maxAttempts) {
                 downUntil.put(addr, System.nanoTime() + cfg.downFor.toNanos());
                 statFailovers.incrementAndGet();
                 refreshMap();

@@ -296,6 +296,26 @@ class DedupdClientTest {
     }
 
     @Test
+    void failsOverACallTheNodeCancelled() throws Exception {
+        // A node shutting down (SIGTERM) cancels the calls that reach it
+        // once its shutdown began, before its GOAWAY reached the client
+        // (grpc core): CANCELLED, though nothing was done with them.
+        FakeNode r0 = node();
+        FakeNode r1 = node();
+        map("00000000000000bb", 4, new FakeNode[] {r0, r1});
+        DedupdClient c = client(builder(r0).linger(Duration.ZERO));
+        get(c.refreshMap());
+        r0.cancelled.set(100);
+        r1.cancelled.set(1);
+        for (int i = 0; i < 10; i++) {
+            get(c.filter("u" + i, List.of("a", "b"), ""));
+        }
+        assertEquals(10, r1.filters.size());
+        assertTrue(r0.calls.get() >= 1, "r0 was tried");
+        assertTrue(c.stats().failovers >= 1);
+    }
+
+    @Test
     void refreshesAStaleMapAndRoutesAgain() throws Exception {
         FakeNode s0 = node();
         FakeNode s1 = node();

@@ -33,7 +33,7 @@ import java.util.concurrent.atomic.AtomicReference;
  * the map it is given, checks `dedupd-map-hash` as the server does
  * (FAILED_PRECONDITION with its own hash in the trailers; a node mid-split
  * also accepts the hash of the map its own splits), records what it
- * was sent, and can refuse (UNAVAILABLE) or hold calls.
+ * was sent, and can refuse (UNAVAILABLE), cancel (CANCELLED) or hold calls.
  */
 final class FakeNode implements AutoCloseable {
     static final Context.Key<String> HASH = Context.key("hash");
@@ -49,6 +49,7 @@ final class FakeNode implements AutoCloseable {
     final List<String> hashesSeen = new CopyOnWriteArrayList<>();
     final AtomicInteger calls = new AtomicInteger();
     final AtomicInteger unavailable = new AtomicInteger(); // refuse this many calls
+    final AtomicInteger cancelled = new AtomicInteger(); // cancel this many (a node shutting down)
     final AtomicInteger concurrent = new AtomicInteger();
     final AtomicInteger maxConcurrent = new AtomicInteger();
     volatile boolean down; // refuse everything, ClusterMap too
@@ -80,6 +81,10 @@ final class FakeNode implements AutoCloseable {
         }
         if (unavailable.getAndUpdate(n -> n > 0 ? n - 1 : 0) > 0) {
             obs.onError(Status.UNAVAILABLE.withDescription(name + " refuses").asRuntimeException());
+            return false;
+        }
+        if (cancelled.getAndUpdate(n -> n > 0 ? n - 1 : 0) > 0) {
+            obs.onError(Status.CANCELLED.withDescription(name + " shutting down").asRuntimeException());
             return false;
         }
         String mine = ownHash.get();
