@@ -19,10 +19,16 @@ fleet for every case, in this order:
   4. map refresh: dedupd_lib_check refresh reads the map, the fleet comes
      back with another map (another partitioner, fresh stores), and the
      client's next calls earn FAILED_PRECONDITION, read the new map and
-     succeed.
+     succeed;
+  5. a node's CANCELLED: dedupd_lib_check cancelled against two fake
+     replicas of one shard (Python grpcio, no fleet); the one the map says
+     is ready answers every call CANCELLED, as a dedupd does to the calls
+     that reach it once its shutdown (SIGTERM) began: every call succeeds,
+     failed over to the other (skipped without python3-grpcio).
 
 usage: test_cpp_lib.py DEDUPD_LIB_CHECK DEDUPD_LOAD
 """
+import importlib.util
 import os
 import re
 import subprocess
@@ -178,7 +184,65 @@ def main():
     if int(m.get("stale_map", "0")) == 0 or m.get("hash") in (None, old_hash):
         harness.fail("no FAILED_PRECONDITION then a new map: %s" % out)
     harness.log("PASS map refresh in %.1fs" % (time.time() - t0))
+
+    # 5. A node's CANCELLED is failed over.
+    t0 = time.time()
+    cancelled(check)
+    harness.log("PASS a node's CANCELLED failed over in %.1fs" % (time.time() - t0))
     harness.log("PASS: cpp_lib in %.1fs" % (time.time() - t_start))
+
+
+def cancelled(check):
+    """Case 5: two fake replicas of one shard; the first cancels every call."""
+    missing = [m for m in ("grpc", "grpc_tools") if importlib.util.find_spec(m) is None]
+    if missing:
+        harness.log("case 5 skipped: python3-grpcio / python3-grpc-tools missing: %s" % missing)
+        return
+    from concurrent import futures
+    from test_clients_lib import python_stubs
+    pb, _, grpc = python_stubs()
+    ports = [harness.free_port() for _ in range(2)]
+    addrs = ["127.0.0.1:%d" % p for p in ports]
+    # The one that cancels is the one the map says is ready: calls go there first.
+    reps = [pb.ReplicaInfo(replica=r, address=a, ready=r == 0, lag_ms=0)
+            for r, a in enumerate(addrs)]
+    the_map = pb.ClusterMapResponse(map_hash="00000000000000cc", partitioner="murmur2_random",
+                                    partition_count=8, max_lag_ms=3000,
+                                    shards=[pb.ShardInfo(shard=0, replicas=reps)])
+    calls = [0, 0]
+    servers = []
+    for k, port in enumerate(ports):
+        def filt(req, ctx, k=k):
+            calls[k] += 1
+            if k == 0:
+                ctx.abort(grpc.StatusCode.CANCELLED, "shutting down")
+            return pb.FilterResponse(kept_indexes=range(len(req.candidate_hashes)))
+        handlers = {
+            "ClusterMap": grpc.unary_unary_rpc_method_handler(
+                lambda req, ctx: the_map, request_deserializer=pb.ClusterMapRequest.FromString,
+                response_serializer=pb.ClusterMapResponse.SerializeToString),
+            "Filter": grpc.unary_unary_rpc_method_handler(
+                filt, request_deserializer=pb.FilterRequest.FromString,
+                response_serializer=pb.FilterResponse.SerializeToString),
+        }
+        srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("dedup.v1.Dedup",
+                                                                           handlers),))
+        srv.add_insecure_port("127.0.0.1:%d" % port)
+        srv.start()
+        servers.append(srv)
+    try:
+        r = subprocess.run([check, "cancelled", ",".join(addrs)], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+    finally:
+        for srv in servers:
+            srv.stop(0)
+    harness.log("lib_check cancelled (calls per fake node %s):\n%s%s"
+                % (calls, r.stdout, r.stderr[-3000:]))
+    if r.returncode != 0:
+        harness.fail("calls a node cancelled were not failed over (exit %d)" % r.returncode)
+    if calls[0] == 0:
+        harness.fail("no call reached the node that cancels: nothing was tested")
 
 
 if __name__ == "__main__":

@@ -422,6 +422,12 @@ class Call : public std::enable_shared_from_this<Call>
                 std::memory_order_relaxed);
         if (finished_) return; // the loser of a hedge, cancelled
         Status s = FromGrpc(gs);
+        // This client cancels attempts only once the call finished or was
+        // cancelled: a CANCELLED now is the node's, which cancels the calls
+        // that reach it once its shutdown began (grpc core), without
+        // working on them. Failed over as UNAVAILABLE.
+        if (s.code == Code::kCancelled && !cancelled_)
+            s = Make(Code::kUnavailable, "cancelled by the node (shutting down?): " + s.message);
         // The hash the node routes by, when it names one: another than the
         // one routed by means the map changed.
         std::string node_hash;

@@ -18,6 +18,11 @@
 //     (the fleet's map changes meanwhile) and filters 16 users, each of
 //     which must succeed; prints "stale_map=N hash=H2 ok" where N counts
 //     the FAILED_PRECONDITION answers the stale map earned.
+//   dedupd_lib_check cancelled SEEDS
+//     Against the two fake replicas of one shard test_cpp_lib.py starts,
+//     one of which answers every call CANCELLED (as a node does to the
+//     calls that reach it once its shutdown began): 20 Filter calls must
+//     each succeed; prints "failovers=N calls_ok=M".
 // Exit 0 when every check passed.
 #include <dedupd/client.h>
 
@@ -242,12 +247,32 @@ int Refresh(const std::vector<std::string> &seeds)
     return failures ? 1 : 0;
 }
 
+int Cancelled(const std::vector<std::string> &seeds)
+{
+    auto c = Make(seeds, true);
+    if (!WaitMap(*c, 1)) {
+        std::fprintf(stderr, "FAILED: no map of 1 shard with ready replicas in 30 s\n");
+        return 1;
+    }
+    int ok = 0;
+    for (int i = 0; i < 20; i++) {
+        std::vector<std::string> cands{"a", "b", "c"};
+        dedupd::FilterResult r;
+        dedupd::Status s = c->Filter("cancelled-" + std::to_string(i), cands, {}, &r);
+        CHECK(s.ok(), "Filter %d: %d %s", i, static_cast<int>(s.code), s.message.c_str());
+        ok += s.ok();
+    }
+    dedupd::Stats st = c->GetStats();
+    std::printf("failovers=%llu calls_ok=%d\n", static_cast<unsigned long long>(st.failovers), ok);
+    return failures ? 1 : 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: dedupd_lib_check route|refresh HOST:PORT,...\n");
+        std::fprintf(stderr, "usage: dedupd_lib_check route|refresh|cancelled HOST:PORT,...\n");
         return 2;
     }
     std::string mode = argv[1];
@@ -271,6 +296,8 @@ int main(int argc, char **argv)
         rc = Route(seeds);
     else if (mode == "refresh")
         rc = Refresh(seeds);
+    else if (mode == "cancelled")
+        rc = Cancelled(seeds);
     else {
         std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
         return 2;

@@ -16,17 +16,19 @@
 //
 // REPLICAS. Of the owning shard's replicas, those the map says are not
 // ready or are behind (lag_ms > max_lag_ms) are skipped (unless all are),
-// as is for Options::down_for a replica that answered UNAVAILABLE. Of the
-// others, a call goes to the one with the fewest of this client's calls
-// outstanding, and of those to the one that answered last (a node keeps
-// polling briefly after a call, so one call at a time stays on one
-// replica, and is answered without waking it), then in turn from a random
-// start. A call answered UNAVAILABLE goes to
-// the next replica, as long as the caller's deadline allows; when every
-// replica did, to all of them again after a pause (20 ms, doubling up to
-// 320 ms). Writes are failed over too: an UNAVAILABLE write may have been
-// applied, and RecordDelivery, RecordPlays and ForgetUser give the same
-// result applied twice.
+// as is for Options::down_for a replica that answered UNAVAILABLE (or
+// CANCELLED, below). Of the others, a call goes to the one with the fewest
+// of this client's calls outstanding, and of those to the one that
+// answered last (a node keeps polling briefly after a call, so one call at
+// a time stays on one replica, and is answered without waking it), then in
+// turn from a random start. A call answered UNAVAILABLE, or CANCELLED by
+// the node (a node shutting down cancels the calls that reach it once its
+// shutdown began, without working on them; the client cancels nothing it
+// still waits for), goes to the next replica, as long as the caller's
+// deadline allows; when every replica did, to all of them again after a
+// pause (20 ms, doubling up to 320 ms). Writes are failed over too: an
+// UNAVAILABLE write may have been applied, and RecordDelivery, RecordPlays
+// and ForgetUser give the same result applied twice.
 //
 // HEDGING (Filter only, never the writes). When a Filter has no answer
 // after the hedge delay (Options::hedge_delay, or by default the shard's
