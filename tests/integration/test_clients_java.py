@@ -21,7 +21,9 @@ line, and this file reads the nodes' /metrics:
   map refresh   the client's periodic map reads show the killed node
                 down, and ready again once it is back (the refresh on
                 FAILED_PRECONDITION is checked by the unit tests,
-                DedupdClientTest, against in-process nodes)
+                DedupdClientTest, against in-process nodes, and through a
+                real resharding step by test_clients_reshard.py, meson
+                test clients_java_reshard)
 
 The library is built with Maven the first time (clients/java/build.sh,
 which also runs its unit tests) into BUILD/clients-java; ClientCheck is
@@ -64,14 +66,16 @@ def build():
 
 
 class Check:
-    """A running ClientCheck: send(cmd) then reply(), or call(cmd)."""
+    """A running ClientCheck (or another program speaking its protocol,
+    logged as NAME): send(cmd) then reply(), or call(cmd)."""
 
-    def __init__(self, argv, seeds):
+    def __init__(self, argv, seeds, name="java"):
+        self.name = name
         self.proc = subprocess.Popen(argv + [",".join(seeds)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def send(self, line):
-        harness.log("java <", line)
+        harness.log(self.name, "<", line)
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
@@ -81,9 +85,9 @@ class Check:
         if not ready:
             harness.fail("ClientCheck did not answer in %.0f s" % timeout)
         line = self.proc.stdout.readline().strip()
-        harness.log("java >", line)
+        harness.log(self.name, ">", line)
         if not line.startswith("ok"):
-            harness.fail("ClientCheck: " + (line or "exited %s" % self.proc.poll()))
+            harness.fail("%s: %s" % (self.name, line or "exited %s" % self.proc.poll()))
         kv = {}
         for w in line.split()[1:]:
             if "=" in w:

@@ -26,6 +26,9 @@ fleet for every case, in this order:
      that reach it once its shutdown (SIGTERM) began: every call succeeds,
      failed over to the other (skipped without python3-grpcio).
 
+Map refresh through a resharding step is test_clients_reshard.py's (meson
+test cpp_lib_reshard).
+
 usage: test_cpp_lib.py DEDUPD_LIB_CHECK DEDUPD_LOAD
 """
 import importlib.util

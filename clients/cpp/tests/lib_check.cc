@@ -23,11 +23,39 @@
 //     one of which answers every call CANCELLED (as a node does to the
 //     calls that reach it once its shutdown began): 20 Filter calls must
 //     each succeed; prints "failovers=N calls_ok=M".
+//   dedupd_lib_check reshard SEEDS
+//     Two clients through a resharding step that
+//     tests/integration/test_clients_reshard.py performs meanwhile: client
+//     0 reads the map only when an answer makes it (a stale map, a
+//     failover), client 1 also every 500 ms. Reads commands on stdin, one
+//     a line, and answers each with one line, "ok key=value ..." or "fail
+//     what" (the details on stderr); the same commands as
+//     tests/clients/java/ClientCheck.java's. Where a value is the two
+//     clients', it is "client 0's,client 1's".
+//       prepare P N  users P-0 .. P-N-1: 30 plays (RecordPlays) and 10
+//                    deliveries each through the library, then each user's
+//                    Filter until its kept set is exact three times in a
+//                    row; answers the maps: hash= shards= users_per_shard=
+//       start        a thread calls Filter for the users in turn, through
+//                    each client in turn, until stop, judging each answer
+//                    (ok, exact kept set: played, delivered and repeated
+//                    candidates removed)
+//       stop         that thread's counts: calls= failed= inexact= and each
+//                    client's stale_map=, map_reads=, unrouted=,
+//                    failovers= meanwhile (the test judges them)
+//       settle       one Filter of each user through each client, each ok
+//                    and exact; the maps then, the counts since the start
+//       check R      R rounds of every user's Filter through each client:
+//                    each ok, exact and answered by a replica of the
+//                    user's shard under that client's map; no stale map,
+//                    no call unrouted or failed over meanwhile
+//       quit
 // Exit 0 when every check passed.
 #include <dedupd/client.h>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <iostream>
 #include <set>
@@ -52,13 +80,17 @@ std::vector<std::string> SplitComma(const std::string &s)
     return out;
 }
 
-std::unique_ptr<dedupd::Client> Make(const std::vector<std::string> &seeds, bool compact)
+// A client of SEEDS; by default it reads the map only when the checks or
+// an answer make it (MAP_REFRESH: 10 min).
+std::unique_ptr<dedupd::Client>
+Make(const std::vector<std::string> &seeds, bool compact,
+     std::chrono::milliseconds map_refresh = std::chrono::milliseconds(600000))
 {
     dedupd::Options o;
     o.seeds = seeds;
     o.compact = compact;
     o.hedge = false; // this program checks answers; hedging is dedupd-load's
-    o.map_refresh = std::chrono::milliseconds(600000); // only the reads the checks cause
+    o.map_refresh = map_refresh;
     o.deadline = std::chrono::milliseconds(5000);
     std::string err;
     auto c = dedupd::Client::Create(o, &err);
@@ -69,13 +101,15 @@ std::unique_ptr<dedupd::Client> Make(const std::vector<std::string> &seeds, bool
     return c;
 }
 
-// Until the map has every shard with a ready replica and a partition count.
+// Until the map has SHARDS shards (0: any number), each with a ready
+// replica, and a partition count.
 bool WaitMap(dedupd::Client &c, size_t shards)
 {
     auto until = Clock::now() + std::chrono::seconds(30);
     for (;;) {
         dedupd::MapView m = c.Map();
-        bool ok = m.partition_count > 0 && m.shards.size() == shards;
+        bool ok = m.partition_count > 0 && !m.shards.empty() &&
+                  (shards == 0 || m.shards.size() == shards);
         for (const auto &reps : m.shards) {
             bool ready = false;
             for (const auto &r : reps) ready |= r.ready;
@@ -267,12 +301,250 @@ int Cancelled(const std::vector<std::string> &seeds)
     return failures ? 1 : 0;
 }
 
+// Mode reshard (see the top): the two clients and the users the commands
+// share. Client 0 reads the map only when an answer makes it; client 1
+// also every 500 ms, as a service does (every 10 s by default), so that
+// it holds the new map while an old node still runs the old one.
+class Resharding
+{
+  public:
+    explicit Resharding(const std::vector<std::string> &seeds)
+    {
+        c_[0] = Make(seeds, true);
+        c_[1] = Make(seeds, true, std::chrono::milliseconds(500));
+    }
+    ~Resharding()
+    {
+        Stop();
+    }
+
+    // Runs one command line; its answer (without "ok "/"fail ").
+    std::string Run(const std::vector<std::string> &w)
+    {
+        if (w[0] == "prepare" && w.size() == 3) return Prepare(w[1], std::stoi(w[2]));
+        if (w[0] == "start") {
+            CHECK(!users_.empty(), "start before prepare");
+            if (users_.empty()) return "";
+            Stop();
+            loop_ = Counts{};
+            stop_ = false;
+            for (int k = 0; k < 2; k++) before_[k] = c_[k]->GetStats();
+            thread_ = std::thread([this] { Loop(); });
+            return "users=" + std::to_string(users_.size());
+        }
+        if (w[0] == "stop") {
+            Stop();
+            std::ostringstream o;
+            o << "calls=" << loop_.calls << " failed=" << loop_.failed
+              << " inexact=" << loop_.inexact << " degraded=" << loop_.degraded << " "
+              << Counters(before_) << " " << MapLine();
+            return o.str();
+        }
+        if (w[0] == "settle") {
+            for (const UserCase &u : users_)
+                for (auto &c : c_) Judge(*c, u, false, nullptr);
+            return MapLine() + " " + Counters(nullptr);
+        }
+        if (w[0] == "check" && w.size() == 2) {
+            dedupd::Stats a[2] = {c_[0]->GetStats(), c_[1]->GetStats()};
+            int rounds = std::stoi(w[1]), calls = 0;
+            for (int r = 0; r < rounds; r++)
+                for (const UserCase &u : users_)
+                    for (auto &c : c_) {
+                        Judge(*c, u, true, nullptr);
+                        calls++;
+                    }
+            for (int k = 0; k < 2; k++) {
+                dedupd::Stats b = c_[k]->GetStats();
+                CHECK(b.stale_map == a[k].stale_map && b.unrouted == a[k].unrouted &&
+                          b.failovers == a[k].failovers,
+                      "client %d after the refresh: %llu stale-map answers, %llu calls unrouted, "
+                      "%llu failed over",
+                      k, static_cast<unsigned long long>(b.stale_map - a[k].stale_map),
+                      static_cast<unsigned long long>(b.unrouted - a[k].unrouted),
+                      static_cast<unsigned long long>(b.failovers - a[k].failovers));
+            }
+            return "calls=" + std::to_string(calls) + " " + MapLine();
+        }
+        CHECK(false, "unknown command %s", w[0].c_str());
+        return "";
+    }
+
+  private:
+    struct Counts {
+        uint64_t calls = 0, failed = 0, inexact = 0, degraded = 0;
+    };
+
+    // Each client's map hash and shard count ("client 0's,client 1's"),
+    // and how many of the users each shard of client 0's map owns.
+    std::string MapLine() const
+    {
+        dedupd::MapView m[2] = {c_[0]->Map(), c_[1]->Map()};
+        std::vector<int> per(m[0].shards.size(), 0);
+        for (const UserCase &u : users_) {
+            int s = c_[0]->ShardOf(u.user);
+            if (s >= 0 && static_cast<size_t>(s) < per.size()) per[static_cast<size_t>(s)]++;
+        }
+        std::string users;
+        for (size_t s = 0; s < per.size(); s++) users += (s ? "," : "") + std::to_string(per[s]);
+        return "hash=" + m[0].hash + "," + m[1].hash + " shards=" +
+               std::to_string(m[0].shards.size()) + "," + std::to_string(m[1].shards.size()) +
+               " users_per_shard=" + users;
+    }
+
+    // Each client's stale_map, map_reads, unrouted and failovers since
+    // FROM (null: since it was made), "client 0's,client 1's".
+    std::string Counters(const dedupd::Stats *from) const
+    {
+        std::string out[4];
+        for (int k = 0; k < 2; k++) {
+            dedupd::Stats b = c_[k]->GetStats(), a = from ? from[k] : dedupd::Stats{};
+            const char *sep = k ? "," : "";
+            out[0] += sep + std::to_string(b.stale_map - a.stale_map);
+            out[1] += sep + std::to_string(b.map_reads - a.map_reads);
+            out[2] += sep + std::to_string(b.unrouted - a.unrouted);
+            out[3] += sep + std::to_string(b.failovers - a.failovers);
+        }
+        return "stale_map=" + out[0] + " map_reads=" + out[1] + " unrouted=" + out[2] +
+               " failovers=" + out[3];
+    }
+
+    // Filters U's candidates once through C; CHECKs the answer (ok, exact
+    // and, with OWNER, answered by a replica of U's shard in C's map), or
+    // with COUNTS counts what is wrong there instead (the first 5 of each
+    // kind on stderr, after TAG). True when all was well.
+    bool Judge(dedupd::Client &c, const UserCase &u, bool owner, Counts *counts,
+               const char *tag = "FAILED")
+    {
+        dedupd::FilterResult r;
+        dedupd::Status s = c.Filter(u.user, u.candidates, {}, &r);
+        if (counts) counts->calls++;
+        if (!s.ok()) {
+            if (counts && counts->failed++ >= 5) return false;
+            std::fprintf(stderr, "%s: %s: Filter failed: %d %s\n", tag, u.user.c_str(),
+                         static_cast<int>(s.code), s.message.c_str());
+            if (!counts) failures++;
+            return false;
+        }
+        if (r.degraded && counts) counts->degraded++;
+        bool exact = r.kept_indexes == u.want && r.removed_played == 20 &&
+                     r.removed_delivered == 10 && r.removed_duplicate == 20;
+        if (!exact) {
+            if (counts && counts->inexact++ >= 5) return false;
+            std::fprintf(stderr,
+                         "%s: %s: kept %zu (want %zu), removed played %u delivered %u "
+                         "duplicate %u, answered by %s%s\n",
+                         tag, u.user.c_str(), r.kept_indexes.size(), u.want.size(),
+                         r.removed_played, r.removed_delivered, r.removed_duplicate,
+                         r.answered_by.c_str(), r.degraded ? " (degraded)" : "");
+            if (!counts) failures++;
+            return false;
+        }
+        if (owner) {
+            dedupd::MapView m = c.Map();
+            int shard = c.ShardOf(u.user);
+            bool found = false;
+            if (shard >= 0 && static_cast<size_t>(shard) < m.shards.size())
+                for (const auto &rep : m.shards[static_cast<size_t>(shard)])
+                    found |= rep.address == r.answered_by;
+            CHECK(found, "%s: answered by %s, not by a replica of its shard %d", u.user.c_str(),
+                  r.answered_by.c_str(), shard);
+            return found;
+        }
+        return true;
+    }
+
+    std::string Prepare(const std::string &prefix, int n)
+    {
+        for (auto &c : c_)
+            if (!WaitMap(*c, 0)) {
+                CHECK(false, "no map with a ready replica of every shard in 30 s");
+                return "";
+            }
+        users_.clear();
+        for (int i = 0; i < n; i++) users_.push_back(MakeCase(prefix + "-" + std::to_string(i)));
+        for (const UserCase &u : users_) {
+            std::vector<dedupd::Play> plays;
+            for (const auto &p : u.plays) plays.push_back(dedupd::Play{p, 0});
+            uint32_t accepted = 0, recent = 0;
+            dedupd::Status s = c_[0]->RecordPlays(u.user, plays, {}, &accepted);
+            CHECK(s.ok() && accepted == 30, "RecordPlays %s: %d %s accepted %u", u.user.c_str(),
+                  static_cast<int>(s.code), s.message.c_str(), accepted);
+            s = c_[0]->RecordDelivery(u.user, u.deliveries, {}, 0, &recent);
+            CHECK(s.ok() && recent == 10, "RecordDelivery %s: %d %s recent %u", u.user.c_str(),
+                  static_cast<int>(s.code), s.message.c_str(), recent);
+        }
+        // The replicas learn the plays from Kafka (the test also waits
+        // until every node has them): until three exact answers in a row.
+        Counts quiet; // the first answers not yet exact are shown, not failed
+        for (const UserCase &u : users_) {
+            auto until = Clock::now() + std::chrono::seconds(20);
+            for (int exact = 0; exact < 3;) {
+                if (Judge(*c_[exact % 2], u, false, &quiet, "not yet")) {
+                    exact++;
+                    continue;
+                }
+                exact = 0;
+                if (Clock::now() > until) {
+                    CHECK(false, "%s: no exact answer in 20 s", u.user.c_str());
+                    break;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            }
+        }
+        return MapLine();
+    }
+
+    // Both clients in turn, each user in turn.
+    void Loop()
+    {
+        for (size_t i = 0; !stop_.load(); i++) {
+            Judge(*c_[i % 2], users_[(i / 2) % users_.size()], false, &loop_, "during the split");
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+    }
+
+    void Stop()
+    {
+        stop_ = true;
+        if (thread_.joinable()) thread_.join();
+    }
+
+    std::unique_ptr<dedupd::Client> c_[2];
+    std::vector<UserCase> users_;
+    std::thread thread_;
+    std::atomic<bool> stop_{true};
+    Counts loop_;
+    dedupd::Stats before_[2];
+};
+
+int Reshard(const std::vector<std::string> &seeds)
+{
+    Resharding r(seeds);
+    for (std::string line; std::getline(std::cin, line);) {
+        std::vector<std::string> w;
+        std::istringstream in(line);
+        for (std::string x; in >> x;) w.push_back(x);
+        if (w.empty()) continue;
+        if (w[0] == "quit") break;
+        int before = failures;
+        std::string out = r.Run(w);
+        if (failures > before)
+            std::printf("fail %s: %d checks failed (stderr)\n", w[0].c_str(), failures - before);
+        else
+            std::printf("ok %s\n", out.c_str());
+        std::fflush(stdout);
+    }
+    return failures ? 1 : 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: dedupd_lib_check route|refresh|cancelled HOST:PORT,...\n");
+        std::fprintf(stderr,
+                     "usage: dedupd_lib_check route|refresh|reshard|cancelled HOST:PORT,...\n");
         return 2;
     }
     std::string mode = argv[1];
@@ -296,6 +568,8 @@ int main(int argc, char **argv)
         rc = Route(seeds);
     else if (mode == "refresh")
         rc = Refresh(seeds);
+    else if (mode == "reshard")
+        rc = Reshard(seeds);
     else if (mode == "cancelled")
         rc = Cancelled(seeds);
     else {

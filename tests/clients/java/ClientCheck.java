@@ -25,6 +25,26 @@
 //   refresh         read the map now; its hash
 //   quit
 //
+// Through a resharding step (tests/integration/test_clients_reshard.py,
+// which performs it meanwhile; the same commands as dedupd_lib_check
+// reshard), on two clients of their own: client 0 reads the map only when
+// an answer makes it (mapRefresh 0: stale maps and failovers), client 1
+// also every 500 ms. A value given for both is "client 0's,client 1's".
+//   prepare P N     users P-0 .. P-N-1: 30 plays (recordPlays) and 10
+//                   deliveries each, then each user's filter until its kept
+//                   ids are exact three times in a row; the maps: hash=
+//                   shards= users_per_shard=
+//   start           a thread filters the users in turn, through each client
+//                   in turn, until stop, judging each answer (no error,
+//                   exact kept ids and removed counts)
+//   stop            that thread's counts: calls= failed= inexact= and each
+//                   client's stale_map= map_reads= failovers= retries=
+//                   meanwhile (the test judges them)
+//   settle          one filter of each user through each client, each
+//                   exact; the maps then, the counts since the start
+//   check R         R rounds of every user's filter through each client,
+//                   each exact; no stale map, failover or retry meanwhile
+//
 // java -cp ... ClientCheck SEED[,SEED...]
 import dedup.v1.FilterRequest;
 import dedup.v1.FilterResponse;
@@ -54,6 +74,13 @@ public final class ClientCheck {
     private static DedupdClient client;
     private static final List<String> failures = new ArrayList<>();
     private static int checks;
+    // The resharding commands' two clients, users and calling thread.
+    private static final DedupdClient[] split = new DedupdClient[2];
+    private static final List<SplitUser> splitUsers = new ArrayList<>();
+    private static Thread splitLoop;
+    private static volatile boolean splitStop;
+    private static final AtomicLong[] splitCounts = new AtomicLong[3]; // calls, failed, inexact
+    private static final DedupdClient.Stats[] splitBefore = new DedupdClient.Stats[2];
 
     private static void expect(boolean cond, String what) {
         checks++;
@@ -117,6 +144,12 @@ public final class ClientCheck {
             }
             System.out.flush();
         }
+        stopCalling();
+        for (DedupdClient c : split) {
+            if (c != null) {
+                c.close();
+            }
+        }
         client.close();
     }
 
@@ -153,6 +186,44 @@ public final class ClientCheck {
             }
             case "refresh":
                 return "map=" + get(client.refreshMap()).hash();
+            case "prepare":
+                return prepare(w[1], Integer.parseInt(w[2]));
+            case "start":
+                return startCalling();
+            case "stop":
+                return stopCalling();
+            case "settle": {
+                for (SplitUser u : splitUsers) {
+                    for (DedupdClient c : split) {
+                        String bad = judge(c, u);
+                        expect(bad == null, u.user + ": " + bad);
+                    }
+                }
+                return splitMap() + " " + splitCounters(new DedupdClient.Stats[2]);
+            }
+            case "check": {
+                DedupdClient.Stats[] a = {split[0].stats(), split[1].stats()};
+                int calls = 0;
+                for (int r = 0; r < Integer.parseInt(w[1]); r++) {
+                    for (SplitUser u : splitUsers) {
+                        for (DedupdClient c : split) {
+                            String bad = judge(c, u);
+                            expect(bad == null, u.user + ": " + bad);
+                            calls++;
+                        }
+                    }
+                }
+                for (int k = 0; k < 2; k++) {
+                    DedupdClient.Stats b = split[k].stats();
+                    expect(b.staleMap == a[k].staleMap && b.failovers == a[k].failovers
+                        && b.retries == a[k].retries && 2 * (b.calls - a[k].calls) == calls,
+                        "client " + k + " after the refresh: " + (b.staleMap - a[k].staleMap)
+                        + " stale-map answers, " + (b.failovers - a[k].failovers) + " failovers, "
+                        + (b.retries - a[k].retries) + " retries, " + (b.calls - a[k].calls)
+                        + " attempts for " + calls / 2 + " calls");
+                }
+                return "calls=" + calls + " " + splitMap();
+            }
             default:
                 failures.add("unknown command " + w[0]);
                 return "";
@@ -339,5 +410,199 @@ public final class ClientCheck {
             th.join();
         }
         return "calls=" + calls.get() + " failed=" + failed.get() + " " + client.stats();
+    }
+
+    /** A user of the resharding commands: what it played and was delivered, its candidates. */
+    private static final class SplitUser {
+        final String user;
+        final List<String> plays = new ArrayList<>();
+        final List<String> deliveries = new ArrayList<>();
+        final List<String> candidates = new ArrayList<>();
+        final List<String> want = new ArrayList<>(); // the kept ids, in order
+
+        SplitUser(String user) {
+            this.user = user;
+            for (int k = 0; k < 30; k++) {
+                plays.add(user + "-p" + k);
+            }
+            for (int k = 0; k < 10; k++) {
+                deliveries.add(user + "-d" + k);
+            }
+            // 200 candidates: every 10th played, the next one delivered
+            // (10 of them), the one after a repeat of the one before it;
+            // the rest fresh (dedupd_lib_check's cases).
+            for (int i = 0; i < 200; i++) {
+                if (i % 10 == 0) {
+                    candidates.add(plays.get((i / 10) % 30));
+                } else if (i % 10 == 1 && i / 10 < 10) {
+                    candidates.add(deliveries.get(i / 10));
+                } else if (i % 10 == 3) {
+                    candidates.add(candidates.get(candidates.size() - 1));
+                } else {
+                    candidates.add(user + "-fresh" + i);
+                    want.add(user + "-fresh" + i);
+                }
+            }
+        }
+    }
+
+    /** One filter of U through C: null when exact, else what was wrong. */
+    private static String judge(DedupdClient c, SplitUser u) {
+        FilterResponse r;
+        try {
+            r = get(c.filter(u.user, u.candidates, ""));
+        } catch (Exception e) {
+            return "filter failed: " + cause(e);
+        }
+        if (!r.getKeptIdsList().equals(u.want) || r.getRemovedPlayed() != 20
+                || r.getRemovedDelivered() != 10 || r.getRemovedDuplicate() != 20) {
+            return "kept " + r.getKeptIdsCount() + " (want " + u.want.size() + "), removed played "
+                + r.getRemovedPlayed() + " delivered " + r.getRemovedDelivered() + " duplicate "
+                + r.getRemovedDuplicate() + (r.getDegraded() ? " (degraded)" : "");
+        }
+        return null;
+    }
+
+    /**
+     * The resharding clients' maps: hash and shards of each, and how many
+     * of the users each shard of client 0's map owns.
+     */
+    private static String splitMap() {
+        ClusterMap[] m = {split[0].clusterMap(), split[1].clusterMap()};
+        int[] per = new int[m[0].shardCount()];
+        for (SplitUser u : splitUsers) {
+            int s = m[0].ownerShard(u.user);
+            if (s >= 0) {
+                per[s]++;
+            }
+        }
+        StringBuilder sb = new StringBuilder();
+        for (int s = 0; s < per.length; s++) {
+            sb.append(s > 0 ? "," : "").append(per[s]);
+        }
+        return "hash=" + m[0].hash() + "," + m[1].hash() + " shards=" + m[0].shardCount() + ","
+            + m[1].shardCount() + " users_per_shard=" + sb;
+    }
+
+    /** Each resharding client's counters since FROM (a null entry: since it was built). */
+    private static String splitCounters(DedupdClient.Stats[] from) {
+        long[][] v = new long[4][2];
+        for (int k = 0; k < 2; k++) {
+            DedupdClient.Stats b = split[k].stats();
+            DedupdClient.Stats a = from[k];
+            v[0][k] = b.staleMap - (a == null ? 0 : a.staleMap);
+            v[1][k] = b.mapReads - (a == null ? 0 : a.mapReads);
+            v[2][k] = b.failovers - (a == null ? 0 : a.failovers);
+            v[3][k] = b.retries - (a == null ? 0 : a.retries);
+        }
+        return "stale_map=" + v[0][0] + "," + v[0][1] + " map_reads=" + v[1][0] + "," + v[1][1]
+            + " failovers=" + v[2][0] + "," + v[2][1] + " retries=" + v[3][0] + "," + v[3][1];
+    }
+
+    private static String prepare(String prefix, int n) throws Exception {
+        for (int k = 0; k < 2; k++) {
+            if (split[k] == null) {
+                split[k] = DedupdClient.newBuilder().seeds(seeds)
+                    .mapRefresh(k == 0 ? Duration.ZERO : Duration.ofMillis(500))
+                    .mapTimeout(Duration.ofSeconds(10)).build();
+            }
+            for (int i = 0; split[k].clusterMap() == null || !split[k].clusterMap().routable(); i++) {
+                expect(i < 50, "client " + k + ": no routable map in 10 s");
+                if (i >= 50) {
+                    return "";
+                }
+                Thread.sleep(200);
+                try {
+                    get(split[k].refreshMap());
+                } catch (ExecutionException e) {
+                    System.err.println("prepare: reading the map: " + e.getCause());
+                }
+            }
+        }
+        splitUsers.clear();
+        for (int i = 0; i < n; i++) {
+            splitUsers.add(new SplitUser(prefix + "-" + i));
+        }
+        for (SplitUser u : splitUsers) {
+            List<dedup.v1.Play> plays = new ArrayList<>();
+            for (String p : u.plays) {
+                plays.add(dedup.v1.Play.newBuilder().setItemId(p).build());
+            }
+            int accepted = get(split[0].recordPlays(u.user, plays, "")).getAccepted();
+            expect(accepted == 30, u.user + ": recordPlays accepted " + accepted);
+            int recent = get(split[0].recordDelivery(u.user, u.deliveries, "")).getRecentSize();
+            expect(recent == 10, u.user + ": recordDelivery recent_size " + recent);
+        }
+        // The replicas learn the plays from Kafka (the test also waits until
+        // every node has them): until three exact answers in a row.
+        for (SplitUser u : splitUsers) {
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            String bad = null;
+            for (int exact = 0; exact < 3; ) {
+                bad = judge(split[exact % 2], u);
+                if (bad == null) {
+                    exact++;
+                    continue;
+                }
+                exact = 0;
+                if (System.nanoTime() > until) {
+                    break;
+                }
+                Thread.sleep(50);
+            }
+            expect(bad == null, u.user + ": no exact answer in 20 s: " + bad);
+        }
+        return splitMap();
+    }
+
+    private static String startCalling() {
+        expect(!splitUsers.isEmpty(), "start before prepare");
+        if (splitUsers.isEmpty()) {
+            return "";
+        }
+        stopCalling();
+        for (int k = 0; k < splitCounts.length; k++) {
+            splitCounts[k] = new AtomicLong();
+        }
+        for (int k = 0; k < 2; k++) {
+            splitBefore[k] = split[k].stats();
+        }
+        splitStop = false;
+        splitLoop = new Thread(() -> {
+            int reported = 0;
+            for (int i = 0; !splitStop; i++) {
+                SplitUser u = splitUsers.get((i / 2) % splitUsers.size());
+                String bad = judge(split[i % 2], u);
+                splitCounts[0].incrementAndGet();
+                if (bad != null) {
+                    splitCounts[bad.startsWith("filter failed") ? 1 : 2].incrementAndGet();
+                    if (reported++ < 10) {
+                        System.err.println("during the split: client " + i % 2 + ": " + u.user + ": " + bad);
+                    }
+                }
+                try {
+                    Thread.sleep(5);
+                } catch (InterruptedException e) {
+                    return;
+                }
+            }
+        });
+        splitLoop.start();
+        return "users=" + splitUsers.size();
+    }
+
+    private static String stopCalling() {
+        if (splitLoop == null) {
+            return "";
+        }
+        splitStop = true;
+        try {
+            splitLoop.join();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        splitLoop = null;
+        return "calls=" + splitCounts[0] + " failed=" + splitCounts[1] + " inexact=" + splitCounts[2]
+            + " " + splitCounters(splitBefore) + " " + splitMap();
     }
 }
