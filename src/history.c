@@ -60,6 +60,7 @@ struct dd_history_batch {
     size_t operands;
     size_t bytes;
     bool unlogged; /* write without the WAL */
+    bool nosync;   /* through the WAL, never fsync'd on the write */
 };
 
 /* ---- open / close --------------------------------------------------------- */
@@ -233,6 +234,8 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     rocksdb_writeoptions_set_sync(h->wopts, conf->sync ? 1 : 0);
     h->wopts_unlogged = rocksdb_writeoptions_create();
     rocksdb_writeoptions_disable_WAL(h->wopts_unlogged, 1);
+    h->wopts_nosync = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(h->wopts_nosync, 0);
     h->fopts = rocksdb_flushoptions_create();
     rocksdb_flushoptions_set_wait(h->fopts, 1);
     h->copts = rocksdb_compactoptions_create();
@@ -275,6 +278,7 @@ void dd_history_close(dd_history *h)
     if (h->ropts) rocksdb_readoptions_destroy(h->ropts);
     if (h->wopts) rocksdb_writeoptions_destroy(h->wopts);
     if (h->wopts_unlogged) rocksdb_writeoptions_destroy(h->wopts_unlogged);
+    if (h->wopts_nosync) rocksdb_writeoptions_destroy(h->wopts_nosync);
     if (h->fopts) rocksdb_flushoptions_destroy(h->fopts);
     if (h->copts) rocksdb_compactoptions_destroy(h->copts);
     if (h->cache) rocksdb_cache_destroy(h->cache);
@@ -625,6 +629,11 @@ void dd_history_batch_set_unlogged(dd_history_batch *b, bool unlogged)
     b->unlogged = unlogged;
 }
 
+void dd_history_batch_set_nosync(dd_history_batch *b, bool nosync)
+{
+    b->nosync = nosync;
+}
+
 size_t dd_history_batch_operands(const dd_history_batch *b)
 {
     return b->operands;
@@ -640,7 +649,8 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
     if (rocksdb_writebatch_count(b->wb) == 0) return 0;
     if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
     char *e = NULL;
-    rocksdb_write(h->db, b->unlogged ? h->wopts_unlogged : h->wopts, b->wb, &e);
+    rocksdb_write(h->db, b->unlogged ? h->wopts_unlogged : b->nosync ? h->wopts_nosync : h->wopts,
+                  b->wb, &e);
     if (e) {
         int rc = write_failed(h, "write", e, !b->unlogged, err, errlen);
         rocksdb_free(e);
@@ -715,6 +725,22 @@ int dd_history_flush(dd_history *h, char *err, size_t errlen)
     rocksdb_flush(h->db, h->fopts, &e);
     if (e) {
         int rc = write_failed(h, "flush", e, false, err, errlen);
+        rocksdb_free(e);
+        return rc;
+    }
+    note_written(h);
+    return 0;
+}
+
+int dd_history_sync_wal(dd_history *h, char *err, size_t errlen)
+{
+    /* Refused once the WAL failed: syncing a failed WAL writer aborts
+     * inside RocksDB 7.8 (see dd_history_close). */
+    if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
+    char *e = NULL;
+    rocksdb_flush_wal(h->db, 1, &e);
+    if (e) {
+        int rc = write_failed(h, "WAL sync", e, true, err, errlen);
         rocksdb_free(e);
         return rc;
     }
@@ -808,6 +834,7 @@ void dd_history_get_stats(dd_history *h, struct dd_history_stats *out)
     if (s) {
         /* What the store wrote to disk: WAL, flushes and compactions. */
         out->wal_bytes = dd_rocksopt_ticker(s, "rocksdb.wal.bytes");
+        out->wal_syncs = dd_rocksopt_ticker(s, "rocksdb.wal.synced");
         out->flush_bytes = dd_rocksopt_ticker(s, "rocksdb.flush.write.bytes");
         out->compaction_bytes = dd_rocksopt_ticker(s, "rocksdb.compact.write.bytes");
         out->compaction_cpu_micros =

@@ -226,6 +226,15 @@ int dd_history_put_holds(dd_history *h, const uint8_t *v, size_t len, char *err,
  * Kafka ingest does (it commits offsets only after that flush); history.sync
  * does not apply. Kept across dd_history_batch_clear. Cannot fail. */
 void dd_history_batch_set_unlogged(dd_history_batch *b, bool unlogged);
+/* Write this batch through the WAL but never fsync it on the write, whatever
+ * history.sync says: it survives a crash of dedupd (the WAL is in the page
+ * cache) but is durable against a power loss only once a later
+ * dd_history_sync_wal() or dd_history_flush() returns 0 (or the store is
+ * closed cleanly). For writers that can replay what they wrote, as Kafka
+ * ingest does with ingest.durable = wal (it commits offsets only after the
+ * sync). Ignored for an unlogged batch. Kept across dd_history_batch_clear.
+ * Cannot fail. */
+void dd_history_batch_set_nosync(dd_history_batch *b, bool nosync);
 /* Operands (merge operands only) and approximate bytes in the batch. */
 size_t dd_history_batch_operands(const dd_history_batch *b);
 size_t dd_history_batch_bytes(const dd_history_batch *b);
@@ -351,6 +360,11 @@ bool dd_history_writable(dd_history *h, char *why, size_t whylen);
  * ones included. dd_history_compact compacts the whole key space (tests,
  * benchmarks, operators). Return 0 or DD_ERR_IO. */
 int dd_history_flush(dd_history *h, char *err, size_t errlen);
+/* dd_history_sync_wal fsyncs the WAL: on 0, every logged write that
+ * returned before the call is durable (nosync ones included; unlogged ones
+ * are not). Refused as writes are (full disk, a failed WAL). 0 or
+ * DD_ERR_IO. */
+int dd_history_sync_wal(dd_history *h, char *err, size_t errlen);
 int dd_history_compact(dd_history *h, char *err, size_t errlen);
 /* Make a dd_history_compact running in another thread return soon (with
  * DD_ERR_STATE) and refuse later ones: before closing a store a thread
@@ -382,6 +396,7 @@ struct dd_history_stats {
     uint64_t operands_written;
     uint64_t bytes_written; /* RocksDB's bytes written, WAL included */
     uint64_t wal_bytes;
+    uint64_t wal_syncs;        /* fsyncs of the WAL (per synced write, or dd_history_sync_wal) */
     uint64_t flush_bytes;      /* of them: memtable flushes */
     uint64_t compaction_bytes; /* of them: compactions */
     uint64_t

@@ -29,6 +29,7 @@ struct dd_history {
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wopts;
     rocksdb_writeoptions_t *wopts_unlogged; /* no WAL: durable at the next flush */
+    rocksdb_writeoptions_t *wopts_nosync;   /* WAL, no fsync: durable at the next WAL sync */
     rocksdb_flushoptions_t *fopts;
     rocksdb_compactoptions_t *copts;
     rocksdb_cache_t *cache;

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <rocksdb/c.h>
@@ -456,6 +457,76 @@ static void test_stats_counts_writes(void)
     CHECK(st.wal_bytes > 0);
     CHECK(st.bytes_written > st.wal_bytes);   /* the flush wrote an SST too */
     CHECK(st.live_sst_bytes > 0);
+    close_store(h, &cfg);
+}
+
+/* Write one operand of X for USER in a batch set unlogged or nosync.
+ * 0 or the write's error. */
+static int write_mode(dd_history *h, const char *user, uint64_t x, bool unlogged, bool nosync)
+{
+    char err[256];
+    uint32_t seg;
+    if (dd_history_place(h, "", 0, T0, &seg) != DD_HISTORY_PLACE_OK) return DD_ERR_INVALID;
+    dd_history_batch *b = dd_history_batch_new();
+    if (!b) return DD_ERR_NOMEM;
+    dd_history_batch_set_unlogged(b, unlogged);
+    dd_history_batch_set_nosync(b, nosync);
+    int rc = dd_history_batch_add(b, "", 0, user, strlen(user), seg, &x, 1);
+    if (rc == DD_OK) rc = dd_history_write(h, b, err, sizeof err);
+    if (rc != DD_OK) fprintf(stderr, "write: %s\n", err);
+    dd_history_batch_free(b);
+    return rc;
+}
+
+/* ingest.durable = wal's writes: a nosync batch goes through the WAL but
+ * is not fsync'd, even with history.sync = true (counted: no WAL sync per
+ * write), and dd_history_sync_wal fsyncs it. It survives a crash (a child
+ * process writes and _exits without closing the store); an unlogged write
+ * does not (the control). Runs first: the child is forked before RocksDB
+ * has any thread in this process. */
+static void test_nosync_crash(void)
+{
+    struct dd_config cfg;
+    char path[128], err[256];
+    new_config(&cfg, path, sizeof path);
+    set(&cfg, "history.sync", "true");
+    uint64_t x[3] = {item("crash", 1), item("crash", 2), item("crash", 3)};
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        atomic_store(&clock_now, T0);
+        dd_history *h = NULL;
+        if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, &tclock, err, sizeof err) != DD_OK)
+            _exit(10);
+        struct dd_history_stats s0, s1, s2;
+        dd_history_get_stats(h, &s0);
+        if (write_mode(h, "nosync", x[0], false, true) != DD_OK) _exit(11);
+        if (write_mode(h, "unlogged", x[1], true, false) != DD_OK) _exit(12);
+        dd_history_get_stats(h, &s1);
+        if (s1.wal_syncs != s0.wal_syncs) _exit(13); /* the nosync write was fsync'd */
+        if (s1.wal_bytes == s0.wal_bytes) _exit(14); /* ... or not logged */
+        if (dd_history_sync_wal(h, err, sizeof err) != DD_OK) _exit(15);
+        dd_history_get_stats(h, &s2);
+        if (s2.wal_syncs == s1.wal_syncs) _exit(16); /* the sync did not fsync */
+        if (write_mode(h, "synced", x[2], false, false) != DD_OK) _exit(17);
+        _exit(0); /* no close: a crash */
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "crash writer: status %d",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    atomic_store(&clock_now, T0);
+    dd_history *h = open_store(&cfg);
+    CHECK(has(h, "", "nosync", x[0]));
+    CHECK(!has(h, "", "unlogged", x[1]));
+    CHECK(has(h, "", "synced", x[2]));
+    dd_history_close(h);
+
+    /* Refused as writes are: short of space. */
+    set(&cfg, "history.min_free_mb", "17592186044415");
+    h = open_store(&cfg);
+    CHECK_EQ_INT(dd_history_sync_wal(h, err, sizeof err), DD_ERR_IO);
+    CHECK_MSG(strstr(err, "no space left on device") != NULL, "sync_wal: %s", err);
     close_store(h, &cfg);
 }
 
@@ -1923,6 +1994,7 @@ int main(void)
 {
     tl_tmpdir(root, sizeof root, "history");
 
+    test_nosync_crash(); /* first: it forks */
     test_place();
     test_created();
     test_roundtrip();
