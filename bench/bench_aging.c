@@ -8,9 +8,10 @@
  * background compactions run. Segments open, close, are re-encoded and
  * expire; after day 90 that is the steady state. Printed per simulated day:
  *
- *   - bytes written to disk per play that day: flush + compaction bytes
- *     (RocksDB statistics) / plays written that day (write amplification);
- *     the WAL is off, as with ingest.wal = false;
+ *   - bytes written to disk per play that day: WAL + flush + compaction
+ *     bytes (RocksDB statistics) / plays written that day (write
+ *     amplification); the WAL is off with --durable flush (the default),
+ *     as with ingest.durable = flush;
  *   - disk space: live SST bytes, and against the live data (below); and
  *     the day's peak of what the store's SST files took on disk (sampled
  *     every 50 ms), which also counts compaction outputs not yet live;
@@ -56,12 +57,22 @@
  * per user; user u's play i falls at a random point of the i-th slot of
  * length 90 days / plays(u). Each day is cut into --rounds-per-day rounds
  * (default 24); a round's plays are written with the clock at its end,
- * one operand per (user, segment), in batches of 2,000 users, then the
- * memtable is flushed. Users, their play counts and their items are the
+ * one operand per (user, segment), in batches of 2,000 users, then made
+ * durable as ingest's durable point does (--durable):
+ *
+ *   flush  the batches unlogged, the memtables flushed at the round's end
+ *          (ingest.durable = flush);
+ *   wal    the batches through the WAL without an fsync each, the WAL
+ *          fsync'd at the round's end (ingest.durable = wal); memtables
+ *          are flushed when full (rocksdb.write_buffer_size), and the WAL
+ *          bytes count as written.
+ *
+ * Users, their play counts and their items are the
  * other benchmarks' realistic mix (mix.h); only the play times are this
  * file's, spread evenly instead of over a fixed 90 days.
  *
- *   bench_aging [--users N] [--days D] [--rounds-per-day R] [--day-seconds S]
+ *   bench_aging [--users N] [--days D] [--rounds-per-day R] [--durable flush|wal]
+ *               [--day-seconds S]
  *               [--quiet-seconds Q] [--cache-mb M] [--buffered-reads] [--probe-rate N]
  *               [--live-every D] [--full-compact-every D] [--every D]
  *               [--dir PATH] [--keep] [-o section.key=value]...
@@ -371,7 +382,7 @@ int main(int argc, char **argv)
     uint32_t users = 20000, days = 120, rounds = 24, live_every = 10, full_every = 0, every = 1;
     uint64_t cache_mb = 8, ttl_sim = DEFAULT_TTL_S, periodic_sim = DEFAULT_PERIODIC_S;
     double day_seconds = 2.0, quiet_seconds = 0.5, probe_rate = 100;
-    int keep = 0, direct = 1;
+    int keep = 0, direct = 1, wal = 0;
     char dir[512] = "", err[512];
 
     struct dd_config cfg;
@@ -380,6 +391,7 @@ int main(int argc, char **argv)
         {"users", required_argument, NULL, 'u'},
         {"days", required_argument, NULL, 'D'},
         {"rounds-per-day", required_argument, NULL, 'r'},
+        {"durable", required_argument, NULL, 'W'},
         {"day-seconds", required_argument, NULL, 's'},
         {"cache-mb", required_argument, NULL, 'c'},
         {"buffered-reads", no_argument, NULL, 'b'},
@@ -398,6 +410,11 @@ int main(int argc, char **argv)
         case 'u': users = (uint32_t)strtoul(optarg, NULL, 10); break;
         case 'D': days = (uint32_t)strtoul(optarg, NULL, 10); break;
         case 'r': rounds = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'W':
+            if (!strcmp(optarg, "wal")) wal = 1;
+            else if (!strcmp(optarg, "flush")) wal = 0;
+            else die("--durable", "flush or wal");
+            break;
         case 's': day_seconds = atof(optarg); break;
         case 'c': cache_mb = strtoull(optarg, NULL, 10); break;
         case 'b': direct = 0; break;
@@ -423,7 +440,8 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: bench_aging [--users N] [--days D] [--rounds-per-day R] "
-                    "[--day-seconds S] [--quiet-seconds Q]\n"
+                    "[--durable flush|wal]\n"
+                    "                   [--day-seconds S] [--quiet-seconds Q]\n"
                     "                   [--cache-mb M]"
                     " [--buffered-reads] [--probe-rate N] [--live-every D] "
                     "[--full-compact-every D]\n"
@@ -474,12 +492,13 @@ int main(int argc, char **argv)
     dd_history *h = NULL;
     if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, &clk, err, sizeof err)) die("open", err);
 
-    printf("bench_aging: users=%u days=%u rounds_per_day=%u day_seconds=%.2f quiet_seconds=%.2f "
-           "cache_mb=%llu direct_reads=%d probe_rate=%.0f/s segment_days=%u retention_days=%u\n"
+    printf("bench_aging: users=%u days=%u rounds_per_day=%u durable=%s day_seconds=%.2f "
+           "quiet_seconds=%.2f cache_mb=%llu direct_reads=%d probe_rate=%.0f/s segment_days=%u "
+           "retention_days=%u\n"
            "  ttl=%llu s simulated (%llu s real) periodic_compaction_seconds=%llu s simulated "
            "(%llu s real) full_compact_every=%u dir=%s\n",
-           users, days, rounds, day_seconds, quiet_seconds, (unsigned long long)cache_mb, direct,
-           probe_rate,
+           users, days, rounds, wal ? "wal" : "flush", day_seconds, quiet_seconds,
+           (unsigned long long)cache_mb, direct, probe_rate,
            cfg.history.segment_days, cfg.history.retention_days, (unsigned long long)ttl_sim,
            (unsigned long long)ttl, (unsigned long long)periodic_sim,
            (unsigned long long)periodic, full_every, path);
@@ -487,8 +506,8 @@ int main(int argc, char **argv)
         printf("  rocksdb.%s = %s\n", cfg.rocksdb.items[i].key, cfg.rocksdb.items[i].value);
     printf("plays: %.0f per day (%llu per 90 days, mean %.0f per user)\n",
            (double)per90 / MIX_SPAN_DAYS, (unsigned long long)per90, (double)per90 / users);
-    printf("%4s %9s %7s %7s %7s %8s %8s %8s %9s %6s %6s %8s %8s %s\n", "day", "plays",
-           "B/play", "flush", "compact", "sst_MB", "peak_MB", "pend_MB", "cpu_us/pl",
+    printf("%4s %9s %7s %7s %7s %7s %8s %8s %8s %9s %6s %6s %8s %8s %s\n", "day", "plays",
+           "B/play", "wal", "flush", "compact", "sst_MB", "peak_MB", "pend_MB", "cpu_us/pl",
            "n_comp", "n_idle", "p99_comp", "p99_idle", "");
     fflush(stdout);
 
@@ -507,13 +526,15 @@ int main(int argc, char **argv)
     uint64_t *pos = calloc(users, sizeof *pos);   /* next play index per user */
     dd_history_batch *b = dd_history_batch_new();
     if (!lp || !nseg_user || !hs || !segs || !pos || !b) die("load", "out of memory");
-    dd_history_batch_set_unlogged(b, true);
+    dd_history_batch_set_unlogged(b, !wal);
+    dd_history_batch_set_nosync(b, wal);
     size_t nlive = 0;
 
     /* steady state: the days after the first retention_days */
     const uint32_t steady_from = cfg.history.retention_days + 1;
     struct samples st_during = {0}, st_idle = {0}, day_d = {0}, day_i = {0};
-    uint64_t st_plays = 0, st_flush = 0, st_comp = 0, st_cpu = 0, all_plays = 0, overruns = 0;
+    uint64_t st_plays = 0, st_wal = 0, st_flush = 0, st_comp = 0, st_cpu = 0, all_plays = 0;
+    uint64_t overruns = 0;
     uint64_t misses = 0, calls = 0, calls_writing = 0;
     double st_sst = 0, st_days = 0;
     uint64_t st_peak = 0;
@@ -559,8 +580,10 @@ int main(int argc, char **argv)
                 }
                 if (dd_history_write(h, b, err, sizeof err)) die("write", err);
             }
-            /* what ingest's durable flush does after its windows */
-            if (dd_history_flush(h, err, sizeof err)) die("flush", err);
+            /* what ingest's durable point does after its windows */
+            if (wal ? dd_history_sync_wal(h, err, sizeof err)
+                    : dd_history_flush(h, err, sizeof err))
+                die(wal ? "WAL sync" : "flush", err);
         }
         if (full_every && (d + 1) % full_every == 0 &&
             dd_history_compact(h, err, sizeof err))
@@ -587,11 +610,13 @@ int main(int argc, char **argv)
         rd.misses = rd.calls = rd.while_writing = 0;
         pthread_mutex_unlock(&rd.mu);
 
+        uint64_t wl = s1.wal_bytes - s0.wal_bytes;
         uint64_t fl = s1.flush_bytes - s0.flush_bytes, co = s1.compaction_bytes - s0.compaction_bytes;
         uint64_t cpu = s1.compaction_cpu_micros - s0.compaction_cpu_micros;
         all_plays += plays;
         if (d >= steady_from) {
             st_plays += plays;
+            st_wal += wl;
             st_flush += fl;
             st_comp += co;
             st_cpu += cpu;
@@ -605,9 +630,10 @@ int main(int argc, char **argv)
         samples_append(&day_i, &ti);
         if ((d + 1) % every == 0 || d + 1 == days) {
             double pp = plays ? (double)plays : 1;
-            printf("%4u %9llu %7.1f %7.1f %7.1f %8.1f %8.1f %8.1f %9.2f %6zu %6zu %8.2f %8.2f"
+            printf("%4u %9llu %7.1f %7.1f %7.1f %7.1f %8.1f %8.1f %8.1f %9.2f %6zu %6zu %8.2f %8.2f"
                    "%s\n",
-                   d + 1, (unsigned long long)plays, (double)(fl + co) / pp, (double)fl / pp,
+                   d + 1, (unsigned long long)plays, (double)(wl + fl + co) / pp, (double)wl / pp,
+                   (double)fl / pp,
                    (double)co / pp, (double)s1.live_sst_bytes / 1e6, (double)peak / 1e6,
                    (double)s1.pending_compaction_bytes / 1e6,
                    (double)cpu / pp, day_d.n, day_i.n, pct_ms(day_d.v, day_d.n, 99),
@@ -691,8 +717,9 @@ int main(int argc, char **argv)
            (unsigned long long)fin.merges, (unsigned long long)calls,
            (unsigned long long)calls_writing, (unsigned long long)misses);
     printf("steady state (days %u-%u):\n", steady_from + 1, days);
-    printf("  bytes written per play: %.1f (flush %.1f, compaction %.1f)  (goal <= 60)\n",
-           (double)(st_flush + st_comp) / st_p, (double)st_flush / st_p, (double)st_comp / st_p);
+    printf("  bytes written per play: %.1f (WAL %.1f, flush %.1f, compaction %.1f)  (goal <= 60)\n",
+           (double)(st_wal + st_flush + st_comp) / st_p, (double)st_wal / st_p,
+           (double)st_flush / st_p, (double)st_comp / st_p);
     printf("  disk space: %.1f MB mean live SST; %.2fx the live data (mean of %u checkpoints, "
            "max %.2fx)  (goal <= 1.2x)\n",
            st_days ? st_sst / st_days / 1e6 : 0, st_ratio_n ? st_ratio_sum / st_ratio_n : 0,
@@ -719,10 +746,10 @@ int main(int argc, char **argv)
                (double)rd.files_ns_by[c] / n / 1e3, (double)rd.meta_ns_by[c] / n / 1e3,
                (double)rd.mutex_ns_by[c] / n / 1e3);
     }
-    printf("SUMMARY users=%u days=%u bytes_per_play=%.1f space_amp=%.2f peak_space_amp=%.2f "
-           "cpu_us_per_play=%.2f p99_compacting_ms=%.2f p99_idle_ms=%.2f p99_ratio=%.2f "
-           "overruns=%llu\n",
-           users, days, (double)(st_flush + st_comp) / st_p,
+    printf("SUMMARY users=%u days=%u durable=%s bytes_per_play=%.1f space_amp=%.2f "
+           "peak_space_amp=%.2f cpu_us_per_play=%.2f p99_compacting_ms=%.2f p99_idle_ms=%.2f "
+           "p99_ratio=%.2f overruns=%llu\n",
+           users, days, wal ? "wal" : "flush", (double)(st_wal + st_flush + st_comp) / st_p,
            st_ratio_n ? st_ratio_sum / st_ratio_n : 0, peak_max, (double)st_cpu / st_p, p99_d, p99_i,
            p99_i > 0 ? p99_d / p99_i : 0, (unsigned long long)overruns);
 
