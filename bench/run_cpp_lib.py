@@ -6,10 +6,11 @@ the devbroker), each comparison run A B A B ... in slices of --slice
 seconds so that both sides see the same (shared, loaded) host:
 
   route:   Filter through the library (to a replica of the owner) vs
-           a call built by hand and sent on a plain stub straight to the
-           owner (--direct: the floor; no routing, failover or hedging)
-           vs through one seed node (--forward: that node forwards the
-           calls of the other shard's users), 1 in flight;
+           through one seed node (--forward: that node forwards the calls
+           of the other shard's users), 1 in flight; and the library
+           against a call built by hand and sent on a plain stub straight
+           to the same node (--paired: the floor, call by call in one
+           process, so host drift cancels), hedged as by default and not;
   hedge:   one replica of each shard paused 50 ms every 500 ms
            (SIGSTOP/SIGCONT): hedged vs not; and the same calls with no
            pause, for the unpaused p99;
@@ -58,11 +59,18 @@ def fields(line):
     return {k: v for k, v in re.findall(r"(\w+)=(\S+)", line)}
 
 
-def run(load, seeds, args, label):
+def run(load, seeds, args, label, kind="filter", also=None):
+    """dedupd-load's phase=KIND lines, as dicts; with ALSO (a list), its
+    phase=direct lines are added to that list."""
     argv = [load, "--seeds", seeds, "--no-setup"] + args
     p = subprocess.run(argv, capture_output=True, text=True, timeout=600,
                        stdin=subprocess.DEVNULL)
-    lines = [x for x in p.stdout.splitlines() if x.startswith("phase=filter")]
+    if also is not None:
+        for x in p.stdout.splitlines():
+            if x.startswith("phase=direct"):
+                print("%-10s %s" % ("direct", x), flush=True)
+                also.append(fields(x))
+    lines = [x for x in p.stdout.splitlines() if x.startswith("phase=" + kind)]
     for x in lines:
         print("%-10s %s" % (label, x), flush=True)
     if p.returncode != 0 or not lines:
@@ -155,17 +163,26 @@ def main():
     if "route" in only:
         # 1 in flight, 1,000 candidates; --forward sends every call to the
         # first seed (node 0 of shard 0), which forwards shard 1's users.
-        a, b, c = [], [], []
+        a, b = [], []
         args = base + ["--candidates", "1000", "--no-hedge"]
         for _ in range(slices):
             a += run(load, seeds, args, "library")
-            c += run(load, seeds, args + ["--direct"], "direct")
             b += run(load, f.addrs[0], args + ["--forward"], "forward")
-        summary("route", [("library", a), ("direct", c), ("forward", b)])
-        if a and c:
-            d50 = [float(x["p50_ms"]) - float(y["p50_ms"]) for x, y in zip(a, c)]
-            print("route library-direct p50_ms per slice: %s (median %.3f)"
-                  % (" ".join("%.3f" % x for x in d50), statistics.median(d50)), flush=True)
+        summary("route", [("library", a), ("forward", b)])
+        # Call by call: the library, then the same request by hand to the
+        # same node (or the other way round), one process.
+        for hedge in ([], ["--no-hedge"]):
+            name = "paired" + ("" if hedge else "-hedged")
+            lib, dire = [], []
+            for _ in range(slices):
+                argv = base + ["--candidates", "1000", "--paired"] + hedge
+                lib += run(load, seeds, argv, "library", also=dire)
+            summary(name, [("library", lib), ("direct", dire)])
+            if lib and dire:
+                d50 = [float(x["p50_ms"]) - float(y["p50_ms"]) for x, y in zip(lib, dire)]
+                print("%s library-direct p50_ms per slice: %s (median %.3f)"
+                      % (name, " ".join("%.3f" % x for x in d50), statistics.median(d50)),
+                      flush=True)
 
     if "hedge" in only:
         args = base + ["--candidates", "1000", "--inflight", "2", "--rate", "400"]

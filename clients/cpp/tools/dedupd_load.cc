@@ -38,7 +38,12 @@
 // plain grpc::GenericStub straight to the first replica of the owning
 // shard (from the library's map, read once), with the map's hash in the
 // metadata; no routing, failover or hedging (hedged= is 0); failed= counts
-// answers that are not OK. Exit status 1 if any call failed.
+// answers that are not OK. --paired measures the two side by side, robust
+// to a host whose speed drifts: each thread makes pairs of calls for one
+// user, one through the library and one direct to the node the library
+// used last for that shard (so both find it equally warm), in alternating
+// order; the library's calls give the phase=filter line, the direct ones a
+// phase=direct line with the same fields. Exit status 1 if any call failed.
 #include <dedupd/client.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -70,7 +75,8 @@ struct Args {
     long users = 100;
     double seconds = 5;
     long candidates = 1000;
-    bool ids = false, no_hedge = false, forward = false, direct = false, no_setup = false;
+    bool ids = false, no_hedge = false, forward = false, direct = false, paired = false;
+    bool no_setup = false;
     long id_bytes = 13;
     double hedge_ms = 0;
     long inflight = 1;
@@ -86,7 +92,8 @@ struct Args {
     std::fprintf(stderr,
                  "dedupd-load: %s\nusage: dedupd-load --seeds ADDR,... --users N --seconds S "
                  "--candidates C [--ids] [--no-hedge] [--hedge-ms X] [--inflight K] [--rate R] "
-                 "[--phases P] [--forward | --direct] [--no-setup] [--server-pids PID,...] "
+                 "[--phases P] [--forward | --direct | --paired] [--no-setup] "
+                 "[--server-pids PID,...] "
                  "[--deadline-ms D] [--id-bytes B] "
                  "[--tls-ca F [--tls-cert F --tls-key F] [--tls-name N]]\n",
                  why.c_str());
@@ -155,6 +162,8 @@ Args Parse(int argc, char **argv)
             a.forward = true;
         else if (o == "--direct")
             a.direct = true;
+        else if (o == "--paired")
+            a.paired = true;
         else if (o == "--id-bytes")
             a.id_bytes = Num("--id-bytes", val(), 1, 4096);
         else if (o == "--no-setup")
@@ -176,8 +185,11 @@ Args Parse(int argc, char **argv)
             Usage("unknown option " + o);
     }
     if (a.seeds.empty()) Usage("--seeds is required");
-    if (a.forward && a.direct) Usage("--forward and --direct exclude each other");
-    if (a.direct && !a.tls.ca_file.empty()) Usage("--direct speaks plaintext only");
+    if (a.forward + a.direct + a.paired > 1)
+        Usage("--forward, --direct and --paired exclude each other");
+    if ((a.direct || a.paired) && !a.tls.ca_file.empty())
+        Usage("--direct and --paired speak plaintext only");
+    if (a.paired && a.rate > 0) Usage("--paired takes no --rate");
     return a;
 }
 
@@ -423,11 +435,13 @@ int main(int argc, char **argv)
     // --direct: each user's owner from the map read at the start.
     std::unique_ptr<Direct> direct;
     std::vector<std::string> owner_of;
-    if (a.direct) {
+    std::vector<int> shard_of;
+    if (a.direct || a.paired) {
         dedupd::MapView m = client->Map();
         direct = std::make_unique<Direct>(m, 64 << 20);
         for (const auto &u : users) {
-            owner_of.push_back(direct->Owner(client->ShardOf(u)));
+            shard_of.push_back(client->ShardOf(u));
+            owner_of.push_back(direct->Owner(shard_of.back()));
             if (owner_of.back().empty()) {
                 std::fprintf(stderr, "dedupd-load: --direct: no map to route %s by\n",
                              u.c_str());
@@ -444,12 +458,35 @@ int main(int argc, char **argv)
         dedupd::Stats st0 = client->GetStats();
         double cpu0 = CpuOf(a.pids);
         std::vector<PhaseResult> parts(static_cast<size_t>(a.inflight));
+        std::vector<PhaseResult> dparts(static_cast<size_t>(a.inflight)); // --paired
         std::vector<std::thread> ts;
         auto t_start = Clock::now();
         for (long t = 0; t < a.inflight; t++)
             ts.emplace_back([&, t] {
                 PhaseResult &r = parts[static_cast<size_t>(t)];
+                PhaseResult &dr = dparts[static_cast<size_t>(t)];
                 grpc::CompletionQueue cq;
+                // --paired: the node the library used last, by shard.
+                std::map<int, std::string> last_addr;
+                uint64_t pair = 0;
+                auto direct_call = [&](size_t ui, const std::string &addr, PhaseResult &out) {
+                    const auto c0 = Clock::now();
+                    long first = -1;
+                    std::string why;
+                    bool ok = direct->Call(addr, DirectRequest(users[ui], cands, a.ids),
+                                           a.deadline_ms, &cq, &first, &why);
+                    double ms = std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
+                    if (!ok) {
+                        if (out.failed++ < 3)
+                            std::fprintf(stderr, "dedupd-load: Filter %s: %s\n",
+                                         users[ui].c_str(), why.c_str());
+                        return;
+                    }
+                    if (!a.no_setup && first >= 0 && static_cast<size_t>(first) < n_played)
+                        out.wrong++;
+                    out.answered_by.insert(addr);
+                    out.lat_ms.push_back(ms);
+                };
                 const auto interval =
                     std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                         a.rate > 0 ? static_cast<double>(a.inflight) / a.rate : 0));
@@ -467,24 +504,15 @@ int main(int argc, char **argv)
                     }
                     const size_t ui = next_user++ % users.size();
                     const std::string &u = users[ui];
-                    if (direct) {
-                        long first = -1;
-                        std::string why;
-                        bool ok = direct->Call(owner_of[ui], DirectRequest(u, cands, a.ids),
-                                               a.deadline_ms, &cq, &first, &why);
-                        double ms =
-                            std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-                        if (!ok) {
-                            if (r.failed++ < 3)
-                                std::fprintf(stderr, "dedupd-load: Filter %s: %s\n", u.c_str(),
-                                             why.c_str());
-                            continue;
-                        }
-                        if (!a.no_setup && first >= 0 && static_cast<size_t>(first) < n_played)
-                            r.wrong++;
-                        r.answered_by.insert(owner_of[ui]);
-                        r.lat_ms.push_back(ms);
+                    if (a.direct) {
+                        direct_call(ui, owner_of[ui], r);
                         continue;
+                    }
+                    const bool direct_first = a.paired && pair++ % 2 == 1;
+                    if (direct_first) {
+                        auto it = last_addr.find(shard_of[ui]);
+                        direct_call(ui, it != last_addr.end() ? it->second : owner_of[ui], dr);
+                        t0 = Clock::now();
                     }
                     dedupd::FilterResult res;
                     dedupd::Status s = client->Filter(u, cands, {}, &res);
@@ -501,6 +529,10 @@ int main(int argc, char **argv)
                     if (!a.no_setup && !res.kept_indexes.empty() && res.kept_indexes[0] < n_played)
                         r.wrong++;
                     r.lat_ms.push_back(ms);
+                    if (a.paired) {
+                        last_addr[shard_of[ui]] = res.answered_by;
+                        if (!direct_first) direct_call(ui, res.answered_by, dr);
+                    }
                 }
             });
         for (auto &t : ts) t.join();
@@ -532,13 +564,33 @@ int main(int argc, char **argv)
             static_cast<unsigned long long>(all.wrong), all.answered_by.size(),
             elapsed > 0 ? static_cast<double>(calls) / elapsed : 0,
             static_cast<unsigned long long>(
-                direct  ? DirectRequest(users[0], cands, a.ids).Length()
+                a.direct ? DirectRequest(users[0], cands, a.ids).Length()
                 : begun ? (st.request_bytes - st0.request_bytes) / begun
                         : 0),
             Pct(all.lat_ms, 0.5), Pct(all.lat_ms, 0.99), Pct(all.lat_ms, 0.999));
-        if (!a.pids.empty() && calls > 0)
+        if (!a.pids.empty() && calls > 0 && !a.paired)
             std::printf(" dedupd_cpu_ms_per_call=%.4f", cpu * 1000 / static_cast<double>(calls));
         std::printf("\n");
+        if (a.paired) {
+            PhaseResult d;
+            for (auto &p : dparts) {
+                d.lat_ms.insert(d.lat_ms.end(), p.lat_ms.begin(), p.lat_ms.end());
+                d.failed += p.failed;
+                d.wrong += p.wrong;
+                d.answered_by.insert(p.answered_by.begin(), p.answered_by.end());
+            }
+            std::sort(d.lat_ms.begin(), d.lat_ms.end());
+            uint64_t dcalls = d.lat_ms.size() + d.failed;
+            std::printf("phase=direct%ld calls=%llu failed=%llu hedged=0 wrong=%llu replicas=%zu "
+                        "calls_per_s=%.0f req_bytes=%zu p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f\n",
+                        ph + 1, static_cast<unsigned long long>(dcalls),
+                        static_cast<unsigned long long>(d.failed),
+                        static_cast<unsigned long long>(d.wrong), d.answered_by.size(),
+                        elapsed > 0 ? static_cast<double>(dcalls) / elapsed : 0,
+                        DirectRequest(users[0], cands, a.ids).Length(), Pct(d.lat_ms, 0.5),
+                        Pct(d.lat_ms, 0.99), Pct(d.lat_ms, 0.999));
+            any_failed |= d.failed > 0;
+        }
         std::fflush(stdout);
         any_failed |= all.failed > 0;
     }
