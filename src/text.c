@@ -140,10 +140,34 @@ bool dd_text_plain(const uint8_t *p, size_t len)
 
 /* ---- strings of the protobuf-c decoded messages ----------------------------- */
 
-/* dd_text_pb_check on one message's bytes; PATH names it ("" at the
- * top). */
+/* Where a string field sits: its field in each enclosing message,
+ * outermost first, as a chain from the innermost up. Kept as descriptors
+ * and indexes and written out only when a field fails: formatting the name
+ * of every field checked ("plays[4999].item_id") cost more than the check
+ * itself on a 5,000-play RecordPlays (docs/benchmarks.md, "Bulk writes"). */
+struct pb_path {
+    const struct pb_path *up; /* the enclosing message's field; NULL at the top */
+    const ProtobufCFieldDescriptor *fd;
+    unsigned idx; /* its index, when repeated */
+};
+
+/* P's name ("plays[1].item_id") into BUF (CAP bytes, CAP > 0); returns the
+ * length written, truncated as snprintf truncates. */
+static size_t pb_path_name(const struct pb_path *p, char *buf, size_t cap)
+{
+    size_t n = p->up ? pb_path_name(p->up, buf, cap) : 0;
+    if (p->up && n + 1 < cap) buf[n++] = '.';
+    int w = p->fd->label == PROTOBUF_C_LABEL_REPEATED
+                ? snprintf(buf + n, cap - n, "%s[%u]", p->fd->name, p->idx)
+                : snprintf(buf + n, cap - n, "%s", p->fd->name);
+    if (w > 0) n += (size_t)w;
+    return n < cap ? n : cap - 1;
+}
+
+/* dd_text_pb_check on one message's bytes; UP is the field it sits in
+ * (NULL at the top). */
 static int pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
-                         int utf8, const char *path, int depth, char *why, size_t why_cap)
+                         int utf8, const struct pb_path *up, int depth, char *why, size_t why_cap)
 {
     unsigned count[16] = {0}; /* per field, for the index of a repeated one */
     const uint8_t *p = data, *end = data + len;
@@ -152,24 +176,23 @@ static int pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *dat
         size_t used = dd_pb_scan_field(p, (size_t)(end - p), &f);
         if (used == 0) return DD_OK; /* protobuf-c rejects it */
         p += used;
+        if (f.wt != DD_PB_WT_LEN) continue; /* no string or message: not looked up */
         const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.num);
-        if (!fd || f.wt != DD_PB_WT_LEN) continue;
+        if (!fd) continue;
         size_t k = (size_t)(fd - d->fields);
-        unsigned idx = k < DD_ARRAY_LEN(count) ? count[k]++ : 0;
-        char name[160];
-        if (fd->label == PROTOBUF_C_LABEL_REPEATED)
-            snprintf(name, sizeof name, "%s%s[%u]", path, fd->name, idx);
-        else
-            snprintf(name, sizeof name, "%s%s", path, fd->name);
+        struct pb_path here = {up, fd, k < DD_ARRAY_LEN(count) ? count[k]++ : 0};
         if (fd->type == PROTOBUF_C_TYPE_STRING) {
             int t = dd_text_check(f.payload, f.payload_len);
             if (t == DD_TEXT_NUL || (t && utf8)) {
-                if (why && why_cap) snprintf(why, why_cap, "%s %s", name, dd_text_problem(t));
+                if (why && why_cap) {
+                    char name[160];
+                    pb_path_name(&here, name, sizeof name);
+                    snprintf(why, why_cap, "%s %s", name, dd_text_problem(t));
+                }
                 return DD_ERR_INVALID;
             }
         } else if (fd->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8) {
-            strncat(name, ".", sizeof name - strlen(name) - 1);
-            int rc = pb_text_check(fd->descriptor, f.payload, f.payload_len, utf8, name, depth + 1,
+            int rc = pb_text_check(fd->descriptor, f.payload, f.payload_len, utf8, &here, depth + 1,
                                    why, why_cap);
             if (rc) return rc;
         }
@@ -180,5 +203,5 @@ static int pb_text_check(const ProtobufCMessageDescriptor *d, const uint8_t *dat
 int dd_text_pb_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, int utf8,
                      char *why, size_t why_cap)
 {
-    return pb_text_check(d, data, len, utf8, "", 0, why, why_cap);
+    return pb_text_check(d, data, len, utf8, NULL, 0, why, why_cap);
 }

@@ -773,6 +773,35 @@ static void test_pb_text_check(void)
     w_field(&w, 2, play.b, play.len);
     w_field(&w, 3, "feed", 4);
     CHECK(pb_check_is(plays, &w, w.len, 1, "plays[1].item_id is not valid UTF-8"));
+    /* A bulk load's call: 5,000 plays, the bad one named by its index
+     * wherever it is; a field after them by its own name; the message cut
+     * to WHY's size as snprintf cuts it. */
+    for (int bad = 0; bad < 3; bad++) {
+        w.len = 0;
+        w_field(&w, 1, "u", 1);
+        for (int i = 0; i < 5000; i++) {
+            const char *id = "ok";
+            size_t id_len = 2;
+            if (bad == 0 && i == 4321) id = "x\0y", id_len = 3;
+            if (bad == 1 && i == 4999) id = "\xff", id_len = 1;
+            play.len = 0;
+            w_field(&play, 1, id, id_len);
+            w_bytes(&play, "\x10\x05", 2);
+            w_field(&w, 2, play.b, play.len);
+        }
+        w_field(&w, 3, bad == 2 ? "fe\0d" : "feed", 4);
+        static const char *const want[] = {"plays[4321].item_id holds a NUL byte",
+                                           "plays[4999].item_id is not valid UTF-8",
+                                           "scene holds a NUL byte"};
+        CHECK(pb_check_is(plays, &w, w.len, 1, want[bad]));
+        CHECK(pb_check_is(plays, &w, w.len, 0, bad == 1 ? NULL : want[bad]));
+        char cut[12] = "";
+        CHECK_EQ_INT(dd_text_pb_check(plays, w.b, w.len, 1, cut, sizeof cut), DD_ERR_INVALID);
+        CHECK_STR(cut, bad == 2 ? "scene holds" : bad ? "plays[4999]" : "plays[4321]");
+    }
+    /* Clean, 5,000 plays (the last round's scene made text): passed. */
+    memcpy(w.b + w.len - 4, "feed", 4);
+    CHECK(pb_check_is(plays, &w, w.len, 1, NULL));
     /* Clean, and truncated (protobuf-c's to reject): passed. */
     w.len = 0;
     w_field(&w, 1, "\xc3\xa9l\xc3\xa8ve", 7);
