@@ -28,7 +28,8 @@ seconds so that both sides see the same (shared, loaded) host:
 
 Prints each slice's dedupd-load line, then per comparison the median over
 slices of each side's p50/p99 (and CPU per call). Figures go to
-docs/benchmarks.md.
+docs/benchmarks.md. Exits 1 if any dedupd-load run failed (a call failed,
+or it printed no phase line).
 
 usage: bench/run_cpp_lib.py [--slices N] [--slice S] [--play-rate R] [--spin-us U]
                             [--only route,hedge,compact,compaction]
@@ -59,6 +60,9 @@ def fields(line):
     return {k: v for k, v in re.findall(r"(\w+)=(\S+)", line)}
 
 
+FAILED_RUNS = []  # dedupd-load runs that failed or printed no phase line
+
+
 def run(load, seeds, args, label, kind="filter", also=None):
     """dedupd-load's phase=KIND lines, as dicts; with ALSO (a list), its
     phase=direct lines are added to that list."""
@@ -76,6 +80,7 @@ def run(load, seeds, args, label, kind="filter", also=None):
     if p.returncode != 0 or not lines:
         print("%-10s dedupd-load exited %d: %s" % (label, p.returncode, p.stderr[-500:]),
               flush=True)
+        FAILED_RUNS.append(label)
     return [fields(x) for x in lines]
 
 
@@ -288,6 +293,10 @@ def main():
             if prod.p.poll() is None:
                 prod.p.terminate()
         summary("compaction", [("hedged", a), ("unhedged", b)])
+    if FAILED_RUNS:
+        print("run_cpp_lib: %d dedupd-load runs failed: %s" % (len(FAILED_RUNS),
+                                                               " ".join(FAILED_RUNS)))
+        return 1
     return 0
 
 
