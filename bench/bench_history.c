@@ -28,6 +28,8 @@
  *                 [--no-round-flush] [--day-scene] [--lookback D] [--dir PATH]
  *                 [--keep] [--build-only] [--set KEY=VALUE]...
  *   bench_history --read-merge [--segment-days D] [--dir PATH] [--keep]
+ *   bench_history --floor [--users N] [--segment-days D] (print_floor: the
+ *                 fewest bits per play a day-exact store could take)
  *
  * --set changes a dedupd setting (e.g. history.index_cache_mb=0), for A/B.
  *
@@ -217,6 +219,44 @@ static int read_merge(struct dd_config *cfg, const char *path, int64_t now)
     return bad;
 }
 
+/* --floor: the fewest bits per play any store can take that answers a
+ * lookback exact to the day for every D at union false-positive rate FP,
+ * for this load (no store is written). An item's newest day must be told
+ * apart for every D, so a user's N plays need N log2(1/FP) bits for the
+ * set and N H bits for their days, H the entropy of the user's plays over
+ * days (the items are distinct, their days independent of their hashes).
+ * Beside it the same for today's coarse form, whose fingerprints pay
+ * log2(S/FP) each and whose days cost nothing. Any real coder adds to the
+ * floor (Golomb-Rice codes about 1.5 bits a fingerprint; keys and headers
+ * more). */
+static void print_floor(uint32_t users, int64_t now, double fp, uint32_t s_max)
+{
+    double plays = 0, day_bits = 0;
+    uint32_t hist[MIX_SPAN_DAYS + 2];
+    for (uint32_t u = 0; u < users; u++) {
+        uint32_t n = mix_user_plays(u);
+        memset(hist, 0, sizeof hist);
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t t = now - mix_play_age_ms(u, i);
+            int64_t age = now / DD_MS_PER_DAY - t / DD_MS_PER_DAY;
+            hist[age < 0 ? 0 : age > MIX_SPAN_DAYS ? MIX_SPAN_DAYS + 1 : age]++;
+        }
+        double h = 0;
+        for (size_t d = 0; d < sizeof hist / sizeof hist[0]; d++)
+            if (hist[d]) h -= hist[d] * log2((double)hist[d] / n);
+        day_bits += h; /* n * H_u */
+        plays += n;
+    }
+    double set_bits = log2(1 / fp), days = day_bits / plays;
+    printf("bench_history --floor: users=%u plays=%.0f fp_rate=%.4f S=%u\n", users, plays, fp,
+           s_max);
+    printf("floor, exact days: %.2f bits per play = %.3f bytes (set %.2f + days %.2f: the "
+           "entropy of a play's day, per user, weighted by plays)\n",
+           set_bits + days, (set_bits + days) / 8, set_bits, days);
+    printf("floor, today's coarse segments: %.2f bits per play = %.3f bytes (log2(S/fp_rate))\n",
+           log2(s_max / fp), log2(s_max / fp) / 8);
+}
+
 /* The scene the plays go to, and the lookback of the timed probes. */
 static const char *g_scene = "";
 static size_t g_scene_len;
@@ -227,7 +267,7 @@ int main(int argc, char **argv)
     uint32_t users = 20000, segment_days = 0, rounds = SPAN_DAYS;
     double phase = 0.5;
     const char *dir = NULL;
-    int keep = 0, round_flush = 1, rmerge = 0, day_scene = 0, build_only = 0;
+    int keep = 0, round_flush = 1, rmerge = 0, day_scene = 0, build_only = 0, floor_only = 0;
     const char *set[8];
     int nset = 0;
     for (int i = 1; i < argc; i++) {
@@ -243,11 +283,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-round-flush")) round_flush = 0;
         else if (!strcmp(argv[i], "--read-merge")) rmerge = 1;
         else if (!strcmp(argv[i], "--day-scene")) day_scene = 1;
+        else if (!strcmp(argv[i], "--floor")) floor_only = 1;
         else if (!strcmp(argv[i], "--lookback") && i + 1 < argc)
             g_lookback = (uint32_t)atol(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--users N] [--segment-days D] [--phase F] "
                             "[--rounds R] [--no-round-flush] [--day-scene] [--lookback D]\n"
+                            "       [--floor]\n"
                             "       [--dir PATH] [--keep] [--build-only]\n"
                             "       %s --read-merge [--segment-days D] [--dir PATH] [--keep]\n",
                     argv[0], argv[0]);
@@ -298,6 +340,13 @@ int main(int argc, char **argv)
     /* today = a day PHASE into its segment, near day 20000 */
     int64_t now = mix_now_ms(segment_days, phase);
     if (build_only) now = dd_now_ms();
+    if (floor_only) {
+        print_floor(users, now, cfg.history.fp_rate,
+                    (cfg.history.retention_days + segment_days - 1) / segment_days + 1);
+        dd_config_free(&cfg);
+        if (dir == tmpl) rmdir(tmpl);
+        return 0;
+    }
     if (rmerge) {
         int bad = read_merge(&cfg, path, now);
         dd_config_free(&cfg);
