@@ -105,6 +105,7 @@ static const char *const level_words[] = {"debug", "info", "warn", "error", NULL
 static const char *const poller_words[] = {"poll", "epoll1", NULL};
 static const char *const compression_words[] = {"off", "on", NULL};
 static const char *const bootstrap_words[] = {"none", "peer", NULL};
+static const char *const durable_words[] = {"flush", "wal", "window", NULL};
 
 /* Keep rows of one section together, in the order conf/dedupd.conf
  * documents them; dd_config_write prints them in this order. */
@@ -131,6 +132,7 @@ static const struct key keys[] = {
     ROW_STR("ingest.dead_letter_topic", ingest.dead_letter_topic, ""),
     /* at most what history keys store of a user id (u16 length, history.h) */
     ROW_U32("ingest.max_id_bytes", ingest.max_id_bytes, "256", 1, 65535),
+    ROW_ENUM("ingest.durable", ingest.durable, "flush", durable_words),
     ROW_BOOL("ingest.wal", ingest.wal, "false"),
     ROW_BOOL("ingest.accept_truncated_log", ingest.accept_truncated_log, "false"),
     ROW_U32("ingest.durable_interval_ms", ingest.durable_interval_ms, "10000", 1, UINT32_MAX),

@@ -12,12 +12,15 @@
  * (history.h, "Full disk"), so ingest resumes by itself once there is
  * room, no offset past what is durable.
  *
- * Durability: with ingest.wal = false (the default: Kafka already is a
- * durable log) windows skip RocksDB's WAL and their offsets wait in the
- * "written" slot for the next memtable flush, which covers every write
- * before it, so a stored offset never runs ahead of the disk
- * (make_durable). With wal = true a window's offsets are stored right
- * after its write. Commits are asynchronous after every durable window.
+ * Durability (ingest.durable): with flush windows skip RocksDB's WAL
+ * (Kafka already is a durable log) and their offsets wait in the "written"
+ * slot for the next durable point, a memtable flush, which covers every
+ * write before it, so a stored offset never runs ahead of the disk
+ * (make_durable). With wal windows go through the WAL without an fsync
+ * each and the durable point fsyncs the WAL instead; memtables are then
+ * flushed by RocksDB when full. With window a window's write is fsync'd
+ * (history.sync) and its offsets are stored right after it. Commits are
+ * asynchronous after every durable point or window.
  *
  * A slot holds at most one forget, last: the flusher writes the window,
  * then runs the forget, then stores the offsets, so plays before the
@@ -51,8 +54,8 @@ struct dd_flush {
     dd_lag *lag;        /* borrowed */
     dd_trace *trace;    /* NULL = none */
     rd_kafka_t *rk;     /* the consumer (dd_flush_set_consumer) */
-    bool wal;           /* ingest.wal: windows through the WAL */
-    int64_t durable_ns; /* ingest.durable_interval_ms, in ns */
+    enum dd_flush_durable durable; /* ingest.durable */
+    int64_t durable_ns;            /* ingest.durable_interval_ms, in ns */
     dd_history_batch *batch;
 
     struct dd_slot slots[2];
@@ -64,8 +67,8 @@ struct dd_flush {
     int stopping;  /* the flusher gives up retrying failed writes */
     int abandoned; /* a window was dropped unwritten: store no more
                              offsets (flush thread only) */
-    /* wal=false: offsets of windows written but not yet flushed to SST
-     * files (flush thread only; since_ns = when the oldest was written). */
+    /* durable = flush or wal: offsets of windows written but not yet
+     * durable (flush thread only; since_ns = when the oldest was written). */
     struct dd_slot written;
     int sync_req;             /* a durability flush is asked for */
     int syncing;              /* the flusher is running one */
@@ -169,8 +172,8 @@ static void commit_async(dd_flush *f)
     }
 }
 
-/* wal=false: S's window is written (not yet durable); move its offsets to
- * f->written, to be stored after the next durability flush. An offset
+/* durable = flush or wal: S's window is written (not yet durable); move
+ * its offsets to f->written, to be stored after the next durable point. An offset
  * that cannot be kept (out of memory) is simply not stored: the next
  * stored offset of its partition covers it, and until then a crash
  * replays it. */
@@ -188,24 +191,28 @@ static void slot_defer(dd_flush *f, struct dd_slot *s)
     s->messages = 0;
 }
 
-/* wal=false: flush the memtables (every write so far becomes durable),
- * then store the offsets of the windows written before it and commit them
- * asynchronously. Runs at least every durable_interval_ms while offsets
- * wait, and on revoke and stop (dd_flush_sync). Flush thread only. 0, or
- * DD_ERR_IO (logged, offsets kept for the next try). */
+/* The durable point: flush the memtables (durable = flush) or fsync the
+ * WAL (wal), so every write so far becomes durable, then store the offsets
+ * of the windows written before it and commit them asynchronously. Runs at
+ * least every durable_interval_ms while offsets wait, and on revoke and
+ * stop (dd_flush_sync). Flush thread only. 0, or DD_ERR_IO (logged,
+ * offsets kept for the next try). */
 static int make_durable(dd_flush *f)
 {
     struct dd_slot *d = &f->written;
     if (d->messages == 0) return DD_OK;
     char err[512];
     int64_t t0 = dd_mono_ns();
-    int rc = dd_history_flush(f->h, err, sizeof err);
+    bool wal = f->durable == DD_DURABLE_WAL;
+    int rc = wal ? dd_history_sync_wal(f->h, err, sizeof err)
+                 : dd_history_flush(f->h, err, sizeof err);
     if (rc != DD_OK) {
         INC(write_errors);
         dd_log_limited(&f->lim_write, 5000, DD_LOG_ERROR, MOD,
-                       "msg=\"cannot flush written plays to SST files; offsets not committed\" "
+                       "msg=\"cannot %s; offsets not committed\" "
                        "messages=%" PRIu64 " error=\"%s\"",
-                       d->messages, err);
+                       wal ? "sync the WAL" : "flush written plays to SST files", d->messages,
+                       err);
         return rc;
     }
     uint64_t msgs = d->messages;
@@ -224,8 +231,8 @@ static bool durable_due(const dd_flush *f, int64_t now)
 }
 
 /* Slot S's window is written and its forget done: count it, make it
- * visible to the lag, and store its offsets (wal) or keep them for the
- * next durability flush. T0: when the write began. */
+ * visible to the lag, and store its offsets (durable = window) or keep
+ * them for the next durable point. T0: when the write began. */
 static void window_done(dd_flush *f, struct dd_slot *s, uint64_t written, int64_t t0)
 {
     dd_trace_record_pending(f->trace, &s->trace); /* trace.h: after the write */
@@ -238,7 +245,8 @@ static void window_done(dd_flush *f, struct dd_slot *s, uint64_t written, int64_
     s->dups_seen = ws.duplicates;
     dd_lag_visible(f->lag, s == &f->slots[1], s->next, s->last_ts, s->nparts);
     uint64_t msgs = s->messages;
-    if (f->wal) {
+    bool now = f->durable == DD_DURABLE_WINDOW;
+    if (now) {
         ADD(messages_durable, msgs);
         slot_store(f, s);
     } else {
@@ -249,7 +257,7 @@ static void window_done(dd_flush *f, struct dd_slot *s, uint64_t written, int64_
              " messages_flushed=%" PRIu64 " plays_written=%" PRIu64,
              msgs, written, (dd_mono_ns() - t0) / 1000000, LOAD(messages_flushed),
              LOAD(plays_written));
-    if (f->wal) commit_async(f);
+    if (now) commit_async(f);
 }
 
 /* Put into the write batch the next offset of every partition S holds
@@ -466,7 +474,7 @@ int dd_flush_new(dd_flush **out, const struct dd_flush_conf *conf)
     f->h = conf->history;
     f->topic = conf->topic;
     f->lag = conf->lag;
-    f->wal = conf->wal;
+    f->durable = conf->durable;
     f->durable_ns = (int64_t)conf->durable_interval_ms * 1000000;
     atomic_init(&f->lost_position, 0);
     dd_histogram_init(&f->flush_hist, dd_metrics_flush_bounds, DD_METRICS_FLUSH_BOUNDS_LEN);
@@ -476,7 +484,8 @@ int dd_flush_new(dd_flush **out, const struct dd_flush_conf *conf)
     }
     *out = f;
     if (!(f->batch = dd_history_batch_new())) goto nomem;
-    dd_history_batch_set_unlogged(f->batch, !f->wal);
+    dd_history_batch_set_unlogged(f->batch, f->durable == DD_DURABLE_FLUSH);
+    dd_history_batch_set_nosync(f->batch, f->durable == DD_DURABLE_WAL);
     for (int i = 0; i < 2; i++) {
         struct dd_slot *s = &f->slots[i];
         if (dd_window_new(&s->w, conf->history, conf->window_bytes) != DD_OK ||
@@ -579,7 +588,8 @@ void dd_flush_collect(dd_prom *p, dd_flush *f)
     dd_prom_histogram(p, "dedupd_flush_duration_seconds", NULL, 0, &fh);
     dd_prom_counter(p, "dedupd_ingest_flushes_total", "Windows written", LOAD(flushes));
     dd_prom_counter(p, "dedupd_ingest_durable_flushes_total",
-                    "Memtable flushes that made written windows durable (ingest.wal=false)",
+                    "Durable points that made written windows durable: memtable flushes "
+                    "(ingest.durable=flush) or WAL syncs (wal)",
                     LOAD(durable_flushes));
     dd_prom_family(p, "dedupd_ingest_undurable_messages",
                    "Messages written (filterable) but not yet durable: their offsets are "

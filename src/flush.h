@@ -5,7 +5,7 @@
  * offset of every message consumed into it); the flush thread writes the
  * other slot's window to the history store as one batch (with the
  * partitions' positions, history.h "Log positions"), runs the forget the
- * window ends with, makes it durable (ingest.wal), and only then stores
+ * window ends with, makes it durable (ingest.durable), and only then stores
  * and commits its offsets. Knows nothing of how messages are decoded or
  * partitions assigned (ingest.h, assign.h).
  *
@@ -54,12 +54,20 @@ struct dd_slot {
     struct dd_trace_pending trace;
 };
 
+/* How written windows become durable (ingest.durable; docs/design.md,
+ * "Ingest semantics"). */
+enum dd_flush_durable {
+    DD_DURABLE_FLUSH = 0, /* unlogged; a durable point flushes the memtables */
+    DD_DURABLE_WAL,       /* through the WAL, not fsync'd; a durable point fsyncs the WAL */
+    DD_DURABLE_WINDOW,    /* through the WAL, fsync'd when history.sync; durable as written */
+};
+
 struct dd_flush_conf {
     dd_history *history;          /* borrowed, must outlive the flusher */
     const char *topic;            /* ingest.topic; borrowed likewise */
     dd_lag *lag;                  /* told what each written window made visible; borrowed */
-    bool wal;                     /* ingest.wal */
-    uint32_t durable_interval_ms; /* wal=false: durable at least this often */
+    enum dd_flush_durable durable; /* ingest.durable */
+    uint32_t durable_interval_ms;  /* flush, wal: a durable point at least this often */
     uint64_t window_bytes;        /* each slot's window.max_bytes / 2 */
     size_t max_user;              /* a forget's user id, at most */
 };
@@ -96,7 +104,7 @@ struct dd_slot *dd_flush_swap(dd_flush *f);
 /* Wait until the flush thread holds no slot. */
 void dd_flush_wait(dd_flush *f);
 /* Have the flusher make every written window durable and store its
- * offsets (wal=false; a no-op otherwise), and wait for it (and for a
+ * offsets (durable = flush or wal; a no-op otherwise), and wait for it (and for a
  * window being written: it blocks as long as a failing write is retried). */
 void dd_flush_sync(dd_flush *f);
 /* A partition's position is past a message never processed: no offset

@@ -64,8 +64,8 @@ struct dd_ingest {
     uint32_t flush_ms;
     size_t early_plays; /* a window this full is written as soon as the
                              flusher is idle, before flush_ms */
-    bool wal;           /* ingest.wal: windows through the WAL */
-    int64_t durable_ns; /* ingest.durable_interval_ms, in ns */
+    const char *durable; /* static: ingest.durable as applied, "flush", "wal" or "window" */
+    int64_t durable_ns;  /* ingest.durable_interval_ms, in ns */
 
     rd_kafka_t *rk;        /* consumer */
     rd_kafka_topic_t *rkt; /* the topic, for metadata requests */
@@ -638,6 +638,17 @@ static rd_kafka_t *consumer_new(dd_ingest *in, const struct dd_config_list *kafk
     return rk;
 }
 
+/* ingest.durable as an enum dd_flush_durable (ingest.wal = true, the
+ * older key, means window); -1 if unknown. */
+static int durable_mode(const struct dd_ingest_conf *conf)
+{
+    if (conf->wal) return DD_DURABLE_WINDOW;
+    if (!conf->durable || !strcmp(conf->durable, "flush")) return DD_DURABLE_FLUSH;
+    if (!strcmp(conf->durable, "wal")) return DD_DURABLE_WAL;
+    if (!strcmp(conf->durable, "window")) return DD_DURABLE_WINDOW;
+    return -1;
+}
+
 int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
                   const struct dd_window_conf *window, const struct dd_config_list *kafka,
                   dd_history *history, char *err, size_t errlen)
@@ -661,6 +672,12 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
         snprintf(err, errlen, "window.flush_ms: must be at least 1");
         return DD_ERR_INVALID;
     }
+    int durable = durable_mode(conf);
+    if (durable < 0) {
+        snprintf(err, errlen, "ingest.durable: flush, wal or window, not \"%s\"", conf->durable);
+        return DD_ERR_INVALID;
+    }
+    static const char *const durable_names[] = {"flush", "wal", "window"};
     dd_ingest *in = calloc(1, sizeof *in);
     if (!in) goto nomem;
     int rc = DD_ERR_NOMEM;
@@ -675,7 +692,7 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     /* About a quarter of a window (some 64 bytes a play): 131,072 plays
      * at the default window.max_bytes. */
     in->early_plays = (size_t)(per_window / 256);
-    in->wal = conf->wal;
+    in->durable = durable_names[durable];
     in->durable_ns = (int64_t)conf->durable_interval_ms * 1000000;
     in->format = fmt == DD_PLAYEVENT_JSON ? "json" : "protobuf";
     atomic_init(&in->stop, 0);
@@ -700,7 +717,7 @@ int dd_ingest_new(dd_ingest **out, const struct dd_ingest_conf *conf,
     }
     rc = DD_ERR_NOMEM;
     struct dd_flush_conf fc = {
-        history,    in->topic,   in->lag, conf->wal, conf->durable_interval_ms,
+        history,    in->topic,   in->lag, (enum dd_flush_durable)durable, conf->durable_interval_ms,
         per_window, in->max_user};
     if (dd_flush_new(&in->fl, &fc) != DD_OK) goto err;
     rc = DD_ERR_INVALID;
@@ -782,9 +799,9 @@ int dd_ingest_start(dd_ingest *in)
     }
     in->started = 1;
     dd_info(MOD,
-            "msg=started topic=%s format=%s flush_ms=%u wal=%s durable_interval_ms=%" PRId64
+            "msg=started topic=%s format=%s flush_ms=%u durable=%s durable_interval_ms=%" PRId64
             " dead_letter_topic=%s mode=%s group=%s",
-            in->topic, in->format, in->flush_ms, in->wal ? "true" : "false",
+            in->topic, in->format, in->flush_ms, in->durable,
             in->durable_ns / 1000000, in->dlq ? dd_deadletter_topic(in->dlq) : "-",
             in->assign ? "assign" : "group", dd_assign_group(in->as));
     if (in->assign)

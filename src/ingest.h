@@ -3,8 +3,9 @@
  * ingest.h - the Kafka play consumer: it consumes ingest.topic, decodes
  * play events (playevent.h), gathers them in windows (window.h), writes
  * each window to the history store as one batch, and only once that batch
- * is durable (ingest.wal=false: after the next memtable flush; true:
- * through the WAL) stores and commits the messages' offsets. Knows nothing
+ * is durable (ingest.durable: flush, after the next memtable flush; wal,
+ * after the next WAL sync; window, as written) stores and commits the
+ * messages' offsets. Knows nothing
  * of gRPC.
  *
  * Semantics (docs/design.md, "Ingest semantics"): at-least-once from Kafka,
@@ -89,8 +90,9 @@ struct dd_ingest_conf {
     char *format;                 /* "json" or "protobuf" */
     char *dead_letter_topic;      /* "" = none */
     uint32_t max_id_bytes;        /* longer user or item ids are rejected */
-    bool wal;                     /* write plays through RocksDB's WAL */
-    uint32_t durable_interval_ms; /* wal=false: flush + commit at least this often */
+    char *durable;                /* "flush", "wal" or "window" (ingest.durable) */
+    bool wal;                     /* true: as durable = window (the older key) */
+    uint32_t durable_interval_ms; /* flush, wal: a durable point + commit at least this often */
     /* Set by main from [cluster] (cluster.h), not operator keys. */
     bool assign; /* self-assign partitions p with p % shards == shard, no group */
     uint32_t shards, shard, replica; /* assign: shards >= 1, shard < shards */
@@ -163,10 +165,11 @@ int dd_ingest_wait_visible(dd_ingest *in, int32_t partition, int64_t offset, int
 /* Stop (if running) and free everything. NULL is a no-op. */
 void dd_ingest_free(dd_ingest *in);
 
-/* Make every window written so far durable now (ingest.wal=false: flush
- * the memtables, store and commit the offsets) instead of at the next
- * ingest.durable_interval_ms, and wait for it. Windows still being filled
- * are not included. A no-op with ingest.wal=true or when not running.
+/* Make every window written so far durable now (ingest.durable = flush:
+ * flush the memtables; wal: fsync the WAL; then store and commit the
+ * offsets) instead of at the next ingest.durable_interval_ms, and wait for
+ * it. Windows still being filled are not included. A no-op with durable =
+ * window (or ingest.wal = true) or when not running.
  * Failures are counted (write_errors) and logged; the offsets then wait
  * for the next try. Waits for a window being written first, so it blocks
  * as long as a failing write is retried. Safe from any thread. */
@@ -238,7 +241,7 @@ struct dd_ingest_stats {
     uint64_t messages_flushed; /* messages whose window is written (visible) */
     uint64_t messages_durable; /* messages whose plays are durable (offsets stored) */
     uint64_t flushes;          /* windows written */
-    uint64_t durable_flushes;  /* ingest.wal=false: memtable flushes that made windows durable */
+    uint64_t durable_flushes;  /* durable points (memtable flushes or WAL syncs) */
     uint64_t write_errors;     /* failed store writes or durability flushes (retried) */
     uint64_t commits;          /* successful offset commits */
     uint64_t commit_errors;

@@ -133,6 +133,7 @@ static void test_defaults(void)
     CHECK_STR(c.ingest.topic, "plays");
     CHECK_STR(c.ingest.format, "json");
     CHECK_STR(c.ingest.dead_letter_topic, "");
+    CHECK_STR(c.ingest.durable, "flush");
     CHECK(c.ingest.wal == false);
     CHECK_EQ_INT(c.ingest.durable_interval_ms, 10000);
     CHECK_EQ_INT(c.ingest.max_id_bytes, 256);
@@ -222,6 +223,10 @@ static void test_set(void)
     CHECK_STR(c.ingest.format, "protobuf");
     set_ok(&c, "ingest.format", "JSON"); /* stored as the canonical word */
     CHECK_STR(c.ingest.format, "json");
+    set_ok(&c, "ingest.durable", "wal");
+    CHECK_STR(c.ingest.durable, "wal");
+    set_ok(&c, "ingest.durable", "window");
+    CHECK_STR(c.ingest.durable, "window");
     set_ok(&c, "log.level", "debug");
     CHECK_STR(c.log.level, "debug");
     set_ok(&c, "rpc.poller", "epoll1");
@@ -315,6 +320,7 @@ static void test_set_errors(void)
     SET_ERROR("history.sync", "", "is not a boolean");
     SET_ERROR("history.sync", "2", "is not a boolean");
     SET_ERROR("ingest.format", "xml", "is not one of json, protobuf");
+    SET_ERROR("ingest.durable", "sync", "is not one of flush, wal, window");
     SET_ERROR("ingest.format", "", "is not one of");
     SET_ERROR("log.level", "loud", "is not one of debug, info, warn, error");
     SET_ERROR("rpc.poller", "epollex", "is not one of poll, epoll1");
