@@ -5,8 +5,11 @@
 has: there a missing capability fails, locally it skips). Twice: with
 history.min_free_mb = 8 (dedupd refuses writes before RocksDB meets the
 full disk), and with 0 (RocksDB's flush fails with ENOSPC, RocksDB stops
-writing with a background error and must resume by itself). With Kafka
-ingest (ingest.wal=false) and RecordPlays:
+writing with a background error and must resume by itself), with Kafka
+ingest's durable points as memtable flushes (ingest.durable = flush); then
+with 8 and ingest.durable = wal (windows through the WAL, the durable point
+a WAL sync: the reserve keeps the WAL from meeting the full disk, which
+would need a restart, as run_wal shows). With Kafka ingest and RecordPlays:
 
 1. plays A are ingested and made durable; a RecordPlays is stored;
 2. a filler file takes every free byte of the filesystem; plays B are
@@ -93,8 +96,8 @@ def plays(tag, n):
     return [("fd%03d" % (i % USERS), "%s-%d" % (tag, i), None) for i in range(n)]
 
 
-def run(mnt, min_free_mb):
-    harness.log("== history.min_free_mb = %d" % min_free_mb)
+def run(mnt, min_free_mb, durable_mode="flush"):
+    harness.log("== history.min_free_mb = %d, ingest.durable = %s" % (min_free_mb, durable_mode))
     pb, pbg, grpc = python_stubs()
     redis = harness.Redis()
     broker = harness.DevBroker(("plays:2",))
@@ -104,6 +107,7 @@ def run(mnt, min_free_mb):
     dd = harness.Dedupd(il.ingest_overrides(broker, **{
         "history.path": os.path.join(mnt, "db"),
         "history.min_free_mb": str(min_free_mb),
+        "ingest.durable": durable_mode,
         "kafka.session.timeout.ms": "6000",
         "kafka.heartbeat.interval.ms": "300",
         "rocksdb.write_buffer_size": "1048576",
@@ -320,6 +324,7 @@ def main():
     try:
         run(mnt, 8)
         run(mnt, 0)
+        run(mnt, 8, "wal")
         run_wal(mnt)
     finally:
         harness._cleanup()

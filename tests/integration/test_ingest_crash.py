@@ -9,9 +9,11 @@ again, crashes included. Then the store's offsets are shown to win over the
 group's: restarted under a new group id (no committed offsets) with
 auto.offset.reset=latest, dedupd still ingests what was produced while it
 was down. Against Apache Kafka itself (realkafka.py): a consumer group's
-session, rebalances and committed offsets are a real broker's."""
+session, rebalances and committed offsets are a real broker's. The argument
+is ingest.durable: flush (the default) or wal."""
 import random
 import re
+import sys
 import time
 
 import harness
@@ -25,6 +27,9 @@ KILLS = 5
 
 
 def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else "flush"
+    if mode not in ("flush", "wal"):
+        harness.fail("usage: test_ingest_crash.py [flush|wal]")
     rnd = random.Random(7)
     plays = [("c%05d" % rnd.randrange(USERS), "v%d" % i, None) for i in range(PLAYS)]
     broker = realkafka.KafkaCluster(topics=("plays:16",))
@@ -33,7 +38,8 @@ def main():
     # land between durable points, not only before the first.
     dd = harness.Dedupd(il.ingest_overrides(broker, **{
         "kafka.session.timeout.ms": "3000", "kafka.heartbeat.interval.ms": "300",
-        "window.max_bytes": "262144", "ingest.durable_interval_ms": "500"}))
+        "window.max_bytes": "262144", "ingest.durable_interval_ms": "500",
+        "ingest.durable": mode}))
     prod = il.produce_async(broker, plays, rate=RATE)
     kills_mid_ingest = 0
     for k in range(KILLS):
