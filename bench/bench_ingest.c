@@ -8,10 +8,11 @@
  *      distinct users (default 1,000,000) are produced first; then ingest
  *      starts and the clock runs from the moment partitions are assigned to
  *      the moment every play is durable and its offset stored: with the
- *      default ingest.wal=false, every window written and then flushed to
- *      SST files (dd_ingest_sync, rather than waiting for the next
- *      ingest.durable_interval_ms); with ingest.wal=true, every window
- *      written through the WAL (fsync'd when history.sync). plays/s.
+ *      default ingest.durable=flush, every window written and then flushed
+ *      to SST files (dd_ingest_sync, rather than waiting for the next
+ *      ingest.durable_interval_ms); with wal, every window written through
+ *      the WAL and the WAL fsync'd (dd_ingest_sync); with window, every
+ *      window written through the WAL (fsync'd when history.sync). plays/s.
  *   2. RocksDB bytes written per play during that ingest (history stats:
  *      WAL + flush + compaction writes), and each of the three; and the
  *      process's CPU time per play (broker and producer threads included).
@@ -389,8 +390,9 @@ int main(int argc, char **argv)
         die("kafka", err);
 
     printf("bench_ingest: broker %s, %" PRIu64 " plays, %" PRIu64 " users, %" PRIu64
-           " partitions, ingest.wal=%s, history.sync=%s, window.flush_ms=%u, window.max_bytes=%" PRIu64 "\n",
-           external ? "external" : "mock", plays, users, partitions, cfg.ingest.wal ? "true" : "false",
+           " partitions, ingest.durable=%s, history.sync=%s, window.flush_ms=%u, window.max_bytes=%" PRIu64 "\n",
+           external ? "external" : "mock", plays, users, partitions,
+           cfg.ingest.wal ? "window" : cfg.ingest.durable,
            cfg.history.sync ? "true" : "false", cfg.window.flush_ms,
            cfg.window.max_bytes);
 
@@ -426,8 +428,9 @@ int main(int argc, char **argv)
     wait_written(in, plays, t0);
     struct dd_ingest_stats st;
     double el_written = secs(dd_mono_ns() - t0);
-    /* Durable: with ingest.wal=false the last windows wait for the next
-     * durability flush; do it now rather than wait durable_interval_ms. */
+    /* Durable: with ingest.durable=flush or wal the last windows wait for
+     * the next durable point; run it now rather than wait
+     * durable_interval_ms. */
     dd_ingest_sync(in);
     dd_ingest_get_stats(in, &st);
     if (st.messages_durable < plays) die("ingest", "plays written but not made durable");

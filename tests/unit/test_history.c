@@ -482,8 +482,8 @@ static int write_mode(dd_history *h, const char *user, uint64_t x, bool unlogged
  * is not fsync'd, even with history.sync = true (counted: no WAL sync per
  * write), and dd_history_sync_wal fsyncs it. It survives a crash (a child
  * process writes and _exits without closing the store); an unlogged write
- * does not (the control). Runs first: the child is forked before RocksDB
- * has any thread in this process. */
+ * does not (the control); a checkpoint holds it. Runs first: the child is
+ * forked before RocksDB has any thread in this process. */
 static void test_nosync_crash(void)
 {
     struct dd_config cfg;
@@ -520,7 +520,22 @@ static void test_nosync_crash(void)
     CHECK(has(h, "", "nosync", x[0]));
     CHECK(!has(h, "", "unlogged", x[1]));
     CHECK(has(h, "", "synced", x[2]));
+    /* A checkpoint (a snapshot's copy) holds nosync writes: it flushes
+     * the memtables first. */
+    uint64_t y = item("crash", 4);
+    CHECK_EQ_INT(write_mode(h, "checkpoint", y, false, true), DD_OK);
+    char cp[160];
+    snprintf(cp, sizeof cp, "%s-copy", path);
+    CHECK_EQ_INT(dd_history_checkpoint(h, cp, err, sizeof err), DD_OK);
     dd_history_close(h);
+    struct dd_config ccfg;
+    char cpath[128];
+    new_config(&ccfg, cpath, sizeof cpath);
+    set(&ccfg, "history.path", cp);
+    h = open_store(&ccfg);
+    CHECK(has(h, "", "checkpoint", y));
+    CHECK(has(h, "", "nosync", x[0]));
+    close_store(h, &ccfg);
 
     /* Refused as writes are: short of space. */
     set(&cfg, "history.min_free_mb", "17592186044415");
