@@ -186,6 +186,68 @@ static int cmp_seg_hash(const void *a, const void *b)
     return (x->h > y->h) - (x->h < y->h);
 }
 
+/* The M plays of SH grouped by segment, ascending: their hashes into HS
+ * (M entries), each segment's run start into *STARTS and the segment of
+ * run i into (*SEGS)[i], *NRUNS runs (arrays in ARENA). Only the grouping
+ * matters: the operand encoders sort and deduplicate their fingerprints
+ * themselves (bloom.h), so the order within a run does not change a byte
+ * written. A request's segments lie close together (a few segment_days
+ * wide, or a day scene's days within the retention): one counting pass
+ * over their range, which is cheaper than sorting the pairs (a quarter of
+ * a bulk load's CPU per play was qsort's); a range much wider than the
+ * request falls back to qsort. DD_OK or DD_ERR_NOMEM. */
+static int group_by_segment(dd_arena *arena, struct seg_hash *sh, size_t m, uint64_t *hs,
+                            size_t **starts, uint32_t **segs, size_t *nruns)
+{
+    uint32_t lo = sh[0].seg, hi = sh[0].seg;
+    for (size_t i = 1; i < m; i++) {
+        if (sh[i].seg < lo) lo = sh[i].seg;
+        if (sh[i].seg > hi) hi = sh[i].seg;
+    }
+    const size_t range = (size_t)(hi - lo) + 1;
+    if (range > 2 * m + 64) {
+        qsort(sh, m, sizeof *sh, cmp_seg_hash);
+        size_t runs = 0;
+        for (size_t i = 0; i < m; i++) runs += i == 0 || sh[i].seg != sh[i - 1].seg;
+        *starts = dd_arena_alloc(arena, (runs + 1) * sizeof **starts);
+        *segs = dd_arena_alloc(arena, runs * sizeof **segs);
+        if (!*starts || !*segs) return DD_ERR_NOMEM;
+        size_t r = 0;
+        for (size_t i = 0; i < m; i++) {
+            if (i == 0 || sh[i].seg != sh[i - 1].seg) {
+                (*starts)[r] = i;
+                (*segs)[r++] = sh[i].seg;
+            }
+            hs[i] = sh[i].h;
+        }
+        (*starts)[runs] = m;
+        *nruns = runs;
+        return DD_OK;
+    }
+    size_t *at = dd_arena_alloc(arena, range * sizeof *at);
+    if (!at) return DD_ERR_NOMEM;
+    memset(at, 0, range * sizeof *at);
+    for (size_t i = 0; i < m; i++) at[sh[i].seg - lo]++;
+    size_t runs = 0;
+    for (size_t k = 0; k < range; k++) runs += at[k] != 0;
+    *starts = dd_arena_alloc(arena, (runs + 1) * sizeof **starts);
+    *segs = dd_arena_alloc(arena, runs * sizeof **segs);
+    if (!*starts || !*segs) return DD_ERR_NOMEM;
+    size_t sum = 0, r = 0;
+    for (size_t k = 0; k < range; k++) {
+        size_t c = at[k];
+        if (!c) continue;
+        (*starts)[r] = sum;
+        (*segs)[r++] = lo + (uint32_t)k;
+        at[k] = sum;
+        sum += c;
+    }
+    (*starts)[runs] = m;
+    for (size_t i = 0; i < m; i++) hs[at[sh[i].seg - lo]++] = sh[i].h;
+    *nruns = runs;
+    return DD_OK;
+}
+
 int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysRequest *req,
                     Dedup__V1__RecordPlaysResponse *resp, char *err, size_t errlen)
 {
@@ -256,25 +318,23 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
     }
 
     if (m) {
-        /* One operand per segment: sort by segment, then hand each run of
-         * hashes to the batch. The hashes are copied out contiguously
+        /* One operand per segment: group the hashes by segment, then hand
+         * each run to the batch. The hashes are copied out contiguously
          * (reusing the front of the same arena block would alias). */
-        qsort(sh, m, sizeof *sh, cmp_seg_hash);
         uint64_t *hs = dd_arena_alloc(arena, m * sizeof *hs);
-        if (!hs) return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
-        for (size_t i = 0; i < m; i++) hs[i] = sh[i].h;
+        size_t *starts = NULL, nruns = 0;
+        uint32_t *segs = NULL;
+        if (!hs || group_by_segment(arena, sh, m, hs, &starts, &segs, &nruns) != DD_OK)
+            return dd_fail(DD_ERR_NOMEM, err, errlen, "out of memory for %zu plays", n);
         dd_history_batch_clear(w->batch);
-        for (size_t i = 0; i < m;) {
-            size_t j = i + 1;
-            while (j < m && sh[j].seg == sh[i].seg) j++;
+        for (size_t r = 0; r < nruns; r++) {
             rc = dd_history_batch_add(w->batch, req->scene, scene_len, req->user_id, user_len,
-                                      sh[i].seg, hs + i, j - i);
+                                      segs[r], hs + starts[r], starts[r + 1] - starts[r]);
             if (rc != DD_OK) {
                 dd_history_batch_clear(w->batch);
                 return dd_fail(rc == DD_ERR_NOMEM ? DD_ERR_NOMEM : DD_ERR_INVALID, err, errlen,
                                "cannot batch plays: %s", dd_strerror(rc));
             }
-            i = j;
         }
         char herr[256];
         rc = dd_history_write(w->history, w->batch, herr, sizeof herr);

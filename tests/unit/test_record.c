@@ -119,6 +119,76 @@ static void test_redis_down_writes(void)
     CHECK_EQ_INT(r.n_kept_ids, 1);
 }
 
+/* RecordPlays for USER of N plays "USER-i" dated AGE[i] days before T0
+ * (a few seconds apart within a day), then, for every lookback L from 1
+ * to the oldest age, a Filter of all of them with lookback L must keep
+ * exactly those older than L days: each play was written to its own
+ * day's segment (segment_days is 1 here), whatever the order of the
+ * request. */
+static void check_days(const char *user, size_t n, const int *age)
+{
+    enum { MAXN = 512 };
+    REQUIRE(n <= MAXN);
+    static char ids[MAXN][32];
+    static char *idp[MAXN];
+    static Dedup__V1__Play plays[MAXN], *pp[MAXN];
+    int oldest = 0;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(ids[i], sizeof ids[i], "%s-%zu", user, i);
+        idp[i] = ids[i];
+        dedup__v1__play__init(&plays[i]);
+        plays[i].item_id = ids[i];
+        plays[i].played_at_ms = T0 - (int64_t)age[i] * DAY - (int64_t)(i % 5) * 1000;
+        pp[i] = &plays[i];
+        if (age[i] > oldest) oldest = age[i];
+    }
+    Dedup__V1__RecordPlaysRequest req = DEDUP__V1__RECORD_PLAYS_REQUEST__INIT;
+    req.user_id = (char *)user;
+    req.plays = pp;
+    req.n_plays = n;
+    Dedup__V1__RecordPlaysResponse pr;
+    dd_arena_reset(arena);
+    CHECK_EQ_INT(dd_record_plays(wr, arena, &req, &pr, err, sizeof err), DD_OK);
+    CHECK_EQ_INT(pr.accepted, n);
+    int bad = 0;
+    for (int l = 1; l <= oldest; l++) {
+        Dedup__V1__FilterResponse r;
+        if (filter(user, idp, n, (uint32_t)l, DEDUP__V1__RESPONSE_MODE__RESPONSE_MODE_IDS, 0, &r) !=
+            DD_OK) {
+            bad++;
+            continue;
+        }
+        size_t want = 0;
+        for (size_t i = 0; i < n; i++) want += age[i] > l;
+        size_t k = 0, wrong = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (age[i] <= l) continue;
+            /* kept in request order */
+            if (k >= r.n_kept_ids || strcmp(r.kept_ids[k], ids[i]) != 0) wrong++;
+            k++;
+        }
+        if (r.n_kept_ids != want || wrong) {
+            fprintf(stderr, "%s lookback %d: %zu kept, %zu wanted, %zu wrong\n", user, l,
+                    r.n_kept_ids, want, wrong);
+            bad++;
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+static void test_plays_to_their_days(void)
+{
+    /* 400 plays over 40 days in no order: grouped by a count over the
+     * days */
+    static int age[400];
+    uint64_t seed = 7;
+    for (size_t i = 0; i < 400; i++) age[i] = (int)(tl_splitmix64(&seed) % 40);
+    check_days("gina", 400, age);
+    /* 3 plays 40 days apart, out of order: a range wider than the
+     * request, grouped by sorting */
+    static const int spread[] = {40, 0, 80};
+    check_days("hank", 3, spread);
+}
 
 int main(void)
 {
@@ -127,6 +197,7 @@ int main(void)
     test_delivery_future();
     test_bad_input();
     test_redis_down_writes();
+    test_plays_to_their_days();
     teardown();
     TEST_MAIN_END();
 }
