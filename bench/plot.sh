@@ -17,7 +17,7 @@
 #   filter-candidates.svg  the same against the candidates per request
 #   cold.svg               cold-path p50 and p99 (and warm p50) per variant
 #                          and user choice
-#   aging-bytes.svg        bytes written per simulated day (flush and
+#   aging-bytes.svg        bytes written per simulated day (WAL, flush and
 #                          compaction) over bench_aging's days
 # The column files gnuplot reads are kept beside the plots (*.dat).
 # Exits non-zero, naming the file, if an input is missing or holds no
@@ -71,9 +71,13 @@ sed -n 's/^SUMMARY variant=\([^ ]*\) users=\([^ ]*\) p50_us=\([0-9.]*\) p99_us=\
 [ -s "$out/cold.dat" ] || fail "$raw/bench_cold.txt: no SUMMARY lines"
 
 [ -f "$raw/bench_aging.txt" ] || fail "no $raw/bench_aging.txt"
-# Day rows: day plays B/play flush compact ... (bench_aging.c's table).
-awk '$1 ~ /^[0-9]+$/ && NF >= 13 && $2 ~ /^[0-9]+$/ {
-         printf "%d %.3f %.3f %.3f\n", $1, $2 * $3 / 1e6, $2 * $4 / 1e6, $2 * $5 / 1e6
+# Day rows: day plays B/play [wal] flush compact ... (bench_aging.c's
+# table, its columns named by its header line; older outputs have no wal).
+awk '$1 == "day" { for (i = 1; i <= NF; i++) col[$i] = i; next }
+     $1 ~ /^[0-9]+$/ && NF >= 13 && $2 ~ /^[0-9]+$/ && col["flush"] {
+         w = col["wal"] ? $(col["wal"]) : 0
+         printf "%d %.3f %.3f %.3f %.3f\n", $1, $2 * $3 / 1e6, $2 * $(col["flush"]) / 1e6,
+             $2 * $(col["compact"]) / 1e6, $2 * w / 1e6
      }' "$raw/bench_aging.txt" >"$out/aging-bytes.dat"
 [ -s "$out/aging-bytes.dat" ] || fail "$raw/bench_aging.txt: no day rows"
 
@@ -122,7 +126,7 @@ set style data lines
 set xlabel 'simulated day'
 set ylabel 'MB written that day'
 plot 'aging-bytes.dat' using 1:2 lw 2 title 'total', '' using 1:3 title 'flush', \
-     '' using 1:4 title 'compaction'
+     '' using 1:4 title 'compaction', '' using 1:5 title 'WAL'
 EOF
 for p in filter-plays filter-candidates cold aging-bytes; do
     [ -s "$p.svg" ] || fail "$out/$p.svg was not written"
