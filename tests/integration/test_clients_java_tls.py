@@ -36,46 +36,12 @@ import subprocess
 import time
 
 import harness
+from certs import Certs
 
 
 def check(cond, msg):
     if not cond:
         harness.fail(msg)
-
-
-class Certs:
-    """A test CA and the certificates it signs (openssl, in a temp dir)."""
-
-    def __init__(self, openssl):
-        self.openssl = openssl
-        self.d = harness.tmpdir("dedupd-java-tls-")
-        self.ca_key, self.ca = self.path("ca.key"), self.path("ca.crt")
-        self.run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                 "-nodes", "-days", "2", "-subj", "/CN=java tls test CA",
-                 "-addext", "basicConstraints=critical,CA:TRUE",
-                 "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-                 "-keyout", self.ca_key, "-out", self.ca)
-
-    def path(self, f):
-        return os.path.join(self.d, f)
-
-    def run(self, *args):
-        r = subprocess.run([self.openssl] + list(args), capture_output=True, text=True)
-        if r.returncode != 0:
-            harness.fail("openssl %s: %s" % (" ".join(args), r.stderr))
-
-    def issue(self, cn, san=None, usage="clientAuth"):
-        """(cert, key) of CN (and SAN), signed by the CA; the key PKCS#8."""
-        key, csr, crt, ext = (self.path("%s.%s" % (cn, e)) for e in ("key", "csr", "crt", "ext"))
-        with open(ext, "w") as f:
-            f.write("basicConstraints=CA:FALSE\nextendedKeyUsage=%s\n" % usage)
-            if san:
-                f.write("subjectAltName=%s\n" % san)
-        self.run("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                 "-nodes", "-subj", "/CN=%s" % cn, "-keyout", key, "-out", csr)
-        self.run("x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", self.ca_key,
-                 "-CAcreateserial", "-days", "2", "-extfile", ext, "-out", crt)
-        return crt, key
 
 
 def build():
@@ -154,10 +120,11 @@ def main():
         harness.skip("openssl is not installed")
     argv = build()
     t0 = time.time()
-    certs = Certs(openssl)
-    node = certs.issue("dedupd-node", "DNS:localhost,IP:127.0.0.1", usage="serverAuth,clientAuth")
-    app = certs.issue("feed-app")
-    reader = certs.issue("recall")
+    certs = Certs(openssl, harness.tmpdir("dedupd-java-tls-"), "java")
+    node = certs.issue("node", "dedupd-node", "DNS:localhost,IP:127.0.0.1",
+                       usage="serverAuth,clientAuth")
+    app = certs.issue("app", "feed-app")
+    reader = certs.issue("reader", "recall")
     f = fleet.Fleet(shards=2, replicas=1, extra={
         "rpc.tls_cert": node[0], "rpc.tls_key": node[1], "rpc.tls_client_ca": certs.ca,
         "rpc.allow_read": "feed-app, recall", "rpc.allow_write": "feed-app",

@@ -23,7 +23,8 @@ import time
 import harness
 import test_ingest_lib as il
 from test_clients_lib import python_stubs
-from test_tls import Certs, Client
+from certs import Certs
+from test_tls import Client
 
 pb, pbg, grpc = python_stubs()
 
