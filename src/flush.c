@@ -50,10 +50,10 @@
 
 struct dd_flush {
     dd_history *h;
-    const char *topic;  /* borrowed */
-    dd_lag *lag;        /* borrowed */
-    dd_trace *trace;    /* NULL = none */
-    rd_kafka_t *rk;     /* the consumer (dd_flush_set_consumer) */
+    const char *topic;             /* borrowed */
+    dd_lag *lag;                   /* borrowed */
+    dd_trace *trace;               /* NULL = none */
+    rd_kafka_t *rk;                /* the consumer (dd_flush_set_consumer) */
     enum dd_flush_durable durable; /* ingest.durable */
     int64_t durable_ns;            /* ingest.durable_interval_ms, in ns */
     dd_history_batch *batch;
@@ -204,15 +204,14 @@ static int make_durable(dd_flush *f)
     char err[512];
     int64_t t0 = dd_mono_ns();
     bool wal = f->durable == DD_DURABLE_WAL;
-    int rc = wal ? dd_history_sync_wal(f->h, err, sizeof err)
-                 : dd_history_flush(f->h, err, sizeof err);
+    int rc =
+        wal ? dd_history_sync_wal(f->h, err, sizeof err) : dd_history_flush(f->h, err, sizeof err);
     if (rc != DD_OK) {
         INC(write_errors);
         dd_log_limited(&f->lim_write, 5000, DD_LOG_ERROR, MOD,
                        "msg=\"cannot %s; offsets not committed\" "
                        "messages=%" PRIu64 " error=\"%s\"",
-                       wal ? "sync the WAL" : "flush written plays to SST files", d->messages,
-                       err);
+                       wal ? "sync the WAL" : "flush written plays to SST files", d->messages, err);
         return rc;
     }
     uint64_t msgs = d->messages;

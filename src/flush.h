@@ -63,13 +63,13 @@ enum dd_flush_durable {
 };
 
 struct dd_flush_conf {
-    dd_history *history;          /* borrowed, must outlive the flusher */
-    const char *topic;            /* ingest.topic; borrowed likewise */
-    dd_lag *lag;                  /* told what each written window made visible; borrowed */
+    dd_history *history;           /* borrowed, must outlive the flusher */
+    const char *topic;             /* ingest.topic; borrowed likewise */
+    dd_lag *lag;                   /* told what each written window made visible; borrowed */
     enum dd_flush_durable durable; /* ingest.durable */
     uint32_t durable_interval_ms;  /* flush, wal: a durable point at least this often */
-    uint64_t window_bytes;        /* each slot's window.max_bytes / 2 */
-    size_t max_user;              /* a forget's user id, at most */
+    uint64_t window_bytes;         /* each slot's window.max_bytes / 2 */
+    size_t max_user;               /* a forget's user id, at most */
 };
 
 /* Create both slots and the write batch. Returns 0 or DD_ERR_NOMEM; *out

@@ -649,7 +649,10 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
     if (rocksdb_writebatch_count(b->wb) == 0) return 0;
     if (check_writable(h, err, errlen) != DD_OK) return DD_ERR_IO;
     char *e = NULL;
-    rocksdb_write(h->db, b->unlogged ? h->wopts_unlogged : b->nosync ? h->wopts_nosync : h->wopts,
+    rocksdb_write(h->db,
+                  b->unlogged ? h->wopts_unlogged
+                  : b->nosync ? h->wopts_nosync
+                              : h->wopts,
                   b->wb, &e);
     if (e) {
         int rc = write_failed(h, "write", e, !b->unlogged, err, errlen);

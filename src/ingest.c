@@ -62,7 +62,7 @@ struct dd_ingest {
     char *topic;
     const char *format; /* static: "json" or "protobuf" */
     uint32_t flush_ms;
-    size_t early_plays; /* a window this full is written as soon as the
+    size_t early_plays;  /* a window this full is written as soon as the
                              flusher is idle, before flush_ms */
     const char *durable; /* static: ingest.durable as applied, "flush", "wal" or "window" */
     int64_t durable_ns;  /* ingest.durable_interval_ms, in ns */
@@ -801,9 +801,9 @@ int dd_ingest_start(dd_ingest *in)
     dd_info(MOD,
             "msg=started topic=%s format=%s flush_ms=%u durable=%s durable_interval_ms=%" PRId64
             " dead_letter_topic=%s mode=%s group=%s",
-            in->topic, in->format, in->flush_ms, in->durable,
-            in->durable_ns / 1000000, in->dlq ? dd_deadletter_topic(in->dlq) : "-",
-            in->assign ? "assign" : "group", dd_assign_group(in->as));
+            in->topic, in->format, in->flush_ms, in->durable, in->durable_ns / 1000000,
+            in->dlq ? dd_deadletter_topic(in->dlq) : "-", in->assign ? "assign" : "group",
+            dd_assign_group(in->as));
     if (in->assign)
         dd_info(MOD,
                 "msg=\"cluster mode: assigning this shard's partitions once the topic is "
