@@ -352,17 +352,27 @@ size_t dd_lag_consumer(dd_lag *l, int32_t *parts, int64_t *lags, size_t cap)
 #define MAX_LAG_PARTITIONS 4096
 
 /* One gauge sample per partition: PARTS[i] = LAGS[i] * SCALE, i < N. */
+/* Milliseconds as Prometheus's seconds, the one conversion every lag
+ * family uses: a partition's lag and the node's (its largest) then print
+ * alike (ms * 1e-3 and ms / 1e3 differ in the last digit for many ms). */
+static double seconds(int64_t ms)
+{
+    return (double)ms / 1e3;
+}
+
+/* One sample per partition: the count as is (MS false) or milliseconds
+ * as seconds. */
 static void per_partition(dd_prom *p, const char *name, const int32_t *parts, const int64_t *lags,
-                          size_t n, double scale)
+                          size_t n, bool ms)
 {
     for (size_t i = 0; i < n; i++) {
         char num[16];
         snprintf(num, sizeof num, "%d", (int)parts[i]);
         struct dd_prom_label pl = {"partition", num};
-        if (scale == 1.0)
+        if (!ms)
             dd_prom_sample_u64(p, name, &pl, 1, (uint64_t)lags[i]);
         else
-            dd_prom_sample_f64(p, name, &pl, 1, (double)lags[i] * scale);
+            dd_prom_sample_f64(p, name, &pl, 1, seconds(lags[i]));
     }
 }
 
@@ -378,7 +388,7 @@ void dd_lag_collect(dd_prom *p, dd_lag *l)
                    "Messages behind the partition's end, by assigned partition "
                    "(librdkafka statistics)",
                    DD_PROM_GAUGE);
-    per_partition(p, "dedupd_ingest_consumer_lag", parts, lags, n, 1.0);
+    per_partition(p, "dedupd_ingest_consumer_lag", parts, lags, n, false);
     int64_t worst, event_worst;
     n = dd_lag_ms(l, parts, lags, MAX_LAG_PARTITIONS, &worst, &event_worst);
     if (n > MAX_LAG_PARTITIONS) n = MAX_LAG_PARTITIONS;
@@ -391,7 +401,7 @@ void dd_lag_collect(dd_prom *p, dd_lag *l)
                    "long ago this node first saw the log's end past the oldest message not yet "
                    "visible (its own clock)",
                    DD_PROM_GAUGE);
-    per_partition(p, "dedupd_ingest_partition_lag_seconds", parts, lags, n, 1e-3);
+    per_partition(p, "dedupd_ingest_partition_lag_seconds", parts, lags, n, true);
     dd_prom_gauge(p, "dedupd_ingest_lag_known",
                   "1 when partitions are assigned and every one's lag is known "
                   "(dedupd_ingest_lag_seconds is then exported), else 0",
@@ -402,7 +412,7 @@ void dd_lag_collect(dd_prom *p, dd_lag *l)
             "The largest partition lag in seconds (dedupd_ingest_partition_lag_seconds); "
             "absent while dedupd_ingest_lag_known is 0",
             DD_PROM_GAUGE);
-        dd_prom_sample_f64(p, "dedupd_ingest_lag_seconds", NULL, 0, (double)worst / 1e3);
+        dd_prom_sample_f64(p, "dedupd_ingest_lag_seconds", NULL, 0, seconds(worst));
     }
     if (event_worst >= 0) {
         dd_prom_family(p, "dedupd_ingest_event_lag_seconds",
@@ -411,7 +421,6 @@ void dd_lag_collect(dd_prom *p, dd_lag *l)
                        "readiness and forwarding use dedupd_ingest_lag_seconds; absent while "
                        "unknown",
                        DD_PROM_GAUGE);
-        dd_prom_sample_f64(p, "dedupd_ingest_event_lag_seconds", NULL, 0,
-                           (double)event_worst / 1e3);
+        dd_prom_sample_f64(p, "dedupd_ingest_event_lag_seconds", NULL, 0, seconds(event_worst));
     }
 }
