@@ -94,8 +94,9 @@ import javax.net.ssl.SSLException;
  * UNAVAILABLE is retried, and CANCELLED, which the client never causes: a
  * node shutting down cancels the calls that reach it after its shutdown
  * began (writes too: RecordDelivery and RecordPlays store the same items
- * again, which changes nothing the user sees); any other status completes
- * the future with the {@link StatusRuntimeException}.
+ * again, which changes nothing the user sees), and a connection lost under
+ * a call (UNKNOWN "channel closed" from the transport: a node killed); any
+ * other status completes the future with the {@link StatusRuntimeException}.
  *
  * <p>Coalescing. {@link #recordDelivery} waits up to {@link Builder#linger}
  * (default 1 ms) for more deliveries of the same user and scene, then sends
@@ -807,11 +808,7 @@ public final class DedupdClient implements AutoCloseable {
                 refreshMap(addr).whenComplete((nm, e) -> attempt());
                 return;
             }
-            // CANCELLED is not this client's doing (it cancels nothing): a
-            // node shutting down cancels the calls that reach it once its
-            // shutdown began, without working on them. Both fail over.
-            if ((s.getCode() == Status.Code.UNAVAILABLE || s.getCode() == Status.Code.CANCELLED)
-                    && attempts < cfg.maxAttempts) {
+            if (failsOver(t) && attempts < cfg.maxAttempts) {
                 downUntil.put(addr, System.nanoTime() + cfg.downFor.toNanos());
                 statFailovers.incrementAndGet();
                 refreshMap();
@@ -835,6 +832,32 @@ public final class DedupdClient implements AutoCloseable {
                 out.complete(resp);
             }
         }
+    }
+
+    /**
+     * Whether an attempt that failed with T goes to the next replica:
+     * UNAVAILABLE; CANCELLED, which is not this client's doing (it cancels
+     * nothing), but a node shutting down cancels the calls that reach it
+     * once its shutdown began, without working on them; and a connection
+     * lost under the call (a node killed): grpc-java's Netty transport
+     * reports that as UNKNOWN "channel closed" with a
+     * {@link java.nio.channels.ClosedChannelException} as cause. Every
+     * method is safe to send again (writes store the same items again).
+     */
+    static boolean failsOver(Throwable t) {
+        Status s = Status.fromThrowable(t);
+        if (s.getCode() == Status.Code.UNAVAILABLE || s.getCode() == Status.Code.CANCELLED) {
+            return true;
+        }
+        if (s.getCode() != Status.Code.UNKNOWN) {
+            return false;
+        }
+        for (Throwable c = s.getCause(); c != null; c = c.getCause()) {
+            if (c instanceof java.nio.channels.ClosedChannelException) {
+                return true;
+            }
+        }
+        return false;
     }
 
     // ------------------------------------------------------------ stats

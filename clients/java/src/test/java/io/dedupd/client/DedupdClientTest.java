@@ -316,6 +316,23 @@ class DedupdClientTest {
     }
 
     @Test
+    void failsOverOnAConnectionLostMidCall() {
+        // A node killed while a call is on its connection: grpc-java's
+        // Netty transport reports UNKNOWN "channel closed" with a
+        // ClosedChannelException as cause (not UNAVAILABLE) when the
+        // channel closes under an open stream.
+        java.nio.channels.ClosedChannelException closed = new java.nio.channels.ClosedChannelException();
+        assertTrue(DedupdClient.failsOver(
+                Status.UNKNOWN.withDescription("channel closed").withCause(closed).asRuntimeException()));
+        assertTrue(DedupdClient.failsOver(Status.UNAVAILABLE.asRuntimeException()));
+        assertTrue(DedupdClient.failsOver(Status.CANCELLED.asRuntimeException()));
+        // An UNKNOWN for any other reason is the node's answer: not retried.
+        assertFalse(DedupdClient.failsOver(Status.UNKNOWN.withDescription("channel closed").asRuntimeException()));
+        assertFalse(DedupdClient.failsOver(Status.INVALID_ARGUMENT.asRuntimeException()));
+        assertFalse(DedupdClient.failsOver(Status.DEADLINE_EXCEEDED.asRuntimeException()));
+    }
+
+    @Test
     void refreshesAStaleMapAndRoutesAgain() throws Exception {
         FakeNode s0 = node();
         FakeNode s1 = node();
