@@ -598,13 +598,13 @@ std::optional<Target> Client::Impl::Route(const std::string &user,
             const auto &st = r->state[static_cast<size_t>(shard)];
             // The fewest attempts outstanding; of those, the one that
             // answered last (a node polls for rpc.spin_us after a call, so
-            // the next call there is read without a wake-up: 0.3-0.4 ms
-            // at one call in flight, docs/benchmarks.md); of those, in
-            // turn. Under load this spreads calls as least-outstanding
+            // the next call there is read without a wake-up; the cost of
+            // taking replicas in turn is in docs/benchmarks.md); of those,
+            // in turn. Under load this spreads calls as least-outstanding
             // does; one call at a time stays on one replica, and a hedge
             // that wins moves it to the replica that answered.
             uint32_t turn = st->turn.fetch_add(1, std::memory_order_relaxed);
-            size_t best = turn % ok.size();
+            size_t best = 0;
             int best_out = 0;
             int64_t best_ok = 0;
             for (size_t k = 0; k < ok.size(); k++) {
