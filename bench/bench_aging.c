@@ -567,7 +567,8 @@ int main(int argc, char **argv)
                             nseg_user[ns++] = 0;
                         }
                         if (nseg_user[k] < MIX_MAX_PLAYS)
-                            hs[k * MIX_MAX_PLAYS + nseg_user[k]++] = mix_play_hash(u, pos[u]);
+                            hs[k * MIX_MAX_PLAYS + nseg_user[k]++] =
+                                dd_history_dated(mix_play_hash(u, pos[u]), at);
                     }
                     char user[16];
                     int ul = snprintf(user, sizeof user, "u%u", u);

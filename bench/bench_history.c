@@ -25,7 +25,7 @@
  * depends on where in the segment today falls.
  *
  *   bench_history [--users N] [--segment-days D] [--phase F] [--rounds R]
- *                 [--no-round-flush] [--day-scene] [--lookback D] [--dir PATH]
+ *                 [--no-round-flush] [--lookback D] [--dir PATH]
  *                 [--keep] [--build-only] [--set KEY=VALUE]...
  *   bench_history --read-merge [--segment-days D] [--dir PATH] [--keep]
  *   bench_history --floor [--users N] [--segment-days D] (print_floor: the
@@ -34,10 +34,11 @@
  * --set changes a dedupd setting (e.g. history.index_cache_mb=0), for A/B.
  *
  * segment_days defaults to history.segment_days' default (30).
- * --day-scene stores the plays in a scene listed in history.day_scenes (one
- * segment per day, lookback exact to the day: segment.h). --lookback D
- * times the heaviest user's probes with that lookback (default 0, the
- * whole retention); every other figure reads the whole retention.
+ * Every play is dated (lookbacks are exact to the day, history.h): the
+ * union false-positive rate, the false negatives and the share of older
+ * plays found are measured for the lookbacks 0 (the whole retention), 1,
+ * 7, 30, 60 and 89. --lookback D times the heaviest user's probes with
+ * that lookback (default 0, the whole retention).
  *
  * --build-only writes the store and stops after its size (no figures but
  * the load's); it implies --keep. Its "today" is the real clock's, not one
@@ -142,7 +143,13 @@ static void rm_write(dd_history *h, const char *user, uint32_t seg, const uint64
     char err[256];
     dd_history_batch *b = dd_history_batch_new();
     if (!b) die("batch", "out of memory");
-    if (dd_history_batch_add(b, "", 0, user, strlen(user), seg, hs, n)) die("batch", "add failed");
+    /* dated as of the store's today: the scenarios are all in today's segment */
+    uint64_t *dated = malloc((n ? n : 1) * sizeof *dated);
+    if (!dated) die("batch", "out of memory");
+    for (size_t i = 0; i < n; i++) dated[i] = dd_history_dated(hs[i], dd_history_now_ms(h));
+    if (dd_history_batch_add(b, "", 0, user, strlen(user), seg, dated, n))
+        die("batch", "add failed");
+    free(dated);
     if (dd_history_write(h, b, err, sizeof err)) die("write", err);
     dd_history_batch_free(b);
 }
@@ -267,7 +274,7 @@ int main(int argc, char **argv)
     uint32_t users = 20000, segment_days = 0, rounds = SPAN_DAYS;
     double phase = 0.5;
     const char *dir = NULL;
-    int keep = 0, round_flush = 1, rmerge = 0, day_scene = 0, build_only = 0, floor_only = 0;
+    int keep = 0, round_flush = 1, rmerge = 0, build_only = 0, floor_only = 0;
     const char *set[8];
     int nset = 0;
     for (int i = 1; i < argc; i++) {
@@ -282,13 +289,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--build-only")) build_only = keep = 1;
         else if (!strcmp(argv[i], "--no-round-flush")) round_flush = 0;
         else if (!strcmp(argv[i], "--read-merge")) rmerge = 1;
-        else if (!strcmp(argv[i], "--day-scene")) day_scene = 1;
         else if (!strcmp(argv[i], "--floor")) floor_only = 1;
         else if (!strcmp(argv[i], "--lookback") && i + 1 < argc)
             g_lookback = (uint32_t)atol(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--users N] [--segment-days D] [--phase F] "
-                            "[--rounds R] [--no-round-flush] [--day-scene] [--lookback D]\n"
+                            "[--rounds R] [--no-round-flush] [--lookback D]\n"
                             "       [--floor]\n"
                             "       [--dir PATH] [--keep] [--build-only]\n"
                             "       %s --read-merge [--segment-days D] [--dir PATH] [--keep]\n",
@@ -328,14 +334,7 @@ int main(int argc, char **argv)
     /* fsync per batch changes time, not size or lookups */
     if (dd_config_set(&cfg, "history.sync", "false", err, sizeof err)) die("config", err);
     segment_days = cfg.history.segment_days;
-    if (day_scene) {
-        if (dd_config_set(&cfg, "history.day_scenes", "live", err, sizeof err)) die("config", err);
-        g_scene = "live";
-        g_scene_len = 4;
-    }
-    /* the geometry the plays are written in: one-day segments in a day scene */
-    const uint32_t geo_days = day_scene ? 1 : segment_days;
-    const uint32_t seg_flag = day_scene ? DD_SEGMENT_DAY : 0;
+    const uint32_t geo_days = segment_days, seg_flag = 0;
 
     /* today = a day PHASE into its segment, near day 20000 */
     int64_t now = mix_now_ms(segment_days, phase);
@@ -363,10 +362,10 @@ int main(int argc, char **argv)
     if (dd_history_open(&h, &cfg.history, &cfg.rocksdb, &clk, err, sizeof err)) die("open", err);
 
     uint32_t s_max = (cfg.history.retention_days + geo_days - 1) / geo_days + 1;
-    printf("bench_history: users=%u segment_days=%u day_scene=%d retention_days=%u "
+    printf("bench_history: users=%u segment_days=%u retention_days=%u "
            "fp_rate=%.4f S=%u phase=%.2f rounds=%u round_flush=%d lookback=%u dir=%s\n",
-           users, segment_days, day_scene, cfg.history.retention_days, cfg.history.fp_rate,
-           s_max, phase, rounds, round_flush, g_lookback, path);
+           users, segment_days, cfg.history.retention_days, cfg.history.fp_rate, s_max, phase,
+           rounds, round_flush, g_lookback, path);
 
     /* ---- load --------------------------------------------------------- */
     uint64_t total = 0;
@@ -420,43 +419,74 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    /* union fp over every user, plus no false negative on a sample */
     uint64_t cand[CANDIDATES], tmp[CANDIDATES];
     uint8_t hit[CANDIDATES];
-    uint64_t fp_hits = 0, probes = 0, fn = 0, fn_checked = 0;
+    uint64_t fp_hits = 0, probes = 0, fn = 0;
     uint64_t *mine = malloc(MAX_PLAYS * sizeof *mine), *mtmp = malloc(MAX_PLAYS * sizeof *mtmp);
     uint8_t *mhit = malloc(MAX_PLAYS);
     if (!mine || !mtmp || !mhit) die("fp", "out of memory");
-    for (uint32_t u = 0; u < users; u++) {
-        char user[16];
-        int ul = snprintf(user, sizeof user, "u%u", u);
-        for (uint32_t j = 0; j < NEVER_PER_USER; j++) cand[j] = mix_never_hash(u, j);
-        dd_bloom_sort_hashes(cand, NULL, NEVER_PER_USER, tmp, NULL);
-        memset(hit, 0, NEVER_PER_USER);
-        if (dd_history_probe(h, g_scene, g_scene_len, user, (size_t)ul, 0, cand, NEVER_PER_USER,
-                             hit, err,
-                             sizeof err))
-            die("probe", err);
-        for (uint32_t j = 0; j < NEVER_PER_USER; j++) fp_hits += hit[j];
-        probes += NEVER_PER_USER;
-        if (u % 97 == 0 || u == heavy) {
-            uint32_t n = mix_user_plays(u);
-            for (uint32_t i = 0; i < n; i++) mine[i] = mix_play_hash(u, i);
-            dd_bloom_sort_hashes(mine, NULL, n, mtmp, NULL);
-            memset(mhit, 0, n);
-            if (dd_history_probe(h, g_scene, g_scene_len, user, (size_t)ul, 0, mine, n, mhit, err,
-                                 sizeof err))
+
+    /* Day-exactness, per lookback L: the union fp over every user, the
+     * plays of age <= L not found (false negatives: must be 0), and the
+     * share of older plays found (false positives only) on a sample of
+     * users. Ages in whole days, as the store counts them. */
+    static const uint32_t lbs[] = {0, 1, 7, 30, 60, 89};
+    uint32_t *midx = malloc(2 * MAX_PLAYS * sizeof *midx), *midx_tmp = midx + MAX_PLAYS;
+    if (!midx) die("lookbacks", "out of memory");
+    const int64_t today = dd_day_of_ms(now);
+    uint64_t fn_all = 0;
+    double worst_fp = 0;
+    for (size_t k = 0; k < sizeof lbs / sizeof lbs[0]; k++) {
+        const uint32_t span = lbs[k] ? lbs[k] : cfg.history.retention_days;
+        uint64_t lfp = 0, lprobes = 0, lfn = 0, lin = 0, lold = 0, lold_found = 0;
+        for (uint32_t u = 0; u < users; u++) {
+            char user[16];
+            int ul = snprintf(user, sizeof user, "u%u", u);
+            for (uint32_t j = 0; j < NEVER_PER_USER; j++) cand[j] = mix_never_hash(u, j);
+            dd_bloom_sort_hashes(cand, NULL, NEVER_PER_USER, tmp, NULL);
+            memset(hit, 0, NEVER_PER_USER);
+            if (dd_history_probe(h, g_scene, g_scene_len, user, (size_t)ul, lbs[k], cand,
+                                 NEVER_PER_USER, hit, err, sizeof err))
                 die("probe", err);
-            for (uint32_t i = 0; i < n; i++) fn += !mhit[i];
-            fn_checked += n;
+            for (uint32_t j = 0; j < NEVER_PER_USER; j++) lfp += hit[j];
+            lprobes += NEVER_PER_USER;
+            if (u % 97 != 0 && u != heavy) continue;
+            uint32_t n = mix_user_plays(u);
+            for (uint32_t i = 0; i < n; i++) {
+                mine[i] = mix_play_hash(u, i);
+                midx[i] = i;
+            }
+            dd_bloom_sort_hashes(mine, midx, n, mtmp, midx_tmp);
+            memset(mhit, 0, n);
+            if (dd_history_probe(h, g_scene, g_scene_len, user, (size_t)ul, lbs[k], mine, n, mhit,
+                                 err, sizeof err))
+                die("probe", err);
+            for (uint32_t p = 0; p < n; p++) {
+                int64_t age = today - dd_day_of_ms(now - mix_play_age_ms(u, midx[p]));
+                if (age <= (int64_t)span) {
+                    lin++;
+                    lfn += !mhit[p];
+                } else {
+                    lold++;
+                    lold_found += mhit[p];
+                }
+            }
         }
+        double rate = 100.0 * (double)lfp / (double)lprobes;
+        if (lbs[k] == 0) {
+            fp_hits = lfp; /* the whole retention: the store's union fp */
+            probes = lprobes;
+        }
+        if (rate > worst_fp) worst_fp = rate;
+        fn_all += lfn;
+        printf("lookback %2u: union fp %.4f%% (goal <= %.2f%%), false negatives %llu of %llu "
+               "plays within it, older plays found %.4f%% of %llu\n",
+               lbs[k], rate, 100 * cfg.history.fp_rate, (unsigned long long)lfn,
+               (unsigned long long)lin, lold ? 100.0 * (double)lold_found / (double)lold : 0.0,
+               (unsigned long long)lold);
     }
-    printf("union fp over all users: %.4f%%  (%llu of %llu never-played probes; goal <= "
-           "%.2f%%)\n",
-           100.0 * (double)fp_hits / (double)probes, (unsigned long long)fp_hits,
-           (unsigned long long)probes, 100 * cfg.history.fp_rate);
-    printf("false negatives: %llu of %llu played items checked\n", (unsigned long long)fn,
-           (unsigned long long)fn_checked);
+    fn += fn_all;
+    free(midx);
 
     /* 10,000 candidates against the heaviest user, cached: 10% played */
     char huser[16];
@@ -537,10 +567,11 @@ int main(int argc, char **argv)
     dd_history_get_stats(h, &st3);
     printf("block cache: %llu hits, %llu misses\n", (unsigned long long)st3.block_cache_hits,
            (unsigned long long)st3.block_cache_misses);
-    printf("SUMMARY segment_days=%u day_scene=%d lookback=%u bytes_per_play=%.3f "
-           "union_fp=%.4f%% ns_per_candidate=%.1f ns_per_candidate_any=%.1f\n",
-           segment_days, day_scene, g_lookback, bpp, 100.0 * (double)fp_hits / (double)probes, sorted_med,
-           (double)ns[REPEATS / 2] / CANDIDATES);
+    printf("SUMMARY segment_days=%u lookback=%u bytes_per_play=%.3f "
+           "union_fp=%.4f%% worst_lookback_fp=%.4f%% false_negatives=%llu ns_per_candidate=%.1f "
+           "ns_per_candidate_any=%.1f\n",
+           segment_days, g_lookback, bpp, 100.0 * (double)fp_hits / (double)probes, worst_fp,
+           (unsigned long long)fn, sorted_med, (double)ns[REPEATS / 2] / CANDIDATES);
 
     free(ns);
     free(mine);

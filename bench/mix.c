@@ -141,7 +141,8 @@ void mix_load(struct mix_load *l)
                         continue;
                     }
                     size_t k = (seg & ~l->seg_flag) - first_seg;
-                    per_seg[k * MIX_MAX_PLAYS + seg_n[k]++] = mix_play_hash(u, i);
+                    per_seg[k * MIX_MAX_PLAYS + seg_n[k]++] =
+                        dd_history_dated(mix_play_hash(u, i), now - mix_play_age_ms(u, i));
                 }
                 char user[16];
                 int ul = snprintf(user, sizeof user, "u%u", u);

@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #define GCS_HEADER 12
+#define DATED_HEADER 16
 #define OPERAND_HEADER 8
 #define TRAILER 4
 
@@ -329,8 +330,17 @@ static uint64_t stream_bits(const uint32_t *f, size_t n, int k)
     return bits;
 }
 
-/* Encode sorted, distinct fingerprints F[0..n) of RANGE, appending to OUT. */
-static int encode_sorted(struct dd_buf *out, const uint32_t *f, size_t n, uint64_t range)
+/* Bytes of COUNT packed W-bit days. */
+static size_t day_bytes(uint64_t count, int w)
+{
+    return (size_t)((count * (uint64_t)w + 7) / 8);
+}
+
+/* Encode sorted, distinct fingerprints F[0..n) of RANGE, appending to OUT:
+ * an undated filter when OFF is NULL, else a dated one whose I-th day is
+ * DAY0 + OFF[I] (each below 2^W). */
+static int encode_core(struct dd_buf *out, const uint32_t *f, size_t n, uint64_t range,
+                       const uint32_t *off, uint32_t day0, int w)
 {
     if (n > UINT32_MAX || range == 0 || range > DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
     /* The best Rice parameter for geometric gaps of mean mu is near
@@ -352,27 +362,101 @@ static int encode_sorted(struct dd_buf *out, const uint32_t *f, size_t n, uint64
             }
         }
     }
-    size_t payload = (size_t)((best + 7) / 8);
-    size_t total = GCS_HEADER + payload + TRAILER;
+    const size_t header = off ? DATED_HEADER : GCS_HEADER;
+    const size_t payload = (size_t)((best + 7) / 8), dbytes = off ? day_bytes(n, w) : 0;
+    size_t total = header + payload + dbytes + TRAILER;
     int rc = dd_buf_reserve(out, total);
     if (rc) return rc;
     uint8_t *start = out->data + out->len;
     start[0] = DD_BLOOM_VERSION;
-    start[1] = DD_BLOOM_KIND_GCS;
+    start[1] = off ? DD_BLOOM_KIND_GCS_DAYS : DD_BLOOM_KIND_GCS;
     start[2] = (uint8_t)k;
-    start[3] = 0;
+    start[3] = off ? (uint8_t)w : 0;
     put_u32(start + 4, (uint32_t)n);
     put_u32(start + 8, (uint32_t)(range - 1));
-    struct bitw w = {.p = start + GCS_HEADER};
+    if (off) put_u32(start + 12, day0);
+    struct bitw bw = {.p = start + header};
     uint64_t prev = 0;
     for (size_t i = 0; i < n; i++) {
-        bw_gap(&w, f[i] - prev, k);
+        bw_gap(&bw, f[i] - prev, k);
         prev = f[i];
     }
-    bw_finish(&w);
-    put_u32(start + GCS_HEADER + payload, checksum(start, GCS_HEADER + payload));
+    bw_finish(&bw);
+    if (off) {
+        uint8_t *d = start + header + payload;
+        memset(d, 0, dbytes);
+        for (size_t i = 0; i < n && w > 0; i++) {
+            uint64_t bit = (uint64_t)i * (uint64_t)w;
+            uint32_t x = off[i] << (bit & 7);
+            for (size_t b = (size_t)(bit >> 3); x; b++, x >>= 8) d[b] |= (uint8_t)x;
+        }
+    }
+    put_u32(start + header + payload + dbytes, checksum(start, header + payload + dbytes));
     out->len += total;
     return DD_OK;
+}
+
+static int encode_sorted(struct dd_buf *out, const uint32_t *f, size_t n, uint64_t range)
+{
+    return encode_core(out, f, n, range, NULL, 0, 0);
+}
+
+/* Encode KEYS[0..n) (fingerprint << 32 | day, sorted by fingerprint, one
+ * per fingerprint) of RANGE as a dated filter. */
+static int encode_keys(struct dd_buf *out, const uint64_t *keys, size_t n, uint64_t range)
+{
+    uint32_t newest = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((uint32_t)keys[i] > newest) newest = (uint32_t)keys[i];
+    const uint32_t floor_day = newest > DD_BLOOM_DAY_SPAN_MAX ? newest - DD_BLOOM_DAY_SPAN_MAX : 0;
+    uint32_t day0 = newest;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d = (uint32_t)keys[i] < floor_day ? floor_day : (uint32_t)keys[i];
+        if (d < day0) day0 = d;
+    }
+    int w = 0;
+    while (w < DD_BLOOM_DAY_BITS_MAX && ((newest - day0) >> w) != 0) w++;
+    uint32_t *mem = malloc((n ? 2 * n : 1) * sizeof *mem);
+    if (!mem) return DD_ERR_NOMEM;
+    uint32_t *f = mem, *off = mem + n;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d = (uint32_t)keys[i] < floor_day ? floor_day : (uint32_t)keys[i];
+        f[i] = (uint32_t)(keys[i] >> 32);
+        off[i] = d - day0;
+    }
+    int rc = encode_core(out, f, n, range, off, day0, w);
+    free(mem);
+    return rc;
+}
+
+/* Sort KEYS (fingerprint << 32 | day) by fingerprint and keep one per
+ * fingerprint, its newest day. TMP has room for N. Returns the count. */
+static size_t sort_unique_keys(uint64_t *keys, size_t n, uint64_t *tmp)
+{
+    dd_bloom_sort_hashes(keys, NULL, n, tmp, NULL);
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (w > 0 && (keys[w - 1] >> 32) == (keys[i] >> 32)) {
+            if ((uint32_t)keys[i] > (uint32_t)keys[w - 1]) keys[w - 1] = keys[i];
+            continue;
+        }
+        keys[w++] = keys[i];
+    }
+    return w;
+}
+
+int dd_bloom_build_dated(struct dd_buf *out, const uint64_t *dated, size_t n, uint64_t range)
+{
+    if (range == 0 || range > DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
+    if (n > SIZE_MAX / (2 * sizeof(uint64_t))) return DD_ERR_NOMEM;
+    uint64_t *keys = malloc((n ? 2 * n : 1) * sizeof *keys);
+    if (!keys) return DD_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (uint64_t)dd_bloom_fingerprint(dated[i], range) << 32 | (uint32_t)dated[i];
+    size_t m = sort_unique_keys(keys, n, keys + n);
+    int rc = encode_keys(out, keys, m, range);
+    free(keys);
+    return rc;
 }
 
 int dd_bloom_build(struct dd_buf *out, const uint64_t *hashes, size_t n, uint64_t range,
@@ -397,30 +481,51 @@ int dd_bloom_build(struct dd_buf *out, const uint64_t *hashes, size_t n, uint64_
     return rc;
 }
 
+static void reader_init(struct bitr *r, const struct dd_bloom_view *v)
+{
+    br_init(r, v->bits, v->nbits_bytes);
+}
+
 int dd_bloom_parse(const void *data, size_t len, struct dd_bloom_view *v)
 {
     const uint8_t *p = data;
     if (!p || len < GCS_HEADER + TRAILER) return DD_ERR_CORRUPT;
-    if (p[0] != DD_BLOOM_VERSION || p[1] != DD_BLOOM_KIND_GCS || p[2] > 31 || p[3] != 0)
+    if (p[0] != DD_BLOOM_VERSION || p[2] > 31) return DD_ERR_CORRUPT;
+    const bool dated = p[1] == DD_BLOOM_KIND_GCS_DAYS;
+    if (dated ? p[3] > DD_BLOOM_DAY_BITS_MAX || len < DATED_HEADER + TRAILER
+              : p[1] != DD_BLOOM_KIND_GCS || p[3] != 0)
         return DD_ERR_CORRUPT;
     if (get_u32(p + len - TRAILER) != checksum(p, len - TRAILER)) return DD_ERR_CORRUPT;
     uint32_t count = get_u32(p + 4);
     uint64_t range = (uint64_t)get_u32(p + 8) + 1;
-    size_t nbytes = len - GCS_HEADER - TRAILER;
+    const size_t header = dated ? DATED_HEADER : GCS_HEADER;
+    const size_t dbytes = dated ? day_bytes(count, p[3]) : 0;
+    if (dbytes > len - header - TRAILER) return DD_ERR_CORRUPT;
+    size_t nbytes = len - header - TRAILER - dbytes;
     /* every gap takes at least k + 1 bits */
     if (count > range || (uint64_t)count * (p[2] + 1u) > (uint64_t)nbytes * 8)
         return DD_ERR_CORRUPT;
     v->range = range;
     v->count = count;
     v->rice_k = p[2];
-    v->bits = p + GCS_HEADER;
+    v->bits = p + header;
     v->nbits_bytes = nbytes;
+    v->days = dated ? p + header + nbytes : NULL;
+    v->day0 = dated ? get_u32(p + 12) : 0;
+    v->day_bits = dated ? p[3] : 0;
     return DD_OK;
 }
 
-static void reader_init(struct bitr *r, const struct dd_bloom_view *v)
+uint32_t dd_bloom_day_at(const struct dd_bloom_view *v, uint32_t i)
 {
-    br_init(r, v->bits, v->nbits_bytes);
+    const int w = v->day_bits;
+    if (w == 0) return v->day0;
+    const uint64_t bit = (uint64_t)i * (uint64_t)w;
+    const size_t end = day_bytes(v->count, w);
+    uint32_t x = 0;
+    for (size_t b = (size_t)(bit >> 3), s = 0; s < 24 && b < end; b++, s += 8)
+        x |= (uint32_t)v->days[b] << s;
+    return v->day0 + ((x >> (bit & 7)) & ((UINT32_C(1) << w) - 1));
 }
 
 int dd_bloom_decode(const struct dd_bloom_view *v, uint32_t *out)
@@ -522,6 +627,24 @@ static inline __attribute__((always_inline)) void index_put(void *ctx, uint32_t 
     struct index_ctx *c = ctx;
     c->fp[i] = f;
     c->start[(((uint64_t)f * c->mul) >> 32) + 1]++;
+}
+
+struct dated_ctx {
+    const struct dd_bloom_view *v;
+    uint32_t undated;
+    uint64_t *out;
+};
+
+static inline __attribute__((always_inline)) void dated_put(void *ctx, uint32_t i, uint32_t f)
+{
+    struct dated_ctx *c = ctx;
+    c->out[i] = (uint64_t)f << 32 | (c->v->days ? dd_bloom_day_at(c->v, i) : c->undated);
+}
+
+int dd_bloom_decode_dated(const struct dd_bloom_view *v, uint32_t undated, uint64_t *out)
+{
+    struct dated_ctx c = {v, undated, out};
+    return gcs_walk(v, dated_put, &c);
 }
 
 int dd_bloom_index_build(const struct dd_bloom_view *v, void *mem, struct dd_bloom_index *ix)
@@ -904,6 +1027,75 @@ int dd_bloom_reduce(struct dd_buf *out, const struct dd_bloom_view *v, uint64_t 
     return rc;
 }
 
+int dd_bloom_union_dated(struct dd_buf *out, const struct dd_bloom_view *base, uint32_t undated,
+                         uint64_t range_if_new, const uint64_t *dated, size_t n)
+{
+    uint64_t range = base ? base->range : range_if_new;
+    if (range == 0 || range > DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
+    size_t na = base ? base->count : 0;
+    if (n > SIZE_MAX / sizeof(uint64_t) / 4 - na) return DD_ERR_NOMEM;
+    /* keys: the base's, then the new items'; TMP to sort in */
+    uint64_t *keys = malloc((2 * (na + n) + 1) * sizeof *keys);
+    if (!keys) return DD_ERR_NOMEM;
+    int rc = base ? dd_bloom_decode_dated(base, undated, keys) : DD_OK;
+    if (rc == DD_OK) {
+        for (size_t i = 0; i < n; i++)
+            keys[na + i] =
+                (uint64_t)dd_bloom_fingerprint(dated[i], range) << 32 | (uint32_t)dated[i];
+        size_t m = sort_unique_keys(keys, na + n, keys + na + n);
+        rc = encode_keys(out, keys, m, range);
+    }
+    free(keys);
+    return rc;
+}
+
+int dd_bloom_reduce_dated(struct dd_buf *out, const struct dd_bloom_view *v, uint32_t undated,
+                          uint64_t new_range)
+{
+    if (v->range != DD_BLOOM_FULL_RANGE || new_range == 0 || new_range > DD_BLOOM_FULL_RANGE)
+        return DD_ERR_INVALID;
+    uint64_t *keys = malloc((v->count ? v->count : 1) * sizeof *keys);
+    if (!keys) return DD_ERR_NOMEM;
+    int rc = dd_bloom_decode_dated(v, undated, keys);
+    if (rc == DD_OK) {
+        /* the fingerprint at NEW_RANGE keeps the order; ones that meet are
+         * adjacent and keep the newest day */
+        size_t m = 0;
+        for (uint32_t i = 0; i < v->count; i++) {
+            uint64_t f = ((keys[i] >> 32) * new_range) >> 32, d = (uint32_t)keys[i];
+            if (m > 0 && keys[m - 1] >> 32 == f) {
+                if (d > (uint32_t)keys[m - 1]) keys[m - 1] = f << 32 | d;
+                continue;
+            }
+            keys[m++] = f << 32 | d;
+        }
+        rc = encode_keys(out, keys, m, new_range);
+    }
+    free(keys);
+    return rc;
+}
+
+int dd_bloom_probe_sorted_since(const struct dd_bloom_view *v, const uint64_t *sorted, size_t n,
+                                uint8_t *hit, uint32_t since)
+{
+    if (!v->days) return DD_ERR_INVALID;
+    if (v->count == 0 || n == 0) return DD_OK;
+    uint32_t *f = malloc(v->count * sizeof *f);
+    if (!f) return DD_ERR_NOMEM;
+    int rc = dd_bloom_decode(v, f);
+    if (rc == DD_OK) {
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t want = dd_bloom_fingerprint(sorted[i], v->range);
+            while (j < v->count && f[j] < want) j++;
+            if (j == v->count) break;
+            if (f[j] == want && dd_bloom_day_at(v, (uint32_t)j) >= since) hit[i] = 1;
+        }
+    }
+    free(f);
+    return rc;
+}
+
 int dd_bloom_operand_encode(struct dd_buf *out, const uint64_t *hashes, size_t n)
 {
     if (n > UINT32_MAX || n > (SIZE_MAX - OPERAND_HEADER - TRAILER) / 8) return DD_ERR_INVALID;
@@ -963,17 +1155,25 @@ int dd_bloom_fps_encode(struct dd_buf *out, const uint64_t *hashes, size_t n)
     return DD_OK;
 }
 
+/* Check a list form: TAG, then items of STRIDE bytes each led by a u32
+ * fingerprint, strictly ascending, at most DD_BLOOM_FPS_MAX, then the
+ * checksum. Returns the item count, or -1. */
+static long parse_list(const uint8_t *p, size_t len, uint8_t tag, size_t stride)
+{
+    if (!p || len < 1 + TRAILER || p[0] != tag || (len - 1 - TRAILER) % stride) return -1;
+    size_t m = (len - 1 - TRAILER) / stride;
+    if (m > DD_BLOOM_FPS_MAX) return -1;
+    if (get_u32(p + len - TRAILER) != checksum(p, len - TRAILER)) return -1;
+    for (size_t i = 1; i < m; i++)
+        if (get_u32(p + 1 + i * stride) <= get_u32(p + 1 + (i - 1) * stride)) return -1;
+    return (long)m;
+}
+
 int dd_bloom_fps_parse(const void *data, size_t len, const uint8_t **fps, uint32_t *n)
 {
-    const uint8_t *p = data;
-    if (!p || len < 1 + TRAILER || p[0] != DD_BLOOM_FPS_TAG || (len - 1 - TRAILER) % 4)
-        return DD_ERR_CORRUPT;
-    size_t m = (len - 1 - TRAILER) / 4;
-    if (m > DD_BLOOM_FPS_MAX) return DD_ERR_CORRUPT;
-    if (get_u32(p + len - TRAILER) != checksum(p, len - TRAILER)) return DD_ERR_CORRUPT;
-    for (size_t i = 1; i < m; i++)
-        if (get_u32(p + 1 + i * 4) <= get_u32(p + 1 + (i - 1) * 4)) return DD_ERR_CORRUPT;
-    *fps = p + 1;
+    long m = parse_list(data, len, DD_BLOOM_FPS_TAG, 4);
+    if (m < 0) return DD_ERR_CORRUPT;
+    *fps = (const uint8_t *)data + 1;
     *n = (uint32_t)m;
     return DD_OK;
 }
@@ -981,4 +1181,38 @@ int dd_bloom_fps_parse(const void *data, size_t len, const uint8_t **fps, uint32
 uint32_t dd_bloom_fps_at(const uint8_t *fps, uint32_t i)
 {
     return get_u32(fps + (size_t)i * 4);
+}
+
+int dd_bloom_dfps_encode(struct dd_buf *out, const uint64_t *dated, size_t n)
+{
+    if (n > DD_BLOOM_FPS_MAX) return DD_ERR_INVALID;
+    uint64_t k[DD_BLOOM_FPS_MAX], tmp[DD_BLOOM_FPS_MAX];
+    memcpy(k, dated, n * sizeof *k); /* at the full range a dated item is its key */
+    size_t m = sort_unique_keys(k, n, tmp);
+    size_t total = 1 + m * 8 + TRAILER;
+    int rc = dd_buf_reserve(out, total);
+    if (rc) return rc;
+    uint8_t *p = out->data + out->len;
+    p[0] = DD_BLOOM_DFPS_TAG;
+    for (size_t i = 0; i < m; i++) {
+        put_u32(p + 1 + i * 8, (uint32_t)(k[i] >> 32));
+        put_u32(p + 5 + i * 8, (uint32_t)k[i]);
+    }
+    put_u32(p + 1 + m * 8, checksum(p, 1 + m * 8));
+    out->len += total;
+    return DD_OK;
+}
+
+int dd_bloom_dfps_parse(const void *data, size_t len, const uint8_t **items, uint32_t *n)
+{
+    long m = parse_list(data, len, DD_BLOOM_DFPS_TAG, 8);
+    if (m < 0) return DD_ERR_CORRUPT;
+    *items = (const uint8_t *)data + 1;
+    *n = (uint32_t)m;
+    return DD_OK;
+}
+
+uint64_t dd_bloom_dfps_at(const uint8_t *items, uint32_t i)
+{
+    return (uint64_t)get_u32(items + (size_t)i * 8) << 32 | get_u32(items + (size_t)i * 8 + 4);
 }

@@ -53,7 +53,43 @@
 #define DD_BLOOM_VERSION 1
 #define DD_BLOOM_KIND_GCS 1
 #define DD_BLOOM_KIND_HASHES 2
+#define DD_BLOOM_KIND_GCS_DAYS 3
 #define DD_BLOOM_FULL_RANGE (UINT64_C(1) << 32)
+
+/* A dated filter (kind DD_BLOOM_KIND_GCS_DAYS): a filter whose every
+ * fingerprint carries the UTC day (days since 1970) of its newest play,
+ * so that a read can ask "played since day D" exactly:
+ *   u8  version  (DD_BLOOM_VERSION)
+ *   u8  kind     (DD_BLOOM_KIND_GCS_DAYS)
+ *   u8  rice_k
+ *   u8  day_bits (W, 0..DD_BLOOM_DAY_BITS_MAX)
+ *   u32 count, u32 range-1 (as above)
+ *   u32 day0     (the oldest day)
+ *   ... the gap bitstream, as above
+ *   ... days: count x W bits, the I-th fingerprint's day - day0, least
+ *       significant bit first, ceil(count * W / 8) bytes
+ *   u32 checksum (over all preceding bytes)
+ * The days sit apart from the gaps, so a read that needs no day (the whole
+ * filter is inside its window) walks the gaps exactly as in an undated
+ * filter, and one that does reads the day of a found fingerprint by its
+ * position. W adapts to the filter's span of days: 0 bits when all its
+ * plays are of one day, 5 for a 30-day segment's.
+ *
+ * A dated item is a hash whose low half is replaced by its day
+ * (dd_bloom_dated): fingerprints use the high half only, so nothing of the
+ * item is lost. */
+#define DD_BLOOM_DAY_BITS_MAX 16
+#define DD_BLOOM_DAY_SPAN_MAX ((UINT32_C(1) << DD_BLOOM_DAY_BITS_MAX) - 1)
+
+static inline uint64_t dd_bloom_dated(uint64_t h, uint32_t day)
+{
+    return (h & UINT64_C(0xffffffff00000000)) | day;
+}
+
+static inline uint32_t dd_bloom_day_of(uint64_t dated)
+{
+    return (uint32_t)dated;
+}
 
 /* A parsed, validated filter. Points into the caller's bytes (borrowed):
  * valid while they are. */
@@ -63,7 +99,20 @@ struct dd_bloom_view {
     uint8_t rice_k;
     const uint8_t *bits; /* the gap bitstream */
     size_t nbits_bytes;
+    const uint8_t *days; /* dated filters: the packed days; NULL: undated */
+    uint32_t day0;       /* dated: the oldest day */
+    uint8_t day_bits;    /* dated: W */
 };
+
+/* The day of V's I-th fingerprint (I < count). V must be dated. Cannot
+ * fail. */
+uint32_t dd_bloom_day_at(const struct dd_bloom_view *v, uint32_t i);
+
+/* An upper bound of dated V's newest day (day0 + 2^W - 1). */
+static inline uint32_t dd_bloom_day_max(const struct dd_bloom_view *v)
+{
+    return v->day0 + ((UINT32_C(1) << v->day_bits) - 1);
+}
 
 /* The range that gives false-positive rate FP for N items: ceil(N / FP),
  * clamped to [1, 2^32]. FP in (0, 1]. This function cannot fail. */
@@ -82,6 +131,40 @@ static inline uint32_t dd_bloom_fingerprint(uint64_t h, uint64_t range)
  * is unchanged. */
 int dd_bloom_build(struct dd_buf *out, const uint64_t *hashes, size_t n, uint64_t range,
                    uint32_t *scratch);
+
+/* Encode a dated filter of RANGE holding the N dated items (any order,
+ * repeats allowed: a fingerprint keeps its newest day) and append it to
+ * OUT. Days older than the newest day less DD_BLOOM_DAY_SPAN_MAX are
+ * stored as that day (newer: a read never misses them). Returns 0,
+ * DD_ERR_INVALID (range) or DD_ERR_NOMEM; OUT's length unchanged on
+ * error. */
+int dd_bloom_build_dated(struct dd_buf *out, const uint64_t *dated, size_t n, uint64_t range);
+
+/* Decode V's fingerprints, ascending, into OUT (room for v->count) as
+ * dated items: fingerprint << 32 | day, the day UNDATED for an undated
+ * filter. Returns 0 or DD_ERR_CORRUPT. */
+int dd_bloom_decode_dated(const struct dd_bloom_view *v, uint32_t undated, uint64_t *out);
+
+/* Append to OUT, as a dated filter, the union of BASE (NULL = empty; an
+ * undated base's items are dated UNDATED; its range is kept, or
+ * RANGE_IF_NEW when BASE is NULL) and the N dated items: a fingerprint in
+ * both keeps the newer day. Returns 0, DD_ERR_INVALID, DD_ERR_CORRUPT
+ * (BASE's bitstream) or DD_ERR_NOMEM; OUT's length unchanged on error. */
+int dd_bloom_union_dated(struct dd_buf *out, const struct dd_bloom_view *base, uint32_t undated,
+                         uint64_t range_if_new, const uint64_t *dated, size_t n);
+
+/* Append to OUT full-range filter V re-encoded, dated, at NEW_RANGE
+ * (fingerprints that meet keep the newest day; an undated V's days are
+ * UNDATED). As dd_bloom_reduce otherwise. */
+int dd_bloom_reduce_dated(struct dd_buf *out, const struct dd_bloom_view *v, uint32_t undated,
+                          uint64_t new_range);
+
+/* Batch probe of dated V by day: as dd_bloom_probe_sorted, but a
+ * fingerprint found counts only if its day is SINCE or later. Allocates
+ * the decoded filter (DD_ERR_NOMEM). Returns 0, DD_ERR_CORRUPT,
+ * DD_ERR_NOMEM or DD_ERR_INVALID (V undated). */
+int dd_bloom_probe_sorted_since(const struct dd_bloom_view *v, const uint64_t *sorted, size_t n,
+                                uint8_t *hit, uint32_t since);
 
 /* Validate version, kind and checksum of a serialized filter and fill V.
  * Returns 0 or DD_ERR_CORRUPT (V untouched). */
@@ -114,6 +197,17 @@ struct dd_bloom_index {
     const uint32_t *fp;    /* count fingerprints + 2 padding entries */
     const uint32_t *start; /* nbuckets + 1: bucket b is fp[start[b] .. start[b+1]) */
 };
+
+/* The position in the indexed filter of hash H's fingerprint, or
+ * UINT32_MAX when it holds none. Cannot fail. */
+static inline uint32_t dd_bloom_index_find(struct dd_bloom_index ix, uint64_t h)
+{
+    uint32_t f = dd_bloom_fingerprint(h, ix.range);
+    uint32_t b = (uint32_t)(((uint64_t)f * ix.mul) >> 32);
+    for (uint32_t j = ix.start[b]; j < ix.start[b + 1]; j++)
+        if (ix.fp[j] == f) return j;
+    return UINT32_MAX;
+}
 
 /* Largest count an index is built for (larger filters: probe sorted). */
 #define DD_BLOOM_INDEX_MAX_COUNT (UINT32_C(1) << 24)
@@ -206,6 +300,20 @@ uint64_t dd_bloom_operand_at(const uint8_t *hashes, uint32_t i);
 int dd_bloom_fps_encode(struct dd_buf *out, const uint64_t *hashes, size_t n);
 int dd_bloom_fps_parse(const void *data, size_t len, const uint8_t **fps, uint32_t *n);
 uint32_t dd_bloom_fps_at(const uint8_t *fps, uint32_t i);
+
+/* A dated fingerprint list, the small merge operand of dated items:
+ *   u8  DD_BLOOM_DFPS_TAG
+ *   n x (u32 full-range fingerprint, u32 day), fingerprints strictly
+ *       ascending, n <= DD_BLOOM_FPS_MAX
+ *   u32 checksum
+ * Encode the N dated items (any order; a repeated fingerprint keeps its
+ * newest day): 0, DD_ERR_INVALID (N too large) or DD_ERR_NOMEM. Parse: 0
+ * or DD_ERR_CORRUPT, *ITEMS pointing into DATA; the I-th as a dated item
+ * (fingerprint << 32 | day). */
+#define DD_BLOOM_DFPS_TAG 0xf6
+int dd_bloom_dfps_encode(struct dd_buf *out, const uint64_t *dated, size_t n);
+int dd_bloom_dfps_parse(const void *data, size_t len, const uint8_t **items, uint32_t *n);
+uint64_t dd_bloom_dfps_at(const uint8_t *items, uint32_t i);
 
 /* Sort N hashes in place, ascending by h >> 32, stable (a top-bits
  * bucket pass plus insertion when IDX is NULL and the hashes are uniform,

@@ -59,6 +59,17 @@ static double segment_fp(const struct dd_fold *fd, uint32_t seg)
     return dd_segment_is_day(seg) ? fd->day_fp : fd->segment_fp;
 }
 
+/* The days segment SEG holds, [*FIRST, *LAST], clamped to what a dated
+ * item carries. Undated items (written before dates were kept) take
+ * *LAST: the newest day they can be of, so a read never misses them. */
+static void segment_days(const struct dd_fold *fd, uint32_t seg, uint32_t *first, uint32_t *last)
+{
+    int64_t l = dd_segment_last_day(&fd->seg, seg);
+    int64_t f = dd_segment_is_day(seg) ? l : l - (int64_t)fd->seg.segment_days + 1;
+    *last = l < 0 ? 0 : l > UINT32_MAX ? UINT32_MAX : (uint32_t)l;
+    *first = f < 0 ? 0 : f > UINT32_MAX ? UINT32_MAX : (uint32_t)f;
+}
+
 void dd_fold_note_corrupt(struct dd_fold *fd, const char *what, const char *key, size_t klen)
 {
     atomic_fetch_add_explicit(&fd->corrupt_values, 1, memory_order_relaxed);
@@ -130,15 +141,16 @@ static int split_begin(struct dd_buf *out, const char *a, size_t alen)
     return 0;
 }
 
-/* Append a split value (A's bytes, then B = BBASE united with N hashes at
- * the full range) to OUT. 0, DD_ERR_CORRUPT (BBASE) or DD_ERR_NOMEM; OUT
+/* Append a split value (A's bytes, then B = BBASE united with N dated
+ * items at the full range, dated; BBASE's undated items as UNDATED) to OUT. 0, DD_ERR_CORRUPT (BBASE) or DD_ERR_NOMEM; OUT
  * unchanged on error. */
 static int build_split(struct dd_buf *out, const char *a, size_t alen,
-                       const struct dd_bloom_view *bbase, const uint64_t *hashes, size_t n)
+                       const struct dd_bloom_view *bbase, uint32_t undated, const uint64_t *hashes,
+                       size_t n)
 {
     size_t keep = out->len;
     if (split_begin(out, a, alen) != 0) return DD_ERR_NOMEM;
-    int rc = dd_bloom_union(out, bbase, DD_BLOOM_FULL_RANGE, hashes, n);
+    int rc = dd_bloom_union_dated(out, bbase, undated, DD_BLOOM_FULL_RANGE, hashes, n);
     if (rc != 0) out->len = keep;
     return rc;
 }
@@ -244,33 +256,53 @@ int dd_fold_check_value(const char *val, size_t len)
     return 0;
 }
 
-/* Drop from HASHES (length *N) those filter V already answers for: they
- * need no second entry. Returns 0, DD_ERR_CORRUPT (V's bitstream) or
- * DD_ERR_NOMEM. */
-static int drop_known(const struct dd_bloom_view *v, uint64_t *hashes, size_t *n)
+/* Whether every day of dated filter V is within [FIRST, LAST]: its header's
+ * bounds, else each day read. Cannot fail. */
+static bool days_within(const struct dd_bloom_view *v, uint32_t first, uint32_t last)
 {
-    if (*n == 0) return 0;
-    uint64_t *tmp = malloc(*n * sizeof *tmp);
-    uint8_t *hit = calloc(*n, 1);
-    if (!tmp || !hit) {
-        free(tmp);
-        free(hit);
-        return DD_ERR_NOMEM;
-    }
-    dd_bloom_sort_hashes(hashes, NULL, *n, tmp, NULL);
-    size_t w = 0;
-    int rc = dd_bloom_probe_sorted(v, hashes, *n, hit) == 0 ? 0 : DD_ERR_CORRUPT;
-    if (rc == 0) {
-        for (size_t i = 0; i < *n; i++)
-            if (!hit[i]) hashes[w++] = hashes[i];
-        *n = w;
-    }
-    free(tmp);
-    free(hit);
-    return rc;
+    if (v->day0 < first) return false;
+    if (dd_bloom_day_max(v) <= last) return true;
+    for (uint32_t i = 0; i < v->count; i++)
+        if (dd_bloom_day_at(v, i) > last) return false;
+    return true;
 }
 
-/* A growing array of item hashes. */
+/* Drop from the dated items HASHES (length *N) those filter V already
+ * answers for with a day as new or newer (V's undated items are of day
+ * UNDATED): they need no second entry. An item V holds with an older day
+ * stays, so that its newer day is kept. Returns 0, DD_ERR_CORRUPT (V's
+ * bitstream) or DD_ERR_NOMEM. */
+static int drop_known(const struct dd_bloom_view *v, uint32_t undated, uint64_t *hashes, size_t *n)
+{
+    if (*n == 0 || v->count == 0) return 0;
+    uint64_t *keys = malloc(v->count * sizeof *keys);
+    if (!keys) return DD_ERR_NOMEM;
+    int rc = dd_bloom_decode_dated(v, undated, keys);
+    if (rc != 0) {
+        free(keys);
+        return DD_ERR_CORRUPT;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < *n; i++) {
+        uint64_t f = dd_bloom_fingerprint(hashes[i], v->range);
+        size_t lo = 0, hi = v->count;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (keys[mid] >> 32 < f)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        bool known = lo < v->count && keys[lo] >> 32 == f &&
+                     (uint32_t)keys[lo] >= dd_bloom_day_of(hashes[i]);
+        if (!known) hashes[w++] = hashes[i];
+    }
+    *n = w;
+    free(keys);
+    return 0;
+}
+
+/* A growing array of dated items (bloom.h, dd_bloom_dated). */
 struct hvec {
     uint64_t *h;
     size_t n, cap;
@@ -289,23 +321,16 @@ static int hvec_reserve(struct hvec *v, size_t extra)
     return 0;
 }
 
-/* Append the items of full-range filter F as hashes: fingerprint << 32,
- * which has F's fingerprint at every range (bloom.h), so nothing is lost.
- * Returns 0, DD_ERR_CORRUPT (bitstream; V unchanged) or DD_ERR_NOMEM. */
-static int hvec_add_filter(struct hvec *v, const struct dd_bloom_view *f)
+/* Append the items of full-range filter F as dated items: fingerprint <<
+ * 32 | day, which has F's fingerprint at every range (bloom.h), so nothing
+ * is lost; an undated F's items are of day UNDATED. Returns 0,
+ * DD_ERR_CORRUPT (bitstream; V unchanged) or DD_ERR_NOMEM. */
+static int hvec_add_filter(struct hvec *v, const struct dd_bloom_view *f, uint32_t undated)
 {
     if (f->count == 0) return 0;
-    uint32_t *fp = malloc(f->count * sizeof *fp);
-    if (!fp || hvec_reserve(v, f->count) != 0) {
-        free(fp);
-        return DD_ERR_NOMEM;
-    }
-    int rc = dd_bloom_decode(f, fp);
-    if (rc == 0) {
-        for (uint32_t i = 0; i < f->count; i++) v->h[v->n + i] = (uint64_t)fp[i] << 32;
-        v->n += f->count;
-    }
-    free(fp);
+    if (hvec_reserve(v, f->count) != 0) return DD_ERR_NOMEM;
+    int rc = dd_bloom_decode_dated(f, undated, v->h + v->n);
+    if (rc == 0) v->n += f->count;
     return rc;
 }
 
@@ -338,13 +363,14 @@ void dd_fold_free_value(void *st, const char *value, size_t len)
     free((void *)value);
 }
 
-/* One merge operand: raw hashes (bloom.h operand), a fingerprint list or a
- * full-range filter. */
+/* One merge operand: raw hashes (bloom.h operand), a fingerprint list, a
+ * dated fingerprint list or a full-range filter (dated or not). */
 struct operand {
     bool is_filter;
-    bool bad;           /* a filter whose bitstream failed: a damaged piece */
-    const uint8_t *raw; /* raw: N little-endian u64 */
-    const uint8_t *fps; /* fingerprint list: N little-endian u32 */
+    bool bad;            /* a filter whose bitstream failed: a damaged piece */
+    const uint8_t *raw;  /* raw: N little-endian u64 */
+    const uint8_t *fps;  /* fingerprint list: N little-endian u32 */
+    const uint8_t *dfps; /* dated fingerprint list: N (u32, u32) */
     uint32_t n;
     struct dd_bloom_view f; /* filter */
     const char *bytes;
@@ -357,7 +383,8 @@ static int parse_operand(const char *p, size_t len, struct operand *o)
     o->len = len;
     o->is_filter = false;
     o->bad = false;
-    o->raw = o->fps = NULL;
+    o->raw = o->fps = o->dfps = NULL;
+    if (dd_bloom_dfps_parse(p, len, &o->dfps, &o->n) == 0) return 0;
     if (dd_bloom_fps_parse(p, len, &o->fps, &o->n) == 0) return 0;
     if (dd_bloom_operand_parse(p, len, &o->raw, &o->n) == 0) return 0;
     if (dd_bloom_parse(p, len, &o->f) == 0 && o->f.range == DD_BLOOM_FULL_RANGE) {
@@ -368,13 +395,13 @@ static int parse_operand(const char *p, size_t len, struct operand *o)
     return DD_ERR_CORRUPT;
 }
 
-/* Append the N hashes to OUT as one operand (fold.h, "Operand"): a
- * fingerprint list up to DD_BLOOM_FPS_MAX items, else a full-range filter
- * (SCRATCH as for dd_bloom_build). 0 or DD_ERR_NOMEM. */
-int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n, uint32_t *scratch)
+/* Append the N dated items to OUT as one operand (fold.h, "Operand"): a
+ * dated fingerprint list up to DD_BLOOM_FPS_MAX items, else a dated
+ * full-range filter. 0 or DD_ERR_NOMEM. */
+int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *dated, size_t n)
 {
-    if (n <= DD_BLOOM_FPS_MAX) return dd_bloom_fps_encode(out, hashes, n);
-    return dd_bloom_build(out, hashes, n, DD_BLOOM_FULL_RANGE, scratch);
+    if (n <= DD_BLOOM_FPS_MAX) return dd_bloom_dfps_encode(out, dated, n);
+    return dd_bloom_build_dated(out, dated, n, DD_BLOOM_FULL_RANGE);
 }
 
 /* Parse the NOPS operands into a malloc'd array (*out, *nout valid ones).
@@ -407,27 +434,47 @@ static int load_operands(struct dd_fold *fd, const char *key, size_t klen, const
     return 0;
 }
 
-/* Append every item of the N operands to V. An operand whose bitstream
- * fails (checksum passed) is counted, skipped and marked bad (a damaged
- * piece). 0 or DD_ERR_NOMEM. */
+/* A dated item's day kept within its segment's days [FIRST, LAST]: a
+ * writer's day outside them (a bug, or an undated hash's low bits) is
+ * read as the nearest day of the segment, as the segment's key says. */
+static uint64_t clamp_day(uint64_t dated, uint32_t first, uint32_t last)
+{
+    uint32_t d = dd_bloom_day_of(dated);
+    return dd_bloom_dated(dated, d < first ? first : d > last ? last : d);
+}
+
+/* Append every item of the N operands to V, dated: undated operands'
+ * items (written before dates were kept) as of day LAST, the dated ones'
+ * days kept within [FIRST, LAST]. An operand whose bitstream fails
+ * (checksum passed) is counted, skipped and marked bad (a damaged piece).
+ * 0 or DD_ERR_NOMEM. */
 static int operands_hashes(struct dd_fold *fd, const char *key, size_t klen, struct operand *o,
-                           int n, struct hvec *v)
+                           int n, struct hvec *v, uint32_t first, uint32_t last)
 {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += o[i].n;
     if (hvec_reserve(v, total) != 0) return DD_ERR_NOMEM;
     for (int i = 0; i < n; i++) {
+        if (o[i].dfps) {
+            for (uint32_t j = 0; j < o[i].n; j++)
+                v->h[v->n++] = clamp_day(dd_bloom_dfps_at(o[i].dfps, j), first, last);
+            continue;
+        }
         if (o[i].fps) {
             /* fingerprint << 32 has that fingerprint at every range */
             for (uint32_t j = 0; j < o[i].n; j++)
-                v->h[v->n++] = (uint64_t)dd_bloom_fps_at(o[i].fps, j) << 32;
+                v->h[v->n++] = (uint64_t)dd_bloom_fps_at(o[i].fps, j) << 32 | last;
             continue;
         }
         if (!o[i].is_filter) {
-            for (uint32_t j = 0; j < o[i].n; j++) v->h[v->n++] = dd_bloom_operand_at(o[i].raw, j);
+            for (uint32_t j = 0; j < o[i].n; j++)
+                v->h[v->n++] = dd_bloom_dated(dd_bloom_operand_at(o[i].raw, j), last);
             continue;
         }
-        int rc = hvec_add_filter(v, &o[i].f);
+        size_t from = v->n;
+        int rc = hvec_add_filter(v, &o[i].f, last);
+        for (size_t j = from; rc == 0 && o[i].f.days && j < v->n; j++)
+            v->h[j] = clamp_day(v->h[j], first, last);
         if (rc == DD_ERR_NOMEM) return rc;
         if (rc != 0 && !o[i].bad) {
             o[i].bad = true;
@@ -458,16 +505,17 @@ static int buf_copy(struct dd_buf *out, const void *p, size_t len)
 }
 
 /* OUT = the split value (A, B) where B = B0 (may be NULL) united with the
- * N hashes; or, once B would exceed the fold threshold, the single filter
+ * N dated items (undated ones of A and B0 as of day UNDATED); or, once B would exceed the fold threshold, the single filter
  * A u B. A (a full-range filter whose bytes are ABYTES) is copied as it
  * is unless folded. 0, DD_ERR_CORRUPT (A's or B0's bitstream: the caller
  * keeps the base as a damaged piece) or DD_ERR_NOMEM. */
 static int merge_into_delta(struct dd_buf *out, const struct dd_bloom_view *a, const char *abytes,
-                            size_t alen, const struct dd_bloom_view *b0, struct hvec *hv)
+                            size_t alen, const struct dd_bloom_view *b0, uint32_t undated,
+                            struct hvec *hv)
 {
     struct dd_buf b = {0};
     struct dd_bloom_view bv;
-    int rc = dd_bloom_union(&b, b0, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
+    int rc = dd_bloom_union_dated(&b, b0, undated, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
     if (rc == 0 && dd_bloom_parse(b.data, b.len, &bv) != 0) rc = DD_ERR_NOMEM;
     if (rc != 0) {
         dd_buf_free(&b);
@@ -483,9 +531,9 @@ static int merge_into_delta(struct dd_buf *out, const struct dd_bloom_view *a, c
     /* Fold: A u B in one full-range filter. B was just encoded, so a
      * CORRUPT here is A's. */
     hv->n = 0;
-    rc = hvec_add_filter(hv, &bv);
+    rc = hvec_add_filter(hv, &bv, undated);
     if (rc == DD_ERR_CORRUPT) rc = DD_ERR_NOMEM;
-    if (rc == 0) rc = dd_bloom_union(out, a, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
+    if (rc == 0) rc = dd_bloom_union_dated(out, a, undated, DD_BLOOM_FULL_RANGE, hv->h, hv->n);
     dd_buf_free(&b);
     return rc;
 }
@@ -499,7 +547,9 @@ static int reduce_into(struct dd_fold *fd, uint32_t seg, struct dd_buf *out,
     uint64_t r = dd_bloom_range_for(f->count, segment_fp(fd, seg));
     if (r < DD_BLOOM_FULL_RANGE) {
         size_t keep = out->len;
-        int rc = dd_bloom_reduce(out, f, r);
+        uint32_t first, last;
+        segment_days(fd, seg, &first, &last);
+        int rc = dd_bloom_reduce_dated(out, f, last, r);
         if (rc == 0) {
             atomic_fetch_add_explicit(&fd->segments_reduced, 1, memory_order_relaxed);
             return 0;
@@ -535,24 +585,26 @@ static int fold_into(struct dd_fold *fd, const char *key, size_t klen, uint32_t 
     int nb = 0, rc = 0;
     const char *a_bytes = NULL;
     size_t a_len = 0;
+    uint32_t first, last;
+    segment_days(fd, seg, &first, &last);
     if (base && dd_fold_parse_value(base, blen, bv, &nb, &a_bytes, &a_len) != 0)
         return DD_ERR_CORRUPT;
 
     if (nb > 0 && bv[0].range != DD_BLOOM_FULL_RANGE) {
         /* A is final: late items go to the full-range part (fold.h) */
-        rc = operands_hashes(fd, key, klen, op, nop, &hv);
-        if (rc == 0) rc = drop_known(&bv[0], hv.h, &hv.n);
+        rc = operands_hashes(fd, key, klen, op, nop, &hv, first, last);
+        if (rc == 0) rc = drop_known(&bv[0], last, hv.h, &hv.n);
         if (rc == 0 && hv.n == 0)
             rc = buf_copy(out, base, blen);
         else if (rc == 0)
-            rc = build_split(out, a_bytes, a_len, nb == 2 ? &bv[1] : NULL, hv.h, hv.n);
+            rc = build_split(out, a_bytes, a_len, nb == 2 ? &bv[1] : NULL, last, hv.h, hv.n);
     } else if (nb > 0 && !closed) {
         /* Open segment, A at the full range: new items go to B. */
-        rc = operands_hashes(fd, key, klen, op, nop, &hv);
+        rc = operands_hashes(fd, key, klen, op, nop, &hv, first, last);
         if (rc == 0 && hv.n == 0)
             rc = buf_copy(out, base, blen);
         else if (rc == 0)
-            rc = merge_into_delta(out, &bv[0], a_bytes, a_len, nb == 2 ? &bv[1] : NULL, &hv);
+            rc = merge_into_delta(out, &bv[0], a_bytes, a_len, nb == 2 ? &bv[1] : NULL, last, &hv);
     } else {
         /* No base, or a full-range base of a closed segment: one filter,
          * re-encoded at its final range if the segment is closed. A single
@@ -560,16 +612,20 @@ static int fold_into(struct dd_fold *fd, const char *key, size_t klen, uint32_t 
         struct dd_bloom_view fv;
         const void *fbytes;
         size_t flen;
-        bool as_is = nb == 0 && nop == 1 && op[0].is_filter;
+        /* (dated, with every day inside the segment's: else its days are
+         * clamped as the union does) */
+        bool as_is = nb == 0 && nop == 1 && op[0].is_filter &&
+                     (!op[0].f.days || days_within(&op[0].f, first, last));
         if (as_is) {
             fv = op[0].f;
             fbytes = op[0].bytes;
             flen = op[0].len;
         } else {
-            rc = operands_hashes(fd, key, klen, op, nop, &hv);
-            if (rc == 0 && nb == 2) rc = hvec_add_filter(&hv, &bv[1]);
+            rc = operands_hashes(fd, key, klen, op, nop, &hv, first, last);
+            if (rc == 0 && nb == 2) rc = hvec_add_filter(&hv, &bv[1], last);
             if (rc == 0)
-                rc = dd_bloom_union(&one, nb ? &bv[0] : NULL, DD_BLOOM_FULL_RANGE, hv.h, hv.n);
+                rc = dd_bloom_union_dated(&one, nb ? &bv[0] : NULL, last, DD_BLOOM_FULL_RANGE, hv.h,
+                                          hv.n);
             /* with no base, a CORRUPT is impossible: only memory is left */
             if (rc == DD_ERR_CORRUPT && nb == 0) rc = DD_ERR_NOMEM;
             if (rc == 0 && dd_bloom_parse(one.data, one.len, &fv) != 0) rc = DD_ERR_NOMEM;
@@ -703,13 +759,16 @@ char *dd_fold_partial_merge(void *st, const char *key, size_t klen, const char *
     *success = 0;
     *new_len = 0;
     bool bad = false;
+    uint32_t seg = 0, first, last;
+    dd_key_segment(key, klen, &seg);
+    segment_days(fd, seg, &first, &last);
     if (load_operands(fd, key, klen, ops, lens, nops, &op, &nop, NULL) == 0 &&
-        operands_hashes(fd, key, klen, op, nop, &hv) == 0) {
+        operands_hashes(fd, key, klen, op, nop, &hv, first, last) == 0) {
         for (int i = 0; i < nop; i++) bad |= op[i].bad;
     } else {
         bad = true;
     }
-    if (!bad && dd_fold_encode_operand(&out, hv.h, hv.n, NULL) == 0) {
+    if (!bad && dd_fold_encode_operand(&out, hv.h, hv.n) == 0) {
         free(hv.h);
         free(op);
         char *p = give(&out, new_len);
@@ -782,10 +841,13 @@ unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
     if (nv == 0 || vv[0].range != DD_BLOOM_FULL_RANGE) return 0;
     f->buf.len = 0;
     bool reduced = true;
+    uint32_t first, last;
+    segment_days(fd, seg, &first, &last);
     if (nv == 1) {
         uint64_t r = dd_bloom_range_for(vv[0].count, segment_fp(fd, seg));
         if (r >= DD_BLOOM_FULL_RANGE) return 0;
-        if (dd_bloom_reduce(&f->buf, &vv[0], r) != 0) return 0; /* keep the exact form */
+        if (dd_bloom_reduce_dated(&f->buf, &vv[0], last, r) != 0)
+            return 0; /* keep the exact form */
     } else {
         /* A split value of a segment that closed while open: fold A u B
          * (exact, both at the full range), then re-encode. On any failure
@@ -793,14 +855,15 @@ unsigned char dd_fold_cfilter(void *st, int level, const char *key, size_t klen,
         struct hvec hv = {0};
         struct dd_buf one = {0};
         struct dd_bloom_view fv;
-        int rc = hvec_add_filter(&hv, &vv[1]);
-        if (rc == 0) rc = dd_bloom_union(&one, &vv[0], DD_BLOOM_FULL_RANGE, hv.h, hv.n);
+        int rc = hvec_add_filter(&hv, &vv[1], last);
+        if (rc == 0) rc = dd_bloom_union_dated(&one, &vv[0], last, DD_BLOOM_FULL_RANGE, hv.h, hv.n);
         if (rc == 0) rc = dd_bloom_parse(one.data, one.len, &fv);
         free(hv.h);
         if (rc == 0) {
             uint64_t r = dd_bloom_range_for(fv.count, segment_fp(fd, seg));
             reduced = r < DD_BLOOM_FULL_RANGE;
-            rc = reduced ? dd_bloom_reduce(&f->buf, &fv, r) : buf_copy(&f->buf, one.data, one.len);
+            rc = reduced ? dd_bloom_reduce_dated(&f->buf, &fv, last, r)
+                         : buf_copy(&f->buf, one.data, one.len);
         }
         dd_buf_free(&one);
         if (rc != 0) return 0;

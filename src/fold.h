@@ -126,10 +126,10 @@ int dd_fold_parse_damaged(const char *val, size_t len, const char **d, size_t *d
  * (damaged, including the damaged form) or DD_ERR_NOMEM. */
 int dd_fold_check_value(const char *val, size_t len);
 
-/* Append the N hashes (any order, duplicates allowed) to OUT as one
- * operand. SCRATCH is as for dd_bloom_build (NULL: allocated). Returns 0
- * or DD_ERR_NOMEM. */
-int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *hashes, size_t n, uint32_t *scratch);
+/* Append the N dated items (bloom.h, dd_bloom_dated: each hash's high
+ * half with its play's UTC day; any order, repeats allowed, an item keeps
+ * its newest day) to OUT as one operand. Returns 0 or DD_ERR_NOMEM. */
+int dd_fold_encode_operand(struct dd_buf *out, const uint64_t *dated, size_t n);
 
 /* Count a damaged WHAT ("value", "operand") of KEY and log it with the
  * key, at most one line per 10 s. Cannot fail. */

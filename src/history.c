@@ -55,8 +55,6 @@ struct dd_history_batch {
     rocksdb_writebatch_t *wb;
     struct dd_buf key; /* scratch for one key */
     struct dd_buf val; /* scratch for one operand */
-    uint32_t *fp;      /* scratch for its fingerprints */
-    size_t fp_cap;
     size_t operands;
     size_t bytes;
     bool unlogged; /* write without the WAL */
@@ -319,9 +317,12 @@ enum dd_history_place dd_history_place(const dd_history *h, const char *scene, s
     int64_t tday = dd_day_of_ms(now);
     if (day < 0 || day < dd_segment_oldest_live_day(&h->fold.seg, tday))
         return DD_HISTORY_PLACE_EXPIRED;
-    *segment = h->n_day && dd_history_day_scene(h, scene, scene_len)
-                   ? dd_day_segment(day)
-                   : dd_segment_of_day(&h->fold.seg, day);
+    /* Every scene's plays are dated within their segment_days segment
+     * (history.day_scenes no longer writes day segments: they are read
+     * until they expire). */
+    (void)scene;
+    (void)scene_len;
+    *segment = dd_segment_of_day(&h->fold.seg, day);
     return DD_HISTORY_PLACE_OK;
 }
 
@@ -438,7 +439,6 @@ void dd_history_batch_free(dd_history_batch *b)
     if (b->wb) rocksdb_writebatch_destroy(b->wb);
     dd_buf_free(&b->key);
     dd_buf_free(&b->val);
-    free(b->fp);
     free(b);
 }
 
@@ -449,6 +449,12 @@ void dd_history_batch_clear(dd_history_batch *b)
     b->bytes = 0;
 }
 
+uint64_t dd_history_dated(uint64_t h, int64_t at_ms)
+{
+    int64_t day = dd_day_of_ms(at_ms);
+    return dd_bloom_dated(h, day < 0 ? 0 : day > UINT32_MAX ? UINT32_MAX : (uint32_t)day);
+}
+
 int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_len, const char *user,
                          size_t user_len, uint32_t segment, const uint64_t *hashes, size_t n)
 {
@@ -457,17 +463,10 @@ int dd_history_batch_add(dd_history_batch *b, const char *scene, size_t scene_le
     size_t klen = dd_key_prefix(b->key.data, scene, scene_len, user, user_len);
     dd_key_put_segment(b->key.data + klen, segment);
     klen += 4;
-    if (n > b->fp_cap) {
-        if (n > SIZE_MAX / sizeof *b->fp) return DD_ERR_NOMEM;
-        uint32_t *fp = realloc(b->fp, n * sizeof *fp);
-        if (!fp) return DD_ERR_NOMEM;
-        b->fp = fp;
-        b->fp_cap = n;
-    }
     /* The operand is a fingerprint list when small, else a full-range
      * filter (fold.h, "Operand"). */
     b->val.len = 0;
-    if (dd_fold_encode_operand(&b->val, hashes, n, b->fp) != 0) return DD_ERR_NOMEM;
+    if (dd_fold_encode_operand(&b->val, hashes, n) != 0) return DD_ERR_NOMEM;
     rocksdb_writebatch_merge(b->wb, (const char *)b->key.data, klen, (const char *)b->val.data,
                              b->val.len);
     b->operands++;

@@ -54,9 +54,11 @@ struct dd_config_list;
 
 /* The store's settings (history.* in conf/dedupd.conf). Strings are
  * borrowed for the call that takes them. A segment is live while its
- * newest day >= today - retention_days (whole UTC days), so an item is
- * remembered at least retention_days full days and at most retention_days
- * + segment_days + 1. The live days touch at most S = ceil(retention_days
+ * newest day >= today - retention_days (whole UTC days); each stored item
+ * carries its play's day (bloom.h, dated filters), so reads remember it
+ * exactly retention_days full days (an undated item, stored before items
+ * were dated, as of its segment's newest day: at most retention_days +
+ * segment_days + 1). The live days touch at most S = ceil(retention_days
  * / segment_days) + 1 segments, so a closed segment is sized for
  * fp_rate / S (fold.h). */
 struct dd_history_conf {
@@ -73,8 +75,9 @@ struct dd_history_conf {
     bool compaction_low_cpu; /* RocksDB's compaction threads at the lowest CPU priority */
     int64_t max_future_ms;   /* plays dated further ahead than this are rejected */
     uint64_t min_free_mb;    /* writes are refused while path's filesystem has less free */
-    char *day_scenes; /* comma list of scenes kept in day segments (segment.h); NULL or "" = none */
-    bool must_exist;  /* refuse a path holding no store rather than create one (ddcheck) */
+    char *day_scenes;        /* retired alias: scenes whose day segments (written by earlier
+                       * releases, segment.h) are still read; NULL or "" = none */
+    bool must_exist;         /* refuse a path holding no store rather than create one (ddcheck) */
     uint32_t min_lookback_days; /* Filter's min_kept never shortens a lookback below this
                                  * (filter.h); past retention_days it is the retention */
 };
@@ -123,8 +126,8 @@ bool dd_history_created(const dd_history *h);
  * unlogged writes since the last flush are lost). NULL is a no-op. */
 void dd_history_close(dd_history *h);
 
-/* Where SCENE's play dated AT_MS goes: its day segment if SCENE is one of
- * history.day_scenes, else its segment_days segment. Returns
+/* Where SCENE's play dated AT_MS goes: its segment_days segment, in every
+ * scene (history.day_scenes no longer writes day segments). Returns
  * DD_HISTORY_PLACE_OK with *segment set, DD_HISTORY_PLACE_EXPIRED (older
  * than the retention) or DD_HISTORY_PLACE_FUTURE (later than now +
  * history.max_future_ms). */
@@ -136,7 +139,8 @@ enum dd_history_place {
 enum dd_history_place dd_history_place(const dd_history *h, const char *scene, size_t scene_len,
                                        int64_t at_ms, uint32_t *segment);
 
-/* Whether SCENE is listed in history.day_scenes. Cannot fail. */
+/* Whether SCENE is listed in history.day_scenes (a retired alias: its day
+ * segments written by earlier releases are still read). Cannot fail. */
 bool dd_history_day_scene(const dd_history *h, const char *scene, size_t scene_len);
 
 /* Check a history.day_scenes value: at most DD_DAY_SCENES_MAX comma
@@ -161,9 +165,16 @@ dd_history_batch *dd_history_batch_new(void);
 void dd_history_batch_free(dd_history_batch *b);
 /* Forget everything added, keep the memory for reuse. */
 void dd_history_batch_clear(dd_history_batch *b);
-/* Add the N item hashes of (SCENE, USER) in SEGMENT as one merge operand:
- * a bloom.h fingerprint list (up to DD_BLOOM_FPS_MAX hashes) or a
- * full-range filter (fold.h; older raw-hash operands are still read).
+/* Item hash H of a play at AT_MS (>= 0) as dd_history_batch_add takes it:
+ * H's high half, all a fingerprint uses, and the play's UTC day in the low
+ * half (bloom.h, dd_bloom_dated). Cannot fail. */
+uint64_t dd_history_dated(uint64_t h, int64_t at_ms);
+
+/* Add the N dated items (dd_history_dated) of (SCENE, USER) in SEGMENT as
+ * one merge operand: a bloom.h dated fingerprint list (up to
+ * DD_BLOOM_FPS_MAX items) or a dated full-range filter (fold.h; older
+ * undated operands are still read). Repeats keep the newest day. A day
+ * outside SEGMENT's days is read as the segment's nearest day.
  * Ids are bytes (not NUL-terminated): scene <= DD_SCENE_MAX bytes, user <=
  * DD_USER_MAX.
  * Returns 0, DD_ERR_INVALID (lengths) or DD_ERR_NOMEM (b unchanged). */
@@ -266,11 +277,14 @@ int dd_history_write(dd_history *h, dd_history_batch *b, char *err, size_t errle
  * dd_bloom_sort_hashes) set HIT[i] = 1 for those in (SCENE, USER)'s live
  * segments that overlap the last LOOKBACK_DAYS days: today and the
  * LOOKBACK_DAYS days before it, counted as the retention is (0 = the whole
- * retention; larger than retention is the whole retention). A day scene's
- * day segments make that exact to the day; segment_days segments are read
- * whole, so their plays up to segment_days older than the lookback may
- * still be reported (every scene's, and a day scene's written before it
- * was listed). One sorted pass per filter (dd_bloom_probe_sorted).
+ * retention; larger than retention is the whole retention), exact to the
+ * day: a dated filter (bloom.h) whose days all fall in the window is
+ * probed whole, one with older days too is probed by day
+ * (dd_bloom_probe_sorted_since), one with none in it is not probed. An
+ * undated filter (stored before items were dated) counts as its
+ * segment's newest day: read whole when that day is in the window, so its
+ * plays up to segment_days older than the lookback may still be reported.
+ * One sorted pass per filter (dd_bloom_probe_sorted).
  * HIT entries of items not found are left as they were. Returns 0,
  * DD_ERR_IO if the store could not be read, or DD_ERR_CORRUPT if a value
  * read is damaged (message in err, naming the segment): callers must not
@@ -285,7 +299,9 @@ int dd_history_probe(dd_history *h, const char *scene, size_t scene_len, const c
  * filters (open segments) of at most 2/5 the batch's size are walked
  * once, each fingerprint looked up in CANDS (dd_bloom_probe_candset), so
  * they cost their own count: a light user's few plays are a few lookups,
- * however many candidates there are. The others are each decoded into an
+ * however many candidates there are. A dated filter with days before the
+ * window is decoded into an index and each candidate's find checked by
+ * its day. The others are each decoded into an
  * index (dd_bloom_index) and every hash looked up in it, or, past 8 of
  * them (only with a small segment_days), merged with the hashes sorted
  * once. Scratch (an index: about 12 bytes per stored play of the user)
@@ -309,14 +325,15 @@ int dd_history_probe_any(dd_history *h, const char *scene, size_t scene_len, con
  * in days (today - day, 0 for today or a later day) of the newest day it
  * was found in, DD_HISTORY_AGE_NONE when it was not found; WHERE[pos] the
  * index into SCENES of that newest find (ties: the lowest index), left as
- * it was when not found. A segment_days segment counts as its newest day
- * (segment.h: a read with lookback L reads it exactly when that day is
- * within L days), a day segment as its day: so a read with a lookback of
- * L would have found exactly the members of AGE <= L, and the caller can
- * choose a shorter lookback without a second read (lookback.h). Each
- * (age, scene) group of filters is probed as dd_history_probe_any probes
- * them, then the members it found are marked: one pass over the
- * candidates per group. Scratch from ARENA. Returns as
+ * it was when not found. A dated item counts as its own day, an undated
+ * filter as its segment's newest day (segment.h: a read with lookback L
+ * reads it exactly when that day is within L days), a day segment as its
+ * day: so a read with a lookback of L would have found exactly the
+ * members of AGE <= L, and the caller can choose a shorter lookback
+ * without a second read (lookback.h). Undated filters are probed in
+ * groups of one (age, scene) as dd_history_probe_any probes them, then
+ * the members each group found are marked; each dated filter is probed by
+ * index, each find marked with its day. Scratch from ARENA. Returns as
  * dd_history_probe_any, DD_ERR_INVALID also for NSCENES out of range. */
 #define DD_HISTORY_SCENES_MAX 9
 #define DD_HISTORY_AGE_NONE UINT16_MAX

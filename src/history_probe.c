@@ -58,7 +58,15 @@ struct probe_views {
     const size_t *ks;
     const size_t *kscene; /* keys [kscene[s], kscene[s + 1]) are scene s's */
     int64_t day;          /* today, by the store's clock */
+    uint32_t since;       /* the oldest day the read asks for */
 };
+
+/* Whether view V is dated and holds days before SINCE, so that its finds
+ * must be checked day by day (bloom.h, dated filters). */
+static bool partly_old(const struct dd_bloom_view *v, uint32_t since)
+{
+    return v->days && v->day0 < since;
+}
 
 /* What a probe does with the views it read (CTX is the caller's; it may
  * reorder V and SEG together, which are probe_read's own). Returns
@@ -100,6 +108,7 @@ static int probe_read(dd_history *h, const struct dd_history_scene *scenes, size
     /* day - span, as oldest_live_day: the window covers the last SPAN full
      * days and the part of today that has passed */
     int64_t oldest = day - (int64_t)span;
+    const uint32_t since = oldest < 0 ? 0 : oldest > UINT32_MAX ? UINT32_MAX : (uint32_t)oldest;
     /* Plays may be dated up to max_future_ms ahead (and a day of skew). */
     int64_t ahead = h->max_future_ms > DD_MS_PER_DAY ? h->max_future_ms : DD_MS_PER_DAY;
     int64_t newest = dd_day_of_ms(now + ahead);
@@ -203,15 +212,17 @@ static int probe_read(dd_history *h, const struct dd_history_scene *scenes, size
             rc = damaged(h, kp[i], ks[i], err, errlen);
             continue;
         }
-        /* Empty filters are left out; the other one of a split still counts. */
+        /* Empty filters are left out, and dated ones whose every day is
+         * older than the window; the other one of a split still counts. */
         for (int j = 0; j < k; j++) {
             if (pair[j].count == 0) continue;
+            if (pair[j].days && dd_bloom_day_max(&pair[j]) < since) continue;
             views[nv] = pair[j];
             vseg[nv++] = i;
         }
     }
     if (rc == 0 && nv > 0) {
-        struct probe_views pv = {views, vseg, nv, kp, ks, kscene, day};
+        struct probe_views pv = {views, vseg, nv, kp, ks, kscene, day, since};
         rc = fn(h, &pv, ctx, err, errlen);
     }
     for (size_t i = 0; i < nseg; i++) rocksdb_pinnableslice_destroy(vals[i]);
@@ -231,9 +242,16 @@ static int probe_sorted(dd_history *h, const struct probe_views *pv, void *ctx, 
                         size_t errlen)
 {
     const struct probe_sorted_ctx *c = ctx;
-    for (size_t j = 0; j < pv->n; j++)
-        if (dd_bloom_probe_sorted(&pv->v[j], c->sorted, c->n, c->hit) != 0)
-            return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
+    for (size_t j = 0; j < pv->n; j++) {
+        int rc = partly_old(&pv->v[j], pv->since)
+                     ? dd_bloom_probe_sorted_since(&pv->v[j], c->sorted, c->n, c->hit, pv->since)
+                     : dd_bloom_probe_sorted(&pv->v[j], c->sorted, c->n, c->hit);
+        if (rc == DD_ERR_NOMEM) {
+            dd_set_err(err, errlen, "out of memory probing %zu candidates", c->n);
+            return rc;
+        }
+        if (rc != 0) return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
+    }
     return 0;
 }
 
@@ -261,6 +279,89 @@ struct probe_any_ctx {
     dd_arena *arena;
 };
 
+/* Index of view J: the cache's for a closed segment's large filter
+ * (icache.h: an open one changes with every write), else decoded into the
+ * arena. *REF is the cache entry to release (NULL: none). Returns DD_OK,
+ * DD_ERR_NOMEM or DD_ERR_CORRUPT. */
+static int view_index(dd_history *h, const struct dd_bloom_view *v, dd_arena *arena,
+                      struct dd_bloom_index *ix, struct dd_icache_entry **ref)
+{
+    *ref = NULL;
+    if (h->icache && v->range != DD_BLOOM_FULL_RANGE && v->count >= ICACHE_MIN_COUNT)
+        return dd_icache_get(h->icache, v, ix, ref);
+    void *mem = dd_arena_alloc(arena, dd_bloom_index_bytes(v));
+    if (!mem) return DD_ERR_NOMEM;
+    return dd_bloom_index_build(v, mem, ix) != 0 ? DD_ERR_CORRUPT : DD_OK;
+}
+
+/* Dated view J (bloom.h), day by day: every member of the candidate set
+ * found in it with a day of PV->since or later is set in C->HIT and, with
+ * AGE, gets the age (today - day) and, with WHERE, the scene SCENE of that
+ * find when it is newer than the member's mark (or as new, from a scene
+ * of a lower index). A filter too large to index (over
+ * DD_BLOOM_INDEX_MAX_COUNT) is read whole, as of its newest day: more
+ * removed, never less. Returns 0, DD_ERR_NOMEM or DD_ERR_CORRUPT (message
+ * in err). */
+static int probe_dated(dd_history *h, const struct probe_views *pv, size_t j,
+                       const struct probe_any_ctx *c, uint16_t *age, uint8_t *where, uint8_t scene,
+                       char *err, size_t errlen)
+{
+    const struct dd_bloom_view *v = &pv->v[j];
+    const size_t n = c->cs->n;
+    const uint64_t *hashes = c->cs->hash;
+    uint8_t *hit = c->hit;
+    if (dd_bloom_index_bytes(v) == 0) {
+        struct dd_bloom_view whole = *v;
+        whole.days = NULL;
+        uint8_t *mine = dd_arena_calloc(c->arena, n, 1);
+        uint64_t *key = dd_arena_alloc(c->arena, n * sizeof *key);
+        uint64_t *tmp = dd_arena_alloc(c->arena, n * sizeof *tmp);
+        if (!mine || !key || !tmp) goto nomem;
+        for (size_t i = 0; i < n; i++) key[i] = (hashes[i] & UINT64_C(0xffffffff00000000)) | i;
+        dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+        if (dd_bloom_probe_sorted(&whole, key, n, mine) != 0)
+            return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
+        int64_t a = pv->day - (int64_t)dd_bloom_day_max(v);
+        uint16_t ag = a < 0 ? 0 : a >= DD_HISTORY_AGE_NONE ? DD_HISTORY_AGE_NONE - 1 : (uint16_t)a;
+        for (size_t x = 0; x < n; x++) {
+            if (!mine[x]) continue;
+            uint32_t i = (uint32_t)key[x];
+            hit[i] = 1;
+            if (age && (ag < age[i] || (ag == age[i] && where && scene < where[i]))) {
+                age[i] = ag;
+                if (where) where[i] = scene;
+            }
+        }
+        return 0;
+    }
+    struct dd_bloom_index ix;
+    struct dd_icache_entry *ref;
+    int rc = view_index(h, v, c->arena, &ix, &ref);
+    if (rc == DD_ERR_NOMEM) goto nomem;
+    if (rc != DD_OK) return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
+    const struct dd_bloom_index cix = ix;
+    const uint32_t since = pv->since;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t pos = dd_bloom_index_find(cix, hashes[i]);
+        if (pos == UINT32_MAX) continue;
+        uint32_t d = dd_bloom_day_at(v, pos);
+        if (d < since) continue;
+        hit[i] = 1;
+        if (!age) continue;
+        int64_t a = pv->day - (int64_t)d;
+        uint16_t ag = a < 0 ? 0 : a >= DD_HISTORY_AGE_NONE ? DD_HISTORY_AGE_NONE - 1 : (uint16_t)a;
+        if (ag < age[i] || (ag == age[i] && where && scene < where[i])) {
+            age[i] = ag;
+            if (where) where[i] = scene;
+        }
+    }
+    dd_icache_release(h->icache, ref);
+    return 0;
+nomem:
+    dd_set_err(err, errlen, "out of memory probing %zu candidates", n);
+    return DD_ERR_NOMEM;
+}
+
 /* See dd_history_probe_any. Full-range views (open segments and closed
  * ones not yet re-encoded) holding at most 2/5 as many fingerprints as
  * there are candidates: each fingerprint looked up in the candidate set,
@@ -282,6 +383,11 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     bool index = true;
     struct dd_bloom_view *v = pv->v;
     for (size_t j = 0; j < pv->n; j++) {
+        if (partly_old(&v[j], pv->since)) {
+            int rc = probe_dated(h, pv, j, c, NULL, NULL, 0, err, errlen);
+            if (rc != 0) return rc;
+            continue;
+        }
         if (v[j].range == DD_BLOOM_FULL_RANGE && (uint64_t)v[j].count * 5 <= (uint64_t)n * 2) {
             if (dd_bloom_probe_candset(&v[j], c->cs, c->hit) != 0)
                 return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
@@ -323,7 +429,7 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     if (!key || !tmp || !shit) goto nomem;
     for (size_t i = 0; i < n; i++) key[i] = (hashes[i] & UINT64_C(0xffffffff00000000)) | i;
     dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
-    struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks, pv->kscene, pv->day};
+    struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks, pv->kscene, pv->day, pv->since};
     struct probe_sorted_ctx sc = {key, n, shit};
     int rc = probe_sorted(h, &rest, &sc, err, errlen);
     for (size_t a = 0; a < n; a++) c->hit[(uint32_t)key[a]] |= shit[a];
@@ -383,11 +489,23 @@ static int probe_marked(dd_history *h, const struct probe_views *pv, void *ctx, 
         dd_set_err(err, errlen, "out of memory probing %zu candidates", n);
         return DD_ERR_NOMEM;
     }
-    for (size_t j = 0; j < pv->n; j++)
+    /* Dated views to the end (their finds are marked day by day, after
+     * the undated groups), the others keyed by their age and scene. */
+    size_t nund = 0;
+    for (size_t j = 0; j < pv->n; j++) {
+        if (pv->v[j].days) continue;
+        struct dd_bloom_view v = pv->v[j];
+        size_t sg = pv->seg[j];
+        pv->v[j] = pv->v[nund];
+        pv->seg[j] = pv->seg[nund];
+        pv->v[nund] = v;
+        pv->seg[nund++] = sg;
+    }
+    for (size_t j = 0; j < nund; j++)
         key[j] = (uint32_t)view_age(h, pv, j) << 8 | key_scene(pv, pv->seg[j]);
     /* Insertion sort by key, moving views and their keys together: a
      * user's views are a few, or a few hundred with day scenes. */
-    for (size_t j = 1; j < pv->n; j++) {
+    for (size_t j = 1; j < nund; j++) {
         uint32_t k = key[j];
         struct dd_bloom_view v = pv->v[j];
         size_t sg = pv->seg[j], m = j;
@@ -401,10 +519,11 @@ static int probe_marked(dd_history *h, const struct probe_views *pv, void *ctx, 
         pv->seg[m] = sg;
     }
     uint8_t *hit = c->any.hit;
-    for (size_t j = 0; j < pv->n;) {
+    for (size_t j = 0; j < nund;) {
         size_t e = j + 1;
-        while (e < pv->n && key[e] == key[j]) e++;
-        struct probe_views g = {pv->v + j, pv->seg + j, e - j, pv->kp, pv->ks, pv->kscene, pv->day};
+        while (e < nund && key[e] == key[j]) e++;
+        struct probe_views g = {pv->v + j, pv->seg + j, e - j,   pv->kp,
+                                pv->ks,    pv->kscene,  pv->day, pv->since};
         int rc = probe_any(h, &g, &c->any, err, errlen);
         if (rc != 0) return rc;
         const uint16_t a = (uint16_t)(key[j] >> 8);
@@ -415,6 +534,11 @@ static int probe_marked(dd_history *h, const struct probe_views *pv, void *ctx, 
                 if (c->where) c->where[i] = s;
             }
         j = e;
+    }
+    for (size_t j = nund; j < pv->n; j++) {
+        int rc = probe_dated(h, pv, j, &c->any, c->age, c->where, key_scene(pv, pv->seg[j]), err,
+                             errlen);
+        if (rc != 0) return rc;
     }
     return 0;
 }

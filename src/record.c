@@ -290,7 +290,7 @@ int dd_record_plays(dd_record *w, dd_arena *arena, const Dedup__V1__RecordPlaysR
         uint32_t seg = 0;
         switch (dd_history_place(w->history, req->scene, scene_len, at, &seg)) {
         case DD_HISTORY_PLACE_OK:
-            sh[m].h = dd_hash(p->item_id, l);
+            sh[m].h = dd_history_dated(dd_hash(p->item_id, l), at);
             sh[m].seg = seg;
             if (items) {
                 items[m] = p->item_id;

@@ -7,12 +7,14 @@
  *       so one user's segments are one contiguous, ordered key range.
  * Days: whole UTC days, day = floor(ms / 86400000), negative before 1970.
  *       Segment s holds days [s * segment_days, (s + 1) * segment_days).
- * Day segments: a scene listed in history.day_scenes keeps each day in a
- *       segment of its own, numbered DD_SEGMENT_DAY | day, so that a
- *       lookback is exact to the day. Both kinds live side by side in one
- *       user's key range (the day segments sort after the others), and a
- *       key's own number says which kind it is: the fold and the compaction
- *       filter need no configuration to expire either.
+ * Day segments: earlier releases kept each day of a scene listed in
+ *       history.day_scenes in a segment of its own, numbered
+ *       DD_SEGMENT_DAY | day (plays are dated in their segment_days segment
+ *       now: bloom.h, dated filters). They are still read and expired. Both
+ *       kinds live side by side in one user's key range (the day segments
+ *       sort after the others), and a key's own number says which kind it
+ *       is: the fold and the compaction filter need no configuration to
+ *       expire either.
  */
 #ifndef DD_SEGMENT_H
 #define DD_SEGMENT_H

@@ -200,6 +200,7 @@ int dd_window_add(dd_window *w, const char *scene, size_t scene_len, const char 
     case DD_HISTORY_PLACE_EXPIRED: w->st.expired++; return DD_WINDOW_EXPIRED;
     case DD_HISTORY_PLACE_FUTURE: w->st.future++; return DD_WINDOW_FUTURE;
     }
+    item = dd_history_dated(item, at_ms);
     uint64_t kh = key_hash(scene, scene_len, user, user_len, seg);
     size_t mask = w->cap_slots - 1, s = (size_t)kh & mask;
     struct entry *e = NULL;

@@ -6,6 +6,7 @@
 #ifndef DD_TEST_FOLD_CHECK_H
 #define DD_TEST_FOLD_CHECK_H
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "bloom.h"
@@ -27,6 +28,31 @@ static inline int value_has_all(const char *v, size_t len, const uint64_t *h, si
         if (!found) return 0;
     }
     return 1;
+}
+
+/* The newest day at which dated item H is in value V (undated filters'
+ * items as of day UNDATED), or -1 when it is not; -2 when V does not parse
+ * or a filter fails to decode. */
+static inline int64_t value_day_of(const char *v, size_t len, uint64_t h, uint32_t undated)
+{
+    struct dd_bloom_view fv[2];
+    int nv;
+    const char *a;
+    size_t alen;
+    if (dd_fold_parse_value(v, len, fv, &nv, &a, &alen) != 0) return -2;
+    int64_t best = -1;
+    for (int j = 0; j < nv; j++) {
+        uint64_t *k = malloc((fv[j].count ? fv[j].count : 1) * sizeof *k);
+        if (!k || dd_bloom_decode_dated(&fv[j], undated, k) != 0) {
+            free(k);
+            return -2;
+        }
+        uint64_t f = dd_bloom_fingerprint(h, fv[j].range);
+        for (uint32_t i = 0; i < fv[j].count; i++)
+            if (k[i] >> 32 == f && (int64_t)(uint32_t)k[i] > best) best = (uint32_t)k[i];
+        free(k);
+    }
+    return best;
 }
 
 /* The same for the intact part of a value that may be in the damaged form

@@ -11,6 +11,11 @@
  *   - on an accepted filter, every decoder answers membership alike: for the
  *     built hashes and fuzz probes, contains, the sorted probe, the index
  *     and the candset probe give what the decoded fingerprints say.
+ * The count byte's top bit builds a dated filter instead (days from the
+ * hashes' low bits, spans up to 2^16 days): a damaged one that parses
+ * must decode its days within [day0, day0 + 2^W) without reading past the
+ * value, the dated decode and the probe by day agree with the undated
+ * ones, and the index finds each fingerprint at its position.
  */
 #include "fuzz.h"
 
@@ -34,13 +39,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct fz in = {data, size};
     uint8_t rb = fz_u8(&in);
-    size_t n = fz_u8(&in) % (NHASH_MAX + 1);
+    uint8_t nb = fz_u8(&in);
+    const int dated = nb & 0x80;
+    size_t n = (nb & 0x7f) % (NHASH_MAX + 1);
     uint64_t h[NHASH_MAX];
     for (size_t i = 0; i < n; i++) h[i] = fz_u64(&in);
     /* full range, or a small one (fingerprints collide; short gaps) */
     uint64_t range = rb & 1 ? DD_BLOOM_FULL_RANGE : (uint64_t)1 + ((uint64_t)rb << (rb % 24));
     struct dd_buf b = {0};
-    FUZZ_CHECK(dd_bloom_build(&b, h, n, range, NULL) == 0);
+    if (dated) {
+        uint64_t d[NHASH_MAX];
+        for (size_t i = 0; i < n; i++)
+            d[i] = dd_bloom_dated(h[i], 20000 + (uint32_t)(h[i] >> 16 & 0xffff) % (rb + 1u) * 257u);
+        FUZZ_CHECK(dd_bloom_build_dated(&b, d, n, range) == 0);
+    } else {
+        FUZZ_CHECK(dd_bloom_build(&b, h, n, range, NULL) == 0);
+    }
 
     /* damage: up to 8 (position, xor) pairs, then a new length */
     int ndmg = fz_u8(&in) % 9;
@@ -83,6 +97,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ok) /* the checked decode gives a strictly ascending list within the range */
         for (uint32_t i = 0; i < v.count; i++)
             FUZZ_CHECK(fps[i] < v.range && (i == 0 || fps[i - 1] < fps[i]));
+    uint64_t *dk = possible ? malloc(((size_t)v.count + 1) * sizeof *dk) : NULL;
+    FUZZ_CHECK(dk || !possible);
+    if (possible) FUZZ_CHECK((dd_bloom_decode_dated(&v, 7, dk) == 0) == ok);
+    if (ok)
+        for (uint32_t i = 0; i < v.count; i++) {
+            FUZZ_CHECK(dk[i] >> 32 == fps[i]);
+            uint32_t day = dd_bloom_day_of(dk[i]);
+            if (v.days)
+                FUZZ_CHECK(day >= v.day0 && day <= dd_bloom_day_max(&v) &&
+                           day == dd_bloom_day_at(&v, i));
+            else
+                FUZZ_CHECK(day == 7);
+        }
 
     /* probes: the built hashes, fuzz hashes, and one at the top of the range */
     uint64_t probe[NPROBE], tmp[NPROBE];
@@ -127,6 +154,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(dd_bloom_contains(&v, probe[i]) == want);
             FUZZ_CHECK(hit_sorted[i] == want);
             if (ri == 0) FUZZ_CHECK(dd_bloom_index_has(ix, probe[i]) == want);
+            if (ri == 0) {
+                uint32_t pos = dd_bloom_index_find(ix, probe[i]);
+                FUZZ_CHECK(want ? pos < v.count && fps[pos] == f : pos == UINT32_MAX);
+            }
             /* the candset holds each distinct hash once: its first position
              * (dd_bloom_sort_hashes orders by the high half only, so equal
              * hashes need not be adjacent) */
@@ -135,6 +166,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (rc_cs == 0 && first == i) FUZZ_CHECK(hit_cs[i] == want);
         }
     }
+    if (ok && v.days) {
+        /* by day: a find counts from its day on */
+        uint32_t since =
+            v.day0 + (uint32_t)(probe[0] % ((uint64_t)dd_bloom_day_max(&v) - v.day0 + 2));
+        uint8_t hit_d[NPROBE] = {0};
+        FUZZ_CHECK(dd_bloom_probe_sorted_since(&v, probe, np, hit_d, since) == 0);
+        for (size_t i = 0; i < np; i++) {
+            uint32_t f = dd_bloom_fingerprint(probe[i], v.range);
+            const uint32_t *at = v.count ? bsearch(&f, fps, v.count, sizeof *fps, cmp_u32) : NULL;
+            int want = at && dd_bloom_day_at(&v, (uint32_t)(at - fps)) >= since;
+            FUZZ_CHECK(hit_d[i] == want);
+        }
+    }
+    free(dk);
     dd_candset_free(&cs);
     free(mem);
     free(fps);

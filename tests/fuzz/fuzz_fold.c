@@ -5,11 +5,15 @@
  * them). First byte: the segment (open, closed, dead), whether the merges
  * serve a read, and the mode.
  *   Intact inputs: the rest is read as up to 6 hash lists (a count byte,
- *   then 8 bytes per hash), encoded as operands, and optionally one as an
- *   existing value (a full-range filter, or a fold's result). A full merge,
- *   a partial merge then a full merge, and the compaction filter on the
- *   result must never lose an item: every hash is still contained (a dead
- *   segment folds to the empty value instead).
+ *   then 8 bytes per hash: its high half the item, its low byte the day,
+ *   from 3 days before the segment's first to 6 after its last), encoded
+ *   as dated operands, and optionally one as an existing value (an undated
+ *   full-range filter, as earlier releases wrote, or a fold's result). A
+ *   full merge, a partial merge then a full merge, and the compaction
+ *   filter on the result must never lose an item nor make its day older:
+ *   every hash is still contained, with a day at least its own kept within
+ *   the segment's days (an undated value's items: the segment's last day;
+ *   a dead segment folds to the empty value instead).
  *   Damaged base (mode bit 16, intact inputs): the existing value has one
  *   byte flipped (or is a few raw bytes). If it no longer parses, the full
  *   merge must give the damaged form (fold.h), holding the damaged bytes
@@ -44,6 +48,16 @@ static int64_t fixed_clock(void *ud)
 /* segment_days 7, retention 30, day 20000: 2857 open, 2855 closed past the
  * grace, 2851 dead (as test_fold.c). */
 static const uint32_t segs[3] = {2857, 2855, 2851};
+
+/* Whether value V holds each of the N dated items with a day at least
+ * WANT[i] (undated filters' items as of day LAST). */
+static int keeps_days(const struct dd_buf *v, const uint64_t *h, const uint32_t *want, size_t n,
+                      uint32_t last)
+{
+    for (size_t i = 0; i < n; i++)
+        if (value_day_of((const char *)v->data, v->len, h[i], last) < (int64_t)want[i]) return 0;
+    return 1;
+}
 
 /* Full merge; the result copied into OUT. Must succeed (fold.h: only out
  * of memory fails it). */
@@ -130,7 +144,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int damage = mode & 16;
 
     uint64_t all[(NOPS_MAX + 1) * NHASH_MAX];
+    uint32_t want[(NOPS_MAX + 1) * NHASH_MAX];
     size_t nall = 0;
+    const uint32_t first = segs[which] * 7, last = first + 6;
     int nops = 1 + fz_u8(&in) % NOPS_MAX;
     int exkind = fz_u8(&in) % 3; /* none, a full-range filter, a fold's result */
     size_t nops_all = 0; /* the operands' hashes: all[0 .. nops_all) */
@@ -138,18 +154,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int g = 0; g < nops + (exkind != 0); g++) {
         size_t n = fz_u8(&in) % (NHASH_MAX + 1);
         uint64_t *h = all + nall;
-        for (size_t i = 0; i < n; i++) h[i] = fz_u64(&in);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t x = fz_u64(&in);
+            uint32_t day = first - 3 + (uint32_t)(x & 0xff) % 16;
+            h[i] = dd_bloom_dated(x, day);
+            want[nall + i] = g < nops || exkind == 2 ? (day < first  ? first
+                                                        : day > last ? last
+                                                                     : day)
+                                                     : last;
+        }
         nall += n;
         if (g < nops) nops_all = nall;
         if (g < nops) {
-            FUZZ_CHECK(dd_fold_encode_operand(&ops[g], h, n, NULL) == 0);
+            FUZZ_CHECK(dd_fold_encode_operand(&ops[g], h, n) == 0);
             p[g] = (const char *)ops[g].data;
             l[g] = ops[g].len;
         } else if (exkind == 1) {
             FUZZ_CHECK(dd_bloom_build(&ex, h, n, DD_BLOOM_FULL_RANGE, NULL) == 0);
         } else {
             struct dd_buf op = {0};
-            FUZZ_CHECK(dd_fold_encode_operand(&op, h, n, NULL) == 0);
+            FUZZ_CHECK(dd_fold_encode_operand(&op, h, n) == 0);
             const char *op1 = (const char *)op.data;
             full_merge(&fold, key, klen, NULL, 0, &op1, &op.len, 1, &ex);
             dd_buf_free(&op);
@@ -192,8 +216,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     full_merge(&fold, key, klen, exp, exlen, p, l, nops, &res);
-    if (dead) FUZZ_CHECK(res.len == 0);
-    else FUZZ_CHECK(value_has_all((const char *)res.data, res.len, all, nall));
+    if (dead)
+        FUZZ_CHECK(res.len == 0);
+    else
+        FUZZ_CHECK(value_has_all((const char *)res.data, res.len, all, nall));
+    if (!dead) FUZZ_CHECK(keeps_days(&res, all, want, nall, last));
 
     unsigned char ok = 0;
     size_t plen = 0;
@@ -202,14 +229,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(pv);
         const char *pp = pv;
         full_merge(&fold, key, klen, exp, exlen, &pp, &plen, 1, &res2);
-        if (dead) FUZZ_CHECK(res2.len == 0);
-        else FUZZ_CHECK(value_has_all((const char *)res2.data, res2.len, all, nall));
+        if (dead)
+            FUZZ_CHECK(res2.len == 0);
+        else
+            FUZZ_CHECK(value_has_all((const char *)res2.data, res2.len, all, nall));
+        if (!dead) FUZZ_CHECK(keeps_days(&res2, all, want, nall, last));
     }
     if (pv) dd_fold_free_value(&fold, pv, plen);
 
     int drop = cfilter(&fold, key, klen, &res, &cfout, &changed);
     if (!dead) FUZZ_CHECK(!drop);
     if (changed) FUZZ_CHECK(value_has_all((const char *)cfout.data, cfout.len, all, nall));
+    if (changed) FUZZ_CHECK(keeps_days(&cfout, all, want, nall, last));
 
 out:
     dd_fold_reading(false);

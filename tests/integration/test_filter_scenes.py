@@ -5,8 +5,8 @@ dedupd and redis-server, one node, plays recorded with RecordPlays at
 event times spread over 65 days:
 
 - min_kept, a heavy user whose candidates are all played: the oldest plays
-  come back first, whole 10-day segments at a time in a coarse scene and a
-  day at a time in a day scene (history.day_scenes); never a play within
+  come back first, a day at a time, in a scene listed nowhere as in one
+  listed in history.day_scenes (now an alias); never a play within
   history.min_lookback_days, a recent delivery or an in-request duplicate;
   lookback_used_days says the lookback applied;
 - also_scenes: plays and deliveries of another scene remove a candidate,
@@ -43,16 +43,11 @@ def check(cond, msg):
 AGES = {"o65a": 65, "o65b": 65, "m35a": 35, "m35b": 35, "n15": 15, "r2": 2, "dlv": 65}
 
 
-def seg_age(today, days_ago):
-    """The age a coarse segment gives a play DAYS_AGO (its newest day's)."""
-    d = today - days_ago
-    return max(0, today - ((d // SEG) * SEG + SEG - 1))
-
-
-def expect_min_kept(today, day_scene, min_kept):
+def expect_min_kept(min_kept):
     """(kept set, lookback) the contract gives for the heavy user's
-    candidates (every item of AGES, dlv also delivered, o65a twice)."""
-    age = {i: (a if day_scene else seg_age(today, a)) for i, a in AGES.items() if i != "dlv"}
+    candidates (every item of AGES, dlv also delivered, o65a twice): ages
+    exact to the day in every scene."""
+    age = {i: a for i, a in AGES.items() if i != "dlv"}
     for lb in range(89, FLOOR - 1, -1):
         back = {i for i, a in age.items() if a > lb}
         if len(back) >= min_kept:
@@ -86,7 +81,7 @@ def main():
         dedup.RecordDelivery(pb.RecordDeliveryRequest(user_id=user, scene=scene, item_ids=items),
                              timeout=10)
 
-    # --- min_kept, in a coarse scene and a day scene
+    # --- min_kept, in a scene listed nowhere and a day scene
     cands = list(AGES) + ["o65a"]
     for scene in ("coarse", "daily"):
         play("heavy", scene, AGES.items())
@@ -96,7 +91,7 @@ def main():
               "%s without min_kept: kept %s, lookback %d" % (scene, list(r.kept_ids),
                                                             r.lookback_used_days))
         for mk in (1, 2, 3, 4, 5, 100):
-            want, lb = expect_min_kept(today, scene == "daily", mk)
+            want, lb = expect_min_kept(mk)
             r = filt("heavy", cands, scene=scene, min_kept=mk, explain=True)
             got = set(r.kept_ids)
             check(got == want and r.lookback_used_days == lb,
@@ -112,14 +107,14 @@ def main():
                   == len(cands), "%s min_kept=%d: counts" % (scene, mk))
         # a lookback at the floor is never shortened
         r = filt("heavy", cands, scene=scene, min_kept=100, lookback_days=FLOOR)
-        check(r.lookback_used_days == FLOOR and set(r.kept_ids) == expect_min_kept(
-            today, scene == "daily", 100)[0], "%s lookback 7: %s" % (scene, list(r.kept_ids)))
-    # day scene: a day at a time, oldest first
-    check(expect_min_kept(today, True, 2) == ({"o65a", "o65b"}, 64), "the expectation itself")
-    r = filt("heavy", cands, scene="daily", min_kept=3)
-    check(set(r.kept_ids) == {"o65a", "o65b", "m35a", "m35b"} and r.lookback_used_days == 34,
-          "daily min_kept=3: %s %d" % (list(r.kept_ids), r.lookback_used_days))
-    harness.log("min_kept ok (coarse and day scene)")
+        check(r.lookback_used_days == FLOOR and set(r.kept_ids) == expect_min_kept(100)[0],
+              "%s lookback 7: %s" % (scene, list(r.kept_ids)))
+        # a day at a time, oldest first
+        check(expect_min_kept(2) == ({"o65a", "o65b"}, 64), "the expectation itself")
+        r = filt("heavy", cands, scene=scene, min_kept=3)
+        check(set(r.kept_ids) == {"o65a", "o65b", "m35a", "m35b"} and r.lookback_used_days == 34,
+              "%s min_kept=3: %s %d" % (scene, list(r.kept_ids), r.lookback_used_days))
+    harness.log("min_kept ok (a scene listed nowhere and a history.day_scenes one)")
 
     # --- also_scenes
     play("u", "home", [("h1", 40)])

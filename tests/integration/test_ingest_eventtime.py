@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Event-time placement, with protobuf payloads (dedup.v1.PlayEvent): plays
-dated over the last 120 days land in the segment of their own day (checked
-through lookback windows, which read whole segments), and those older than
-history.retention_days are dropped and counted. Undecodable protobuf
-payloads are skipped and counted. The same plays in a day scene
-(history.day_scenes) answer every lookback exactly to the day: seen if
-played today or in the D days before, never older ones (but for the
-filter's false positives)."""
+dated over the last 121 days are kept with their own day, and those older
+than history.retention_days are dropped and counted. Every lookback is
+exact to the day, in a scene listed nowhere as in one listed in
+history.day_scenes (now an alias): seen if played today or in the D days
+before, never older ones (but for the filter's false positives).
+Undecodable protobuf payloads are
+skipped and counted."""
 import random
 import time
 
@@ -47,7 +47,7 @@ def main():
     today = now // DAY
     plays = []                      # (user, item, at_ms, days_ago)
     for u in range(USERS):
-        for ago in range(120):
+        for ago in range(121):
             at = now - ago * DAY - rnd.randrange(60_000) if ago else now - rnd.randrange(60_000)
             plays.append(("t%03d" % u, "e%d-%d" % (u, ago), at, None, at // DAY))
     # the same plays of some users in the day scene
@@ -100,18 +100,15 @@ def main():
     if seen_dead > FP * len(dead) + 3:
         harness.fail("%d of %d plays past retention are seen" % (seen_dead, len(dead)))
 
-    # A lookback of L days covers today and the L days before it, and reads
-    # whole segments: a play is seen exactly when its own segment holds a
-    # day of those. In the day scene a play is seen exactly when its own day
-    # is one of them.
+    # A lookback of L days covers today and the L days before it: a play is
+    # seen exactly when its own day is one of them, whatever the segments.
     # (today % SEGMENT_DAYS + 1: the window's first day ends a segment)
-    for lookback in (1, 7, 30, 31, 45, 60, 61, 89, today % SEGMENT_DAYS + 1):
-        first_seg = (today - lookback) // SEGMENT_DAYS
-        check_lookback(dd, live, lookback, lambda p: p[4] // SEGMENT_DAYS >= first_seg,
-                       "whole segments")
-    for lookback in (1, 2, 7, 13, 29, 30, 31, 60, 89, 90):
+    lookbacks = (1, 2, 7, 13, 29, 30, 31, 45, 60, 61, 89, 90, today % SEGMENT_DAYS + 1)
+    for lookback in lookbacks:
+        check_lookback(dd, live, lookback, lambda p: p[4] >= today - lookback,
+                       "scene listed nowhere")
         check_lookback(dd, day_live, lookback, lambda p: p[4] >= today - lookback,
-                       "day scene")
+                       "scene in history.day_scenes")
     broker.stop()
     harness.log("PASS")
 

@@ -331,8 +331,155 @@ static void test_fps(void)
     dd_buf_free(&two);
 }
 
+/* Dated filters: every fingerprint keeps its newest day, at any day
+ * width (0 bits for one day, up to 16), through build, union and reduce;
+ * days older than the newest less 2^16 - 1 are stored as that (newer);
+ * the probe by day counts only finds of the day asked or later; damage in
+ * the days is caught by the checksum, and a bad width by the parser. */
+static void test_dated(void)
+{
+    enum { N = 3000 };
+    static uint64_t d[N], sorted[N], tmp[N];
+    static uint8_t hit[N];
+    static const uint32_t spans[] = {1, 2, 30, 1000, 65536};
+    for (size_t s = 0; s < sizeof spans / sizeof spans[0]; s++) {
+        for (size_t i = 0; i < N; i++)
+            d[i] = dd_bloom_dated(item_hash("dated", i), 20000 + (uint32_t)(rnd() % spans[s]));
+        struct dd_buf b = {0};
+        REQUIRE(dd_bloom_build_dated(&b, d, N, DD_BLOOM_FULL_RANGE) == DD_OK);
+        struct dd_bloom_view v;
+        REQUIRE(dd_bloom_parse(b.data, b.len, &v) == DD_OK);
+        CHECK(v.days != NULL);
+        CHECK_EQ_INT(v.count, N);
+        int w = 0;
+        while (((spans[s] - 1) >> w) != 0) w++;
+        CHECK_MSG(v.day_bits <= w, "span %u: %u bits", spans[s], v.day_bits);
+        uint64_t *k = malloc(N * sizeof *k);
+        REQUIRE(k);
+        CHECK_EQ_INT(dd_bloom_decode_dated(&v, 7, k), DD_OK);
+        uint32_t newest = 0;
+        for (size_t i = 0; i < N; i++)
+            if (dd_bloom_day_of(d[i]) > newest) newest = dd_bloom_day_of(d[i]);
+        size_t bad = 0;
+        for (size_t i = 0; i < N; i++) {
+            /* k is sorted by fingerprint: find d[i] */
+            size_t j = 0;
+            while (j < N && k[j] >> 32 != d[i] >> 32) j++;
+            uint32_t want = dd_bloom_day_of(d[i]);
+            if (newest - want > DD_BLOOM_DAY_SPAN_MAX) want = newest - DD_BLOOM_DAY_SPAN_MAX;
+            bad += j == N || dd_bloom_day_of(k[j]) != want;
+        }
+        CHECK_EQ_INT(bad, 0);
+        /* by day: exactly the items of SINCE or later */
+        memcpy(sorted, d, sizeof d);
+        dd_bloom_sort_hashes(sorted, NULL, N, tmp, NULL);
+        uint32_t since = 20000 + spans[s] / 2;
+        memset(hit, 0, sizeof hit);
+        CHECK_EQ_INT(dd_bloom_probe_sorted_since(&v, sorted, N, hit, since), DD_OK);
+        bad = 0;
+        for (size_t i = 0; i < N; i++) bad += hit[i] != (dd_bloom_day_of(sorted[i]) >= since);
+        CHECK_EQ_INT(bad, 0);
+
+        /* union: a newer day wins, an older one does not */
+        uint64_t two[2] = {dd_bloom_dated(d[0], 1), dd_bloom_dated(d[1], newest + 5)};
+        struct dd_buf u = {0};
+        CHECK_EQ_INT(dd_bloom_union_dated(&u, &v, 0, 0, two, 2), DD_OK);
+        struct dd_bloom_view uv;
+        REQUIRE(dd_bloom_parse(u.data, u.len, &uv) == DD_OK);
+        uint64_t *uk = malloc(N * sizeof *uk);
+        REQUIRE(uk && uv.count == N);
+        CHECK_EQ_INT(dd_bloom_decode_dated(&uv, 0, uk), DD_OK);
+        for (size_t j = 0; j < N; j++) {
+            if (uk[j] >> 32 == d[0] >> 32) CHECK(dd_bloom_day_of(uk[j]) >= 20000);
+            if (uk[j] >> 32 == d[1] >> 32) CHECK_EQ_INT(dd_bloom_day_of(uk[j]), newest + 5);
+        }
+        /* reduce: fingerprints that meet keep the newest day */
+        struct dd_buf r = {0};
+        uint64_t range = dd_bloom_range_for(N, 0.05);
+        CHECK_EQ_INT(dd_bloom_reduce_dated(&r, &v, 0, range), DD_OK);
+        struct dd_bloom_view rv;
+        REQUIRE(dd_bloom_parse(r.data, r.len, &rv) == DD_OK);
+        uint64_t *rk = malloc(N * sizeof *rk);
+        REQUIRE(rk);
+        CHECK_EQ_INT(dd_bloom_decode_dated(&rv, 0, rk), DD_OK);
+        bad = 0;
+        for (size_t i = 0; i < N; i++) {
+            uint32_t f = dd_bloom_fingerprint(d[i], range), got = 0;
+            for (uint32_t j = 0; j < rv.count; j++)
+                if (rk[j] >> 32 == f) got = dd_bloom_day_of(rk[j]);
+            uint32_t want = dd_bloom_day_of(d[i]);
+            if (newest - want > DD_BLOOM_DAY_SPAN_MAX) want = newest - DD_BLOOM_DAY_SPAN_MAX;
+            bad += got < want;
+        }
+        CHECK_EQ_INT(bad, 0);
+        /* damage in the days fails the checksum */
+        if (v.day_bits > 0) {
+            size_t off = (size_t)(v.days - b.data);
+            b.data[off] ^= 1;
+            CHECK_EQ_INT(dd_bloom_parse(b.data, b.len, &v), DD_ERR_CORRUPT);
+            b.data[off] ^= 1;
+            /* a width over 16 bits is refused (checksum fixed up) */
+            b.data[3] = DD_BLOOM_DAY_BITS_MAX + 1;
+            uint32_t ck = (uint32_t)XXH3_64bits(b.data, b.len - 4);
+            memcpy(b.data + b.len - 4, &ck, 4);
+            CHECK_EQ_INT(dd_bloom_parse(b.data, b.len, &v), DD_ERR_CORRUPT);
+        }
+        free(k);
+        free(uk);
+        free(rk);
+        dd_buf_free(&b);
+        dd_buf_free(&u);
+        dd_buf_free(&r);
+    }
+    /* one day: no day bits at all, 4 bytes more than undated */
+    for (size_t i = 0; i < 100; i++) d[i] = dd_bloom_dated(item_hash("one", i), 20000);
+    struct dd_buf a = {0}, b = {0};
+    REQUIRE(dd_bloom_build_dated(&a, d, 100, DD_BLOOM_FULL_RANGE) == DD_OK);
+    REQUIRE(dd_bloom_build(&b, d, 100, DD_BLOOM_FULL_RANGE, NULL) == DD_OK);
+    CHECK_EQ_INT(a.len, b.len + 4);
+    /* an undated filter reads as the day it is given */
+    struct dd_bloom_view v;
+    REQUIRE(dd_bloom_parse(b.data, b.len, &v) == DD_OK);
+    CHECK(v.days == NULL);
+    uint64_t k[100];
+    CHECK_EQ_INT(dd_bloom_decode_dated(&v, 12345, k), DD_OK);
+    CHECK_EQ_INT(dd_bloom_day_of(k[0]), 12345);
+    CHECK_EQ_INT(dd_bloom_probe_sorted_since(&v, d, 1, hit, 0), DD_ERR_INVALID);
+    dd_buf_free(&a);
+    dd_buf_free(&b);
+}
+
+/* Dated fingerprint lists: a repeated fingerprint keeps its newest day;
+ * order, length and checksum checked. */
+static void test_dfps(void)
+{
+    uint64_t d[4] = {dd_bloom_dated(item_hash("l", 1), 9), dd_bloom_dated(item_hash("l", 2), 3),
+                     dd_bloom_dated(item_hash("l", 1), 11), dd_bloom_dated(item_hash("l", 1), 10)};
+    struct dd_buf b = {0};
+    CHECK_EQ_INT(dd_bloom_dfps_encode(&b, d, 4), DD_OK);
+    CHECK_EQ_INT(b.data[0], DD_BLOOM_DFPS_TAG);
+    CHECK_EQ_INT(b.len, 1 + 2 * 8 + 4);
+    const uint8_t *p;
+    uint32_t n;
+    CHECK_EQ_INT(dd_bloom_dfps_parse(b.data, b.len, &p, &n), DD_OK);
+    CHECK_EQ_INT(n, 2);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t x = dd_bloom_dfps_at(p, i);
+        if (x >> 32 == d[0] >> 32) CHECK_EQ_INT(dd_bloom_day_of(x), 11);
+        if (x >> 32 == d[1] >> 32) CHECK_EQ_INT(dd_bloom_day_of(x), 3);
+    }
+    CHECK_EQ_INT(dd_bloom_dfps_parse(b.data, b.len - 1, &p, &n), DD_ERR_CORRUPT);
+    b.data[5] ^= 1;
+    CHECK_EQ_INT(dd_bloom_dfps_parse(b.data, b.len, &p, &n), DD_ERR_CORRUPT);
+    uint64_t many[DD_BLOOM_FPS_MAX + 1] = {0};
+    CHECK_EQ_INT(dd_bloom_dfps_encode(&b, many, DD_BLOOM_FPS_MAX + 1), DD_ERR_INVALID);
+    dd_buf_free(&b);
+}
+
 int main(void)
 {
+    test_dated();
+    test_dfps();
     test_fps();
     test_fp_rate(10, 0.01);
     test_fp_rate(1000, 0.01);

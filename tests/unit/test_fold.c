@@ -48,9 +48,11 @@ static uint64_t item(const char *tag, uint64_t i)
     return dd_hash(id, (size_t)n);
 }
 
+/* N dated items (bloom.h), played today: inside SEG_OPEN's days (a
+ * closed segment's fold reads them as its last day). */
 static void items(uint64_t *h, const char *tag, size_t n)
 {
-    for (size_t i = 0; i < n; i++) h[i] = item(tag, i);
+    for (size_t i = 0; i < n; i++) h[i] = dd_bloom_dated(item(tag, i), (uint32_t)TODAY);
 }
 
 static size_t make_key(char *k, uint32_t seg)
@@ -119,7 +121,7 @@ static int cfilter_seg(void *cf, uint32_t seg, const struct dd_buf *val, struct 
 static void operand(struct dd_buf *b, const uint64_t *h, size_t n)
 {
     b->len = 0;
-    REQUIRE(dd_fold_encode_operand(b, h, n, NULL) == 0);
+    REQUIRE(dd_fold_encode_operand(b, h, n) == 0);
 }
 
 static void test_operands_fold(void)
@@ -129,10 +131,10 @@ static void test_operands_fold(void)
     uint64_t h[300];
     items(h, "op", 300);
     struct dd_buf ops[2] = {{0}}, out = {0};
-    operand(&ops[0], h, 3);          /* a fingerprint list */
-    operand(&ops[1], h + 3, 100);    /* a full-range filter */
-    CHECK_EQ_INT(ops[0].data[0], DD_BLOOM_FPS_TAG);
-    CHECK_EQ_INT(ops[0].len, 1 + 3 * 4 + 4);
+    operand(&ops[0], h, 3);       /* a fingerprint list */
+    operand(&ops[1], h + 3, 100); /* a full-range filter */
+    CHECK_EQ_INT(ops[0].data[0], DD_BLOOM_DFPS_TAG);
+    CHECK_EQ_INT(ops[0].len, 1 + 3 * 8 + 4);
     CHECK(ops[1].data[0] == DD_BLOOM_VERSION);
 
     CHECK(merge(&f, SEG_OPEN, NULL, ops, 2, &out));
@@ -528,7 +530,7 @@ static void test_partial_merge(void)
     CHECK(ok);
     const uint8_t *fps;
     uint32_t n = 0;
-    CHECK_EQ_INT(dd_bloom_fps_parse(v, len, &fps, &n), 0);
+    CHECK_EQ_INT(dd_bloom_dfps_parse(v, len, &fps, &n), 0);
     CHECK_EQ_INT(n, 8);
     dd_fold_free_value(&f, v, len);
 
@@ -551,8 +553,81 @@ static void test_partial_merge(void)
     dd_buf_free(&ops[1]);
 }
 
+/* Dated items through the fold: a fingerprint keeps its newest day across
+ * operands; operands written before dates were kept (undated) read as the
+ * segment's last day, and fold with dated ones into a dated value; a day
+ * outside the segment's days is read as its nearest day; a late play onto
+ * a re-encoded segment is kept when it is newer than the day the segment
+ * holds for it, and dropped when not; the compaction filter's re-encoding
+ * keeps every day. */
+static void test_dated_fold(void)
+{
+    struct dd_fold f;
+    fold_init(&f);
+    const uint64_t x = item("d", 1), y = item("d", 2), z = item("d", 3), w = item("d", 4);
+    struct dd_buf ops[4] = {{0}}, out = {0}, out2 = {0};
+
+    /* open segment 2857: days 19999..20005 */
+    uint64_t old[2] = {x, y}; /* raw hashes, as an earlier release wrote */
+    REQUIRE(dd_bloom_fps_encode(&ops[0], old, 2) == DD_OK);
+    uint64_t d1[2] = {dd_bloom_dated(x, 20001), dd_bloom_dated(z, 20000)};
+    uint64_t d2[3] = {dd_bloom_dated(z, 20002), dd_bloom_dated(w, 10), dd_bloom_dated(y, 30000)};
+    operand(&ops[1], d1, 2);
+    operand(&ops[2], d2, 3);
+    CHECK(merge(&f, SEG_OPEN, NULL, ops, 3, &out));
+    struct parsed pv;
+    REQUIRE(parse(out.data, out.len, &pv) == 0 && pv.nv == 1);
+    CHECK(pv.v[0].days != NULL);
+    CHECK_EQ_INT(value_day_of((char *)out.data, out.len, x, 0), 20005); /* undated: last */
+    CHECK_EQ_INT(value_day_of((char *)out.data, out.len, y, 0), 20005); /* clamped down */
+    CHECK_EQ_INT(value_day_of((char *)out.data, out.len, z, 0), 20002); /* the newer */
+    CHECK_EQ_INT(value_day_of((char *)out.data, out.len, w, 0), 19999); /* clamped up */
+
+    /* closed segment 2855 (days 19985..19991), re-encoded by the fold */
+    uint64_t c1[3] = {dd_bloom_dated(x, 19986), dd_bloom_dated(y, 19990), dd_bloom_dated(z, 19985)};
+    operand(&ops[3], c1, 3);
+    CHECK(merge(&f, SEG_CLOSED, NULL, &ops[3], 1, &out));
+    REQUIRE(parse(out.data, out.len, &pv) == 0 && pv.nv == 1);
+    CHECK(pv.v[0].range < DD_BLOOM_FULL_RANGE);
+    CHECK_EQ_INT(value_day_of((char *)out.data, out.len, x, 0), 19986);
+    CHECK_EQ_INT(value_day_of((char *)out.data, out.len, y, 0), 19990);
+    /* late plays: x newer (kept, in the delta), y older (nothing to add) */
+    uint64_t late[2] = {dd_bloom_dated(x, 19989), dd_bloom_dated(y, 19987)};
+    operand(&ops[0], late, 2);
+    CHECK(merge(&f, SEG_CLOSED, &out, &ops[0], 1, &out2));
+    REQUIRE(parse(out2.data, out2.len, &pv) == 0);
+    CHECK_EQ_INT(pv.nv, 2);
+    CHECK_EQ_INT(pv.v[1].count, 1);
+    CHECK_EQ_INT(value_day_of((char *)out2.data, out2.len, x, 0), 19989);
+    CHECK_EQ_INT(value_day_of((char *)out2.data, out2.len, y, 0), 19990);
+    uint64_t late_old[1] = {dd_bloom_dated(y, 19987)};
+    operand(&ops[0], late_old, 1);
+    CHECK(merge(&f, SEG_CLOSED, &out, &ops[0], 1, &out2));
+    CHECK(out2.len == out.len && memcmp(out2.data, out.data, out.len) == 0);
+
+    /* the compaction filter re-encodes a closed full-range dated value
+     * (here: folded as a read would, at the full range) keeping the days */
+    dd_fold_reading(true);
+    CHECK(merge(&f, SEG_CLOSED, NULL, &ops[3], 1, &out));
+    dd_fold_reading(false);
+    REQUIRE(parse(out.data, out.len, &pv) == 0 && pv.v[0].range == DD_BLOOM_FULL_RANGE);
+    void *cf = dd_fold_cfilter_new(&f);
+    REQUIRE(cf);
+    struct cf_out r;
+    CHECK_EQ_INT(cfilter_seg(cf, SEG_CLOSED, &out, &r), 0);
+    CHECK(r.changed);
+    CHECK_EQ_INT(value_day_of(r.v, r.len, x, 0), 19986);
+    CHECK_EQ_INT(value_day_of(r.v, r.len, y, 0), 19990);
+    CHECK_EQ_INT(value_day_of(r.v, r.len, z, 0), 19985);
+    dd_fold_cfilter_destroy(cf);
+    for (int i = 0; i < 4; i++) dd_buf_free(&ops[i]);
+    dd_buf_free(&out);
+    dd_buf_free(&out2);
+}
+
 int main(void)
 {
+    test_dated_fold();
     test_operands_fold();
     test_open_split_and_threshold();
     test_corrupt_counted();

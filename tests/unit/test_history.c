@@ -109,20 +109,33 @@ static dd_history_batch *batch_new(void)
     return b;
 }
 
-/* Write N hashes of (scene, user) played at AT_MS, one operand. */
-static void play(dd_history *h, const char *scene, const char *user, const uint64_t *hs,
-                 size_t n, int64_t at_ms)
+/* Write N hashes of (scene, user) played at AT_MS into segment SEG, one
+ * operand, dated AT_MS. */
+static void play_in(dd_history *h, const char *scene, const char *user, const uint64_t *hs,
+                    size_t n, int64_t at_ms, uint32_t seg)
 {
     char err[256];
-    uint32_t seg;
-    REQUIRE(dd_history_place(h, scene, strlen(scene), at_ms, &seg) == DD_HISTORY_PLACE_OK);
+    uint64_t *dated = malloc((n ? n : 1) * sizeof *dated);
+    REQUIRE(dated);
+    for (size_t i = 0; i < n; i++) dated[i] = dd_history_dated(hs[i], at_ms);
     dd_history_batch *b = batch_new();
-    REQUIRE(dd_history_batch_add(b, scene, strlen(scene), user, strlen(user), seg, hs, n) ==
+    REQUIRE(dd_history_batch_add(b, scene, strlen(scene), user, strlen(user), seg, dated, n) ==
             DD_OK);
+    free(dated);
     int rc = dd_history_write(h, b, err, sizeof err);
     if (rc != DD_OK) fprintf(stderr, "write: %s\n", err);
     REQUIRE(rc == DD_OK);
     dd_history_batch_free(b);
+}
+
+/* Write N hashes of (scene, user) played at AT_MS where the store places
+ * them, one operand. */
+static void play(dd_history *h, const char *scene, const char *user, const uint64_t *hs, size_t n,
+                 int64_t at_ms)
+{
+    uint32_t seg;
+    REQUIRE(dd_history_place(h, scene, strlen(scene), at_ms, &seg) == DD_HISTORY_PLACE_OK);
+    play_in(h, scene, user, hs, n, at_ms, seg);
 }
 
 /* What dd_history_collect renders for H (the caller frees it). */
@@ -648,9 +661,10 @@ static void test_write_limit(void)
     dd_config_free(&cfg);
 }
 
-/* A segment past the retention is not seen even before compaction, and a
- * compaction really deletes it (moving the clock back does not bring it
- * back). Checked for a folded value and for plain operands. */
+/* A play past the retention is not seen, to the day, even before
+ * compaction; a segment past it is deleted by a compaction (moving the
+ * clock back does not bring it back). Checked for a folded value and for
+ * plain operands. */
 static void test_expiry(void)
 {
     struct dd_config cfg;
@@ -671,17 +685,28 @@ static void test_expiry(void)
     CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 100);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 100);
 
-    /* segment 663 is live while 19919 >= today - 90, i.e. until day 20009 */
-    atomic_store(&clock_now, INT64_C(20009) * DAY + 5);
+    /* the plays of day 19915 are remembered while 19915 >= today - 90: to
+     * day 20005, to the day (their segment lives until day 20009) */
+    atomic_store(&clock_now, INT64_C(20005) * DAY + 5);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 100);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 100);
+    atomic_store(&clock_now, INT64_C(20006) * DAY + 5);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, fresh, 100), 100);
+    flush_compact(h); /* live segment: kept */
+    struct dd_history_stats st;
+    dd_history_get_stats(h, &st);
+    CHECK_EQ_INT(st.segments_expired, 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 0);
+    atomic_store(&clock_now, INT64_C(20005) * DAY + 5); /* still there */
     CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 100);
     atomic_store(&clock_now, INT64_C(20010) * DAY + 5);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, old, 100), 0);
     CHECK_EQ_INT(count_hits(h, "", "u", 0, folded_old, 100), 0);
-    CHECK_EQ_INT(count_hits(h, "", "u", 0, fresh, 100), 100);
     uint32_t seg;
     CHECK_EQ_INT(dd_history_place(h, "", 0, INT64_C(19915) * DAY, &seg), DD_HISTORY_PLACE_EXPIRED);
 
-    struct dd_history_stats st;
     dd_history_get_stats(h, &st);
     CHECK_EQ_INT(st.segments_expired, 0);
     flush_compact(h);
@@ -844,17 +869,18 @@ static void test_lookback(void)
     close_store(h, &cfg);
 }
 
-/* history.day_scenes: a day scene's lookback is exact to the day. Plays are
- * written day by day over 121 days (the clock moving as with live ingest,
- * flushed every week so closed days are re-encoded): at the end, for every
- * D, exactly the plays of today and the D days before it are found, none
- * older, none missed, before and after a full compaction; plays past the
- * retention are gone for every D. Another scene of the same store keeps
- * segment_days segments; a day scene's plays written before it was listed
- * (segment_days segments) still answer, at segment granularity. */
+/* Every scene's lookback is exact to the day. Plays are written day by day
+ * over 121 days (the clock moving as with live ingest, flushed every week
+ * so closed segments are re-encoded): at the end, for every D, exactly the
+ * plays of today and the D days before it are found, none older, none
+ * missed, before and after a full compaction and after a reopen; plays
+ * past the retention are gone for every D. Checked for a scene listed
+ * nowhere ("") and one listed in history.day_scenes ("live", now an alias
+ * that writes no day segments): the same answers. Day segments written by
+ * an earlier release for a listed scene are still read, to the day. */
 #define LB_DAYS 121
 #define LB_PER_DAY 3
-static void check_day_lookback(dd_history *h, const char *when)
+static void check_day_lookback(dd_history *h, const char *scene, const char *when)
 {
     static const uint32_t ds[] = {1, 2, 7, 13, 29, 30, 31, 60, 89, 90, 0};
     for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
@@ -864,11 +890,13 @@ static void check_day_lookback(dd_history *h, const char *when)
             uint64_t hs[LB_PER_DAY];
             items(hs, LB_PER_DAY, "day", (uint64_t)(age * 10));
             size_t want = (uint32_t)age <= d ? LB_PER_DAY : 0;
-            size_t got = count_hits(h, "live", "u", ds[k], hs, LB_PER_DAY);
+            size_t got = count_hits(h, scene, "u", ds[k], hs, LB_PER_DAY);
             if (got != want) {
                 if (bad++ < 5)
-                    fprintf(stderr, "%s: lookback %u, plays %d days ago: %zu of %d found, want %zu\n",
-                            when, ds[k], age, got, LB_PER_DAY, want);
+                    fprintf(stderr,
+                            "%s, scene \"%s\": lookback %u, plays %d days ago: %zu of %d found, "
+                            "want %zu\n",
+                            when, scene, ds[k], age, got, LB_PER_DAY, want);
             }
         }
         CHECK_EQ_INT(bad, 0);
@@ -901,7 +929,7 @@ static void test_day_lookback(void)
     CHECK(!dd_history_day_scene(h, "liv", 3));
     uint32_t seg;
     CHECK_EQ_INT(dd_history_place(h, "live", 4, first, &seg), DD_HISTORY_PLACE_OK);
-    CHECK(dd_segment_is_day(seg));
+    CHECK(!dd_segment_is_day(seg)); /* the alias writes no day segment */
     CHECK_EQ_INT(dd_history_place(h, "", 0, first, &seg), DD_HISTORY_PLACE_OK);
     CHECK(!dd_segment_is_day(seg));
 
@@ -915,20 +943,33 @@ static void test_day_lookback(void)
         play(h, "", "u", hs, LB_PER_DAY, now);
         if (day % 7 == 6) flush_compact(h);
     }
+    /* a day segment as an earlier release wrote it for the listed scene:
+     * read, to its day (10 days ago), until it expires */
+    uint64_t daily = item("daily", 1);
+    atomic_store(&clock_now, T0 - 10 * DAY);
+    play_in(h, "live", "d", &daily, 1, T0 - 10 * DAY, dd_day_segment(20000 - 10));
+
     atomic_store(&clock_now, T0 + 7200 * 1000);
-    check_day_lookback(h, "before compaction");
+    check_day_lookback(h, "", "before compaction");
+    check_day_lookback(h, "live", "before compaction");
     flush_compact(h);
-    check_day_lookback(h, "after compaction");
+    check_day_lookback(h, "", "after compaction");
+    check_day_lookback(h, "live", "after compaction");
     h = reopen(h, &cfg);
-    check_day_lookback(h, "after reopen");
+    check_day_lookback(h, "", "after reopen");
+    check_day_lookback(h, "live", "after reopen");
 
-    /* the same plays in scene "": whole 30-day segments (19980..20009 for
-     * today 20000, so 20 days back is found with a 7-day lookback) */
+    /* 20 days back is not found with a 7-day lookback, though it is in the
+     * open 30-day segment (19980..20009 for today 20000) */
     uint64_t a20 = item("day", 200);
-    CHECK_EQ_INT(count_hits(h, "", "u", 7, &a20, 1), 1);
+    CHECK_EQ_INT(count_hits(h, "", "u", 7, &a20, 1), 0);
+    CHECK_EQ_INT(count_hits(h, "", "u", 20, &a20, 1), 1);
     CHECK_EQ_INT(count_hits(h, "live", "u", 7, &a20, 1), 0);
+    CHECK_EQ_INT(count_hits(h, "live", "d", 9, &daily, 1), 0);
+    CHECK_EQ_INT(count_hits(h, "live", "d", 10, &daily, 1), 1);
+    CHECK_EQ_INT(count_hits(h, "live", "d", 0, &daily, 1), 1);
 
-    /* the play written before "live" was listed: segment granularity */
+    /* the play written before "live" was listed (dated too) */
     CHECK_EQ_INT(count_hits(h, "live", "old", 7, &legacy, 1), 0);
     CHECK_EQ_INT(count_hits(h, "live", "old", 50, &legacy, 1), 0);
     CHECK_EQ_INT(count_hits(h, "live", "old", 61, &legacy, 1), 1);
@@ -942,15 +983,16 @@ static void test_day_lookback(void)
     close_store(h, &cfg);
 }
 
-/* A day scene's user with plays on every day of the retention (91 live
- * segments): once compacted, closed days are re-encoded at fp_rate /
- * (retention_days + 1) each, so the union stays under fp_rate. */
-static void test_day_fp(void)
+/* A user with plays on every day of the retention (91 days, 4 live
+ * segments), in a scene listed nowhere: once compacted, closed segments
+ * are re-encoded at fp_rate / S, and the union false-positive rate stays
+ * under fp_rate for every lookback, each play found by every lookback
+ * that covers its day. */
+static void test_dated_fp(void)
 {
     struct dd_config cfg;
     char path[128];
     new_config(&cfg, path, sizeof path);
-    set(&cfg, "history.day_scenes", "live");
     enum { PER_DAY = 200, NEVER = 100000 };
     atomic_store(&clock_now, T0 - 90 * DAY);
     dd_history *h = open_store(&cfg);
@@ -964,22 +1006,33 @@ static void test_day_fp(void)
     flush_compact(h);
     struct dd_history_stats st;
     dd_history_get_stats(h, &st);
-    CHECK(st.segments_reduced >= 80);
-    size_t found = 0;
-    for (int64_t day = 0; day <= 90; day++) {
-        items(hs, PER_DAY, "fp", (uint64_t)(day * PER_DAY));
-        found += count_hits(h, "live", "u", 0, hs, PER_DAY);
-    }
-    CHECK_EQ_INT(found, 91 * PER_DAY);
+    CHECK(st.segments_reduced >= 2);
     uint64_t *never = malloc(NEVER * sizeof *never);
     REQUIRE(never);
     items(never, NEVER, "never", 0);
-    size_t fp = count_hits(h, "live", "u", 0, never, NEVER);
-    double rate = (double)fp / NEVER;
-    fprintf(stderr, "day scene union fp over 91 days: %.4f%% (fp_rate %.2f%%)\n", 100 * rate,
-            100 * cfg.history.fp_rate);
-    CHECK(rate < cfg.history.fp_rate * 1.2);
-    CHECK(rate > cfg.history.fp_rate / 20); /* re-encoded, not left at the full range */
+    static const uint32_t lbs[] = {0, 1, 7, 30, 60, 89};
+    for (size_t k = 0; k < sizeof lbs / sizeof lbs[0]; k++) {
+        uint32_t span = lbs[k] ? lbs[k] : 90;
+        size_t found = 0, want = 0;
+        for (int64_t age = 0; age <= 90; age++) {
+            items(hs, PER_DAY, "fp", (uint64_t)((90 - age) * PER_DAY));
+            size_t got = count_hits(h, "live", "u", lbs[k], hs, PER_DAY);
+            found += got;
+            if (age <= span) want += PER_DAY;
+            if (age <= span) CHECK_EQ_INT(got, PER_DAY);
+        }
+        /* older plays may be false positives, at the rate never-played
+         * items are */
+        size_t older = 91 * PER_DAY - want;
+        CHECK_MSG(found >= want && (double)(found - want) <= older * cfg.history.fp_rate * 1.5 + 3,
+                  "lookback %u: %zu found, want %zu", lbs[k], found, want);
+        size_t fp = count_hits(h, "live", "u", lbs[k], never, NEVER);
+        double rate = (double)fp / NEVER;
+        fprintf(stderr, "dated union fp, lookback %u: %.4f%% (fp_rate %.2f%%)\n", lbs[k],
+                100 * rate, 100 * cfg.history.fp_rate);
+        CHECK(rate < cfg.history.fp_rate * 1.2);
+        if (lbs[k] == 0) CHECK(rate > cfg.history.fp_rate / 20); /* re-encoded */
+    }
     free(never);
     close_store(h, &cfg);
 }
@@ -1486,6 +1539,54 @@ static void raw_put(rocksdb_t *db, const char *user, uint32_t seg, const void *v
     REQUIRE(!e);
 }
 
+/* Stores written before plays were dated keep answering: an undated
+ * operand (a fingerprint list) and an undated value (a filter) read as of
+ * their segment's newest day, as before; dated plays fold onto them (the
+ * value becomes dated, the old items dated the segment's newest day), and
+ * the answers hold through a full compaction, the re-encoding of the
+ * closed segment and a reopen. */
+static void test_undated_compat(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    dd_history *h = fresh_store(&cfg, path, sizeof path); /* today 20000 */
+    dd_history_close(h);
+    const uint64_t a = item("undated", 1), b = item("undated", 2), c = item("dated", 3);
+    rocksdb_options_t *o;
+    rocksdb_t *db = raw_open(path, &o);
+    struct dd_buf v = {0};
+    /* segment 664 (19920..19949): an old operand */
+    REQUIRE(dd_bloom_fps_encode(&v, &a, 1) == DD_OK);
+    raw_put(db, "u", 664, v.data, v.len, 1);
+    /* segment 665 (19950..19979): an old value */
+    v.len = 0;
+    REQUIRE(dd_bloom_build(&v, &b, 1, DD_BLOOM_FULL_RANGE, NULL) == DD_OK);
+    raw_put(db, "u", 665, v.data, v.len, 0);
+    raw_close(db, o);
+    dd_buf_free(&v);
+
+    h = open_store(&cfg);
+    play(h, "", "u", &c, 1, T0 - 45 * DAY); /* day 19955, segment 665 */
+    for (int round = 0; round < 3; round++) {
+        CHECK_EQ_INT(count_hits(h, "", "u", 50, &a, 1), 0);
+        CHECK_EQ_INT(count_hits(h, "", "u", 51, &a, 1), 1); /* as of 19949 */
+        CHECK_EQ_INT(count_hits(h, "", "u", 20, &b, 1), 0);
+        CHECK_EQ_INT(count_hits(h, "", "u", 21, &b, 1), 1); /* as of 19979 */
+        CHECK_EQ_INT(count_hits(h, "", "u", 44, &c, 1), 0);
+        CHECK_EQ_INT(count_hits(h, "", "u", 45, &c, 1), 1); /* its own day */
+        CHECK_EQ_INT(count_hits(h, "", "u", 0, &a, 1), 1);
+        if (round == 0) {
+            flush_compact(h); /* folded: closed, re-encoded */
+            struct dd_history_stats st;
+            dd_history_get_stats(h, &st);
+            CHECK(st.segments_reduced >= 1);
+            CHECK_EQ_INT(st.corrupt_values, 0);
+        }
+        if (round == 1) h = reopen(h, &cfg);
+    }
+    close_store(h, &cfg);
+}
+
 /* A stored value as history.c lays it out: nv = 1 (one filter) or 2 (split
  * A | B), counts and ranges in F. Returns nv, or 0 if it does not parse. */
 static int value_parts(const char *v, size_t len, struct dd_bloom_view f[2])
@@ -1937,9 +2038,8 @@ static void test_probe_any_ways(void)
 }
 
 /* dd_history_probe_scenes: one read over several scenes gives each found
- * candidate the age of its newest day and the scene of that find (a
- * coarse segment counts as its newest day, a day segment as its day), and
- * a read with lookback L finds exactly the candidates of age <= L: what
+ * candidate the age of its newest day and the scene of that find (exact
+ * to the day: dated items carry their day), and a read with lookback L finds exactly the candidates of age <= L: what
  * min_kept's choice (lookback.h) relies on. */
 static void test_probe_marks(void)
 {
@@ -1947,18 +2047,19 @@ static void test_probe_marks(void)
     struct dd_config cfg;
     char path[128];
     new_config(&cfg, path, sizeof path);
-    set(&cfg, "history.day_scenes", "daily");
     atomic_store(&clock_now, T0);
     dd_history *h = open_store(&cfg);
     /* T0 is day 20000; 30-day segments: 19920..19949, ..., 19980..20009 */
     uint64_t c[6];
     items(c, 6, "mark", 0);
-    play(h, "coarse", "u", &c[0], 1, T0 - 60 * DAY); /* segment's newest day 19949: 51 */
-    play(h, "coarse", "u", &c[1], 1, T0);            /* open segment, ahead: 0 */
+    play(h, "coarse", "u", &c[0], 1, T0 - 60 * DAY); /* 60 */
+    play(h, "coarse", "u", &c[1], 1, T0);            /* 0 */
     play(h, "daily", "u", &c[0], 1, T0 - 5 * DAY);   /* newer than the coarse play */
     play(h, "daily", "u", &c[2], 1, T0 - 12 * DAY);
-    play(h, "coarse", "u", &c[3], 1, T0 - 35 * DAY); /* day 19965: segment 19950..19979: 21 */
+    play(h, "coarse", "u", &c[3], 1, T0 - 21 * DAY);
     play(h, "daily", "u", &c[3], 1, T0 - 21 * DAY);  /* the same age: the lower scene index */
+    play(h, "coarse", "u", &c[4], 1, T0 - 40 * DAY); /* and a newer one in the same segment */
+    play(h, "coarse", "u", &c[4], 1, T0 - 33 * DAY);
     struct dd_candset cs;
     REQUIRE(dd_candset_init(&cs, 6) == DD_OK);
     REQUIRE(dd_candset_begin(&cs, c, 6) == DD_OK);
@@ -1968,11 +2069,11 @@ static void test_probe_marks(void)
     const struct dd_history_scene sc[2] = {{"coarse", 6}, {"daily", 5}};
     uint8_t hit[6] = {0}, where[6] = {9, 9, 9, 9, 9, 9};
     uint16_t age[6];
-    CHECK_EQ_INT(dd_history_probe_scenes(h, sc, 2, "u", 1, 0, &cs, hit, age, where, a, err,
-                                         sizeof err),
-                 DD_OK);
-    static const uint16_t want_age[6] = {5, 0, 12, 21, DD_HISTORY_AGE_NONE, DD_HISTORY_AGE_NONE};
-    static const uint8_t want_where[6] = {1, 0, 1, 0, 9, 9};
+    CHECK_EQ_INT(
+        dd_history_probe_scenes(h, sc, 2, "u", 1, 0, &cs, hit, age, where, a, err, sizeof err),
+        DD_OK);
+    static const uint16_t want_age[6] = {5, 0, 12, 21, 33, DD_HISTORY_AGE_NONE};
+    static const uint8_t want_where[6] = {1, 0, 1, 0, 0, 9};
     for (int i = 0; i < 6; i++) {
         CHECK_MSG(age[i] == want_age[i] && where[i] == want_where[i] &&
                       hit[i] == (want_age[i] != DD_HISTORY_AGE_NONE),
@@ -1981,10 +2082,10 @@ static void test_probe_marks(void)
     /* One scene: the coarse segment's age alone. */
     uint16_t age1[6];
     uint8_t hit1[6] = {0};
-    CHECK_EQ_INT(dd_history_probe_scenes(h, sc, 1, "u", 1, 0, &cs, hit1, age1, NULL, a, err,
-                                         sizeof err),
-                 DD_OK);
-    CHECK(age1[0] == 51 && age1[1] == 0 && age1[2] == DD_HISTORY_AGE_NONE && age1[3] == 21);
+    CHECK_EQ_INT(
+        dd_history_probe_scenes(h, sc, 1, "u", 1, 0, &cs, hit1, age1, NULL, a, err, sizeof err),
+        DD_OK);
+    CHECK(age1[0] == 60 && age1[1] == 0 && age1[2] == DD_HISTORY_AGE_NONE && age1[3] == 21);
     /* Every lookback finds exactly the ages within it. */
     for (uint32_t l = 1; l <= 90; l++) {
         uint8_t hl[6] = {0};
@@ -2023,7 +2124,8 @@ int main(void)
     test_lookback();
     test_day_scenes_config();
     test_day_lookback();
-    test_day_fp();
+    test_dated_fp();
+    test_undated_compat();
     test_offsets();
     test_owner();
     test_probe_any_ways();
