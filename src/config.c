@@ -124,6 +124,7 @@ static const struct key keys[] = {
     ROW_I64("history.max_future_ms", history.max_future_ms, "3600000", 0, 3650 * DD_MS_PER_DAY),
     ROW_U64("history.min_free_mb", history.min_free_mb, "256", 0, UINT64_MAX >> 20),
     ROW_STR("history.day_scenes", history.day_scenes, ""),
+    ROW_BOOL("history.exact_days", history.exact_days, "true"),
     ROW_U32("history.min_lookback_days", history.min_lookback_days, "7", 0, 36500),
 
     ROW_BOOL("ingest.enabled", ingest.enabled, "true"),

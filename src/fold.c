@@ -445,12 +445,14 @@ static uint64_t clamp_day(uint64_t dated, uint32_t first, uint32_t last)
 
 /* Append every item of the N operands to V, dated: undated operands'
  * items (written before dates were kept) as of day LAST, the dated ones'
- * days kept within [FIRST, LAST]. An operand whose bitstream fails
+ * days kept within [FIRST, LAST] (with F->coarse, all of day LAST). An
+ * operand whose bitstream fails
  * (checksum passed) is counted, skipped and marked bad (a damaged piece).
  * 0 or DD_ERR_NOMEM. */
 static int operands_hashes(struct dd_fold *fd, const char *key, size_t klen, struct operand *o,
                            int n, struct hvec *v, uint32_t first, uint32_t last)
 {
+    if (fd->coarse) first = last; /* history.exact_days = false: all as of LAST */
     size_t total = 0;
     for (int i = 0; i < n; i++) total += o[i].n;
     if (hvec_reserve(v, total) != 0) return DD_ERR_NOMEM;
@@ -587,6 +589,7 @@ static int fold_into(struct dd_fold *fd, const char *key, size_t klen, uint32_t 
     size_t a_len = 0;
     uint32_t first, last;
     segment_days(fd, seg, &first, &last);
+    if (fd->coarse) first = last; /* history.exact_days = false */
     if (base && dd_fold_parse_value(base, blen, bv, &nb, &a_bytes, &a_len) != 0)
         return DD_ERR_CORRUPT;
 

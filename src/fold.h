@@ -63,8 +63,10 @@ struct dd_fold_owner {
 
 struct dd_fold {
     struct dd_segments seg;
-    double segment_fp;           /* fp_rate / S: a closed segment's target */
-    double day_fp;               /* fp_rate / (retention_days + 1): a day segment's */
+    double segment_fp; /* fp_rate / S: a closed segment's target */
+    double day_fp;     /* fp_rate / (retention_days + 1): a day segment's */
+    bool coarse;       /* history.exact_days = false: new items are dated their segment's newest
+                  * day (a filter then stores no day bits); items already stored keep theirs */
     int64_t (*now_ms)(void *ud); /* NULL: dd_now_ms() */
     void *clock_ud;
 

@@ -169,6 +169,7 @@ int dd_history_open(dd_history **out, const struct dd_history_conf *conf,
     (void)day_scenes_walk(h->day_buf, day_scene_add, h, NULL, 0); /* checked above */
     struct dd_segments g = {conf->segment_days, conf->retention_days};
     dd_fold_init(&h->fold, &g, conf->fp_rate, h->clock.now_ms, h->clock.ud);
+    h->fold.coarse = !conf->exact_days;
 
     if (conf->index_cache_mb &&
         dd_icache_new(&h->icache, (size_t)(conf->index_cache_mb << 20)) != DD_OK) {

@@ -80,6 +80,8 @@ struct dd_history_conf {
     bool must_exist;         /* refuse a path holding no store rather than create one (ddcheck) */
     uint32_t min_lookback_days; /* Filter's min_kept never shortens a lookback below this
                                  * (filter.h); past retention_days it is the retention */
+    bool exact_days;            /* keep each play's day (lookbacks exact to the day); false: every
+                      * new play as of its segment's newest day (fold.h, coarse) */
 };
 
 /* Most scenes history.day_scenes may list. */

@@ -1602,6 +1602,51 @@ static int value_parts(const char *v, size_t len, struct dd_bloom_view f[2])
     return 2;
 }
 
+/* history.exact_days = false: new plays are stored as of their segment's
+ * newest day, so a lookback reads whole segments again (a play 20 days
+ * ago in the open 30-day segment is found with a 7-day lookback) and the
+ * stored filters carry no day bits; plays folded dated before keep their
+ * day (operands not yet folded take the segment's newest day). */
+static void test_coarse_days(void)
+{
+    struct dd_config cfg;
+    char path[128];
+    dd_history *h = fresh_store(&cfg, path, sizeof path); /* today 20000, segment 666 */
+    const uint64_t a = item("coarse", 1), b = item("coarse", 2);
+    play(h, "", "u", &a, 1, T0 - 20 * DAY); /* dated: day 19980 */
+    CHECK_EQ_INT(count_hits(h, "", "u", 7, &a, 1), 0);
+    flush_compact(h); /* folded: keeps its day (an operand not yet folded would not) */
+    set(&cfg, "history.exact_days", "false");
+    h = reopen(h, &cfg);
+    play(h, "", "u", &b, 1, T0 - 20 * DAY);
+    for (int round = 0; round < 2; round++) {
+        CHECK_EQ_INT(count_hits(h, "", "u", 7, &b, 1), 1); /* as of 20009 */
+        CHECK_EQ_INT(count_hits(h, "", "u", 7, &a, 1), 0); /* kept its day */
+        CHECK_EQ_INT(count_hits(h, "", "u", 20, &a, 1), 1);
+        flush_compact(h);
+    }
+    dd_history_close(h);
+    /* a segment written only in coarse mode stores no day bits */
+    set(&cfg, "history.exact_days", "false");
+    h = open_store(&cfg);
+    uint64_t c[50];
+    items(c, 50, "coarse-only", 0);
+    for (int i = 0; i < 50; i++) play(h, "", "v", &c[i], 1, T0 - (int64_t)(i % 20) * DAY);
+    flush_compact(h);
+    CHECK_EQ_INT(count_hits(h, "", "v", 1, c, 50), 50); /* all of segment 666 */
+    dd_history_close(h);
+    rocksdb_options_t *o;
+    rocksdb_t *db = raw_open(path, &o);
+    char *v = NULL;
+    size_t vl = raw_get(db, "v", 666, &v);
+    struct dd_bloom_view f[2];
+    REQUIRE(vl > 0 && value_parts(v, vl, f) == 1);
+    CHECK(f[0].days != NULL && f[0].day_bits == 0 && f[0].day0 == 20009);
+    free(v);
+    raw_close(db, o);
+    dd_config_free(&cfg);
+}
+
 /* An open segment with a base gets its new plays in a small full-range
  * delta B beside the base A (copied as it is on every read); B is folded
  * into A once it holds more than max(256, count(A)/8); reads find every
@@ -2126,6 +2171,7 @@ int main(void)
     test_day_lookback();
     test_dated_fp();
     test_undated_compat();
+    test_coarse_days();
     test_offsets();
     test_owner();
     test_probe_any_ways();
