@@ -55,7 +55,7 @@ def main():
                  if int(u[1:]) < DAY_SCENE_USERS]
     plays += day_plays
     rnd.shuffle(plays)
-    broker = harness.DevBroker(("plays:4",))
+    broker = il.plays_broker(("plays:4",))
     il.produce(broker, [p[:4] for p in plays], fmt="protobuf")
     garbage = [("t000", "0a"), ("t000", "ffffffff"), ("t001", "0a05616263")]  # truncated/bad
     il.produce(broker, garbage, fmt="hex")
