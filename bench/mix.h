@@ -51,9 +51,10 @@ int64_t mix_clock_ms(void *ud);
 /* One load: USERS users' plays written through H (whose clock reads
  * *CLOCK) in ROUNDS rounds over the MIX_SPAN_DAYS days before NOW, each
  * round's plays at the round's end, in batches of 2,000 users, one merge
- * operand per (user, segment); the memtable flushed after each round
- * when ROUND_FLUSH. GEO_DAYS and SEG_FLAG: the segments the plays go to
- * (segment_days and 0, or 1 and DD_SEGMENT_DAY for a day scene). On
+ * operand per (user, segment), each play dated its own day
+ * (dd_history_dated); the memtable flushed after each round when
+ * ROUND_FLUSH. GEO_DAYS and SEG_FLAG: the segments the plays go to
+ * (segment_days and 0, as dd_history_place places them). On
  * return the clock is at the last round's end; WRITTEN and EXPIRED are
  * the plays written and those dd_history_place refused.
  * WRITE_NS: the time the rounds took. Exits the
