@@ -1187,7 +1187,7 @@ int dd_bloom_dfps_encode(struct dd_buf *out, const uint64_t *dated, size_t n)
 {
     if (n > DD_BLOOM_FPS_MAX) return DD_ERR_INVALID;
     uint64_t k[DD_BLOOM_FPS_MAX], tmp[DD_BLOOM_FPS_MAX];
-    memcpy(k, dated, n * sizeof *k); /* at the full range a dated item is its key */
+    if (n) memcpy(k, dated, n * sizeof *k); /* at the full range a dated item is its key */
     size_t m = sort_unique_keys(k, n, tmp);
     size_t total = 1 + m * 8 + TRAILER;
     int rc = dd_buf_reserve(out, total);

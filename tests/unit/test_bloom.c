@@ -471,6 +471,13 @@ static void test_dfps(void)
     CHECK_EQ_INT(dd_bloom_dfps_parse(b.data, b.len - 1, &p, &n), DD_ERR_CORRUPT);
     b.data[5] ^= 1;
     CHECK_EQ_INT(dd_bloom_dfps_parse(b.data, b.len, &p, &n), DD_ERR_CORRUPT);
+    /* no items (a partial merge of empty operands): NULL is fine */
+    struct dd_buf e = {0};
+    CHECK_EQ_INT(dd_bloom_dfps_encode(&e, NULL, 0), DD_OK);
+    CHECK_EQ_INT(e.len, 1 + 4);
+    CHECK_EQ_INT(dd_bloom_dfps_parse(e.data, e.len, &p, &n), DD_OK);
+    CHECK_EQ_INT(n, 0);
+    dd_buf_free(&e);
     uint64_t many[DD_BLOOM_FPS_MAX + 1] = {0};
     CHECK_EQ_INT(dd_bloom_dfps_encode(&b, many, DD_BLOOM_FPS_MAX + 1), DD_ERR_INVALID);
     dd_buf_free(&b);
