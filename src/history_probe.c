@@ -279,6 +279,40 @@ struct probe_any_ctx {
     dd_arena *arena;
 };
 
+/* The candidates of C as sort keys: each hash's high half (all a
+ * fingerprint uses) and its position, so that hits in sorted order map
+ * back; sorted (dd_bloom_sort_hashes), in C's arena. NULL: out of memory. */
+static uint64_t *sorted_positions(const struct probe_any_ctx *c)
+{
+    const size_t n = c->cs->n;
+    uint64_t *key = dd_arena_alloc(c->arena, n * sizeof *key);
+    uint64_t *tmp = dd_arena_alloc(c->arena, n * sizeof *tmp);
+    if (!key || !tmp) return NULL;
+    for (size_t i = 0; i < n; i++) key[i] = (c->cs->hash[i] & UINT64_C(0xffffffff00000000)) | i;
+    dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+    return key;
+}
+
+/* The age in days of a find of day DAY on TODAY: 0 for today or later (a
+ * play may be dated ahead), below DD_HISTORY_AGE_NONE. */
+static uint16_t age_of(int64_t today, int64_t day)
+{
+    int64_t a = today - day;
+    if (a < 0) a = 0;
+    return a >= DD_HISTORY_AGE_NONE ? DD_HISTORY_AGE_NONE - 1 : (uint16_t)a;
+}
+
+/* Mark candidate I as found at age AG in scene SCENE when that is newer
+ * than its mark (or as new, from a scene of a lower index). WHERE may be
+ * NULL. */
+static void mark_find(uint16_t *age, uint8_t *where, uint32_t i, uint16_t ag, uint8_t scene)
+{
+    if (ag < age[i] || (ag == age[i] && where && scene < where[i])) {
+        age[i] = ag;
+        if (where) where[i] = scene;
+    }
+}
+
 /* Index of view J: the cache's for a closed segment's large filter
  * (icache.h: an open one changes with every write), else decoded into the
  * arena. *REF is the cache entry to release (NULL: none). Returns DD_OK,
@@ -314,23 +348,16 @@ static int probe_dated(dd_history *h, const struct probe_views *pv, size_t j,
         struct dd_bloom_view whole = *v;
         whole.days = NULL;
         uint8_t *mine = dd_arena_calloc(c->arena, n, 1);
-        uint64_t *key = dd_arena_alloc(c->arena, n * sizeof *key);
-        uint64_t *tmp = dd_arena_alloc(c->arena, n * sizeof *tmp);
-        if (!mine || !key || !tmp) goto nomem;
-        for (size_t i = 0; i < n; i++) key[i] = (hashes[i] & UINT64_C(0xffffffff00000000)) | i;
-        dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+        uint64_t *key = sorted_positions(c);
+        if (!mine || !key) goto nomem;
         if (dd_bloom_probe_sorted(&whole, key, n, mine) != 0)
             return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
-        int64_t a = pv->day - (int64_t)dd_bloom_day_max(v);
-        uint16_t ag = a < 0 ? 0 : a >= DD_HISTORY_AGE_NONE ? DD_HISTORY_AGE_NONE - 1 : (uint16_t)a;
+        const uint16_t ag = age_of(pv->day, dd_bloom_day_max(v));
         for (size_t x = 0; x < n; x++) {
             if (!mine[x]) continue;
             uint32_t i = (uint32_t)key[x];
             hit[i] = 1;
-            if (age && (ag < age[i] || (ag == age[i] && where && scene < where[i]))) {
-                age[i] = ag;
-                if (where) where[i] = scene;
-            }
+            if (age) mark_find(age, where, i, ag, scene);
         }
         return 0;
     }
@@ -347,13 +374,7 @@ static int probe_dated(dd_history *h, const struct probe_views *pv, size_t j,
         uint32_t d = dd_bloom_day_at(v, pos);
         if (d < since) continue;
         hit[i] = 1;
-        if (!age) continue;
-        int64_t a = pv->day - (int64_t)d;
-        uint16_t ag = a < 0 ? 0 : a >= DD_HISTORY_AGE_NONE ? DD_HISTORY_AGE_NONE - 1 : (uint16_t)a;
-        if (ag < age[i] || (ag == age[i] && where && scene < where[i])) {
-            age[i] = ag;
-            if (where) where[i] = scene;
-        }
+        if (age) mark_find(age, where, (uint32_t)i, age_of(pv->day, d), scene);
     }
     dd_icache_release(h->icache, ref);
     return 0;
@@ -401,18 +422,9 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
     if (index && left <= PROBE_INDEX_VIEWS) {
         for (size_t j = 0; j < left; j++) {
             struct dd_bloom_index ix;
-            struct dd_icache_entry *ref = NULL;
-            int rc;
-            /* A closed segment's filter is kept decoded between calls
-             * (icache.h); an open one changes with every write. */
-            if (h->icache && v[j].range != DD_BLOOM_FULL_RANGE && v[j].count >= ICACHE_MIN_COUNT) {
-                rc = dd_icache_get(h->icache, &v[j], &ix, &ref);
-                if (rc == DD_ERR_NOMEM) goto nomem;
-            } else {
-                void *mem = dd_arena_alloc(c->arena, dd_bloom_index_bytes(&v[j]));
-                if (!mem) goto nomem;
-                rc = dd_bloom_index_build(&v[j], mem, &ix) != 0 ? DD_ERR_CORRUPT : DD_OK;
-            }
+            struct dd_icache_entry *ref;
+            int rc = view_index(h, &v[j], c->arena, &ix, &ref);
+            if (rc == DD_ERR_NOMEM) goto nomem;
             if (rc != DD_OK) return damaged(h, pv->kp[pv->seg[j]], pv->ks[pv->seg[j]], err, errlen);
             const struct dd_bloom_index cix = ix;
             uint8_t *hit = c->hit;
@@ -421,14 +433,9 @@ static int probe_any(dd_history *h, const struct probe_views *pv, void *ctx, cha
         }
         return 0;
     }
-    /* Keys: the high half (all a fingerprint uses) and the candidate's
-     * position, so hits in sorted order map back. */
-    uint64_t *key = dd_arena_alloc(c->arena, n * sizeof *key);
-    uint64_t *tmp = dd_arena_alloc(c->arena, n * sizeof *tmp);
+    uint64_t *key = sorted_positions(c);
     uint8_t *shit = dd_arena_calloc(c->arena, n, 1);
-    if (!key || !tmp || !shit) goto nomem;
-    for (size_t i = 0; i < n; i++) key[i] = (hashes[i] & UINT64_C(0xffffffff00000000)) | i;
-    dd_bloom_sort_hashes(key, NULL, n, tmp, NULL);
+    if (!key || !shit) goto nomem;
     struct probe_views rest = {v, pv->seg, left, pv->kp, pv->ks, pv->kscene, pv->day, pv->since};
     struct probe_sorted_ctx sc = {key, n, shit};
     int rc = probe_sorted(h, &rest, &sc, err, errlen);
@@ -469,10 +476,7 @@ static uint16_t view_age(dd_history *h, const struct probe_views *pv, size_t j)
     uint32_t seg = 0;
     size_t i = pv->seg[j];
     dd_key_segment(pv->kp[i], pv->ks[i], &seg);
-    int64_t a = pv->day - dd_segment_last_day(&h->fold.seg, seg);
-    if (a < 0) a = 0;
-    /* read views are within the retention: far below the cap */
-    return a >= DD_HISTORY_AGE_NONE ? DD_HISTORY_AGE_NONE - 1 : (uint16_t)a;
+    return age_of(pv->day, dd_segment_last_day(&h->fold.seg, seg));
 }
 
 /* dd_history_probe_scenes with marks: the views in groups of one (age,
