@@ -964,69 +964,6 @@ int dd_bloom_probe_sorted(const struct dd_bloom_view *v, const uint64_t *sorted,
 
 #undef CAND_FP
 
-/* Merge two sorted distinct arrays into OUT, distinct. Returns the length. */
-static size_t merge_unique(const uint32_t *a, size_t na, const uint32_t *b, size_t nb,
-                           uint32_t *out)
-{
-    size_t i = 0, j = 0, w = 0;
-    while (i < na || j < nb) {
-        uint32_t x;
-        if (j >= nb || (i < na && a[i] <= b[j])) {
-            x = a[i++];
-            if (j < nb && b[j] == x) j++;
-        } else {
-            x = b[j++];
-        }
-        out[w++] = x;
-    }
-    return w;
-}
-
-int dd_bloom_union(struct dd_buf *out, const struct dd_bloom_view *base, uint64_t range_if_new,
-                   const uint64_t *hashes, size_t n)
-{
-    uint64_t range = base ? base->range : range_if_new;
-    if (range == 0 || range > DD_BLOOM_FULL_RANGE) return DD_ERR_INVALID;
-    size_t na = base ? base->count : 0;
-    if (n > SIZE_MAX / sizeof(uint32_t) / 4 || na > SIZE_MAX / sizeof(uint32_t) / 4)
-        return DD_ERR_NOMEM;
-    /* one allocation: a (base, na), b (new, nb), tmp (sort, nb), merged
-     * (na + nb) */
-    size_t nb = n;
-    uint32_t *mem = malloc((2 * na + 3 * nb + 1) * sizeof *mem);
-    if (!mem) return DD_ERR_NOMEM;
-    uint32_t *a = mem, *b = a + na, *tmp = b + nb, *merged = tmp + nb;
-    int rc = DD_OK;
-    if (base && (rc = dd_bloom_decode(base, a)) != DD_OK) goto out;
-    for (size_t i = 0; i < nb; i++) b[i] = dd_bloom_fingerprint(hashes[i], range);
-    sort_u32(b, nb, tmp);
-    nb = unique_u32(b, nb);
-    size_t m = merge_unique(a, na, b, nb, merged);
-    rc = encode_sorted(out, merged, m, range);
-out:
-    free(mem);
-    return rc;
-}
-
-int dd_bloom_reduce(struct dd_buf *out, const struct dd_bloom_view *v, uint64_t new_range)
-{
-    if (v->range != DD_BLOOM_FULL_RANGE || new_range == 0 || new_range > DD_BLOOM_FULL_RANGE)
-        return DD_ERR_INVALID;
-    uint32_t *f = malloc((v->count ? v->count : 1) * sizeof *f);
-    if (!f) return DD_ERR_NOMEM;
-    int rc = dd_bloom_decode(v, f);
-    if (rc == DD_OK) {
-        /* f = h >> 32 at the full range, so this is exactly the fingerprint
-         * at new_range, and it keeps the order */
-        for (uint32_t i = 0; i < v->count; i++)
-            f[i] = (uint32_t)(((uint64_t)f[i] * new_range) >> 32);
-        size_t m = unique_u32(f, v->count);
-        rc = encode_sorted(out, f, m, new_range);
-    }
-    free(f);
-    return rc;
-}
-
 int dd_bloom_union_dated(struct dd_buf *out, const struct dd_bloom_view *base, uint32_t undated,
                          uint64_t range_if_new, const uint64_t *dated, size_t n)
 {

@@ -155,7 +155,9 @@ int dd_bloom_union_dated(struct dd_buf *out, const struct dd_bloom_view *base, u
 
 /* Append to OUT full-range filter V re-encoded, dated, at NEW_RANGE
  * (fingerprints that meet keep the newest day; an undated V's days are
- * UNDATED). As dd_bloom_reduce otherwise. */
+ * UNDATED). Exact only from the full range: V->range must be 2^32 and
+ * NEW_RANGE <= 2^32, else DD_ERR_INVALID. Returns 0, DD_ERR_INVALID,
+ * DD_ERR_CORRUPT or DD_ERR_NOMEM; OUT's length unchanged on error. */
 int dd_bloom_reduce_dated(struct dd_buf *out, const struct dd_bloom_view *v, uint32_t undated,
                           uint64_t new_range);
 
@@ -257,18 +259,6 @@ int dd_bloom_probe_candset(const struct dd_bloom_view *v, const struct dd_candse
 /* Decode the fingerprints, ascending, into OUT (room for v->count).
  * Returns 0 or DD_ERR_CORRUPT. */
 int dd_bloom_decode(const struct dd_bloom_view *v, uint32_t *out);
-
-/* Append to OUT the union of filter BASE (NULL = empty; its range is kept,
- * or RANGE_IF_NEW when BASE is NULL) and the N hashes. Returns 0,
- * DD_ERR_CORRUPT (BASE's bitstream is bad) or DD_ERR_NOMEM; on error OUT's
- * length is unchanged. */
-int dd_bloom_union(struct dd_buf *out, const struct dd_bloom_view *base, uint64_t range_if_new,
-                   const uint64_t *hashes, size_t n);
-
-/* Append to OUT filter V re-encoded at NEW_RANGE. Exact only from the full
- * range: V->range must be 2^32 and NEW_RANGE <= 2^32, else DD_ERR_INVALID.
- * Returns 0, DD_ERR_INVALID, DD_ERR_CORRUPT or DD_ERR_NOMEM. */
-int dd_bloom_reduce(struct dd_buf *out, const struct dd_bloom_view *v, uint64_t new_range);
 
 /* An operand (a batch of raw hashes: earlier versions wrote these as merge
  * operands, and fold.c still reads them):

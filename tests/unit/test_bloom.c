@@ -133,31 +133,33 @@ static void test_union_and_reduce(void)
     const size_t n = 3000;
     uint64_t *h = malloc(n * sizeof *h);
     REQUIRE(h);
-    for (size_t i = 0; i < n; i++) h[i] = rnd();
+    /* dated items (the fold's only kind), all of one day: no day bits, so
+     * the sizes below are the fingerprints' (test_dated covers the days) */
+    for (size_t i = 0; i < n; i++) h[i] = dd_bloom_dated(rnd(), 20000);
     /* build in three unions from nothing, at the full range */
     struct dd_buf a = {0}, b = {0}, c = {0};
-    REQUIRE(dd_bloom_union(&a, NULL, DD_BLOOM_FULL_RANGE, h, 1000) == DD_OK);
+    REQUIRE(dd_bloom_union_dated(&a, NULL, 0, DD_BLOOM_FULL_RANGE, h, 1000) == DD_OK);
     struct dd_bloom_view va, vb, vc;
     REQUIRE(dd_bloom_parse(a.data, a.len, &va) == DD_OK);
     CHECK_EQ_INT(va.range, DD_BLOOM_FULL_RANGE);
-    REQUIRE(dd_bloom_union(&b, &va, 0, h + 1000, 2000) == DD_OK);
+    REQUIRE(dd_bloom_union_dated(&b, &va, 0, 0, h + 1000, 2000) == DD_OK);
     REQUIRE(dd_bloom_parse(b.data, b.len, &vb) == DD_OK);
     /* re-adding what is there changes nothing (idempotent ingest) */
-    REQUIRE(dd_bloom_union(&c, &vb, 0, h, 500) == DD_OK);
+    REQUIRE(dd_bloom_union_dated(&c, &vb, 0, 0, h, 500) == DD_OK);
     CHECK_EQ_INT(c.len, b.len);
     CHECK(memcmp(c.data, b.data, b.len) == 0);
 
     /* the union equals a build of everything, byte for byte */
     struct dd_buf whole = {0};
-    REQUIRE(dd_bloom_build(&whole, h, n, DD_BLOOM_FULL_RANGE, NULL) == DD_OK);
+    REQUIRE(dd_bloom_build_dated(&whole, h, n, DD_BLOOM_FULL_RANGE) == DD_OK);
     CHECK_EQ_INT(whole.len, b.len);
     CHECK(whole.len == b.len && memcmp(whole.data, b.data, b.len) == 0);
 
     /* reducing the full-range filter equals building at the small range */
     uint64_t small = dd_bloom_range_for(n, 0.0025);
     struct dd_buf red = {0}, direct = {0};
-    REQUIRE(dd_bloom_reduce(&red, &vb, small) == DD_OK);
-    REQUIRE(dd_bloom_build(&direct, h, n, small, NULL) == DD_OK);
+    REQUIRE(dd_bloom_reduce_dated(&red, &vb, 0, small) == DD_OK);
+    REQUIRE(dd_bloom_build_dated(&direct, h, n, small) == DD_OK);
     CHECK_EQ_INT(red.len, direct.len);
     CHECK(red.len == direct.len && memcmp(red.data, direct.data, red.len) == 0);
     CHECK_MSG(red.len < b.len / 2, "reduced %zu vs full %zu bytes", red.len, b.len);
@@ -167,11 +169,11 @@ static void test_union_and_reduce(void)
     CHECK_EQ_INT(missed, 0);
     /* only the full range can be reduced exactly */
     struct dd_buf again = {0};
-    CHECK_EQ_INT(dd_bloom_reduce(&again, &vc, small / 2), DD_ERR_INVALID);
+    CHECK_EQ_INT(dd_bloom_reduce_dated(&again, &vc, 0, small / 2), DD_ERR_INVALID);
     CHECK_EQ_INT(again.len, 0);
     /* a union into a reduced filter keeps its range */
     uint64_t extra = rnd();
-    REQUIRE(dd_bloom_union(&again, &vc, DD_BLOOM_FULL_RANGE, &extra, 1) == DD_OK);
+    REQUIRE(dd_bloom_union_dated(&again, &vc, 0, DD_BLOOM_FULL_RANGE, &extra, 1) == DD_OK);
     struct dd_bloom_view vd;
     REQUIRE(dd_bloom_parse(again.data, again.len, &vd) == DD_OK);
     CHECK_EQ_INT(vd.range, small);
