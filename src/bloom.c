@@ -505,6 +505,10 @@ int dd_bloom_parse(const void *data, size_t len, struct dd_bloom_view *v)
     /* every gap takes at least k + 1 bits */
     if (count > range || (uint64_t)count * (p[2] + 1u) > (uint64_t)nbytes * 8)
         return DD_ERR_CORRUPT;
+    /* day0 + an offset must not pass the last day a u32 holds: a day that
+     * wrapped would read as an old one */
+    if (dated && (uint64_t)get_u32(p + 12) + ((UINT64_C(1) << p[3]) - 1) > UINT32_MAX)
+        return DD_ERR_CORRUPT;
     v->range = range;
     v->count = count;
     v->rice_k = p[2];

@@ -433,6 +433,27 @@ static void test_dated(void)
         dd_buf_free(&u);
         dd_buf_free(&r);
     }
+    /* a day0 whose span would pass 2^32 - 1 (a day read back would wrap to
+     * an old one) is refused, checksum fixed up */
+    {
+        for (size_t i = 0; i < 10; i++)
+            d[i] = dd_bloom_dated(item_hash("wrap", i), 20000 + (uint32_t)i);
+        struct dd_buf b = {0};
+        REQUIRE(dd_bloom_build_dated(&b, d, 10, DD_BLOOM_FULL_RANGE) == DD_OK);
+        struct dd_bloom_view v;
+        REQUIRE(dd_bloom_parse(b.data, b.len, &v) == DD_OK && v.day_bits == 4);
+        const uint32_t top = UINT32_MAX - 14; /* day0 + 15 passes UINT32_MAX */
+        memcpy(b.data + 12, &top, 4);       /* little-endian host */
+        uint32_t ck = (uint32_t)XXH3_64bits(b.data, b.len - 4);
+        memcpy(b.data + b.len - 4, &ck, 4);
+        CHECK_EQ_INT(dd_bloom_parse(b.data, b.len, &v), DD_ERR_CORRUPT);
+        const uint32_t edge = UINT32_MAX - 15; /* day0 + 15 is UINT32_MAX: fine */
+        memcpy(b.data + 12, &edge, 4);
+        ck = (uint32_t)XXH3_64bits(b.data, b.len - 4);
+        memcpy(b.data + b.len - 4, &ck, 4);
+        CHECK_EQ_INT(dd_bloom_parse(b.data, b.len, &v), DD_OK);
+        dd_buf_free(&b);
+    }
     /* one day: no day bits at all, 4 bytes more than undated */
     for (size_t i = 0; i < 100; i++) d[i] = dd_bloom_dated(item_hash("one", i), 20000);
     struct dd_buf a = {0}, b = {0};
